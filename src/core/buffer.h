@@ -1,0 +1,50 @@
+// Buffer: an owning, 64-byte aligned block of memory (RAII, move-only).
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "core/log.h"
+
+namespace gdn {
+
+class Buffer {
+public:
+    static constexpr size_t kAlign = 64;
+
+    Buffer() = default;
+    explicit Buffer(size_t bytes, bool zero = true) { allocate(bytes, zero); }
+    ~Buffer() { std::free(data_); }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+    Buffer(Buffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    Buffer& operator=(Buffer&& o) noexcept {
+        if (this != &o) {
+            std::free(data_);
+            data_ = std::exchange(o.data_, nullptr);
+            size_ = std::exchange(o.size_, 0);
+        }
+        return *this;
+    }
+
+    void allocate(size_t bytes, bool zero = true) {
+        std::free(data_);
+        size_ = bytes;
+        size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+        data_ = rounded ? std::aligned_alloc(kAlign, rounded) : nullptr;
+        GDN_CHECK(rounded == 0 || data_ != nullptr, "out of memory allocating %zu bytes", bytes);
+        if (zero && data_) std::memset(data_, 0, rounded);
+    }
+    void* data() const { return data_; }
+    template <typename T>
+    T* as() const { return static_cast<T*>(data_); }
+    size_t size() const { return size_; }
+
+private:
+    void* data_ = nullptr;
+    size_t size_ = 0;
+};
+
+}  // namespace gdn

@@ -1,0 +1,53 @@
+// A fixed pool of worker threads. Work is split by (thread index, thread count), never by
+// scheduling order, so a kernel's result never depends on timing.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gdn {
+
+class ThreadPool {
+public:
+    // n_threads includes the calling thread (n_threads - 1 workers are started).
+    explicit ThreadPool(int n_threads);
+    ~ThreadPool();
+    ThreadPool(const ThreadPool&) = delete;
+    ThreadPool& operator=(const ThreadPool&) = delete;
+
+    int size() const { return n_threads_; }
+    // Runs fn(ith, nth) on every thread (the caller is thread 0) and waits for all.
+    void run(const std::function<void(int ith, int nth)>& fn);
+    // Splits [0, n) into nth contiguous ranges and calls fn(begin, end) for each non-empty one.
+    void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+
+private:
+    void worker_loop(int ith);
+
+    int n_threads_;
+    std::vector<std::thread> workers_;
+    std::mutex mu_;
+    std::condition_variable cv_start_, cv_done_;
+    const std::function<void(int, int)>* job_ = nullptr;
+    uint64_t generation_ = 0;
+    int pending_ = 0;
+    bool stop_ = false;
+};
+
+// Range [begin, end) of thread ith out of nth for n items.
+inline void split_range(int64_t n, int ith, int nth, int64_t* begin, int64_t* end) {
+    int64_t per = n / nth, extra = n % nth;
+    *begin = ith * per + (ith < extra ? ith : extra);
+    *end = *begin + per + (ith < extra ? 1 : 0);
+}
+
+// The process-wide pool used by ops (set once at start-up from --threads).
+ThreadPool& global_pool();
+void set_global_threads(int n_threads);
+int default_thread_count();
+
+}  // namespace gdn

@@ -1,0 +1,67 @@
+// Safetensors checkpoint reader: single file or sharded (model.safetensors.index.json), mmapped.
+// Every header is validated before any tensor is touched, so a truncated, corrupt or mismatched
+// file is an error message, never a crash or an out-of-bounds read.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+namespace gdn {
+
+// One mmapped .safetensors file.
+class SafetensorsFile {
+public:
+    struct Entry {
+        std::string name;          // as stored in the file
+        TensorView view;           // points into the mapping
+        uint64_t begin = 0, end = 0;  // byte span inside the data section
+    };
+
+    static Result<std::unique_ptr<SafetensorsFile>> open(const std::string& path);
+    ~SafetensorsFile();
+    SafetensorsFile(const SafetensorsFile&) = delete;
+    SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+    const std::string& path() const { return path_; }
+    const std::vector<Entry>& entries() const { return entries_; }
+    size_t file_size() const { return size_; }
+
+private:
+    SafetensorsFile() = default;
+    std::string path_;
+    void* map_ = nullptr;
+    size_t size_ = 0;
+    std::vector<Entry> entries_;
+};
+
+// Parses and validates a safetensors header against a file of `file_size` bytes whose bytes are at
+// `base` (the data pointers of the entries point into it). Exposed for tests.
+Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8_t* base, size_t file_size,
+                                                                    const std::string& path);
+
+// All tensors of a checkpoint folder under canonical names: the prefixes `model.language_model.` or
+// `model.` stripped, `model.visual.*` skipped, `mtp.*` and `lm_head.weight` kept as they are.
+class Checkpoint {
+public:
+    static Result<Checkpoint> open(const std::string& dir);
+
+    const TensorView* find(const std::string& canonical_name) const;
+    const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+    const std::string& dir() const { return dir_; }
+    size_t total_bytes() const;
+
+private:
+    std::string dir_;
+    std::vector<std::shared_ptr<SafetensorsFile>> files_;
+    std::map<std::string, TensorView> tensors_;
+};
+
+// Maps a stored name to its canonical name; returns false for tensors a text engine ignores.
+bool canonical_tensor_name(const std::string& stored, std::string* canonical);
+
+}  // namespace gdn

@@ -1,0 +1,50 @@
+// Model: config + weights + the forward pass over a batch of sequences (prefill and decode alike).
+// One forward serves all three families: after the load-time transforms in weights.cpp, Qwen3-Next
+// and Qwen3.5 differ only in which layers are MoE and whether top-k weights are renormalised.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/state.h"
+#include "model/weights.h"
+
+namespace gdn {
+
+enum class GdnForm { AUTO, RECURRENT, CHUNKED };
+
+struct ForwardOptions {
+    bool bf16_activations = false;  // round activations to bf16 where HF's bf16 forward does
+    GdnForm gdn_form = GdnForm::AUTO;  // AUTO: chunked for >= 64 tokens of a sequence, else recurrent
+};
+
+// One sequence's slice of a batch: its tokens continue the sequence held in `state`.
+struct SequenceInput {
+    SequenceState* state = nullptr;
+    const int32_t* tokens = nullptr;
+    int64_t n_tokens = 0;
+    bool all_logits = false;  // logits for every token, else only for the last one
+};
+
+class Model {
+public:
+    static Result<std::unique_ptr<Model>> load(const std::string& dir);
+
+    const ModelConfig& config() const { return config_; }
+    const ModelWeights& weights() const { return *weights_; }
+
+    // Runs the batch, advancing every sequence's state. Appends the requested logits rows to `logits`
+    // ([rows, V], in sequence order). Token ids must be in [0, V) (checked: error, state untouched).
+    Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits) const;
+
+    SequenceState new_state() const { return SequenceState(config_); }
+
+private:
+    ModelConfig config_;
+    std::unique_ptr<ModelWeights> weights_;
+};
+
+}  // namespace gdn

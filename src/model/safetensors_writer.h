@@ -1,0 +1,42 @@
+// Writes a .safetensors file: header JSON (8-byte aligned, space padded), then tensors back to back
+// with no holes, F32 tensors first so every tensor is aligned to its element size (as the safetensors
+// library itself orders them). Tensor data is produced one tensor at a time by a callback, so writing a
+// multi-GB checkpoint needs memory for one tensor only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace gdn {
+
+class SafetensorsWriter {
+public:
+    // fill(dst, numel) writes numel f32 values; they are converted to `dtype` on write.
+    using Fill = std::function<void(float* dst, int64_t numel)>;
+    void add(std::string name, DType dtype, std::vector<int64_t> shape, Fill fill);
+    size_t n_tensors() const { return tensors_.size(); }
+    uint64_t data_bytes() const;
+    // Tensor names in write order with their byte sizes (for shard planning).
+    std::vector<std::pair<std::string, uint64_t>> sizes() const;
+    // Drops every tensor whose name fails `keep` (used to split one writer into shards).
+    void keep_only(const std::function<bool(const std::string&)>& keep);
+    Status write(const std::string& path) const;
+
+private:
+    struct Pending {
+        std::string name;
+        DType dtype;
+        std::vector<int64_t> shape;
+        Fill fill;
+        uint64_t numel() const;
+    };
+    std::vector<Pending> ordered() const;
+    std::vector<Pending> tensors_;
+};
+
+}  // namespace gdn

@@ -1,0 +1,24 @@
+#include "model/state.h"
+
+#include <algorithm>
+
+namespace gdn {
+
+SequenceState::SequenceState(const ModelConfig& c) {
+    const size_t conv_n = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
+    const size_t ssm_n = static_cast<size_t>(c.gdn_v_heads) * c.gdn_v_dim * c.gdn_k_dim;
+    conv.assign(c.n_gdn_layers(), std::vector<float>(conv_n, 0.0f));
+    ssm.assign(c.n_gdn_layers(), std::vector<float>(ssm_n, 0.0f));
+    k_cache.resize(c.n_attention_layers());
+    v_cache.resize(c.n_attention_layers());
+}
+
+void SequenceState::reset() {
+    n_past = 0;
+    for (auto& v : conv) std::fill(v.begin(), v.end(), 0.0f);
+    for (auto& v : ssm) std::fill(v.begin(), v.end(), 0.0f);
+    for (auto& v : k_cache) v.clear();
+    for (auto& v : v_cache) v.clear();
+}
+
+}  // namespace gdn

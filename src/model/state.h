@@ -1,0 +1,26 @@
+// Per-sequence caches for the reference forward pass: the GDN conv and recurrent states (fixed size)
+// and a simple growing KV cache per attention layer. (The paged KV cache and dense state slots of the
+// engine replace the KV part later; the GDN layouts are already the engine's.)
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace gdn {
+
+struct SequenceState {
+    int64_t n_past = 0;  // tokens already consumed (positions of the next token start here)
+    // Per GDN layer (in layer order): conv [K-1, CD] (last K-1 raw inputs, oldest first) and the
+    // recurrent state [Hv, Dv, Dk] in f32 (M = S^T, keys contiguous).
+    std::vector<std::vector<float>> conv;
+    std::vector<std::vector<float>> ssm;
+    // Per attention layer: K and V rows [n_past, Hkv, D] (post-norm, post-RoPE k; raw v).
+    std::vector<std::vector<float>> k_cache, v_cache;
+
+    explicit SequenceState(const ModelConfig& c);
+    void reset();
+};
+
+}  // namespace gdn

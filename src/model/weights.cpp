@@ -1,0 +1,226 @@
+#include "model/weights.h"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "core/log.h"
+
+namespace gdn {
+
+namespace {
+
+std::string shape_str(std::initializer_list<int64_t> dims) {
+    std::string s = "[";
+    bool first = true;
+    for (int64_t d : dims) {
+        if (!first) s += ", ";
+        s += std::to_string(d);
+        first = false;
+    }
+    return s + "]";
+}
+
+class Loader {
+public:
+    Loader(const ModelConfig& c, std::shared_ptr<Checkpoint> ck, ModelWeights* w) : c_(c), ck_(std::move(ck)), w_(w) {}
+
+    // A tensor that must exist with exactly this shape.
+    Result<TensorView> get(const std::string& name, std::initializer_list<int64_t> dims) {
+        const TensorView* t = ck_->find(name);
+        if (!t)
+            return Status::error(strprintf("%s: missing tensor '%s' (needed by the %s config)", ck_->dir().c_str(),
+                                           name.c_str(), family_name(c_.family)));
+        bool ok = t->rank == static_cast<int>(dims.size());
+        int i = 0;
+        for (int64_t d : dims) ok = ok && i < t->rank && t->shape[i++] == d;
+        if (!ok)
+            return Status::error(strprintf("%s: tensor '%s' has shape %s, expected %s from config.json",
+                                           ck_->dir().c_str(), name.c_str(), t->shape_str().c_str(),
+                                           shape_str(dims).c_str()));
+        used_.insert(name);
+        return *t;
+    }
+    // A small tensor converted to f32, optionally transformed elementwise.
+    template <typename F>
+    Result<const float*> get_f32(const std::string& name, std::initializer_list<int64_t> dims, F transform) {
+        GDN_ASSIGN_OR_RETURN(TensorView t, get(name, dims));
+        Buffer b(t.numel() * sizeof(float));
+        convert_to_f32(t.dtype, t.data, b.as<float>(), t.numel());
+        for (int64_t i = 0; i < t.numel(); ++i) b.as<float>()[i] = transform(b.as<float>()[i]);
+        const float* p = b.as<float>();
+        w_->owned.push_back(std::move(b));
+        return p;
+    }
+    Result<const float*> get_norm1p(const std::string& name, int64_t n) {
+        return get_f32(name, {n}, [](float x) { return 1.0f + x; });
+    }
+    Result<const float*> get_plain(const std::string& name, std::initializer_list<int64_t> dims) {
+        return get_f32(name, dims, [](float x) { return x; });
+    }
+    // Allocates an owned matrix of `rows x cols` elements of `dtype`.
+    TensorView alloc_matrix(DType dtype, int64_t rows, int64_t cols) {
+        Buffer b(rows * cols * dtype_size(dtype));
+        TensorView v = TensorView::contiguous(b.data(), dtype, {rows, cols});
+        w_->owned.push_back(std::move(b));
+        return v;
+    }
+    Result<MlpWeights> mlp(const std::string& p, int64_t inter) {
+        MlpWeights m;
+        GDN_ASSIGN_OR_RETURN(m.gate, get(p + "gate_proj.weight", {inter, c_.hidden}));
+        GDN_ASSIGN_OR_RETURN(m.up, get(p + "up_proj.weight", {inter, c_.hidden}));
+        GDN_ASSIGN_OR_RETURN(m.down, get(p + "down_proj.weight", {c_.hidden, inter}));
+        return m;
+    }
+    Status load_attention(const std::string& p, AttentionWeights* a);
+    Status load_gdn(const std::string& p, GdnWeights* g);
+    Status load_moe(const std::string& p, MoeWeights* m);
+    const std::set<std::string>& used() const { return used_; }
+
+private:
+    const ModelConfig& c_;
+    std::shared_ptr<Checkpoint> ck_;
+    ModelWeights* w_;
+    std::set<std::string> used_;
+};
+
+// Slice rows [r0, r0+n) of a 2-D view, or the e-th matrix of a 3-D view.
+TensorView rows_of(const TensorView& t, int64_t r0, int64_t n) {
+    TensorView v = t;
+    v.shape[0] = n;
+    v.data = static_cast<char*>(t.data) + r0 * t.stride[0] * static_cast<int64_t>(dtype_size(t.dtype));
+    return v;
+}
+TensorView matrix_of(const TensorView& t3, int64_t e) {
+    TensorView v = TensorView::contiguous(
+        static_cast<char*>(t3.data) + e * t3.stride[0] * static_cast<int64_t>(dtype_size(t3.dtype)), t3.dtype,
+        {t3.shape[1], t3.shape[2]});
+    return v;
+}
+
+void copy_row(const TensorView& src, int64_t src_row, const TensorView& dst, int64_t dst_row) {
+    size_t bytes = src.shape[1] * dtype_size(src.dtype);
+    std::memcpy(dst.row(dst_row), src.row(src_row), bytes);
+}
+
+Status Loader::load_attention(const std::string& p, AttentionWeights* a) {
+    const int64_t H = c_.hidden, D = c_.head_dim, Hq = c_.attn_heads, Hkv = c_.attn_kv_heads;
+    if (!c_.attn_output_gate)
+        return Status::error(ck_->dir() + ": attn_output_gate=false is not supported (all released checkpoints "
+                                          "use the gated q_proj)");
+    GDN_ASSIGN_OR_RETURN(a->q_proj, get(p + "q_proj.weight", {Hq * 2 * D, H}));
+    GDN_ASSIGN_OR_RETURN(a->k_proj, get(p + "k_proj.weight", {Hkv * D, H}));
+    GDN_ASSIGN_OR_RETURN(a->v_proj, get(p + "v_proj.weight", {Hkv * D, H}));
+    GDN_ASSIGN_OR_RETURN(a->o_proj, get(p + "o_proj.weight", {H, Hq * D}));
+    GDN_ASSIGN_OR_RETURN(a->q_norm, get_norm1p(p + "q_norm.weight", D));
+    GDN_ASSIGN_OR_RETURN(a->k_norm, get_norm1p(p + "k_norm.weight", D));
+    return Status::ok();
+}
+
+Status Loader::load_gdn(const std::string& p, GdnWeights* g) {
+    const int64_t H = c_.hidden, Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim, Dv = c_.gdn_v_dim;
+    const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, K = c_.conv_kernel, r = Hv / Hk;
+    if (c_.family == ModelFamily::QWEN3_NEXT) {
+        // Regroup the per-key-head interleaved rows into the flat Qwen3.5 order (model_spec.md §4.5.1).
+        GDN_ASSIGN_OR_RETURN(TensorView qkvz, get(p + "in_proj_qkvz.weight", {2 * KD + 2 * VD, H}));
+        GDN_ASSIGN_OR_RETURN(TensorView ba, get(p + "in_proj_ba.weight", {2 * Hv, H}));
+        g->in_qkv = alloc_matrix(qkvz.dtype, CD, H);
+        g->in_z = alloc_matrix(qkvz.dtype, VD, H);
+        g->in_b = alloc_matrix(ba.dtype, Hv, H);
+        g->in_a = alloc_matrix(ba.dtype, Hv, H);
+        const int64_t S = 2 * Dk + 2 * r * Dv;  // rows per key-head group
+        for (int64_t grp = 0; grp < Hk; ++grp) {
+            const int64_t base = grp * S;
+            for (int64_t i = 0; i < Dk; ++i) copy_row(qkvz, base + i, g->in_qkv, grp * Dk + i);
+            for (int64_t i = 0; i < Dk; ++i) copy_row(qkvz, base + Dk + i, g->in_qkv, KD + grp * Dk + i);
+            for (int64_t m = 0; m < r * Dv; ++m) copy_row(qkvz, base + 2 * Dk + m, g->in_qkv, 2 * KD + grp * r * Dv + m);
+            for (int64_t m = 0; m < r * Dv; ++m) copy_row(qkvz, base + 2 * Dk + r * Dv + m, g->in_z, grp * r * Dv + m);
+            for (int64_t j = 0; j < r; ++j) {
+                copy_row(ba, grp * 2 * r + j, g->in_b, grp * r + j);
+                copy_row(ba, grp * 2 * r + r + j, g->in_a, grp * r + j);
+            }
+        }
+    } else {
+        GDN_ASSIGN_OR_RETURN(g->in_qkv, get(p + "in_proj_qkv.weight", {CD, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_z, get(p + "in_proj_z.weight", {VD, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_b, get(p + "in_proj_b.weight", {Hv, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_a, get(p + "in_proj_a.weight", {Hv, H}));
+    }
+    GDN_ASSIGN_OR_RETURN(g->conv, get_plain(p + "conv1d.weight", {CD, 1, K}));
+    GDN_ASSIGN_OR_RETURN(g->neg_exp_A, get_f32(p + "A_log", {Hv}, [](float x) { return -std::exp(x); }));
+    GDN_ASSIGN_OR_RETURN(g->dt_bias, get_plain(p + "dt_bias", {Hv}));
+    GDN_ASSIGN_OR_RETURN(g->norm, get_plain(p + "norm.weight", {Dv}));
+    GDN_ASSIGN_OR_RETURN(g->out_proj, get(p + "out_proj.weight", {H, VD}));
+    return Status::ok();
+}
+
+Status Loader::load_moe(const std::string& p, MoeWeights* m) {
+    const int64_t H = c_.hidden, E = c_.n_experts, Ie = c_.moe_intermediate, Is = c_.shared_intermediate;
+    GDN_ASSIGN_OR_RETURN(m->router, get(p + "gate.weight", {E, H}));
+    m->experts.resize(E);
+    if (ck_->find(p + "experts.gate_up_proj")) {
+        // Packed 3-D experts (Qwen3.5-MoE): gate rows [0, Ie), up rows [Ie, 2Ie).
+        GDN_ASSIGN_OR_RETURN(TensorView gate_up, get(p + "experts.gate_up_proj", {E, 2 * Ie, H}));
+        GDN_ASSIGN_OR_RETURN(TensorView down, get(p + "experts.down_proj", {E, H, Ie}));
+        for (int64_t e = 0; e < E; ++e) {
+            TensorView gu = matrix_of(gate_up, e);
+            m->experts[e].gate = rows_of(gu, 0, Ie);
+            m->experts[e].up = rows_of(gu, Ie, Ie);
+            m->experts[e].down = matrix_of(down, e);
+        }
+    } else {
+        for (int64_t e = 0; e < E; ++e) {
+            GDN_ASSIGN_OR_RETURN(m->experts[e], mlp(p + "experts." + std::to_string(e) + ".", Ie));
+        }
+    }
+    if (Is > 0) {
+        GDN_ASSIGN_OR_RETURN(m->shared, mlp(p + "shared_expert.", Is));
+        GDN_ASSIGN_OR_RETURN(m->shared_gate, get(p + "shared_expert_gate.weight", {1, H}));
+    }
+    return Status::ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> ck) {
+    auto w = std::make_unique<ModelWeights>();
+    w->checkpoint = ck;
+    Loader ld(c, ck, w.get());
+    GDN_ASSIGN_OR_RETURN(w->embed, ld.get("embed_tokens.weight", {c.vocab, c.hidden}));
+    GDN_ASSIGN_OR_RETURN(w->final_norm, ld.get_norm1p("norm.weight", c.hidden));
+    if (ck->find("lm_head.weight")) {
+        GDN_ASSIGN_OR_RETURN(w->lm_head, ld.get("lm_head.weight", {c.vocab, c.hidden}));
+    } else if (c.tie_embeddings) {
+        w->lm_head = w->embed;
+    } else {
+        return Status::error(ck->dir() + ": missing tensor 'lm_head.weight' and tie_word_embeddings is false");
+    }
+    w->layers.resize(c.n_layers);
+    for (int i = 0; i < c.n_layers; ++i) {
+        LayerWeights& L = w->layers[i];
+        const std::string p = "layers." + std::to_string(i) + ".";
+        L.kind = c.layer_kinds[i];
+        GDN_ASSIGN_OR_RETURN(L.input_norm, ld.get_norm1p(p + "input_layernorm.weight", c.hidden));
+        GDN_ASSIGN_OR_RETURN(L.post_norm, ld.get_norm1p(p + "post_attention_layernorm.weight", c.hidden));
+        if (L.kind == LayerKind::FULL_ATTENTION) {
+            GDN_RETURN_IF_ERROR(ld.load_attention(p + "self_attn.", &L.attn));
+        } else {
+            GDN_RETURN_IF_ERROR(ld.load_gdn(p + "linear_attn.", &L.gdn));
+        }
+        L.is_moe = c.is_moe_layer(i);
+        if (L.is_moe) {
+            GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe));
+        } else {
+            GDN_ASSIGN_OR_RETURN(L.mlp, ld.mlp(p + "mlp.", c.intermediate));
+        }
+    }
+    int unused = 0;
+    for (const auto& [name, t] : ck->tensors()) {
+        if (ld.used().count(name) || name.rfind("mtp.", 0) == 0) continue;
+        if (++unused <= 5) GDN_LOG_WARN("%s: tensor '%s' is not used by the model", ck->dir().c_str(), name.c_str());
+    }
+    if (unused > 5) GDN_LOG_WARN("%s: %d tensors in total are not used", ck->dir().c_str(), unused);
+    return w;
+}
+
+}  // namespace gdn

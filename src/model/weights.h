@@ -1,0 +1,79 @@
+// Typed per-layer weights with every load-time transform of model_spec.md applied once:
+// Qwen3-Next in_proj_qkvz / in_proj_ba regrouped to the flat q|k|v, z, b, a order; (1 + w) precomputed
+// for the zero-centred norms (not for linear_attn.norm); -exp(A_log) and dt_bias in f32; conv taps in
+// f32; per-expert and packed experts exposed the same way; a tied lm_head viewing the embedding.
+//
+// Large matrices stay in their stored dtype (views into the mmapped checkpoint, or a regrouped copy);
+// small vectors become f32.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/status.h"
+#include "core/tensor.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+namespace gdn {
+
+struct MlpWeights {
+    TensorView gate;  // [I, H]
+    TensorView up;    // [I, H]
+    TensorView down;  // [H, I]
+};
+
+struct AttentionWeights {
+    TensorView q_proj;    // [Hq*2*D, H]; per head: D query rows, then D gate rows
+    TensorView k_proj;    // [Hkv*D, H]
+    TensorView v_proj;    // [Hkv*D, H]
+    TensorView o_proj;    // [H, Hq*D]
+    const float* q_norm;  // [D], (1 + w)
+    const float* k_norm;  // [D], (1 + w)
+};
+
+struct GdnWeights {
+    TensorView in_qkv;       // [CD, H], rows q | k | v (flat, value head g*r+j)
+    TensorView in_z;         // [VD, H]
+    TensorView in_b;         // [Hv, H]
+    TensorView in_a;         // [Hv, H]
+    const float* conv;       // [CD, K]; tap K-1 multiplies the current token
+    const float* neg_exp_A;  // [Hv], -exp(A_log) in f32
+    const float* dt_bias;    // [Hv]
+    const float* norm;       // [Dv], plain w (gated RMSNorm)
+    TensorView out_proj;     // [H, VD]
+};
+
+struct MoeWeights {
+    TensorView router;                // [E, H]
+    std::vector<MlpWeights> experts;  // [E], each gate/up [Ie, H], down [H, Ie]
+    MlpWeights shared;                // gate/up [Is, H], down [H, Is]
+    TensorView shared_gate;           // [1, H]
+};
+
+struct LayerWeights {
+    LayerKind kind;
+    const float* input_norm;  // [H], (1 + w)
+    const float* post_norm;   // [H], (1 + w)
+    AttentionWeights attn;    // when kind == FULL_ATTENTION
+    GdnWeights gdn;           // when kind == LINEAR_ATTENTION
+    bool is_moe = false;
+    MlpWeights mlp;           // dense layers
+    MoeWeights moe;           // MoE layers
+};
+
+struct ModelWeights {
+    TensorView embed;          // [V, H]
+    const float* final_norm;   // [H], (1 + w)
+    TensorView lm_head;        // [V, H] (the embedding when tied)
+    std::vector<LayerWeights> layers;
+
+    std::shared_ptr<Checkpoint> checkpoint;  // keeps the mapping alive
+    std::vector<Buffer> owned;               // transformed tensors
+};
+
+Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> ck);
+
+}  // namespace gdn

@@ -1,0 +1,84 @@
+// Scalar reference ops: the model math of model_spec.md written plainly, one loop nest per formula.
+// They stay forever as the oracle every fast path is tested against. All activations are f32,
+// contiguous, row-major; weights may be f32/bf16/f16 views. Shapes are written next to each pointer.
+//
+// `bf16` flags mark ops with rounding points INSIDE the op (where HF's bf16 forward rounds); the caller
+// rounds op outputs itself.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace gdn::ref {
+
+// out[i, :] = table[ids[i], :]          table [V, H], out [n, H]
+void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* out);
+
+// y = x @ W^T                           x [M, K], W [N, K], y [M, N]; f32 accumulation
+void linear(const float* x, int64_t M, const TensorView& W, float* y);
+
+// Zero-centred RMSNorm with (1 + w) precomputed in w: y = x * rsqrt(mean(x^2) + eps) * w, per row.
+// x, y [rows, n] (may alias), w [n]
+void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y);
+
+// Gated RMSNorm (linear_attn.norm): y = rmsnorm(x) * w * silu(z), norm before gate, plain w.
+// x, z, y [rows, n], w [n]. With bf16, rounds where HF does (normalised x, then x*w, then the product).
+void gated_rms_norm(const float* x, const float* z, int64_t rows, int64_t n, const float* w, float eps,
+                    float* y, bool bf16);
+
+// Per-row L2 normalisation: x *= rsqrt(sum(x^2) + eps), then x *= scale.   x [rows, n] in place
+void l2_norm(float* x, int64_t rows, int64_t n, float eps, float scale);
+
+// Partial NeoX (rotate-half) RoPE on the first rot_dim dims of every head, in place.
+// x [T, n_heads, D], pos [T]; inv_freq[j] = theta^(-2j/rot_dim); pairs (i, i + rot_dim/2).
+// With bf16, cos/sin and the result are rounded to bf16 (as HF does).
+void rope_neox(float* x, int64_t T, int64_t n_heads, int64_t D, int64_t rot_dim, const int64_t* pos,
+               float theta, bool bf16);
+
+// Causal softmax attention with GQA (q head h uses kv head h / (Hq/Hkv)) and the sigmoid output
+// gate: out = softmax(q k^T / sqrt(D) + causal) v * sigmoid(gate).
+// q, gate, out [T, Hq, D]; k, v [n_past + T, Hkv, D] (the whole cache of this sequence, new rows last).
+// Query t sits at position n_past + t and sees keys 0 .. n_past + t. gate may be null.
+void attention(const float* q, const float* gate, const float* k, const float* v, int64_t T, int64_t n_past,
+               int64_t Hq, int64_t Hkv, int64_t D, float* out);
+
+// Causal depthwise conv1d with carried state, then optional SiLU.
+// x, y [T, C]; w [C, K] (tap K-1 multiplies the current token);
+// state [K-1, C] in/out: the last K-1 raw inputs before x, oldest row first (zeros for a new sequence).
+void causal_conv1d(const float* x, int64_t T, int64_t C, const float* w, int64_t K, float* state, float* y,
+                   bool silu);
+
+// GDN gates: g = neg_exp_A * softplus(a + dt_bias) (softplus threshold 20), beta = sigmoid(b).
+// a, b, g, beta [T, Hv]; neg_exp_A, dt_bias [Hv]
+void gdn_gating(const float* a, const float* b, int64_t T, int64_t Hv, const float* neg_exp_A,
+                const float* dt_bias, float* g, float* beta);
+
+// Gated delta rule, token by token (model_spec.md §4.5.4). q, k are already L2-normalised and q scaled.
+// q, k [T, Hk, Dk]; v [T, Hv, Dv]; g, beta [T, Hv]; value head h uses key head h / (Hv/Hk).
+// state [Hv, Dv, Dk] f32 in/out (M = S^T, keys contiguous); out [T, Hv, Dv].
+void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g,
+                                const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
+                                float* state, float* out);
+
+// The same rule in chunked (WY / UT transform) form, chunk size 64 (model_spec.md §4.5.5).
+void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g,
+                              const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
+                              float* state, float* out);
+
+// out = silu(gate) * up, elementwise over n values. With bf16, silu(gate) is rounded first.
+void silu_mul(const float* gate, const float* up, int64_t n, float* out, bool bf16);
+
+// MoE routing: softmax over all E logits in f32 -> top-k (ties: lower index first) -> optional
+// renormalisation. logits [T, E]; idx, w [T, k]
+void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx, float* w);
+
+// Index of the largest value (the first one on ties).
+int64_t argmax(const float* x, int64_t n);
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace gdn::ref

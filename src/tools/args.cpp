@@ -1,0 +1,73 @@
+#include "tools/args.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/log.h"
+
+namespace gdn {
+
+Result<Args> Args::parse(int argc, char** argv, const std::set<std::string>& options,
+                         const std::set<std::string>& flags) {
+    Args a;
+    for (int i = 0; i < argc; ++i) {
+        std::string k = argv[i];
+        if (flags.count(k)) {
+            a.values_[k] = "1";
+        } else if (options.count(k)) {
+            if (i + 1 >= argc) return Status::error("option " + k + " needs a value");
+            a.values_[k] = argv[++i];
+        } else {
+            std::string known;
+            for (const auto& o : options) known += " " + o;
+            for (const auto& f : flags) known += " " + f;
+            return Status::error("unknown argument '" + k + "' (known:" + known + ")");
+        }
+    }
+    return a;
+}
+
+Result<long long> Args::get_int(const std::string& k, long long def) const {
+    auto it = values_.find(k);
+    if (it == values_.end()) return def;
+    errno = 0;
+    char* end = nullptr;
+    long long v = std::strtoll(it->second.c_str(), &end, 10);
+    if (errno || end == it->second.c_str() || *end)
+        return Status::error("option " + k + " expects an integer, got '" + it->second + "'");
+    return v;
+}
+
+Result<double> Args::get_double(const std::string& k, double def) const {
+    auto it = values_.find(k);
+    if (it == values_.end()) return def;
+    errno = 0;
+    char* end = nullptr;
+    double v = std::strtod(it->second.c_str(), &end);
+    if (errno || end == it->second.c_str() || *end)
+        return Status::error("option " + k + " expects a number, got '" + it->second + "'");
+    return v;
+}
+
+Result<std::vector<int>> parse_id_list(const std::string& s) {
+    std::vector<int> ids;
+    size_t i = 0;
+    while (i < s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        std::string tok = s.substr(i, j - i);
+        while (!tok.empty() && tok.front() == ' ') tok.erase(tok.begin());
+        while (!tok.empty() && tok.back() == ' ') tok.pop_back();
+        char* end = nullptr;
+        errno = 0;
+        long v = std::strtol(tok.c_str(), &end, 10);
+        if (tok.empty() || errno || *end || v < 0 || v > 0x7fffffff)
+            return Status::error("invalid token id '" + tok + "' in '" + s + "' (expected comma-separated ids)");
+        ids.push_back(static_cast<int>(v));
+        i = j + 1;
+    }
+    if (ids.empty()) return Status::error("empty id list");
+    return ids;
+}
+
+}  // namespace gdn

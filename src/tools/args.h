@@ -1,0 +1,32 @@
+// Minimal command-line parsing for the gdn subcommands: --key value, --flag, -n value.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gdn {
+
+class Args {
+public:
+    // `flags` take no value; every other option takes exactly one value.
+    static Result<Args> parse(int argc, char** argv, const std::set<std::string>& options,
+                              const std::set<std::string>& flags);
+    bool has(const std::string& k) const { return values_.count(k) > 0; }
+    std::string get(const std::string& k, const std::string& def = "") const {
+        auto it = values_.find(k);
+        return it == values_.end() ? def : it->second;
+    }
+    Result<long long> get_int(const std::string& k, long long def) const;
+    Result<double> get_double(const std::string& k, double def) const;
+
+private:
+    std::map<std::string, std::string> values_;
+};
+
+Result<std::vector<int>> parse_id_list(const std::string& s);
+
+}  // namespace gdn

@@ -1,0 +1,130 @@
+// gdn run: greedy generation from token ids on the reference forward pass.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "ops/ref/ref_ops.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace gdn {
+
+namespace {
+
+void usage() {
+    std::fprintf(stderr,
+                 "usage: gdn run --model DIR --prompt-ids 1,2,3 [-n N] [--dtype f32|bf16] [--threads N]\n"
+                 "               [--dump-logits FILE] [--ignore-eos]\n"
+                 "  --prompt-ids    prompt as comma-separated token ids\n"
+                 "  -n              new tokens to generate (default 32)\n"
+                 "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
+                 "  --threads       worker threads (default: all cores)\n"
+                 "  --dump-logits   write logits of every prompt position, raw little-endian f32 [n_prompt, vocab]\n"
+                 "  --ignore-eos    keep generating past an end-of-sequence token\n");
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+    auto args = Args::parse(argc, argv, {"--model", "--prompt-ids", "-n", "--dtype", "--threads", "--dump-logits"},
+                            {"--help", "--ignore-eos"});
+    if (!args) {
+        std::fprintf(stderr, "gdn run: %s\n", args.message().c_str());
+        usage();
+        return 2;
+    }
+    if (args->has("--help")) {
+        usage();
+        return 0;
+    }
+    if (!args->has("--model") || !args->has("--prompt-ids")) {
+        std::fprintf(stderr, "gdn run: --model and --prompt-ids are required\n");
+        usage();
+        return 2;
+    }
+    auto n_new = args->get_int("-n", 32);
+    auto threads = args->get_int("--threads", default_thread_count());
+    auto ids = parse_id_list(args->get("--prompt-ids"));
+    if (!n_new || !threads || !ids) {
+        std::fprintf(stderr, "gdn run: %s%s%s\n", n_new.message().c_str(), threads.message().c_str(),
+                     ids.message().c_str());
+        return 2;
+    }
+    if (*n_new < 0 || *threads < 1 || *threads > 256) {
+        std::fprintf(stderr, "gdn run: -n must be >= 0 and --threads in 1..256\n");
+        return 2;
+    }
+    ForwardOptions fo;
+    std::string dt = args->get("--dtype", "f32");
+    if (dt == "bf16") fo.bf16_activations = true;
+    else if (dt != "f32") {
+        std::fprintf(stderr, "gdn run: --dtype must be f32 or bf16, got '%s'\n", dt.c_str());
+        return 2;
+    }
+    set_global_threads(static_cast<int>(*threads));
+
+    auto t_load = std::chrono::steady_clock::now();
+    auto model = Model::load(args->get("--model"));
+    if (!model) {
+        std::fprintf(stderr, "gdn run: %s\n", model.message().c_str());
+        return 1;
+    }
+    const ModelConfig& c = (*model)->config();
+    GDN_LOG_INFO("loaded %s in %.2f s: %s", args->get("--model").c_str(), seconds_since(t_load), c.summary().c_str());
+    GDN_LOG_INFO("activations %s, %d threads, reference kernels", dt.c_str(), static_cast<int>(*threads));
+
+    std::vector<int32_t> prompt(ids->begin(), ids->end());
+    SequenceState st = (*model)->new_state();
+    const bool dump = args->has("--dump-logits");
+    std::vector<float> logits;
+    auto t0 = std::chrono::steady_clock::now();
+    Status s = (*model)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), dump}}, fo, &logits);
+    if (!s) {
+        std::fprintf(stderr, "gdn run: %s\n", s.message().c_str());
+        return 1;
+    }
+    const double t_prefill = seconds_since(t0);
+    const int64_t V = c.vocab;
+    if (dump) {
+        std::string path = args->get("--dump-logits");
+        FILE* f = std::fopen(path.c_str(), "wb");
+        if (!f || std::fwrite(logits.data(), sizeof(float), logits.size(), f) != logits.size() || std::fclose(f) != 0) {
+            std::fprintf(stderr, "gdn run: cannot write %s\n", path.c_str());
+            return 1;
+        }
+        GDN_LOG_INFO("wrote logits [%zu, %lld] to %s", prompt.size(), (long long)V, path.c_str());
+    }
+    int32_t next = static_cast<int32_t>(ref::argmax(logits.data() + logits.size() - V, V));
+    std::vector<int32_t> out;
+    auto t1 = std::chrono::steady_clock::now();
+    const bool ignore_eos = args->has("--ignore-eos");
+    for (long long i = 0; i < *n_new; ++i) {
+        out.push_back(next);
+        std::printf("%s%d", i ? "," : "", next);
+        std::fflush(stdout);
+        const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), next) != c.eos_token_ids.end();
+        if ((eos && !ignore_eos) || i + 1 == *n_new) break;
+        logits.clear();
+        s = (*model)->forward({{&st, &next, 1, false}}, fo, &logits);
+        if (!s) {
+            std::fprintf(stderr, "\ngdn run: %s\n", s.message().c_str());
+            return 1;
+        }
+        next = static_cast<int32_t>(ref::argmax(logits.data(), V));
+    }
+    std::printf("\n");
+    const double t_gen = seconds_since(t1);
+    std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s)\n",
+                 prompt.size(), t_prefill, prompt.size() / std::max(t_prefill, 1e-9), out.size(), t_gen,
+                 out.size() > 1 ? (out.size() - 1) / std::max(t_gen, 1e-9) : 0.0);
+    return 0;
+}
+
+}  // namespace gdn

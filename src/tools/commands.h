@@ -1,0 +1,9 @@
+// Subcommands of the gdn CLI. Each takes the arguments after its name and returns an exit code.
+#pragma once
+
+namespace gdn {
+
+int cmd_run(int argc, char** argv);
+int cmd_make_model(int argc, char** argv);
+
+}  // namespace gdn

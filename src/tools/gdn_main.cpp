@@ -1,0 +1,34 @@
+// gdn: the command-line entry point.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "tools/commands.h"
+
+namespace {
+
+void usage() {
+    std::fprintf(stderr,
+                 "usage: gdn <command> [options]\n"
+                 "\n"
+                 "commands:\n"
+                 "  run          generate from a checkpoint folder (--model DIR --prompt-ids 1,2,3 -n 32)\n"
+                 "  make-model   write a random-weight checkpoint in Hugging Face layout (--preset NAME --out DIR)\n"
+                 "\n"
+                 "Run 'gdn <command> --help' for its options.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+        usage();
+        return argc < 2 ? 2 : 0;
+    }
+    std::string cmd = argv[1];
+    if (cmd == "run") return gdn::cmd_run(argc - 2, argv + 2);
+    if (cmd == "make-model") return gdn::cmd_make_model(argc - 2, argv + 2);
+    std::fprintf(stderr, "gdn: unknown command '%s'\n", cmd.c_str());
+    usage();
+    return 2;
+}
