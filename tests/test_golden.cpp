@@ -1,0 +1,153 @@
+// Golden logits from an independent implementation (tests/data/golden, see its README): f32 compute must
+// match every prompt row within 1e-3 with identical argmax, and the 16-token greedy continuation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/model.h"
+#include "ops/ref/ref_ops.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+struct GoldenCase {
+    std::string family, prompt;
+};
+
+class Golden : public ::testing::TestWithParam<GoldenCase> {};
+
+struct Expected {
+    std::vector<int32_t> prompt, greedy;
+    std::vector<float> logits, decode_logits;
+};
+
+Expected load_expected(const std::string& dir, const std::string& prompt) {
+    Expected e;
+    auto j = read_json_file(dir + "/expected/" + prompt + ".json");
+    EXPECT_TRUE(j.is_ok()) << j.message();
+    for (int id : (*j)["prompt_ids"]) e.prompt.push_back(id);
+    for (int id : (*j)["greedy_continuation"]) e.greedy.push_back(id);
+    e.logits = read_f32(dir + "/expected/" + prompt + ".logits.f32");
+    e.decode_logits = read_f32(dir + "/expected/" + prompt + ".decode_logits.f32");
+    return e;
+}
+
+void expect_rows_match(const float* got, const float* want, int64_t rows, int64_t V, float tol, const char* what) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* g = got + r * V;
+        const float* w = want + r * V;
+        ASSERT_LE(max_abs_diff(g, w, V), tol) << what << " row " << r;
+        ASSERT_EQ(ref::argmax(g, V), ref::argmax(w, V)) << what << " row " << r;
+    }
+}
+
+// Prefill + teacher-forced greedy decode, comparing every row with the golden files.
+void run_golden(const Model& m, const Expected& e, const ForwardOptions& fo) {
+    const int64_t V = m.config().vocab, n = static_cast<int64_t>(e.prompt.size());
+    ASSERT_EQ(static_cast<int64_t>(e.logits.size()), n * V);
+    SequenceState st = m.new_state();
+    std::vector<float> logits;
+    ASSERT_TRUE(m.forward({{&st, e.prompt.data(), n, true}}, fo, &logits).is_ok());
+    expect_rows_match(logits.data(), e.logits.data(), n, V, 1e-3f, "prompt");
+    int32_t next = static_cast<int32_t>(ref::argmax(logits.data() + (n - 1) * V, V));
+    for (size_t k = 0; k < e.greedy.size(); ++k) {
+        ASSERT_EQ(next, e.greedy[k]) << "greedy step " << k;
+        logits.clear();
+        ASSERT_TRUE(m.forward({{&st, &next, 1, false}}, fo, &logits).is_ok());
+        expect_rows_match(logits.data(), e.decode_logits.data() + k * V, 1, V, 1e-3f, "decode");
+        next = static_cast<int32_t>(ref::argmax(logits.data(), V));
+    }
+}
+
+TEST_P(Golden, F32LogitsAndGreedyMatch) {
+    const auto& p = GetParam();
+    auto m = Model::load(golden_dir(p.family));
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    Expected e = load_expected(golden_dir(p.family), p.prompt);
+    for (GdnForm form : {GdnForm::RECURRENT, GdnForm::CHUNKED}) {
+        SCOPED_TRACE(form == GdnForm::RECURRENT ? "recurrent" : "chunked");
+        ForwardOptions fo;
+        fo.gdn_form = form;
+        run_golden(**m, e, fo);
+    }
+}
+
+// A split prefill (first part, then the rest on the same sequence) reproduces the one-shot rows.
+TEST_P(Golden, SplitPrefillMatches) {
+    const auto& p = GetParam();
+    auto m = Model::load(golden_dir(p.family));
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    Expected e = load_expected(golden_dir(p.family), p.prompt);
+    const int64_t V = (*m)->config().vocab, n = static_cast<int64_t>(e.prompt.size());
+    const int64_t split = n > 100 ? 100 : n / 2;
+    SequenceState st = (*m)->new_state();
+    std::vector<float> logits;
+    ForwardOptions fo;
+    ASSERT_TRUE((*m)->forward({{&st, e.prompt.data(), split, true}}, fo, &logits).is_ok());
+    ASSERT_TRUE((*m)->forward({{&st, e.prompt.data() + split, n - split, true}}, fo, &logits).is_ok());
+    expect_rows_match(logits.data(), e.logits.data(), n, V, 1e-3f, "split prefill");
+}
+
+// bf16 activations stay inside the envelope golden/README.md measured for a faithful bf16 forward.
+TEST_P(Golden, Bf16WithinEnvelope) {
+    const auto& p = GetParam();
+    auto m = Model::load(golden_dir(p.family));
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    Expected e = load_expected(golden_dir(p.family), p.prompt);
+    const int64_t V = (*m)->config().vocab, n = static_cast<int64_t>(e.prompt.size());
+    SequenceState st = (*m)->new_state();
+    std::vector<float> logits;
+    ForwardOptions fo;
+    fo.bf16_activations = true;
+    // Rows counted as in the README: every prompt row plus the 16 teacher-forced greedy rows.
+    ASSERT_TRUE((*m)->forward({{&st, e.prompt.data(), n, true}}, fo, &logits).is_ok());
+    std::vector<float> want = e.logits;
+    for (size_t k = 0; k < e.greedy.size(); ++k) {
+        ASSERT_TRUE((*m)->forward({{&st, &e.greedy[k], 1, false}}, fo, &logits).is_ok());
+        want.insert(want.end(), e.decode_logits.begin() + k * V, e.decode_logits.begin() + (k + 1) * V);
+    }
+    const int64_t rows = static_cast<int64_t>(want.size()) / V;
+    std::vector<float> row_max;
+    int same = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < V; ++i) ASSERT_TRUE(std::isfinite(logits[r * V + i]));
+        row_max.push_back(max_abs_diff(&logits[r * V], &want[r * V], V));
+        same += ref::argmax(&logits[r * V], V) == ref::argmax(&want[r * V], V);
+    }
+    std::nth_element(row_max.begin(), row_max.begin() + row_max.size() / 2, row_max.end());
+    EXPECT_LE(row_max[row_max.size() / 2], 0.5f);
+    EXPECT_GE(same, static_cast<int>(std::ceil(0.85 * rows)));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFamilies, Golden,
+                         ::testing::Values(GoldenCase{"qwen3_next", "chat13"}, GoldenCase{"qwen3_next", "text150"},
+                                           GoldenCase{"qwen3_5", "chat13"}, GoldenCase{"qwen3_5", "text150"},
+                                           GoldenCase{"qwen3_5_moe", "chat13"},
+                                           GoldenCase{"qwen3_5_moe", "text150"}),
+                         [](const auto& info) { return info.param.family + "_" + info.param.prompt; });
+
+// The trained demo model against its float64 reference (models/demo/reference_logits.json).
+TEST(DemoModel, MatchesReferenceLogits) {
+    auto m = Model::load(demo_model_dir());
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    auto j = read_json_file(demo_model_dir() + "/reference_logits.json");
+    ASSERT_TRUE(j.is_ok()) << j.message();
+    std::vector<int32_t> ids;
+    for (int id : (*j)["prompt_ids"]) ids.push_back(id);
+    const int64_t V = (*m)->config().vocab, n = static_cast<int64_t>(ids.size());
+    SequenceState st = (*m)->new_state();
+    std::vector<float> logits;
+    ASSERT_TRUE((*m)->forward({{&st, ids.data(), n, true}}, ForwardOptions{}, &logits).is_ok());
+    std::vector<int> argmax = (*j)["argmax_per_position"].get<std::vector<int>>();
+    ASSERT_EQ(static_cast<int64_t>(argmax.size()), n);
+    for (int64_t r = 0; r < n; ++r) EXPECT_EQ(ref::argmax(&logits[r * V], V), argmax[r]) << "row " << r;
+    std::vector<float> last = (*j)["last_position_logits"].get<std::vector<float>>();
+    ASSERT_EQ(static_cast<int64_t>(last.size()), V);
+    EXPECT_LE(max_abs_diff(&logits[(n - 1) * V], last.data(), V), 1e-3f);
+}
+
+}  // namespace

@@ -1,0 +1,88 @@
+// Shared helpers for the tests: data paths, temp folders, raw f32 files, deterministic random vectors.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/make_model.h"
+#include "util/json_file.h"
+
+namespace gdn::test {
+
+inline std::string source_dir() { return GDN_SOURCE_DIR; }
+inline std::string golden_dir(const std::string& family) { return source_dir() + "/tests/data/golden/" + family; }
+inline std::string demo_model_dir() { return source_dir() + "/models/demo"; }
+
+inline std::vector<float> read_f32(const std::string& path) {
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    EXPECT_TRUE(f.good()) << path;
+    std::vector<float> v(static_cast<size_t>(f.tellg()) / 4);
+    f.seekg(0);
+    f.read(reinterpret_cast<char*>(v.data()), v.size() * 4);
+    return v;
+}
+
+inline std::string read_bytes(const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+inline void write_bytes(const std::string& path, const std::string& bytes) {
+    std::ofstream f(path, std::ios::binary);
+    f << bytes;
+}
+
+// A fresh temporary folder, removed by the destructor.
+class TempDir {
+public:
+    TempDir() {
+        char tmpl[] = "/tmp/gdn_test_XXXXXX";
+        const char* d = mkdtemp(tmpl);
+        EXPECT_NE(d, nullptr);
+        path_ = d ? d : "";
+    }
+    ~TempDir() {
+        if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
+    }
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+// Writes a random checkpoint of a preset into a temp folder (kept alive by the returned TempDir).
+inline std::unique_ptr<TempDir> make_preset(const std::string& preset, uint64_t seed, int shards = 1,
+                                            DType dtype = DType::BF16) {
+    auto dir = std::make_unique<TempDir>();
+    MakeModelOptions o;
+    o.preset = preset;
+    o.out_dir = dir->path();
+    o.seed = seed;
+    o.shards = shards;
+    o.dtype = dtype;
+    Status st = make_model(o);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return dir;
+}
+
+inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+inline float max_abs_diff(const float* a, const float* b, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; ++i) m = std::max(m, std::abs(a[i] - b[i]));
+    return m;
+}
+
+}  // namespace gdn::test
