@@ -1,0 +1,122 @@
+// Whole-model state handling on random checkpoints written by make-model, for every family:
+// one prefill == two calls == token by token; batching sequences together == running each alone.
+#include <gtest/gtest.h>
+
+#include "model/model.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+std::vector<int32_t> random_ids(int64_t n, int vocab, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> ids(n);
+    for (auto& id : ids) id = static_cast<int32_t>(rng() % vocab);
+    return ids;
+}
+
+class Presets : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override {
+        // The MoE preset is written as two shards to exercise the index path.
+        dir_ = make_preset(GetParam(), 42, GetParam() == "qwen3_5_moe-tiny" ? 2 : 1);
+        auto m = Model::load(dir_->path());
+        ASSERT_TRUE(m.is_ok()) << m.message();
+        model_ = std::move(*m);
+    }
+    std::unique_ptr<TempDir> dir_;
+    std::unique_ptr<Model> model_;
+};
+
+TEST_P(Presets, PrefillOneCallEqualsTwoCallsEqualsTokenByToken) {
+    const int64_t n = 150, V = model_->config().vocab;
+    auto ids = random_ids(n, V, 1);
+    std::vector<float> once, twice, steps;
+    SequenceState a = model_->new_state(), b = model_->new_state(), c = model_->new_state();
+    ASSERT_TRUE(model_->forward({{&a, ids.data(), n, true}}, {}, &once).is_ok());
+    ASSERT_TRUE(model_->forward({{&b, ids.data(), 70, true}}, {}, &twice).is_ok());
+    ASSERT_TRUE(model_->forward({{&b, ids.data() + 70, n - 70, true}}, {}, &twice).is_ok());
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(model_->forward({{&c, &ids[i], 1, true}}, {}, &steps).is_ok());
+    ASSERT_EQ(once.size(), size_t(n * V));
+    ASSERT_EQ(twice.size(), once.size());
+    ASSERT_EQ(steps.size(), once.size());
+    // Chunked vs recurrent delta rule round differently; the tolerance is f32 noise on O(1) logits.
+    EXPECT_LT(max_abs_diff(once.data(), twice.data(), once.size()), 1e-4f);
+    EXPECT_LT(max_abs_diff(once.data(), steps.data(), once.size()), 1e-4f);
+    EXPECT_EQ(a.n_past, n);
+    EXPECT_EQ(c.n_past, n);
+}
+
+TEST_P(Presets, BatchedSequencesEqualEachAlone) {
+    const int64_t V = model_->config().vocab;
+    auto p1 = random_ids(37, V, 2), p2 = random_ids(150, V, 3), p3 = random_ids(5, V, 4);
+    // Alone.
+    std::vector<float> alone;
+    std::vector<SequenceState> solo;
+    for (int i = 0; i < 3; ++i) solo.push_back(model_->new_state());
+    ASSERT_TRUE(model_->forward({{&solo[0], p1.data(), 37, true}}, {}, &alone).is_ok());
+    ASSERT_TRUE(model_->forward({{&solo[1], p2.data(), 150, true}}, {}, &alone).is_ok());
+    ASSERT_TRUE(model_->forward({{&solo[2], p3.data(), 5, false}}, {}, &alone).is_ok());
+    // Together, in one batch.
+    std::vector<float> together;
+    std::vector<SequenceState> st;
+    for (int i = 0; i < 3; ++i) st.push_back(model_->new_state());
+    ASSERT_TRUE(model_->forward({{&st[0], p1.data(), 37, true}, {&st[1], p2.data(), 150, true},
+                                 {&st[2], p3.data(), 5, false}},
+                                {}, &together)
+                    .is_ok());
+    EXPECT_EQ(alone, together);  // rows are computed independently: bitwise equal
+    // A mixed decode step (three sequences at different positions) equals three single steps.
+    int32_t t1 = 7, t2 = 8, t3 = 9;
+    std::vector<float> alone_dec, together_dec;
+    ASSERT_TRUE(model_->forward({{&solo[0], &t1, 1, false}}, {}, &alone_dec).is_ok());
+    ASSERT_TRUE(model_->forward({{&solo[1], &t2, 1, false}}, {}, &alone_dec).is_ok());
+    ASSERT_TRUE(model_->forward({{&solo[2], &t3, 1, false}}, {}, &alone_dec).is_ok());
+    ASSERT_TRUE(model_->forward({{&st[0], &t1, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t3, 1, false}}, {},
+                                &together_dec)
+                    .is_ok());
+    EXPECT_EQ(alone_dec, together_dec);
+}
+
+TEST_P(Presets, BadTokenIdIsAnErrorAndLeavesStateUntouched) {
+    SequenceState s = model_->new_state();
+    int32_t bad[2] = {1, model_->config().vocab};
+    std::vector<float> logits;
+    Status st = model_->forward({{&s, bad, 2, false}}, {}, &logits);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("out of range"), std::string::npos) << st.message();
+    EXPECT_EQ(s.n_past, 0);
+    EXPECT_TRUE(logits.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(AllFamilies, Presets,
+                         ::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
+                         [](const auto& info) {
+                             std::string s = info.param;
+                             for (auto& ch : s)
+                                 if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             return s;
+                         });
+
+TEST(MakeModel, DeterministicFromSeed) {
+    auto a = make_preset("qwen3_next-tiny", 5), b = make_preset("qwen3_next-tiny", 5), c = make_preset("qwen3_next-tiny", 6);
+    const std::string fa = read_bytes(a->path() + "/model.safetensors");
+    EXPECT_FALSE(fa.empty());
+    EXPECT_EQ(fa, read_bytes(b->path() + "/model.safetensors"));
+    EXPECT_NE(fa, read_bytes(c->path() + "/model.safetensors"));
+    EXPECT_EQ(read_bytes(a->path() + "/config.json"), read_bytes(b->path() + "/config.json"));
+}
+
+TEST(MakeModel, UnknownPresetIsAnError) {
+    TempDir d;
+    MakeModelOptions o;
+    o.preset = "qwen9";
+    o.out_dir = d.path();
+    Status st = make_model(o);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("unknown preset 'qwen9'"), std::string::npos) << st.message();
+}
+
+}  // namespace
