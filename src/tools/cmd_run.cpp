@@ -120,6 +120,7 @@ int cmd_run(int argc, char** argv) {
         next = static_cast<int32_t>(ref::argmax(logits.data(), V));
     }
     std::printf("\n");
+    std::fflush(stdout);
     const double t_gen = seconds_since(t1);
     std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s)\n",
                  prompt.size(), t_prefill, prompt.size() / std::max(t_prefill, 1e-9), out.size(), t_gen,

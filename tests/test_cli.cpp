@@ -1,0 +1,89 @@
+// The gdn command line, run as a user would: exit codes, output and the --dump-logits file format.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+struct RunResult {
+    int exit_code;
+    std::string out;  // stdout and stderr together
+};
+
+RunResult run_gdn(const std::string& args) {
+    std::string cmd = std::string(GDN_BINARY) + " " + args + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    int status = pclose(p);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string join_ids(const Json& ids) {
+    std::string s;
+    for (const auto& id : ids) s += (s.empty() ? "" : ",") + std::to_string(id.get<int>());
+    return s;
+}
+
+TEST(Cli, RunDumpsLogitsAndGeneratesGreedy) {
+    const std::string dir = golden_dir("qwen3_5_moe");
+    auto j = read_json_file(dir + "/expected/text150.json");
+    ASSERT_TRUE(j.is_ok());
+    TempDir tmp;
+    const std::string dump = tmp.path() + "/logits.f32";
+    RunResult r = run_gdn("run --model " + dir + " --prompt-ids " + join_ids((*j)["prompt_ids"]) +
+                          " -n 16 --ignore-eos --threads 2 --dump-logits " + dump);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(join_ids((*j)["greedy_continuation"])), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tok/s"), std::string::npos);
+    auto got = read_f32(dump), want = read_f32(dir + "/expected/text150.logits.f32");
+    ASSERT_EQ(got.size(), want.size());  // [n_prompt, vocab]
+    EXPECT_LE(max_abs_diff(got.data(), want.data(), got.size()), 1e-3f);
+}
+
+TEST(Cli, RunStopsAtEos) {
+    // The demo model answers "Tell me a fortune." and ends its turn with <|im_end|> (4098).
+    RunResult r = run_gdn("run --model " + demo_model_dir() +
+                          " --prompt-ids 4097,356,198,736,384,258,755,13,4098,198,4097,363,198 -n 200");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find(",4098\n"), std::string::npos) << r.out;
+}
+
+TEST(Cli, RunErrorsAreClear) {
+    RunResult r = run_gdn("run --model /nonexistent --prompt-ids 1,2");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("/nonexistent/config.json"), std::string::npos) << r.out;
+    r = run_gdn("run --model " + demo_model_dir() + " --prompt-ids 1,x");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.out.find("invalid token id 'x'"), std::string::npos) << r.out;
+    r = run_gdn("run --model " + demo_model_dir() + " --prompt-ids 99999");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("token id 99999 is out of range"), std::string::npos) << r.out;
+    r = run_gdn("run --model " + demo_model_dir() + " --prompt-ids 1 --dtype f8");
+    EXPECT_EQ(r.exit_code, 2);
+    r = run_gdn("frobnicate");
+    EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(Cli, MakeModelWritesALoadableCheckpoint) {
+    TempDir tmp;
+    const std::string out = tmp.path() + "/m";
+    RunResult r = run_gdn("make-model --preset qwen3_next-tiny --seed 3 --out " + out + " --tokenizer " +
+                          demo_model_dir());
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_TRUE(file_exists(out + "/tokenizer.json"));
+    r = run_gdn("run --model " + out + " --prompt-ids 1,2,3 -n 4 --ignore-eos");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+}
+
+}  // namespace
