@@ -31,10 +31,7 @@ class ForwardPass {
 public:
     ForwardPass(const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o) : c_(c), w_(w), o_(o) {}
 
-    void round(float* x, int64_t n) const {
-        if (o_.bf16_activations)
-            for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
-    }
+    void round(float* x, int64_t n) const { ref::round_activations(x, n, o_.bf16_activations); }
     void round(Vec& v) const { round(v.data(), static_cast<int64_t>(v.size())); }
 
     // y [N, out] = x [N, in] @ W^T, rounded to the activation precision
@@ -48,8 +45,14 @@ public:
     Vec gdn_block(const LayerWeights& L, int gdn_idx, const Vec& h, int64_t N, const std::vector<SeqSpan>& seqs) const;
     Vec attention_block(const LayerWeights& L, int attn_idx, const Vec& h, int64_t N,
                         const std::vector<SeqSpan>& seqs, const std::vector<int64_t>& pos) const;
-    Vec mlp(const MlpWeights& m, const Vec& h, int64_t N) const;
-    Vec moe_block(const MoeWeights& m, const Vec& h, int64_t N) const;
+    Vec ffn(const LayerWeights& L, const Vec& h, int64_t N) const {
+        Vec out(h.size());
+        if (L.is_moe)
+            ref::moe(L.moe, h.data(), N, c_.n_experts_per_tok, c_.norm_topk_prob, out.data(), o_.bf16_activations);
+        else
+            ref::swiglu_mlp(L.mlp, h.data(), N, out.data(), o_.bf16_activations);
+        return out;
+    }
 
 private:
     const ModelConfig& c_;
@@ -135,53 +138,6 @@ Vec ForwardPass::attention_block(const LayerWeights& L, int ai, const Vec& h, in
     return linear(o, N, A.o_proj);
 }
 
-Vec ForwardPass::mlp(const MlpWeights& m, const Vec& h, int64_t N) const {
-    Vec gt = linear(h, N, m.gate);
-    Vec up = linear(h, N, m.up);
-    Vec act(gt.size());
-    ref::silu_mul(gt.data(), up.data(), static_cast<int64_t>(gt.size()), act.data(), o_.bf16_activations);
-    round(act);
-    return linear(act, N, m.down);
-}
-
-Vec ForwardPass::moe_block(const MoeWeights& m, const Vec& h, int64_t N) const {
-    const int64_t H = c_.hidden, E = c_.n_experts, k = c_.n_experts_per_tok;
-    Vec logits = linear(h, N, m.router);  // [N, E]
-    std::vector<int32_t> idx(N * k);
-    Vec wts(N * k);
-    ref::moe_route(logits.data(), N, E, k, c_.norm_topk_prob, idx.data(), wts.data());
-    round(wts);
-    Vec out(N * H, 0.0f);
-    // Tokens grouped per expert: one batched MLP per active expert.
-    for (int64_t e = 0; e < E; ++e) {
-        std::vector<int64_t> rows;
-        std::vector<float> rw;
-        for (int64_t t = 0; t < N; ++t)
-            for (int64_t s = 0; s < k; ++s)
-                if (idx[t * k + s] == e) {
-                    rows.push_back(t);
-                    rw.push_back(wts[t * k + s]);
-                }
-        if (rows.empty()) continue;
-        const int64_t n = static_cast<int64_t>(rows.size());
-        Vec xe(n * H);
-        for (int64_t i = 0; i < n; ++i) std::memcpy(&xe[i * H], &h[rows[i] * H], H * sizeof(float));
-        Vec ye = mlp(m.experts[e], xe, n);
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t j = 0; j < H; ++j) out[rows[i] * H + j] += rw[i] * ye[i * H + j];
-    }
-    if (c_.shared_intermediate > 0) {
-        Vec ys = mlp(m.shared, h, N);
-        Vec sg = linear(h, N, m.shared_gate);  // [N, 1]
-        for (int64_t t = 0; t < N; ++t) {
-            const float gate = ref::sigmoid(sg[t]);
-            for (int64_t j = 0; j < H; ++j) out[t * H + j] += gate * ys[t * H + j];
-        }
-    }
-    round(out);
-    return out;
-}
-
 }  // namespace
 
 Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, Vec* logits) const {
@@ -230,7 +186,7 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
         fp.round(x);
         ref::rms_norm(x.data(), N, H, L.post_norm, c.rms_eps, h.data());
         fp.round(h);
-        Vec f = L.is_moe ? fp.moe_block(L.moe, h, N) : fp.mlp(L.mlp, h, N);
+        Vec f = fp.ffn(L, h, N);
         for (int64_t i = 0; i < N * H; ++i) x[i] += f[i];
         fp.round(x);
     }

@@ -176,6 +176,7 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
     if (Is > 0) {
         GDN_ASSIGN_OR_RETURN(m->shared, mlp(p + "shared_expert.", Is));
         GDN_ASSIGN_OR_RETURN(m->shared_gate, get(p + "shared_expert_gate.weight", {1, H}));
+        m->has_shared = true;
     }
     return Status::ok();
 }

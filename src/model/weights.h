@@ -16,14 +16,12 @@
 #include "core/tensor.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "ops/ref/ref_ops.h"
 
 namespace gdn {
 
-struct MlpWeights {
-    TensorView gate;  // [I, H]
-    TensorView up;    // [I, H]
-    TensorView down;  // [H, I]
-};
+using ref::MlpWeights;
+using ref::MoeWeights;
 
 struct AttentionWeights {
     TensorView q_proj;    // [Hq*2*D, H]; per head: D query rows, then D gate rows
@@ -44,13 +42,6 @@ struct GdnWeights {
     const float* dt_bias;    // [Hv]
     const float* norm;       // [Dv], plain w (gated RMSNorm)
     TensorView out_proj;     // [H, VD]
-};
-
-struct MoeWeights {
-    TensorView router;                // [E, H]
-    std::vector<MlpWeights> experts;  // [E], each gate/up [Ie, H], down [H, Ie]
-    MlpWeights shared;                // gate/up [Is, H], down [H, Is]
-    TensorView shared_gate;           // [1, H]
 };
 
 struct LayerWeights {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -73,6 +74,36 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out, bool bf
 // MoE routing: softmax over all E logits in f32 -> top-k (ties: lower index first) -> optional
 // renormalisation. logits [T, E]; idx, w [T, k]
 void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx, float* w);
+
+// Weights of one SwiGLU MLP: down(silu(gate(x)) * up(x)).
+struct MlpWeights {
+    TensorView gate;  // [I, H]
+    TensorView up;    // [I, H]
+    TensorView down;  // [H, I]
+};
+
+// Weights of a sparse MoE block with a sigmoid-gated shared expert.
+struct MoeWeights {
+    TensorView router;                // [E, H]
+    std::vector<MlpWeights> experts;  // [E], each gate/up [Ie, H], down [H, Ie]
+    MlpWeights shared;                // gate/up [Is, H], down [H, Is]; absent when Is == 0
+    TensorView shared_gate;           // [1, H]
+    bool has_shared = false;
+};
+
+// SwiGLU MLP. x, out [N, H]. With bf16, intermediate activations are rounded as HF's bf16 forward does.
+void swiglu_mlp(const MlpWeights& w, const float* x, int64_t N, float* out, bool bf16);
+
+// MoE: softmax(router) over all experts in f32 -> top-k -> renormalise (if asked) -> weighted sum of
+// the chosen experts (tokens grouped per expert, one batched MLP per active expert) + sigmoid(x Wsg^T) *
+// shared expert. x, out [N, H].
+void moe(const MoeWeights& w, const float* x, int64_t N, int64_t top_k, bool renormalize, float* out, bool bf16);
+
+// Rounds n values to bf16 in place when bf16 is set (the activation-precision helper of the ref path).
+inline void round_activations(float* x, int64_t n, bool bf16) {
+    if (bf16)
+        for (int64_t i = 0; i < n; ++i) x[i] = round_bf16(x[i]);
+}
 
 // Index of the largest value (the first one on ties).
 int64_t argmax(const float* x, int64_t n);
