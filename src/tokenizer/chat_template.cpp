@@ -1,0 +1,86 @@
+#include "tokenizer/chat_template.h"
+
+#include "core/log.h"
+
+namespace gdn {
+
+Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::create(const Tokenizer& tok) {
+    if (tok.chat_template().empty())
+        return Status::error("the checkpoint has no chat template (tokenizer_config.json 'chat_template' or "
+                             "chat_template.jinja)");
+    auto ct = std::make_shared<ChatTemplate>();
+    GDN_ASSIGN_OR_RETURN(ct->tmpl_, jinja::Template::parse(tok.chat_template()));
+    ct->bos_ = tok.bos_token();
+    ct->eos_ = tok.eos_token();
+    return std::shared_ptr<const ChatTemplate>(ct);
+}
+
+Status validate_messages(const Json& messages) {
+    if (!messages.is_array()) return Status::error("'messages' must be a list");
+    if (messages.empty()) return Status::error("'messages' must not be empty");
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const Json& m = messages[i];
+        if (!m.is_object()) return Status::error(strprintf("messages[%zu] must be an object", i));
+        if (!m.contains("role") || !m["role"].is_string())
+            return Status::error(strprintf("messages[%zu].role must be a string", i));
+        const std::string role = m["role"].get<std::string>();
+        if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
+            return Status::error(strprintf("messages[%zu].role '%s' is not one of system, user, assistant, tool",
+                                           i, role.c_str()));
+        if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null() && !m["content"].is_array())
+            return Status::error(strprintf("messages[%zu].content must be a string or a list of parts", i));
+    }
+    return Status::ok();
+}
+
+Result<std::string> ChatTemplate::render(const ChatRequest& req) const {
+    GDN_RETURN_IF_ERROR(validate_messages(req.messages));
+    // Content given as a list of parts is flattened to its text parts (text-only engine).
+    Json messages = req.messages;
+    for (Json& m : messages) {
+        if (m.contains("content") && m["content"].is_array()) {
+            std::string text;
+            for (const Json& part : m["content"]) {
+                if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+                    !part["text"].is_string())
+                    return Status::error("only text content parts are supported");
+                text += part["text"].get<std::string>();
+            }
+            m["content"] = text;
+        }
+    }
+    jinja::Value ctx{jinja::Object{}};
+    if (req.extra.is_object())
+        for (auto it = req.extra.begin(); it != req.extra.end(); ++it)
+            ctx.set(it.key(), jinja::Value::from_json(it.value()));
+    ctx.set("messages", jinja::Value::from_json(messages));
+    ctx.set("add_generation_prompt", jinja::Value(req.add_generation_prompt));
+    ctx.set("bos_token", jinja::Value(bos_));
+    ctx.set("eos_token", jinja::Value(eos_));
+    if (req.enable_thinking.has_value()) ctx.set("enable_thinking", jinja::Value(*req.enable_thinking));
+    if (!req.tools.is_null()) ctx.set("tools", jinja::Value::from_json(req.tools));
+    return tmpl_.render(ctx);
+}
+
+Result<std::string> render_chat_from_json(const Tokenizer& tok, const std::string& text) {
+    GDN_ASSIGN_OR_RETURN(Json j, parse_json(text, "chat messages"));
+    ChatRequest req;
+    if (j.is_array()) {
+        req.messages = j;
+    } else if (j.is_object() && j.contains("messages")) {
+        req.messages = j["messages"];
+        if (j.contains("enable_thinking")) {
+            if (!j["enable_thinking"].is_boolean()) return Status::error("'enable_thinking' must be true or false");
+            req.enable_thinking = j["enable_thinking"].get<bool>();
+        }
+        if (j.contains("add_generation_prompt") && j["add_generation_prompt"].is_boolean())
+            req.add_generation_prompt = j["add_generation_prompt"].get<bool>();
+        if (j.contains("tools")) req.tools = j["tools"];
+    } else {
+        return Status::error("expected a JSON list of messages or an object with 'messages'");
+    }
+    GDN_ASSIGN_OR_RETURN(auto ct, ChatTemplate::create(tok));
+    return ct->render(req);
+}
+
+}  // namespace gdn

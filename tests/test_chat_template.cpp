@@ -1,0 +1,95 @@
+// Chat templates rendered by our Jinja interpreter are byte-identical to @huggingface/jinja rendering the
+// same templates (fixtures in tests/data/chat_templates/expected.json, made by scripts/gen-fixtures).
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/jinja.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+std::string templates_dir() { return source_dir() + "/tests/data/chat_templates"; }
+
+TEST(ChatTemplate, MatchesReferenceRenderer) {
+    auto cases = read_json_file(templates_dir() + "/expected.json");
+    ASSERT_TRUE(cases.is_ok()) << cases.message();
+    ASSERT_GE(cases->size(), 100u);
+    std::map<std::string, jinja::Template> parsed;
+    for (const Json& c : *cases) {
+        const std::string name = c["template"].get<std::string>();
+        if (!parsed.count(name)) {
+            auto t = jinja::Template::parse(read_bytes(templates_dir() + "/" + name + ".jinja"));
+            ASSERT_TRUE(t.is_ok()) << name << ": " << t.message();
+            parsed.emplace(name, *t);
+        }
+        jinja::Value ctx{jinja::Object{}};
+        ctx.set("messages", jinja::Value::from_json(c["messages"]));
+        ctx.set("add_generation_prompt", jinja::Value(c["add_generation_prompt"].get<bool>()));
+        ctx.set("bos_token", jinja::Value(""));
+        ctx.set("eos_token", jinja::Value("<|im_end|>"));
+        if (!c["enable_thinking"].is_null()) ctx.set("enable_thinking", jinja::Value(c["enable_thinking"].get<bool>()));
+        auto out = parsed.at(name).render(ctx);
+        ASSERT_TRUE(out.is_ok()) << name << " " << c["conversation"] << ": " << out.message();
+        EXPECT_EQ(*out, c["expected"].get<std::string>())
+            << name << " / " << c["conversation"] << " / gen=" << c["add_generation_prompt"]
+            << " / thinking=" << c["enable_thinking"];
+    }
+}
+
+TEST(ChatTemplate, CheckpointTemplateThroughTheTokenizer) {
+    auto tok = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(tok.is_ok()) << tok.message();
+    auto ct = ChatTemplate::create(**tok);
+    ASSERT_TRUE(ct.is_ok()) << ct.message();
+    ChatRequest req;
+    req.messages = Json::parse(R"([{"role":"user","content":"Tell me a fortune."}])");
+    EXPECT_EQ(*(*ct)->render(req), "<|im_start|>user\nTell me a fortune.<|im_end|>\n<|im_start|>assistant\n");
+    req.enable_thinking = false;
+    EXPECT_EQ(*(*ct)->render(req),
+              "<|im_start|>user\nTell me a fortune.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    // The demo model's reference prompt ids (models/demo/reference_logits.json).
+    req.enable_thinking.reset();
+    EXPECT_EQ((*tok)->encode(*(*ct)->render(req)),
+              (std::vector<int32_t>{4097, 356, 198, 736, 384, 258, 755, 13, 4098, 198, 4097, 363, 198}));
+}
+
+TEST(ChatTemplate, BadMessagesAreClearErrors) {
+    auto tok = Tokenizer::load(demo_model_dir());
+    auto ct = ChatTemplate::create(**tok);
+    ChatRequest req;
+    req.messages = Json::parse(R"([{"content":"x"}])");
+    EXPECT_NE((*ct)->render(req).message().find("messages[0].role must be a string"), std::string::npos);
+    req.messages = Json::parse(R"([{"role":"wizard","content":"x"}])");
+    EXPECT_NE((*ct)->render(req).message().find("'wizard'"), std::string::npos);
+    req.messages = Json::array();
+    EXPECT_NE((*ct)->render(req).message().find("must not be empty"), std::string::npos);
+}
+
+TEST(Jinja, ExpressionsAndStatements) {
+    auto render = [](const std::string& src, const Json& vars = Json::object()) {
+        auto t = jinja::Template::parse(src);
+        EXPECT_TRUE(t.is_ok()) << t.message();
+        auto r = t->render(jinja::Value::from_json(vars));
+        return r.is_ok() ? *r : "ERROR: " + r.message();
+    };
+    EXPECT_EQ(render("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 % 3 }}|{{ 'a' ~ 1 }}"), "7|3|2|a1");
+    EXPECT_EQ(render("{{ 'abc'[::-1] }}{{ [1,2,3][-1] }}{{ 'a,b,,c'.split(',')|length }}"), "cba34");
+    EXPECT_EQ(render("{% for x in xs if x > 1 %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}",
+                     {{"xs", {1, 2, 3}}}),
+              "12,23");
+    EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
+              "6");
+    EXPECT_EQ(render("{% macro m(a, b='d') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b='x') }}"), "[1d][2x]");
+    EXPECT_EQ(render("{{ x is defined }} {{ y is none }} {{ 'q' in 'xqz' }} {{ d|tojson }}",
+                     {{"y", nullptr}, {"d", {{"k", {1, "v"}}}}}),
+              "false true true {\"k\": [1, \"v\"]}");
+    EXPECT_EQ(render("  {%- if true -%}  a  {%- endif %}  b"), "a  b");
+    EXPECT_NE(render("{{ raise_exception('boom') }}").find("boom"), std::string::npos);
+    EXPECT_FALSE(jinja::Template::parse("{% if x %}never closed").is_ok());
+    EXPECT_FALSE(jinja::Template::parse("{{ 'unterminated }}").is_ok());
+}
+
+}  // namespace
