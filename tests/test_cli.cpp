@@ -75,6 +75,39 @@ TEST(Cli, RunErrorsAreClear) {
     EXPECT_EQ(r.exit_code, 2);
 }
 
+TEST(Cli, RunChatStreamsText) {
+    // The demo model's greedy answer (models/demo/README.md "Sample outputs").
+    RunResult r = run_gdn("run --model " + demo_model_dir() + " --chat 'Tell me a fortune.' -n 100");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("The only thing about the world is that it is the best thing that you can\nhave a good "
+                         "thing.\n                -- Mae West\n"),
+              std::string::npos)
+        << r.out;
+    EXPECT_EQ(r.out.find("<|im_end|>"), std::string::npos);  // special tokens are not printed
+    r = run_gdn("run --model " + demo_model_dir() + " -p 'The cat' -n 5 --print-ids --ignore-eos");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+}
+
+TEST(Cli, TokenizeAndDetokenize) {
+    TempDir tmp;
+    write_bytes(tmp.path() + "/in.txt", "Hello, my name is");
+    RunResult r = run_gdn("tokenize --model " + golden_dir("qwen3_5") + " < " + tmp.path() + "/in.txt");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(r.out, "[630,11,930,718,316]\n");
+    write_bytes(tmp.path() + "/chat.json", R"({"messages":[{"role":"user","content":"Hello, my name is"}]})");
+    r = run_gdn("tokenize --chat --model " + golden_dir("qwen3_5") + " < " + tmp.path() + "/chat.json");
+    EXPECT_EQ(r.out, "[957,515,198,630,11,930,718,316,958,198,957,520,198]\n");  // the golden chat13 prompt
+    write_bytes(tmp.path() + "/ids.json", "[957,515,198,630,11,930,718,316,958]");
+    r = run_gdn("detokenize --model " + golden_dir("qwen3_5") + " < " + tmp.path() + "/ids.json");
+    EXPECT_EQ(r.out, "<|im_start|>user\nHello, my name is<|im_end|>");
+    r = run_gdn("detokenize --skip-special --model " + golden_dir("qwen3_5") + " < " + tmp.path() + "/ids.json");
+    EXPECT_EQ(r.out, "user\nHello, my name is");
+    write_bytes(tmp.path() + "/bad.json", "[1, 5000]");
+    r = run_gdn("detokenize --model " + golden_dir("qwen3_5") + " < " + tmp.path() + "/bad.json");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("token id 5000 is out of range"), std::string::npos) << r.out;
+}
+
 TEST(Cli, MakeModelWritesALoadableCheckpoint) {
     TempDir tmp;
     const std::string out = tmp.path() + "/m";

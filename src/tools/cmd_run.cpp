@@ -2,11 +2,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "ops/ref/ref_ops.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 
@@ -16,9 +19,14 @@ namespace {
 
 void usage() {
     std::fprintf(stderr,
-                 "usage: gdn run --model DIR --prompt-ids 1,2,3 [-n N] [--dtype f32|bf16] [--threads N]\n"
-                 "               [--dump-logits FILE] [--ignore-eos]\n"
-                 "  --prompt-ids    prompt as comma-separated token ids\n"
+                 "usage: gdn run --model DIR (--chat MESSAGE | -p TEXT | --prompt-ids 1,2,3) [-n N] [--dtype f32|bf16]\n"
+                 "               [--threads N] [--dump-logits FILE] [--ignore-eos]\n"
+                 "  --chat          a user message, rendered with the checkpoint's chat template\n"
+                 "  --system        a system message to put before it\n"
+                 "  --enable-thinking true|false   passed to the chat template (Qwen3.5: default true)\n"
+                 "  -p              raw prompt text (no template)\n"
+                 "  --prompt-ids    prompt as comma-separated token ids (output is printed as ids)\n"
+                 "  --print-ids     print generated token ids instead of text\n"
                  "  -n              new tokens to generate (default 32)\n"
                  "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
                  "  --threads       worker threads (default: all cores)\n"
@@ -33,8 +41,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
-    auto args = Args::parse(argc, argv, {"--model", "--prompt-ids", "-n", "--dtype", "--threads", "--dump-logits"},
-                            {"--help", "--ignore-eos"});
+    auto args = Args::parse(argc, argv,
+                            {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n", "--dtype",
+                             "--threads", "--dump-logits"},
+                            {"--help", "--ignore-eos", "--print-ids"});
     if (!args) {
         std::fprintf(stderr, "gdn run: %s\n", args.message().c_str());
         usage();
@@ -44,18 +54,29 @@ int cmd_run(int argc, char** argv) {
         usage();
         return 0;
     }
-    if (!args->has("--model") || !args->has("--prompt-ids")) {
-        std::fprintf(stderr, "gdn run: --model and --prompt-ids are required\n");
+    const int n_prompt_kinds = args->has("--prompt-ids") + args->has("-p") + args->has("--chat");
+    if (!args->has("--model") || n_prompt_kinds != 1) {
+        std::fprintf(stderr, "gdn run: --model and exactly one of --chat, -p, --prompt-ids are required\n");
         usage();
         return 2;
     }
     auto n_new = args->get_int("-n", 32);
     auto threads = args->get_int("--threads", default_thread_count());
-    auto ids = parse_id_list(args->get("--prompt-ids"));
+    Result<std::vector<int>> ids = std::vector<int>{};
+    if (args->has("--prompt-ids")) ids = parse_id_list(args->get("--prompt-ids"));
     if (!n_new || !threads || !ids) {
         std::fprintf(stderr, "gdn run: %s%s%s\n", n_new.message().c_str(), threads.message().c_str(),
                      ids.message().c_str());
         return 2;
+    }
+    std::optional<bool> thinking;
+    if (args->has("--enable-thinking")) {
+        const std::string v = args->get("--enable-thinking");
+        if (v != "true" && v != "false") {
+            std::fprintf(stderr, "gdn run: --enable-thinking must be true or false\n");
+            return 2;
+        }
+        thinking = v == "true";
     }
     if (*n_new < 0 || *threads < 1 || *threads > 256) {
         std::fprintf(stderr, "gdn run: -n must be >= 0 and --threads in 1..256\n");
@@ -80,7 +101,40 @@ int cmd_run(int argc, char** argv) {
     GDN_LOG_INFO("loaded %s in %.2f s: %s", args->get("--model").c_str(), seconds_since(t_load), c.summary().c_str());
     GDN_LOG_INFO("activations %s, %d threads, reference kernels", dt.c_str(), static_cast<int>(*threads));
 
+    // Text prompts go through the checkpoint's tokenizer (and chat template for --chat).
+    std::shared_ptr<const Tokenizer> tok;
+    const bool text_io = !args->has("--prompt-ids") && !args->has("--print-ids");
+    if (!args->has("--prompt-ids") || text_io) {
+        auto t = Tokenizer::load(args->get("--model"));
+        if (!t) {
+            std::fprintf(stderr, "gdn run: %s\n", t.message().c_str());
+            return 1;
+        }
+        tok = *t;
+    }
     std::vector<int32_t> prompt(ids->begin(), ids->end());
+    if (args->has("-p")) prompt = tok->encode(args->get("-p"));
+    if (args->has("--chat")) {
+        auto ct = ChatTemplate::create(*tok);
+        if (!ct) {
+            std::fprintf(stderr, "gdn run: %s\n", ct.message().c_str());
+            return 1;
+        }
+        ChatRequest req;
+        if (args->has("--system")) req.messages.push_back({{"role", "system"}, {"content", args->get("--system")}});
+        req.messages.push_back({{"role", "user"}, {"content", args->get("--chat")}});
+        req.enable_thinking = thinking;
+        auto text = (*ct)->render(req);
+        if (!text) {
+            std::fprintf(stderr, "gdn run: %s\n", text.message().c_str());
+            return 1;
+        }
+        prompt = tok->encode(*text);
+    }
+    if (prompt.empty()) {
+        std::fprintf(stderr, "gdn run: the prompt is empty\n");
+        return 2;
+    }
     SequenceState st = (*model)->new_state();
     const bool dump = args->has("--dump-logits");
     std::vector<float> logits;
@@ -105,9 +159,16 @@ int cmd_run(int argc, char** argv) {
     std::vector<int32_t> out;
     auto t1 = std::chrono::steady_clock::now();
     const bool ignore_eos = args->has("--ignore-eos");
+    std::unique_ptr<StreamDecoder> stream;
+    if (text_io) stream = std::make_unique<StreamDecoder>(tok, /*skip_special=*/true);
     for (long long i = 0; i < *n_new; ++i) {
         out.push_back(next);
-        std::printf("%s%d", i ? "," : "", next);
+        if (stream) {
+            auto piece = stream->add(next);
+            if (piece) std::fwrite(piece->data(), 1, piece->size(), stdout);
+        } else {
+            std::printf("%s%d", i ? "," : "", next);
+        }
         std::fflush(stdout);
         const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), next) != c.eos_token_ids.end();
         if ((eos && !ignore_eos) || i + 1 == *n_new) break;
@@ -118,6 +179,10 @@ int cmd_run(int argc, char** argv) {
             return 1;
         }
         next = static_cast<int32_t>(ref::argmax(logits.data(), V));
+    }
+    if (stream) {
+        std::string rest = stream->finish();
+        std::fwrite(rest.data(), 1, rest.size(), stdout);
     }
     std::printf("\n");
     std::fflush(stdout);
