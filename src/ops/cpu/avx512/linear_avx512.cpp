@@ -1,0 +1,100 @@
+// AVX-512 linear kernels: the generic f32 kernel, and the bf16 dot-product kernel (vdpbf16ps) that
+// carries decode (GEMV, bandwidth bound) and prefill (GEMM, compute bound).
+#define GDN_SIMD_AVX512
+#include <algorithm>
+
+#include "ops/cpu/linear_kernels.h"
+#include "core/dtype.h"
+#include "ops/cpu/simd.h"
+
+namespace gdn::cpu::avx512 {
+
+#include "ops/cpu/linear_f32.inc"
+
+namespace {
+
+constexpr int kMRdot = 12;       // 12 rows x 2 vectors = 24 accumulators
+constexpr int64_t kKcPairs = 2048;  // k-pairs per block: a weight panel block streams from L2 (measured: C reloads cost more)
+
+template <int MR>
+void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y, int64_t ldy,
+              int ncols, bool accumulate, bool round_out) {
+    __m512 acc[MR][2];
+    const __mmask16 m0 = ncols >= 16 ? 0xffff : static_cast<__mmask16>((1u << ncols) - 1);
+    const __mmask16 m1 = ncols >= 32 ? 0xffff : ncols <= 16 ? 0 : static_cast<__mmask16>((1u << (ncols - 16)) - 1);
+    for (int m = 0; m < MR; ++m) {
+        acc[m][0] = accumulate ? _mm512_maskz_loadu_ps(m0, y + m * ldy) : _mm512_setzero_ps();
+        acc[m][1] = accumulate ? _mm512_maskz_loadu_ps(m1, y + m * ldy + 16) : _mm512_setzero_ps();
+    }
+    const uint16_t* b = B + kk0 * 2 * kPanelCols;
+    for (int64_t kk = kk0; kk < kk1; ++kk, b += 2 * kPanelCols) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
+        for (int m = 0; m < MR; ++m) {
+            const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[m * ldp + kk]));
+            acc[m][0] = _mm512_dpbf16_ps(acc[m][0], a, b0);
+            acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
+        }
+    }
+    for (int m = 0; m < MR; ++m) {
+        _mm512_mask_storeu_ps(y + m * ldy, m0, round_out ? simd::vround_bf16(acc[m][0]) : acc[m][0]);
+        _mm512_mask_storeu_ps(y + m * ldy + 16, m1, round_out ? simd::vround_bf16(acc[m][1]) : acc[m][1]);
+    }
+}
+
+template <int MR>
+void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y,
+                       int64_t ldy, int ncols, bool acc, bool round_out) {
+    if constexpr (MR > 0) {
+        if (mr == MR) return tile_dot<MR>(xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out);
+        return tile_dot_dispatch<MR - 1>(mr, xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out);
+    }
+}
+
+}  // namespace
+
+void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
+    for (int64_t m = 0; m < M; ++m) {
+        const float* xr = x + m * K;
+        uint32_t* d = xp + m * K2;
+        int64_t k = 0;
+        for (; k + 32 <= K; k += 32) {
+            // cvtne2ps: 32 bf16 = [second arg (k..k+15) | first arg (k+16..k+31)] -> pairs in memory order
+            __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xr + k + 16), _mm512_loadu_ps(xr + k));
+            _mm512_storeu_si512(d + k / 2, (__m512i)h);
+        }
+        for (; k < K; k += 2) {
+            const uint32_t lo = f32_to_bf16(xr[k]);
+            const uint32_t hi = k + 1 < K ? f32_to_bf16(xr[k + 1]) : 0;
+            d[k / 2] = lo | hi << 16;
+        }
+    }
+}
+
+void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                    int64_t p1, bool round_out) {
+    if (M <= kMRdot) {
+        // Decode / small batches: one pass over each weight panel, all rows at once (bandwidth bound).
+        for (int64_t p = p0; p < p1; ++p) {
+            const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
+            tile_dot_dispatch<kMRdot>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), 0, w.K2, y + p * kPanelCols, ldy,
+                                      ncols, false, round_out);
+        }
+        return;
+    }
+    // Prefill: k-blocks of a panel stay in L1 while all row blocks stream past them.
+    for (int64_t kk0 = 0; kk0 < w.K2; kk0 += kKcPairs) {
+        const int64_t kk1 = std::min(w.K2, kk0 + kKcPairs);
+        for (int64_t p = p0; p < p1; ++p) {
+            const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
+            const uint16_t* B = w.bf16_panel(p);
+            for (int64_t m0 = 0; m0 < M; m0 += kMRdot) {
+                const int mr = static_cast<int>(std::min<int64_t>(kMRdot, M - m0));
+                tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, B, kk0, kk1, y + m0 * ldy + p * kPanelCols, ldy,
+                                          ncols, kk0 > 0, round_out && kk1 == w.K2);
+            }
+        }
+    }
+}
+
+}  // namespace gdn::cpu::avx512

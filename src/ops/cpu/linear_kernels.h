@@ -1,0 +1,30 @@
+// Per-ISA linear kernels (implemented in cpu/avx512 and cpu/avx2). Each computes the output columns of
+// panels [p0, p1) for all M rows; threading is done by the caller.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/linear.h"
+
+namespace gdn::cpu {
+
+// round_out: round the outputs to bf16 as they are stored (bf16 activation mode).
+namespace avx512 {
+// x f32 [M, ldx]; y [M, ldy]
+void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1,
+                bool round_out);
+// xp: x as bf16 pairs (uint32 per k-pair) [M, ldp]; BF16 weights only
+void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                    int64_t p1, bool round_out);
+// x [M, K] f32 -> bf16 pairs [M, K2] (RNE; odd K padded with 0)
+void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
+void round_bf16_inplace(float* x, int64_t n);
+}  // namespace avx512
+
+namespace avx2 {
+void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1,
+                bool round_out);
+void round_bf16_inplace(float* x, int64_t n);
+}  // namespace avx2
+
+}  // namespace gdn::cpu

@@ -1,0 +1,220 @@
+#include "ops/dispatch.h"
+
+#include <cpuid.h>
+
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "core/log.h"
+
+namespace gdn {
+
+namespace {
+
+struct State {
+    Isa isa = Isa::REF;
+    std::array<bool, static_cast<int>(OpId::COUNT)> forced{};
+    std::array<std::atomic<uint64_t>, static_cast<int>(OpId::COUNT)> fallbacks{};
+    bool configured = false;
+};
+State& state() {
+    static State s;
+    return s;
+}
+std::mutex g_mu;
+
+bool os_saves_zmm() {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 0xe6) == 0xe6;  // XMM, YMM, opmask, ZMM state
+}
+bool os_saves_ymm() {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 0x6) == 0x6;
+}
+
+struct CpuFlags {
+    bool avx2 = false, fma = false, f16c = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false;
+};
+CpuFlags detect() {
+    CpuFlags f;
+    unsigned a, b, c, d;
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        f.fma = c & (1u << 12);
+        f.f16c = c & (1u << 29);
+    }
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        f.avx2 = b & (1u << 5);
+        f.avx512f = b & (1u << 16);
+        f.avx512dq = b & (1u << 17);
+        f.avx512bw = b & (1u << 30);
+        f.avx512vl = b & (1u << 31);
+    }
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = a & (1u << 5);
+    const bool ymm = os_saves_ymm(), zmm = os_saves_zmm();
+    f.avx2 = f.avx2 && f.fma && f.f16c && ymm;
+    f.avx512f = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx2 && zmm;
+    f.avx512bf16 = f.avx512bf16 && f.avx512f;
+    return f;
+}
+const CpuFlags& flags() {
+    static const CpuFlags f = detect();
+    return f;
+}
+
+void ensure_configured() {
+    if (!state().configured) {
+        Status st = configure_kernels_from_env();
+        if (!st) {
+            std::fprintf(stderr, "gdn: %s\n", st.message().c_str());
+            std::exit(2);
+        }
+    }
+}
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+    switch (isa) {
+        case Isa::REF: return "ref";
+        case Isa::AVX2: return "avx2";
+        case Isa::AVX512: return "avx512";
+    }
+    return "?";
+}
+
+const char* op_name(OpId op) {
+    switch (op) {
+        case OpId::LINEAR: return "linear";
+        case OpId::EMBEDDING: return "embedding";
+        case OpId::RMS_NORM: return "rms_norm";
+        case OpId::QK_NORM_ROPE: return "qk_norm_rope";
+        case OpId::ATTENTION: return "attention";
+        case OpId::CONV1D: return "conv1d";
+        case OpId::GDN_PREP: return "gdn_prep";
+        case OpId::GDN_RULE: return "gdn_rule";
+        case OpId::GATED_NORM: return "gated_norm";
+        case OpId::SWIGLU: return "swiglu";
+        case OpId::MOE: return "moe";
+        case OpId::ARGMAX: return "argmax";
+        case OpId::COUNT: break;
+    }
+    return "?";
+}
+
+Isa cpu_isa() {
+    if (flags().avx512f) return Isa::AVX512;
+    if (flags().avx2) return Isa::AVX2;
+    return Isa::REF;
+}
+
+Status configure_kernels_from_env() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    State& s = state();
+    s.isa = cpu_isa();
+    if (const char* e = std::getenv("GDN_ISA"); e && *e) {
+        std::string v = e;
+        Isa want;
+        if (v == "avx512") want = Isa::AVX512;
+        else if (v == "avx2") want = Isa::AVX2;
+        else if (v == "ref") want = Isa::REF;
+        else return Status::error("GDN_ISA='" + v + "' is not one of avx512, avx2, ref");
+        if (static_cast<int>(want) > static_cast<int>(cpu_isa()))
+            return Status::error("GDN_ISA=" + v + " but this CPU supports at most " + isa_name(cpu_isa()));
+        s.isa = want;
+    }
+    s.forced.fill(false);
+    if (const char* e = std::getenv("GDN_FORCE_REFERENCE"); e && *e) {
+        std::stringstream ss(e);
+        std::string name;
+        while (std::getline(ss, name, ',')) {
+            if (name.empty()) continue;
+            if (name == "all") {
+                s.forced.fill(true);
+                continue;
+            }
+            bool found = false;
+            for (int i = 0; i < static_cast<int>(OpId::COUNT); ++i)
+                if (name == op_name(static_cast<OpId>(i))) {
+                    s.forced[i] = true;
+                    found = true;
+                }
+            if (!found) {
+                std::string names;
+                for (int i = 0; i < static_cast<int>(OpId::COUNT); ++i) names += std::string(" ") + op_name(static_cast<OpId>(i));
+                return Status::error("GDN_FORCE_REFERENCE names unknown op '" + name + "' (ops:" + names + ", all)");
+            }
+        }
+    }
+    s.configured = true;
+    return Status::ok();
+}
+
+Isa active_isa() {
+    ensure_configured();
+    return state().isa;
+}
+
+Isa op_isa(OpId op) {
+    ensure_configured();
+    return state().forced[static_cast<int>(op)] ? Isa::REF : state().isa;
+}
+
+bool has_bf16_dot() { return active_isa() == Isa::AVX512 && flags().avx512bf16; }
+
+void set_active_isa(Isa isa) {
+    ensure_configured();
+    GDN_CHECK(static_cast<int>(isa) <= static_cast<int>(cpu_isa()), "ISA %s not supported by this CPU", isa_name(isa));
+    state().isa = isa;
+}
+void force_reference(OpId op, bool on) {
+    ensure_configured();
+    state().forced[static_cast<int>(op)] = on;
+}
+void force_reference_all(bool on) {
+    ensure_configured();
+    state().forced.fill(on);
+}
+
+std::string kernel_selection_report() {
+    std::string s;
+    for (int i = 0; i < static_cast<int>(OpId::COUNT); ++i) {
+        const OpId op = static_cast<OpId>(i);
+        const Isa isa = op_isa(op);
+        s += strprintf("  %-13s %s", op_name(op), isa_name(isa));
+        if (state().forced[i]) s += " (forced by GDN_FORCE_REFERENCE)";
+        else if (op == OpId::LINEAR && isa == Isa::AVX512) s += has_bf16_dot() ? " (bf16 dot: vdpbf16ps)" : " (f32 fma)";
+        s += "\n";
+    }
+    return s;
+}
+
+void log_kernel_selection() {
+    GDN_LOG_INFO("kernels (cpu supports %s, running %s):\n%s", isa_name(cpu_isa()), isa_name(active_isa()),
+                 kernel_selection_report().c_str());
+}
+
+void count_fallback(OpId op, const char* why) {
+    if (state().fallbacks[static_cast<int>(op)]++ == 0)
+        GDN_LOG_WARN("fallback: %s runs on the reference kernel: %s", op_name(op), why);
+}
+
+uint64_t fallback_count(OpId op) { return state().fallbacks[static_cast<int>(op)].load(); }
+
+std::string fallback_report() {
+    std::string s;
+    for (int i = 0; i < static_cast<int>(OpId::COUNT); ++i)
+        if (uint64_t n = state().fallbacks[i].load()) s += strprintf("%s: %llu fallbacks; ", op_name(static_cast<OpId>(i)), (unsigned long long)n);
+    return s;
+}
+
+}  // namespace gdn

@@ -1,0 +1,60 @@
+// Kernel selection: which implementation each op runs is decided once at start-up, logged, and visible
+// in the profiler. Nothing falls back quietly: a fallback taken at run time is counted and reported.
+//
+//   GDN_ISA=avx512|avx2|ref        force an ISA (an ISA the CPU lacks is an error, not a silent downgrade)
+//   GDN_FORCE_REFERENCE=op,op|all  run the named ops on the scalar reference (for A/B runs)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace gdn {
+
+enum class Isa { REF, AVX2, AVX512 };
+const char* isa_name(Isa isa);
+
+enum class OpId : int {
+    LINEAR,
+    EMBEDDING,
+    RMS_NORM,      // incl. the fused residual add
+    QK_NORM_ROPE,  // per-head q/k RMSNorm + partial RoPE
+    ATTENTION,
+    CONV1D,        // GDN causal conv + SiLU
+    GDN_PREP,      // split, q/k L2 norm and scale, gating (g, beta)
+    GDN_RULE,      // the gated delta rule (decode step and prefill)
+    GATED_NORM,
+    SWIGLU,
+    MOE,
+    ARGMAX,
+    COUNT
+};
+const char* op_name(OpId op);
+
+// What the CPU supports (cpuid), independent of overrides.
+Isa cpu_isa();
+// The ISA op kernels run on: GDN_ISA if set (validated), else the best the CPU supports.
+Isa active_isa();
+// The implementation `op` uses: REF if forced by GDN_FORCE_REFERENCE, else active_isa().
+Isa op_isa(OpId op);
+// True if AVX-512 BF16 dot products (vdpbf16ps) are available for the active ISA.
+bool has_bf16_dot();
+
+// Re-reads GDN_ISA / GDN_FORCE_REFERENCE (tests change them). Errors name the bad value.
+Status configure_kernels_from_env();
+// Programmatic overrides (tests and tools).
+void set_active_isa(Isa isa);
+void force_reference(OpId op, bool on);
+void force_reference_all(bool on);
+
+// One line per op: "linear: avx512 (bf16 dot)" etc.
+std::string kernel_selection_report();
+void log_kernel_selection();
+
+// Run-time fallbacks: counted per op, the first one of each op logged with its reason.
+void count_fallback(OpId op, const char* why);
+uint64_t fallback_count(OpId op);
+std::string fallback_report();
+
+}  // namespace gdn

@@ -1,0 +1,132 @@
+#include "ops/linear.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "ops/cpu/linear_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/ref/ref_ops.h"
+
+namespace gdn {
+
+LinearWeight make_linear(const std::vector<TensorView>& parts) {
+    GDN_CHECK(!parts.empty());
+    LinearWeight lw;
+    PackedWeight& p = lw.packed;
+    p.K = parts[0].shape[1];
+    bool all_bf16 = true;
+    for (const auto& t : parts) {
+        GDN_CHECK(t.rank == 2 && t.shape[1] == p.K && t.stride[1] == 1, "linear parts must be [N_i, K] with one K");
+        p.N += t.shape[0];
+        all_bf16 &= t.dtype == DType::BF16;
+    }
+    if (parts.size() == 1) lw.view = parts[0];
+    p.dtype = all_bf16 ? DType::BF16 : DType::F32;
+    p.K2 = (p.K + 1) / 2;
+    p.n_panels = (p.N + kPanelCols - 1) / kPanelCols;
+    // Row r of the stacked matrix, as f32 or raw bf16.
+    std::vector<std::pair<const TensorView*, int64_t>> rows;
+    rows.reserve(p.N);
+    for (const auto& t : parts)
+        for (int64_t r = 0; r < t.shape[0]; ++r) rows.emplace_back(&t, r);
+    if (p.dtype == DType::BF16) {
+        p.data.allocate(p.n_panels * p.K2 * 2 * kPanelCols * sizeof(uint16_t), true);
+        uint16_t* dst = p.data.as<uint16_t>();
+        for (int64_t n = 0; n < p.N; ++n) {
+            const uint16_t* src = static_cast<const uint16_t*>(rows[n].first->row(rows[n].second));
+            const int64_t panel = n / kPanelCols, col = n % kPanelCols;
+            uint16_t* pd = dst + panel * p.K2 * 2 * kPanelCols + col * 2;
+            for (int64_t k = 0; k < p.K; ++k) pd[(k / 2) * 2 * kPanelCols + (k & 1)] = src[k];
+        }
+    } else {
+        p.data.allocate(p.n_panels * p.K * kPanelCols * sizeof(float), true);
+        float* dst = p.data.as<float>();
+        std::vector<float> row(p.K);
+        for (int64_t n = 0; n < p.N; ++n) {
+            convert_to_f32(rows[n].first->dtype, rows[n].first->row(rows[n].second), row.data(), p.K);
+            const int64_t panel = n / kPanelCols, col = n % kPanelCols;
+            float* pd = dst + panel * p.K * kPanelCols + col;
+            for (int64_t k = 0; k < p.K; ++k) pd[k * kPanelCols] = row[k];
+        }
+    }
+    return lw;
+}
+
+namespace {
+
+// Reference path over the packed weight's source: unpack rows (slow, for A/B runs only).
+void linear_ref(const float* x, int64_t M, const LinearWeight& w, float* y) {
+    if (w.view.data) {
+        ref::linear(x, M, w.view, y);
+        return;
+    }
+    // Fused weights keep only the packed form: rebuild a plain [N, K] f32 copy once per call.
+    const PackedWeight& p = w.packed;
+    std::vector<float> plain(p.N * p.K);
+    for (int64_t n = 0; n < p.N; ++n)
+        for (int64_t k = 0; k < p.K; ++k) {
+            const int64_t panel = n / kPanelCols, col = n % kPanelCols;
+            plain[n * p.K + k] = p.dtype == DType::BF16
+                                     ? bf16_to_f32(p.bf16_panel(panel)[(k / 2) * 2 * kPanelCols + col * 2 + (k & 1)])
+                                     : p.f32_panel(panel)[k * kPanelCols + col];
+        }
+    ref::linear(x, M, TensorView::contiguous(plain.data(), DType::F32, {p.N, p.K}), y);
+}
+
+// Grows-only scratch for converted activations (no allocation once warm).
+template <typename T>
+T* scratch(size_t n) {
+    thread_local std::vector<T> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+}  // namespace
+
+void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act) {
+    const PackedWeight& p = w.packed;
+    const int64_t N = w.N(), K = w.K();
+    if (M <= 0) return;
+    const Isa isa = op_isa(OpId::LINEAR);
+    auto round_inplace = [&](float* v, int64_t n) {
+        if (isa == Isa::AVX512) cpu::avx512::round_bf16_inplace(v, n);
+        else if (isa == Isa::AVX2) cpu::avx2::round_bf16_inplace(v, n);
+        else
+            for (int64_t i = 0; i < n; ++i) v[i] = round_bf16(v[i]);
+    };
+    if (isa == Isa::AVX512 && bf16_act && p.dtype == DType::BF16 && p.data.data() && has_bf16_dot()) {
+        // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
+        uint32_t* xp = scratch<uint32_t>(M * p.K2);
+        cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
+        global_pool().run([&](int ith, int nth) {
+            int64_t p0, p1;
+            split_range(p.n_panels, ith, nth, &p0, &p1);
+            if (p0 < p1) cpu::avx512::linear_bf16dot(xp, M, p.K2, p, y, N, p0, p1, true);
+        });
+        return;
+    }
+    const float* xin = x;
+    if (bf16_act) {
+        float* xr = scratch<float>(M * K);
+        std::memcpy(xr, x, M * K * sizeof(float));
+        round_inplace(xr, M * K);
+        xin = xr;
+    }
+    if (isa == Isa::REF || !p.data.data()) {
+        if (isa != Isa::REF) count_fallback(OpId::LINEAR, "weight was not packed");
+        linear_ref(xin, M, w, y);
+        if (bf16_act) round_inplace(y, M * N);
+        return;
+    }
+    global_pool().run([&](int ith, int nth) {
+        int64_t p0, p1;
+        split_range(p.n_panels, ith, nth, &p0, &p1);
+        if (p0 >= p1) return;
+        if (isa == Isa::AVX512) cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, bf16_act);
+        else cpu::avx2::linear_f32(xin, M, K, p, y, N, p0, p1, bf16_act);
+    });
+}
+
+}  // namespace gdn

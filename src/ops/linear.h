@@ -1,0 +1,46 @@
+// Linear layers y = x @ W^T with weights prepared once at load.
+//
+// Packed layout (the CPU kernels' preferred form), panels of 32 output columns:
+//   BF16 weights: [panel][K/2 pairs][32 cols][2]  (a k-pair of a column is one 32-bit lane: the
+//                  operand layout of vdpbf16ps, and two exact f32 values by shift / mask)
+//   F32 weights:  [panel][K][32 cols]
+// F16 weights are widened to F32 at load (exact). The last panel and an odd K are zero-padded.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/tensor.h"
+
+namespace gdn {
+
+constexpr int64_t kPanelCols = 32;
+
+struct PackedWeight {
+    int64_t N = 0, K = 0;  // logical [N, K]
+    int64_t K2 = 0;        // k-pairs (BF16) = ceil(K / 2)
+    int64_t n_panels = 0;  // ceil(N / 32)
+    DType dtype = DType::BF16;
+    Buffer data;
+    const uint16_t* bf16_panel(int64_t p) const { return data.as<uint16_t>() + p * K2 * 2 * kPanelCols; }
+    const float* f32_panel(int64_t p) const { return data.as<float>() + p * K * kPanelCols; }
+};
+
+// A linear layer: the weight as stored (for the reference kernel) and packed (for the fast kernels).
+struct LinearWeight {
+    TensorView view;  // [N, K]; may be empty when only the packed form exists (fused weights)
+    PackedWeight packed;
+    int64_t N() const { return packed.N ? packed.N : view.shape[0]; }
+    int64_t K() const { return packed.K ? packed.K : view.shape[1]; }
+};
+
+// Packs one or more [N_i, K] matrices (same K, same dtype class) stacked along N into one layer, so
+// several projections of the same input run as one GEMM (e.g. GDN q|k|v|z|b|a, attention q|k|v).
+LinearWeight make_linear(const std::vector<TensorView>& parts);
+
+// y [M, N] = x [M, K] @ W^T. With bf16_act, x is rounded to bf16 (and bf16 dot products are used where
+// the CPU has them); the output is f32 either way.
+void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act);
+
+}  // namespace gdn

@@ -1,0 +1,69 @@
+#include "tools/machine_limits.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "ops/cpu/limits_kernels.h"
+#include "ops/dispatch.h"
+
+namespace gdn {
+
+std::string MachineLimits::summary() const {
+    return strprintf("%d threads: streaming read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s", threads,
+                     read_gbps, fp32_gflops, bf16_gflops);
+}
+
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+MachineLimits measure_machine_limits(size_t buffer_bytes, int reps) {
+    MachineLimits L;
+    ThreadPool& pool = global_pool();
+    L.threads = pool.size();
+    const bool avx512 = cpu_isa() == Isa::AVX512;
+    const int64_t n = static_cast<int64_t>(buffer_bytes / sizeof(float));
+    Buffer buf(buffer_bytes, false);
+    float* p = buf.as<float>();
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {  // first touch by the thread that reads it
+        for (int64_t i = b; i < e; ++i) p[i] = 1.0f;
+    });
+    std::vector<float> sink(64, 0.0f);
+    for (int r = 0; r < reps; ++r) {
+        const double t0 = now();
+        pool.run([&](int ith, int nth) {
+            int64_t b, e;
+            split_range(n, ith, nth, &b, &e);
+            sink[ith * 8] += avx512 ? cpu::avx512::stream_read(p + b, e - b) : cpu::avx2::stream_read(p + b, e - b);
+        });
+        L.read_gbps = std::max(L.read_gbps, buffer_bytes / (now() - t0) / 1e9);
+    }
+    auto peak = [&](bool bf16) {
+        double best = 0;
+        for (int r = 0; r < reps; ++r) {
+            std::vector<double> flops(pool.size());
+            const double t0 = now();
+            pool.run([&](int ith, int) {
+                const int64_t iters = 20'000'000;
+                flops[ith] = bf16 ? cpu::avx512::bf16_dot_chains(iters, &sink[ith * 8])
+                                  : (avx512 ? cpu::avx512::fma_chains(iters, &sink[ith * 8])
+                                            : cpu::avx2::fma_chains(iters, &sink[ith * 8]));
+            });
+            const double dt = now() - t0;
+            double total = 0;
+            for (double f : flops) total += f;
+            best = std::max(best, total / dt / 1e9);
+        }
+        return best;
+    };
+    L.fp32_gflops = peak(false);
+    L.bf16_gflops = has_bf16_dot() ? peak(true) : 0.0;
+    return L;
+}
+
+}  // namespace gdn

@@ -1,0 +1,89 @@
+// Linear kernels of every ISA path against the scalar reference, over odd shapes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/dispatch.h"
+#include "ops/linear.h"
+#include "ops/ref/ref_ops.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+std::vector<Isa> fast_isas() {
+    std::vector<Isa> v;
+    if (static_cast<int>(cpu_isa()) >= static_cast<int>(Isa::AVX2)) v.push_back(Isa::AVX2);
+    if (cpu_isa() == Isa::AVX512) v.push_back(Isa::AVX512);
+    return v;
+}
+
+struct Shape {
+    int64_t M, N, K;
+};
+
+TEST(OpsLinear, EveryIsaMatchesReference) {
+    const Shape shapes[] = {{1, 1, 1},    {1, 16, 64},  {1, 33, 17},  {2, 31, 63},   {3, 64, 128}, {5, 100, 37},
+                            {8, 96, 256}, {12, 45, 99}, {13, 70, 300}, {29, 130, 515}, {64, 257, 66}};
+    for (DType dt : {DType::BF16, DType::F32, DType::F16}) {
+        for (const Shape& s : shapes) {
+            auto wf = random_vec(s.N * s.K, 11 + s.N, -0.5f, 0.5f);
+            std::vector<uint8_t> wb(s.N * s.K * dtype_size(dt));
+            convert_from_f32(wf.data(), dt, wb.data(), s.N * s.K);
+            TensorView view = TensorView::contiguous(wb.data(), dt, {s.N, s.K});
+            LinearWeight lw = make_linear({view});
+            auto x = random_vec(s.M * s.K, 7 + s.M);
+            for (bool bf16_act : {false, true}) {
+                // Reference: rounded input (bf16 mode), plain weight, f32 accumulation.
+                std::vector<float> xr = x;
+                if (bf16_act)
+                    for (auto& v : xr) v = round_bf16(v);
+                std::vector<float> want(s.M * s.N);
+                ref::linear(xr.data(), s.M, view, want.data());
+                for (Isa isa : fast_isas()) {
+                    set_active_isa(isa);
+                    std::vector<float> got(s.M * s.N, NAN);
+                    linear(x.data(), s.M, lw, got.data(), bf16_act);
+                    // f32: summation order only (K <= 515 terms of O(0.5)); bf16 mode: output rounding to bf16.
+                    for (int64_t i = 0; i < s.M * s.N; ++i) {
+                        const float tol = bf16_act ? 1e-5f + std::abs(want[i]) * 8e-3f : 1e-4f;
+                        ASSERT_NEAR(got[i], want[i], tol) << isa_name(isa) << " " << dtype_name(dt) << " M=" << s.M
+                                                          << " N=" << s.N << " K=" << s.K << " bf16_act=" << bf16_act
+                                                          << " i=" << i;
+                    }
+                }
+            }
+        }
+    }
+    set_active_isa(cpu_isa());
+}
+
+TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
+    const int64_t K = 70;
+    auto a = random_vec(33 * K, 1), b = random_vec(5 * K, 2);
+    std::vector<uint16_t> ab(33 * K), bb(5 * K);
+    convert_from_f32(a.data(), DType::BF16, ab.data(), ab.size());
+    convert_from_f32(b.data(), DType::BF16, bb.data(), bb.size());
+    TensorView va = TensorView::contiguous(ab.data(), DType::BF16, {33, K});
+    TensorView vb = TensorView::contiguous(bb.data(), DType::BF16, {5, K});
+    LinearWeight fused = make_linear({va, vb}), la = make_linear({va}), lb = make_linear({vb});
+    auto x = random_vec(3 * K, 3);
+    std::vector<float> yf(3 * 38), ya(3 * 33), yb(3 * 5);
+    linear(x.data(), 3, fused, yf.data(), true);
+    linear(x.data(), 3, la, ya.data(), true);
+    linear(x.data(), 3, lb, yb.data(), true);
+    for (int m = 0; m < 3; ++m) {
+        for (int n = 0; n < 33; ++n) EXPECT_EQ(yf[m * 38 + n], ya[m * 33 + n]);
+        for (int n = 0; n < 5; ++n) EXPECT_EQ(yf[m * 38 + 33 + n], yb[m * 5 + n]);
+    }
+    // The reference path of a fused weight (no plain view kept) agrees too.
+    force_reference(OpId::LINEAR, true);
+    std::vector<float> yr(3 * 38);
+    linear(x.data(), 3, fused, yr.data(), true);
+    force_reference(OpId::LINEAR, false);
+    for (size_t i = 0; i < yr.size(); ++i) EXPECT_NEAR(yr[i], yf[i], 1e-5f + std::abs(yf[i]) * 8e-3f);
+}
+
+}  // namespace
