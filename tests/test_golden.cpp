@@ -6,8 +6,10 @@
 #include <cmath>
 
 #include "model/model.h"
+#include "ops/dispatch.h"
 #include "ops/ref/ref_ops.h"
 #include "test_util.h"
+#include "tokenizer/chat_template.h"
 
 using namespace gdn;
 using namespace gdn::test;
@@ -63,17 +65,51 @@ void run_golden(const Model& m, const Expected& e, const ForwardOptions& fo) {
     }
 }
 
+// The fast path (default kernels), then the reference path with each form of the delta rule.
 TEST_P(Golden, F32LogitsAndGreedyMatch) {
     const auto& p = GetParam();
     auto m = Model::load(golden_dir(p.family));
     ASSERT_TRUE(m.is_ok()) << m.message();
     Expected e = load_expected(golden_dir(p.family), p.prompt);
+    {
+        SCOPED_TRACE("fast kernels");
+        run_golden(**m, e, ForwardOptions{});
+    }
+    force_reference_all(true);
     for (GdnForm form : {GdnForm::RECURRENT, GdnForm::CHUNKED}) {
-        SCOPED_TRACE(form == GdnForm::RECURRENT ? "recurrent" : "chunked");
+        SCOPED_TRACE(form == GdnForm::RECURRENT ? "reference, recurrent" : "reference, chunked");
         ForwardOptions fo;
         fo.gdn_form = form;
         run_golden(**m, e, fo);
     }
+    force_reference_all(false);
+}
+
+// Fast path == GDN_FORCE_REFERENCE=all: identical greedy tokens (32 of them) in f32.
+TEST_P(Golden, FastAndReferenceGreedyIdentical) {
+    const auto& p = GetParam();
+    auto m = Model::load(golden_dir(p.family));
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    Expected e = load_expected(golden_dir(p.family), p.prompt);
+    auto greedy = [&] {
+        SequenceState st = (*m)->new_state();
+        std::vector<float> logits;
+        EXPECT_TRUE((*m)->forward({{&st, e.prompt.data(), static_cast<int64_t>(e.prompt.size()), false}}, {}, &logits).is_ok());
+        std::vector<int32_t> out;
+        const int64_t V = (*m)->config().vocab;
+        for (int i = 0; i < 32; ++i) {
+            int32_t next = static_cast<int32_t>(ref::argmax(logits.data(), V));
+            out.push_back(next);
+            logits.clear();
+            EXPECT_TRUE((*m)->forward({{&st, &next, 1, false}}, {}, &logits).is_ok());
+        }
+        return out;
+    };
+    const auto fast = greedy();
+    force_reference_all(true);
+    const auto reference = greedy();
+    force_reference_all(false);
+    EXPECT_EQ(fast, reference);
 }
 
 // A split prefill (first part, then the rest on the same sequence) reproduces the one-shot rows.
@@ -92,8 +128,11 @@ TEST_P(Golden, SplitPrefillMatches) {
     expect_rows_match(logits.data(), e.logits.data(), n, V, 1e-3f, "split prefill");
 }
 
-// bf16 activations stay inside the envelope golden/README.md measured for a faithful bf16 forward.
+// bf16 activations stay inside the envelope golden/README.md measured for a faithful bf16 forward, both
+// in the default mode (bf16 matmul inputs) and when emulating HF's rounding everywhere.
 TEST_P(Golden, Bf16WithinEnvelope) {
+  for (bool hf : {false, true}) {
+    SCOPED_TRACE(hf ? "hf rounding" : "bf16 matmul inputs");
     const auto& p = GetParam();
     auto m = Model::load(golden_dir(p.family));
     ASSERT_TRUE(m.is_ok()) << m.message();
@@ -103,6 +142,7 @@ TEST_P(Golden, Bf16WithinEnvelope) {
     std::vector<float> logits;
     ForwardOptions fo;
     fo.bf16_activations = true;
+    fo.hf_rounding = hf;
     // Rows counted as in the README: every prompt row plus the 16 teacher-forced greedy rows.
     ASSERT_TRUE((*m)->forward({{&st, e.prompt.data(), n, true}}, fo, &logits).is_ok());
     std::vector<float> want = e.logits;
@@ -119,8 +159,11 @@ TEST_P(Golden, Bf16WithinEnvelope) {
         same += ref::argmax(&logits[r * V], V) == ref::argmax(&want[r * V], V);
     }
     std::nth_element(row_max.begin(), row_max.begin() + row_max.size() / 2, row_max.end());
+    std::printf("%s %s bf16 (%s): median row max |d| %.3f, argmax same %d/%d\n", p.family.c_str(), p.prompt.c_str(),
+                hf ? "hf" : "gemm", row_max[row_max.size() / 2], same, static_cast<int>(rows));
     EXPECT_LE(row_max[row_max.size() / 2], 0.5f);
     EXPECT_GE(same, static_cast<int>(std::ceil(0.85 * rows)));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, Golden,
@@ -129,6 +172,52 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, Golden,
                                            GoldenCase{"qwen3_5_moe", "chat13"},
                                            GoldenCase{"qwen3_5_moe", "text150"}),
                          [](const auto& info) { return info.param.family + "_" + info.param.prompt; });
+
+// The trained demo model: bf16 activations on the fast path against the f32 reference path. The first 32
+// greedy tokens must be identical for at least 18 of 20 chat prompts.
+TEST(DemoModel, Bf16FastMatchesF32ReferenceOnChatPrompts) {
+    auto m = Model::load(demo_model_dir());
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    auto tok = Tokenizer::load(demo_model_dir());
+    auto ct = ChatTemplate::create(**tok);
+    const char* prompts[20] = {"Tell me a fortune.", "Define computer.", "What does love mean?",
+                               "Tell me a riddle.", "Give me a quote about science.", "Define cat.",
+                               "What does the Devil's Dictionary say about money?", "Hello!", "Who are you?",
+                               "Define happiness.", "Tell me a fortune about work.", "What does hack mean in hacker jargon?",
+                               "Give me a quote about time.", "Define river.", "What does freedom mean?",
+                               "Tell me a joke.", "Define music.", "Give me a quote about friendship.",
+                               "What does kernel mean in hacker jargon?", "Thanks, bye!"};
+    const int64_t V = (*m)->config().vocab;
+    auto greedy = [&](const std::vector<int32_t>& prompt, bool bf16) {
+        ForwardOptions fo;
+        fo.bf16_activations = bf16;
+        SequenceState st = (*m)->new_state();
+        std::vector<float> logits;
+        EXPECT_TRUE((*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits).is_ok());
+        std::vector<int32_t> out;
+        for (int i = 0; i < 32; ++i) {
+            int32_t next = static_cast<int32_t>(ref::argmax(logits.data(), V));
+            out.push_back(next);
+            logits.clear();
+            EXPECT_TRUE((*m)->forward({{&st, &next, 1, false}}, fo, &logits).is_ok());
+        }
+        return out;
+    };
+    int identical = 0;
+    for (const char* p : prompts) {
+        ChatRequest req;
+        req.messages = Json::array({{{"role", "user"}, {"content", p}}});
+        auto ids = (*tok)->encode(*(*ct)->render(req));
+        const auto fast_bf16 = greedy(ids, true);
+        force_reference_all(true);
+        const auto ref_f32 = greedy(ids, false);
+        force_reference_all(false);
+        identical += fast_bf16 == ref_f32;
+    }
+    std::printf("demo model: %d of 20 chat prompts give identical 32-token greedy output (bf16 fast vs f32 ref)\n",
+                identical);
+    EXPECT_GE(identical, 18);
+}
 
 // The trained demo model against its float64 reference (models/demo/reference_logits.json).
 TEST(DemoModel, MatchesReferenceLogits) {

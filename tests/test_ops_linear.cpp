@@ -42,10 +42,11 @@ TEST(OpsLinear, EveryIsaMatchesReference) {
                     for (auto& v : xr) v = round_bf16(v);
                 std::vector<float> want(s.M * s.N);
                 ref::linear(xr.data(), s.M, view, want.data());
+                // (bf16 mode also rounds the outputs: round_out = true below)
                 for (Isa isa : fast_isas()) {
                     set_active_isa(isa);
                     std::vector<float> got(s.M * s.N, NAN);
-                    linear(x.data(), s.M, lw, got.data(), bf16_act);
+                    linear(x.data(), s.M, lw, got.data(), bf16_act, bf16_act);
                     // f32: summation order only (K <= 515 terms of O(0.5)); bf16 mode: output rounding to bf16.
                     for (int64_t i = 0; i < s.M * s.N; ++i) {
                         const float tol = bf16_act ? 1e-5f + std::abs(want[i]) * 8e-3f : 1e-4f;
@@ -71,9 +72,9 @@ TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
     LinearWeight fused = make_linear({va, vb}), la = make_linear({va}), lb = make_linear({vb});
     auto x = random_vec(3 * K, 3);
     std::vector<float> yf(3 * 38), ya(3 * 33), yb(3 * 5);
-    linear(x.data(), 3, fused, yf.data(), true);
-    linear(x.data(), 3, la, ya.data(), true);
-    linear(x.data(), 3, lb, yb.data(), true);
+    linear(x.data(), 3, fused, yf.data(), true, true);
+    linear(x.data(), 3, la, ya.data(), true, true);
+    linear(x.data(), 3, lb, yb.data(), true, true);
     for (int m = 0; m < 3; ++m) {
         for (int n = 0; n < 33; ++n) EXPECT_EQ(yf[m * 38 + n], ya[m * 33 + n]);
         for (int n = 0; n < 5; ++n) EXPECT_EQ(yf[m * 38 + 33 + n], yb[m * 5 + n]);
@@ -81,7 +82,7 @@ TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
     // The reference path of a fused weight (no plain view kept) agrees too.
     force_reference(OpId::LINEAR, true);
     std::vector<float> yr(3 * 38);
-    linear(x.data(), 3, fused, yr.data(), true);
+    linear(x.data(), 3, fused, yr.data(), true, true);
     force_reference(OpId::LINEAR, false);
     for (size_t i = 0; i < yr.size(); ++i) EXPECT_NEAR(yr[i], yf[i], 1e-5f + std::abs(yf[i]) * 8e-3f);
 }

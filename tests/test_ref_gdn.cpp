@@ -14,7 +14,7 @@ namespace {
 
 struct GdnInputs {
     int64_t T, Hk, Hv, Dk, Dv;
-    std::vector<float> q, k, v, g, beta, state;  // state [Hv, Dv, Dk]
+    std::vector<float> q, k, v, g, beta, state;  // state [Hv, Dk, Dv]
 };
 
 GdnInputs make_inputs(int64_t T, int64_t Hk, int64_t r, int64_t Dk, int64_t Dv, bool init_state, uint32_t seed) {
@@ -41,7 +41,7 @@ void oracle(const GdnInputs& in, std::vector<double>* out, std::vector<double>* 
     for (int64_t h = 0; h < in.Hv; ++h) {
         std::vector<double> S(in.Dk * in.Dv);
         for (int64_t i = 0; i < in.Dk; ++i)
-            for (int64_t j = 0; j < in.Dv; ++j) S[i * in.Dv + j] = in.state[(h * in.Dv + j) * in.Dk + i];
+            for (int64_t j = 0; j < in.Dv; ++j) S[i * in.Dv + j] = in.state[(h * in.Dk + i) * in.Dv + j];
         for (int64_t t = 0; t < in.T; ++t) {
             const float* q = &in.q[(t * in.Hk + h / r) * in.Dk];
             const float* k = &in.k[(t * in.Hk + h / r) * in.Dk];
@@ -61,7 +61,7 @@ void oracle(const GdnInputs& in, std::vector<double>* out, std::vector<double>* 
             }
         }
         for (int64_t i = 0; i < in.Dk; ++i)
-            for (int64_t j = 0; j < in.Dv; ++j) (*final_state)[(h * in.Dv + j) * in.Dk + i] = S[i * in.Dv + j];
+            for (int64_t j = 0; j < in.Dv; ++j) (*final_state)[(h * in.Dk + i) * in.Dv + j] = S[i * in.Dv + j];
     }
 }
 

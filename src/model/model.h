@@ -14,11 +14,20 @@
 
 namespace gdn {
 
-enum class GdnForm { AUTO, RECURRENT, CHUNKED };
+enum class GdnForm { AUTO, RECURRENT, CHUNKED };  // selects the form of the REFERENCE delta rule
+
+struct ForwardWorkspace;
 
 struct ForwardOptions {
-    bool bf16_activations = false;  // round activations to bf16 where HF's bf16 forward does
-    GdnForm gdn_form = GdnForm::AUTO;  // AUTO: chunked for >= 64 tokens of a sequence, else recurrent
+    // bf16: the inputs of every weight matmul are bf16 (bf16 x bf16 products, f32 accumulation); the
+    // residual stream, norms, GDN state and attention stay f32. This is both the fast mode and the more
+    // accurate one (golden/README.md "gemm" rounding).
+    bool bf16_activations = false;
+    // With bf16, additionally round every activation where HF's bf16 forward rounds (emulates HF bf16).
+    bool hf_rounding = false;
+    // Reference path only (GDN_FORCE_REFERENCE): AUTO/CHUNKED use the chunked form for sequences of
+    // >= 64 tokens, RECURRENT always the token-by-token form. The fast kernel is always recurrent.
+    GdnForm gdn_form = GdnForm::AUTO;
 };
 
 // One sequence's slice of a batch: its tokens continue the sequence held in `state`.
@@ -41,10 +50,14 @@ public:
     Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits) const;
 
     SequenceState new_state() const { return SequenceState(config_); }
+    ~Model();
 
 private:
+    Model() = default;
     ModelConfig config_;
     std::unique_ptr<ModelWeights> weights_;
+    // Buffers reused across forward calls. One forward at a time per Model (the engine thread).
+    std::unique_ptr<ForwardWorkspace> ws_;
 };
 
 }  // namespace gdn

@@ -13,7 +13,7 @@ namespace gdn {
 struct SequenceState {
     int64_t n_past = 0;  // tokens already consumed (positions of the next token start here)
     // Per GDN layer (in layer order): conv [K-1, CD] (last K-1 raw inputs, oldest first) and the
-    // recurrent state [Hv, Dv, Dk] in f32 (M = S^T, keys contiguous).
+    // recurrent state [Hv, Dk, Dv] in f32 (the spec's S per value head, values contiguous).
     std::vector<std::vector<float>> conv;
     std::vector<std::vector<float>> ssm;
     // Per attention layer: K and V rows [n_past, Hkv, D] (post-norm, post-RoPE k; raw v).

@@ -181,6 +181,32 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
     return Status::ok();
 }
 
+Mlp pack_mlp(const MlpWeights& v) {
+    Mlp m;
+    m.views = v;
+    m.gate_up = make_linear({v.gate, v.up});
+    m.down = make_linear({v.down});
+    return m;
+}
+
+// Packs every matrix of a layer into the kernels' layout, fusing projections that share an input.
+void pack_layer(const ModelConfig& c, LayerWeights* L, std::vector<Buffer>* owned) {
+    if (L->kind == LayerKind::FULL_ATTENTION) {
+        L->attn.qkv = make_linear({L->attn.q_proj, L->attn.k_proj, L->attn.v_proj});
+        L->attn.o = make_linear({L->attn.o_proj});
+    } else {
+        GdnWeights& g = L->gdn;
+        g.in_proj = make_linear({g.in_qkv, g.in_z, g.in_b, g.in_a});
+        g.out = make_linear({g.out_proj});
+        const int64_t CD = c.gdn_conv_dim(), K = c.conv_kernel;
+        Buffer t(CD * K * sizeof(float));
+        for (int64_t ch = 0; ch < CD; ++ch)
+            for (int64_t j = 0; j < K; ++j) t.as<float>()[j * CD + ch] = g.conv[ch * K + j];
+        g.conv_T = t.as<float>();
+        owned->push_back(std::move(t));
+    }
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> ck) {
@@ -210,11 +236,22 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         }
         L.is_moe = c.is_moe_layer(i);
         if (L.is_moe) {
-            GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe));
+            GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe.views));
+            const MoeWeights& v = L.moe.views;
+            L.moe.router = make_linear({v.router});
+            for (const auto& e : v.experts) L.moe.experts.push_back(pack_mlp(e));
+            if (v.has_shared) {
+                L.moe.shared = pack_mlp(v.shared);
+                L.moe.shared_gate = make_linear({v.shared_gate});
+            }
         } else {
-            GDN_ASSIGN_OR_RETURN(L.mlp, ld.mlp(p + "mlp.", c.intermediate));
+            MlpWeights mv;
+            GDN_ASSIGN_OR_RETURN(mv, ld.mlp(p + "mlp.", c.intermediate));
+            L.mlp = pack_mlp(mv);
         }
+        pack_layer(c, &L, &w->owned);
     }
+    w->lm_head_packed = make_linear({w->lm_head});
     int unused = 0;
     for (const auto& [name, t] : ck->tensors()) {
         if (ld.used().count(name) || name.rfind("mtp.", 0) == 0) continue;

@@ -16,12 +16,28 @@
 #include "core/tensor.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "ops/linear.h"
 #include "ops/ref/ref_ops.h"
 
 namespace gdn {
 
 using ref::MlpWeights;
 using ref::MoeWeights;
+
+// A SwiGLU MLP in both forms: the plain views (reference op) and packed, gate|up fused into one GEMM.
+struct Mlp {
+    MlpWeights views;
+    LinearWeight gate_up;  // [2I, H]: rows [0, I) gate, [I, 2I) up
+    LinearWeight down;     // [H, I]
+};
+
+struct Moe {
+    MoeWeights views;      // for the reference op
+    LinearWeight router;   // [E, H]
+    std::vector<Mlp> experts;
+    Mlp shared;
+    LinearWeight shared_gate;  // [1, H]
+};
 
 struct AttentionWeights {
     TensorView q_proj;    // [Hq*2*D, H]; per head: D query rows, then D gate rows
@@ -30,6 +46,8 @@ struct AttentionWeights {
     TensorView o_proj;    // [H, Hq*D]
     const float* q_norm;  // [D], (1 + w)
     const float* k_norm;  // [D], (1 + w)
+    LinearWeight qkv;     // q_proj | k_proj | v_proj as one GEMM: [Hq*2*D + 2*Hkv*D, H]
+    LinearWeight o;       // [H, Hq*D]
 };
 
 struct GdnWeights {
@@ -42,6 +60,9 @@ struct GdnWeights {
     const float* dt_bias;    // [Hv]
     const float* norm;       // [Dv], plain w (gated RMSNorm)
     TensorView out_proj;     // [H, VD]
+    const float* conv_T;     // [K, CD]: conv taps transposed for the channel-vectorised kernel
+    LinearWeight in_proj;    // qkv | z | b | a as one GEMM: [CD + VD + 2*Hv, H]
+    LinearWeight out;        // [H, VD]
 };
 
 struct LayerWeights {
@@ -51,14 +72,15 @@ struct LayerWeights {
     AttentionWeights attn;    // when kind == FULL_ATTENTION
     GdnWeights gdn;           // when kind == LINEAR_ATTENTION
     bool is_moe = false;
-    MlpWeights mlp;           // dense layers
-    MoeWeights moe;           // MoE layers
+    Mlp mlp;                  // dense layers
+    Moe moe;                  // MoE layers
 };
 
 struct ModelWeights {
     TensorView embed;          // [V, H]
     const float* final_norm;   // [H], (1 + w)
     TensorView lm_head;        // [V, H] (the embedding when tied)
+    LinearWeight lm_head_packed;
     std::vector<LayerWeights> layers;
 
     std::shared_ptr<Checkpoint> checkpoint;  // keeps the mapping alive

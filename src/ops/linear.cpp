@@ -85,7 +85,7 @@ T* scratch(size_t n) {
 
 }  // namespace
 
-void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act) {
+void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
@@ -103,7 +103,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         global_pool().run([&](int ith, int nth) {
             int64_t p0, p1;
             split_range(p.n_panels, ith, nth, &p0, &p1);
-            if (p0 < p1) cpu::avx512::linear_bf16dot(xp, M, p.K2, p, y, N, p0, p1, true);
+            if (p0 < p1) cpu::avx512::linear_bf16dot(xp, M, p.K2, p, y, N, p0, p1, round_out);
         });
         return;
     }
@@ -117,15 +117,40 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
     if (isa == Isa::REF || !p.data.data()) {
         if (isa != Isa::REF) count_fallback(OpId::LINEAR, "weight was not packed");
         linear_ref(xin, M, w, y);
-        if (bf16_act) round_inplace(y, M * N);
+        if (round_out) round_inplace(y, M * N);
         return;
     }
     global_pool().run([&](int ith, int nth) {
         int64_t p0, p1;
         split_range(p.n_panels, ith, nth, &p0, &p1);
         if (p0 >= p1) return;
-        if (isa == Isa::AVX512) cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, bf16_act);
-        else cpu::avx2::linear_f32(xin, M, K, p, y, N, p0, p1, bf16_act);
+        if (isa == Isa::AVX512) cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
+        else cpu::avx2::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
+    });
+}
+
+void linear_bf16x2(const float* x, int64_t M, const LinearWeight& w, float* y) {
+    const PackedWeight& p = w.packed;
+    const int64_t N = w.N(), K = w.K();
+    if (M <= 0) return;
+    if (!(op_isa(OpId::LINEAR) == Isa::AVX512 && p.dtype == DType::BF16 && p.data.data() && has_bf16_dot())) {
+        linear(x, M, w, y, false);
+        return;
+    }
+    // Rows 2m / 2m+1 of the packed input hold hi / lo of x[m]; their products are summed afterwards.
+    float* split = scratch<float>(2 * M * K);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k) {
+            const float hi = round_bf16(x[m * K + k]);
+            split[(2 * m) * K + k] = hi;
+            split[(2 * m + 1) * K + k] = x[m * K + k] - hi;
+        }
+    uint32_t* xp = scratch<uint32_t>(2 * M * p.K2);
+    cpu::avx512::pack_bf16_pairs(split, 2 * M, K, xp, p.K2);
+    global_pool().run([&](int ith, int nth) {
+        int64_t p0, p1;
+        split_range(p.n_panels, ith, nth, &p0, &p1);
+        if (p0 < p1) cpu::avx512::linear_bf16dot_split(xp, M, p.K2, p, y, N, p0, p1);
     });
 }
 

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
+#include "ops/dispatch.h"
 #include "ops/ref/ref_ops.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -91,6 +92,10 @@ int cmd_run(int argc, char** argv) {
     }
     set_global_threads(static_cast<int>(*threads));
 
+    if (Status ks = configure_kernels_from_env(); !ks) {
+        std::fprintf(stderr, "gdn run: %s\n", ks.message().c_str());
+        return 2;
+    }
     auto t_load = std::chrono::steady_clock::now();
     auto model = Model::load(args->get("--model"));
     if (!model) {
@@ -99,7 +104,8 @@ int cmd_run(int argc, char** argv) {
     }
     const ModelConfig& c = (*model)->config();
     GDN_LOG_INFO("loaded %s in %.2f s: %s", args->get("--model").c_str(), seconds_since(t_load), c.summary().c_str());
-    GDN_LOG_INFO("activations %s, %d threads, reference kernels", dt.c_str(), static_cast<int>(*threads));
+    GDN_LOG_INFO("activations %s, %d threads", dt.c_str(), static_cast<int>(*threads));
+    log_kernel_selection();
 
     // Text prompts go through the checkpoint's tokenizer (and chat template for --chat).
     std::shared_ptr<const Tokenizer> tok;

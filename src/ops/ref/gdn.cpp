@@ -1,6 +1,7 @@
-// Gated delta rule, recurrent and chunked forms. The engine's state layout is M = S^T, [Hv, Dv, Dk]
-// (keys contiguous). The formulas below are written with S [Dk, Dv] exactly as in model_spec.md §4.5,
-// so the chunked form loads S = M^T per head, runs the spec, and stores M back.
+// Gated delta rule, recurrent and chunked forms, written with the state S [Dk, Dv] per value head exactly
+// as in model_spec.md §4.5. The engine stores S in this layout ([Hv, Dk, Dv], values contiguous): on a
+// CPU whose SIMD lanes run along the value dimension, both the decode step and the prefill recurrence
+// then need no horizontal reductions.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -16,31 +17,26 @@ void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, 
     std::vector<float> kv(Dv), dlt(Dv);
     for (int64_t h = 0; h < Hv; ++h) {
         const int64_t hk = h / r;  // repeat_interleave head mapping
-        float* M = state + h * Dv * Dk;  // M[j][i] = S[i][j]
+        float* S = state + h * Dk * Dv;  // [Dk, Dv]
         for (int64_t t = 0; t < T; ++t) {
             const float* qt = q + (t * Hk + hk) * Dk;
             const float* kt = k + (t * Hk + hk) * Dk;
             const float* vt = v + (t * Hv + h) * Dv;
             const float decay = std::exp(g[t * Hv + h]);
             const float bt = beta[t * Hv + h];
+            for (int64_t i = 0; i < Dk * Dv; ++i) S[i] *= decay;  // S = exp(g) S
             for (int64_t j = 0; j < Dv; ++j) {
-                float* mj = M + j * Dk;
                 float s = 0.0f;
-                for (int64_t i = 0; i < Dk; ++i) {
-                    mj[i] *= decay;       // S = exp(g) S
-                    s += mj[i] * kt[i];   // kv = S^T k
-                }
+                for (int64_t i = 0; i < Dk; ++i) s += S[i * Dv + j] * kt[i];  // kv = S^T k
                 kv[j] = s;
-                dlt[j] = bt * (vt[j] - kv[j]);
+                dlt[j] = bt * (vt[j] - kv[j]);  // delta = beta (v - kv)
             }
+            for (int64_t i = 0; i < Dk; ++i)
+                for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] += kt[i] * dlt[j];  // S += k ⊗ delta
             float* ot = out + (t * Hv + h) * Dv;
             for (int64_t j = 0; j < Dv; ++j) {
-                float* mj = M + j * Dk;
                 float o = 0.0f;
-                for (int64_t i = 0; i < Dk; ++i) {
-                    mj[i] += kt[i] * dlt[j];  // S += k ⊗ delta
-                    o += mj[i] * qt[i];       // o = S^T q (updated state)
-                }
+                for (int64_t i = 0; i < Dk; ++i) o += S[i * Dv + j] * qt[i];  // o = S^T q (updated state)
                 ot[j] = o;
             }
         }
@@ -51,16 +47,13 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
                               int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, float* state, float* out) {
     constexpr int64_t C = 64;
     const int64_t r = Hv / Hk;
-    std::vector<float> S(Dk * Dv);                    // [Dk, Dv]
     std::vector<float> Q(C * Dk), K(C * Dk), V(C * Dv);  // chunk rows, zero-padded
     std::vector<float> G(C), Bt(C);
     std::vector<float> Dec(C * C), A(C * C), L(C * C);  // [C, C]
     std::vector<float> U(C * Dv), W(C * Dk), Unew(C * Dv), O(C * Dv);
     for (int64_t h = 0; h < Hv; ++h) {
         const int64_t hk = h / r;
-        float* M = state + h * Dv * Dk;
-        for (int64_t i = 0; i < Dk; ++i)
-            for (int64_t j = 0; j < Dv; ++j) S[i * Dv + j] = M[j * Dk + i];
+        float* S = state + h * Dk * Dv;  // [Dk, Dv]
         for (int64_t c0 = 0; c0 < T; c0 += C) {
             const int64_t n = std::min(C, T - c0);  // valid rows; the rest are zero padding (g = beta = 0)
             for (int64_t t = 0; t < C; ++t) {
@@ -143,8 +136,6 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
                     S[d * Dv + j] = e_last * S[d * Dv + j] + s;
                 }
         }
-        for (int64_t i = 0; i < Dk; ++i)
-            for (int64_t j = 0; j < Dv; ++j) M[j * Dk + i] = S[i * Dv + j];
     }
 }
 

@@ -58,7 +58,7 @@ void gdn_gating(const float* a, const float* b, int64_t T, int64_t Hv, const flo
 
 // Gated delta rule, token by token (model_spec.md §4.5.4). q, k are already L2-normalised and q scaled.
 // q, k [T, Hk, Dk]; v [T, Hv, Dv]; g, beta [T, Hv]; value head h uses key head h / (Hv/Hk).
-// state [Hv, Dv, Dk] f32 in/out (M = S^T, keys contiguous); out [T, Hv, Dv].
+// state [Hv, Dk, Dv] f32 in/out (S of the spec per value head, values contiguous); out [T, Hv, Dv].
 void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g,
                                 const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
                                 float* state, float* out);
@@ -91,13 +91,15 @@ struct MoeWeights {
     bool has_shared = false;
 };
 
-// SwiGLU MLP. x, out [N, H]. With bf16, intermediate activations are rounded as HF's bf16 forward does.
-void swiglu_mlp(const MlpWeights& w, const float* x, int64_t N, float* out, bool bf16);
+// SwiGLU MLP. x, out [N, H]. bf16_in: matmul inputs rounded to bf16; hf: every activation rounded where
+// HF's bf16 forward rounds.
+void swiglu_mlp(const MlpWeights& w, const float* x, int64_t N, float* out, bool bf16_in, bool hf);
 
 // MoE: softmax(router) over all experts in f32 -> top-k -> renormalise (if asked) -> weighted sum of
 // the chosen experts (tokens grouped per expert, one batched MLP per active expert) + sigmoid(x Wsg^T) *
 // shared expert. x, out [N, H].
-void moe(const MoeWeights& w, const float* x, int64_t N, int64_t top_k, bool renormalize, float* out, bool bf16);
+void moe(const MoeWeights& w, const float* x, int64_t N, int64_t top_k, bool renormalize, float* out, bool bf16_in,
+         bool hf);
 
 // Rounds n values to bf16 in place when bf16 is set (the activation-precision helper of the ref path).
 inline void round_activations(float* x, int64_t n, bool bf16) {

@@ -1,0 +1,11 @@
+#define GDN_SIMD_AVX2
+#include <algorithm>
+#include <cmath>
+
+#include "core/dtype.h"
+#include "ops/cpu/kernels.h"
+#include "ops/cpu/simd.h"
+
+namespace gdn::cpu::avx2 {
+#include "ops/cpu/kernels.inc"
+}  // namespace gdn::cpu::avx2

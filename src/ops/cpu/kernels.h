@@ -1,0 +1,48 @@
+// Per-ISA elementwise, normalisation, GDN and attention kernels (generic source kernels.inc, compiled
+// for AVX-512 and AVX2). Single-row / single-head building blocks: threading lives in the op layer.
+#pragma once
+
+#include <cstdint>
+
+namespace gdn::cpu {
+
+#define GDN_DECLARE_KERNELS                                                                                         \
+    /* y = x * rsqrt(mean(x^2) + eps) * w over one row of n; y may alias x */                                     \
+    void rms_norm_row(const float* x, int64_t n, const float* w, float eps, float* y, bool bf16);                \
+    /* x += d (residual, rounded in bf16 mode), then y = rms_norm(x) */                                           \
+    void add_rms_norm_row(float* x, const float* d, int64_t n, const float* w, float eps, float* y, bool bf16);   \
+    /* per-head RMSNorm (1+w folded) then rotate-half RoPE on the first rot dims; cs = [cos(rot/2) | sin(rot/2)] */ \
+    void norm_rope_head(float* x, int64_t D, const float* w, float eps, int64_t rot, const float* cs, bool bf16); \
+    /* out = silu(g) * u over n */                                                                                  \
+    void silu_mul(const float* g, const float* u, int64_t n, float* out, bool bf16);                             \
+    /* causal depthwise conv + SiLU for channels [c0, c1): x rows of ldx, wT [K, C], state [K-1, C] */            \
+    void conv1d_silu(const float* x, int64_t ldx, int64_t T, int64_t C, const float* wT, int64_t K, float* state, \
+                     float* y, int64_t ldy, int64_t c0, int64_t c1, bool bf16);                                   \
+    /* x *= scale / sqrt(sum(x^2) + eps) */                                                                        \
+    void l2_norm_scale(float* x, int64_t n, float eps, float scale);                                              \
+    float dot(const float* a, const float* b, int64_t n);                                                           \
+    /* one decode step of one head: S [Dk, Dv] in/out; o [Dv] */                                                   \
+    void gdn_step(float* S, const float* q, const float* k, const float* v, float decay, float beta, float kq,     \
+                  int64_t Dk, int64_t Dv, float* o);                                                                \
+    /* T tokens of one head on value columns [j0, j1): the slab of S stays in L1 for all tokens.                 \
+       q, k rows of ldqk; v rows of ldv; o rows of ldo; decay/beta per token with stride ldg, kq stride ldkq */    \
+    void gdn_slab(float* S, const float* q, const float* k, int64_t ldqk, const float* v, int64_t ldv, float* o,    \
+                  int64_t ldo, const float* decay, const float* beta, int64_t ldg, const float* kq, int64_t ldkq,   \
+                  int64_t T, int64_t Dk, int64_t Dv, int64_t j0, int64_t j1);                                       \
+    /* gated RMSNorm of one head: y = rmsnorm(x) * w * silu(z) */                                                   \
+    void gated_norm_row(const float* x, const float* z, int64_t n, const float* w, float eps, float* y, bool bf16); \
+    /* causal attention of one query row for the heads [h0, h1) of one KV head group, over n_keys keys:          \
+       key j's K row is krows[j] + hoff (D floats). Tiled online softmax; out = softmax(q k^T * scale) v * sigmoid(gate) */ \
+    void attention_group(const float* q, const float* gate, int64_t nh, int64_t D, const float* const* krows,     \
+                         const float* const* vrows, int64_t hoff, int64_t n_keys, float scale, float* out,         \
+                         float* scratch);                                                                          \
+    int64_t argmax(const float* x, int64_t n);
+
+namespace avx512 {
+GDN_DECLARE_KERNELS
+}
+namespace avx2 {
+GDN_DECLARE_KERNELS
+}
+
+}  // namespace gdn::cpu

@@ -1,0 +1,75 @@
+// The op API the model forward calls: each op dispatches, once per call, to the kernel selected for it
+// (AVX-512, AVX2 or the scalar reference, see dispatch.h) and splits its work over the thread pool.
+// Activations are f32 buffers; with bf16 = true values are rounded to bf16 where HF's bf16 forward rounds.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace gdn::ops {
+
+// A unit of delta-rule work: (sequence, value head, value-column range).
+struct GdnUnit {
+    int s;
+    int64_t h, j0, j1;
+};
+
+// Grow-only scratch buffers reused across calls (no heap allocation once warm).
+class Scratch {
+public:
+    float* f32(int slot, size_t n);
+    const float** ptrs(int slot, size_t n);
+    std::vector<GdnUnit> gdn_units;
+
+private:
+    std::vector<std::vector<float>> f_;
+    std::vector<std::vector<const float*>> p_;
+};
+
+void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* out, bool bf16);
+
+// y[r] = rmsnorm(x[r]) * w, rows of n (w holds 1 + weight)
+void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16);
+// x[r] += d[r] (the residual add), then y[r] = rmsnorm(x[r]) * w
+void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16);
+// Per-head RMSNorm then partial rotate-half RoPE, in place. x [N, H, D] with rows of ld floats per token.
+void qk_norm_rope(float* x, int64_t ld, int64_t N, int64_t H, int64_t D, const float* w, float eps, int64_t rot,
+                  float theta, const int64_t* pos, bool bf16);
+// out [M, I] = silu(gu[:, :I]) * gu[:, I:]   (gu [M, 2I]: the fused gate|up projection)
+void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16);
+int64_t argmax(const float* x, int64_t n);
+
+// One sequence's slice of a GDN layer batch.
+struct GdnSeq {
+    int64_t t0, T;   // rows [t0, t0 + T) of the batch
+    float* conv;     // [K-1, CD]
+    float* ssm;      // [Hv, Dk, Dv]
+};
+struct GdnParams {
+    int64_t Hk, Hv, Dk, Dv, K;
+    float eps;
+    const float* conv_w;   // [CD, K] (reference layout)
+    const float* conv_wT;  // [K, CD] (kernel layout)
+    const float* neg_exp_A, *dt_bias, *norm;  // [Hv], [Hv], [Dv]
+    bool chunked_reference;  // reference path: chunked form for long sequences (else recurrent)
+};
+// The GDN mixer between the input projection and out_proj: conv + SiLU, q/k L2 norm and scale, gating,
+// the gated delta rule on each sequence's state, gated RMSNorm with silu(z).
+// proj [N, ldp] rows hold q|k|v (CD) | z (VD) | b (Hv) | a (Hv); out [N, VD].
+void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* out,
+               Scratch& scratch, bool bf16);
+
+// One sequence's slice of an attention batch; key j's K/V rows (Hkv * D floats) are krow(j) / vrow(j),
+// j < n_past + T (the new rows already written).
+struct AttnSeq {
+    int64_t t0, T, n_past;
+    const float* const* krows;
+    const float* const* vrows;
+};
+// out [N, Hq, D] = causal softmax attention with GQA, times sigmoid(gate). q, gate rows of ldq floats.
+void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
+               int64_t Hkv, int64_t D, float* out, Scratch& scratch);
+
+}  // namespace gdn::ops

@@ -1,0 +1,167 @@
+// Every op of the op API on every ISA path against the scalar reference path, on odd shapes.
+// Tolerances: f32 mode 2e-5 relative to the values' scale (summation order only); bf16 mode allows one
+// bf16 ulp of the rounded outputs (2^-8 relative).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/dispatch.h"
+#include "ops/layers.h"
+#include "ops/ref/ref_ops.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+std::vector<Isa> fast_isas() {
+    std::vector<Isa> v;
+    if (static_cast<int>(cpu_isa()) >= static_cast<int>(Isa::AVX2)) v.push_back(Isa::AVX2);
+    if (cpu_isa() == Isa::AVX512) v.push_back(Isa::AVX512);
+    return v;
+}
+
+// Runs f with all ops on the reference, then on each fast ISA; compares outputs.
+template <typename F>
+void compare_paths(F f, float atol, float rtol, const char* what) {
+    force_reference_all(true);
+    std::vector<float> want = f();
+    force_reference_all(false);
+    for (Isa isa : fast_isas()) {
+        set_active_isa(isa);
+        std::vector<float> got = f();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << " " << isa_name(isa) << " i=" << i;
+    }
+    set_active_isa(cpu_isa());
+}
+
+TEST(OpsCpu, NormsSwigluArgmax) {
+    for (int64_t n : {1, 7, 16, 33, 256, 1000}) {
+        for (bool bf16 : {false, true}) {
+            const float rt = bf16 ? 8e-3f : 2e-5f;
+            auto x = random_vec(3 * n, n), d = random_vec(3 * n, n + 1), w = random_vec(n, n + 2, 0.5f, 1.5f);
+            compare_paths([&] {
+                std::vector<float> y(3 * n);
+                ops::rms_norm(x.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
+                return y;
+            }, 1e-6f, rt, "rms_norm");
+            compare_paths([&] {
+                std::vector<float> xx = x, y(3 * n);
+                ops::add_rms_norm(xx.data(), d.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
+                y.insert(y.end(), xx.begin(), xx.end());
+                return y;
+            }, 1e-6f, rt, "add_rms_norm");
+            compare_paths([&] {
+                std::vector<float> y(2 * n);
+                ops::swiglu(x.data(), 1, n, y.data(), bf16);  // gate = x[:n], up = x[n:2n]
+                ops::swiglu(x.data() + n, 1, n, y.data() + n, bf16);
+                return y;
+            }, 1e-6f, rt, "swiglu");
+        }
+        auto v = random_vec(n, 5 * n);
+        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(v.data(), n))}; }, 0, 0, "argmax");
+    }
+}
+
+TEST(OpsCpu, QkNormRope) {
+    for (int64_t D : {16, 64, 100, 256}) {
+        const int64_t N = 5, H = 3, rot = std::max<int64_t>(2, (D / 4) & ~int64_t(1));
+        auto x = random_vec(N * H * D, D), w = random_vec(D, D + 1, 0.5f, 1.5f);
+        const int64_t pos[5] = {0, 1, 7, 100, 4095};
+        for (bool bf16 : {false, true})
+            compare_paths([&] {
+                std::vector<float> y = x;
+                ops::qk_norm_rope(y.data(), H * D, N, H, D, w.data(), 1e-6f, rot, 1e7f, pos, bf16);
+                return y;
+            }, 2e-6f, bf16 ? 8e-3f : 2e-5f, "qk_norm_rope");
+    }
+}
+
+struct GdnCase {
+    std::vector<int64_t> lens;  // one sequence per entry
+    int64_t Hk, r, Dk, Dv;
+};
+
+TEST(OpsCpu, GdnMixerDecodeAndPrefill) {
+    const GdnCase cases[] = {{{1}, 2, 2, 16, 16},       {{1, 1, 1}, 2, 1, 64, 64},   {{7}, 1, 3, 12, 20},
+                             {{150}, 2, 2, 64, 64},     {{65, 1, 3}, 2, 2, 32, 48},  {{300}, 1, 1, 128, 128},
+                             {{2, 129}, 2, 3, 16, 40}};
+    for (const GdnCase& c : cases) {
+        const int64_t Hv = c.Hk * c.r, KD = c.Hk * c.Dk, VD = Hv * c.Dv, CD = 2 * KD + VD, K = 4;
+        const int64_t ldp = CD + VD + 2 * Hv;
+        int64_t N = 0;
+        for (int64_t l : c.lens) N += l;
+        auto proj = random_vec(N * ldp, static_cast<uint32_t>(N + CD));
+        auto conv_w = random_vec(CD * K, 3, -0.5f, 0.5f);
+        std::vector<float> conv_wT(K * CD);
+        for (int64_t ch = 0; ch < CD; ++ch)
+            for (int64_t j = 0; j < K; ++j) conv_wT[j * CD + ch] = conv_w[ch * K + j];
+        auto negA = random_vec(Hv, 4, -8.0f, -0.5f), dtb = random_vec(Hv, 5, -4.0f, 0.0f);
+        auto nw = random_vec(c.Dv, 6, 0.8f, 1.2f);
+        // Nonzero initial states (continuing sequences).
+        auto conv0 = random_vec(c.lens.size() * (K - 1) * CD, 7);
+        auto ssm0 = random_vec(c.lens.size() * Hv * c.Dk * c.Dv, 8, -0.3f, 0.3f);
+        for (bool bf16 : {false, true}) {
+            compare_paths([&] {
+                std::vector<float> conv = conv0, ssm = ssm0, out(N * VD);
+                std::vector<ops::GdnSeq> seqs;
+                int64_t t0 = 0;
+                for (size_t i = 0; i < c.lens.size(); ++i) {
+                    seqs.push_back({t0, c.lens[i], conv.data() + i * (K - 1) * CD, ssm.data() + i * Hv * c.Dk * c.Dv});
+                    t0 += c.lens[i];
+                }
+                ops::GdnParams p{c.Hk, Hv, c.Dk, c.Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(),
+                                 nw.data(), false};
+                ops::Scratch sc;
+                ops::gdn_mixer(proj.data(), ldp, seqs, p, out.data(), sc, bf16);
+                out.insert(out.end(), conv.begin(), conv.end());
+                out.insert(out.end(), ssm.begin(), ssm.end());
+                return out;
+            }, 1e-4f, bf16 ? 1.6e-2f : 1e-4f, "gdn_mixer");
+        }
+    }
+}
+
+TEST(OpsCpu, AttentionCausalGqaPaged) {
+    for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
+             {1, 0, 4, 2, 16}, {1, 100, 8, 2, 64}, {5, 0, 4, 4, 32}, {70, 3, 6, 2, 24}, {3, 130, 2, 1, 256}}) {
+        const int64_t nk = n_past + T, row = Hkv * D;
+        auto q = random_vec(T * 2 * Hq * D, 9 + T), kv = random_vec(2 * nk * row, 10 + nk);
+        // Rows scattered in memory (paged): key j lives at row (j * 7) % nk of the arena.
+        std::vector<const float*> kp(nk), vp(nk);
+        for (int64_t j = 0; j < nk; ++j) {
+            kp[j] = kv.data() + ((j * 7) % nk) * row;
+            vp[j] = kv.data() + nk * row + ((j * 7) % nk) * row;
+        }
+        compare_paths([&] {
+            std::vector<float> out(T * Hq * D);
+            ops::Scratch sc;
+            // q and gate interleaved per token: [q (Hq*D) | gate (Hq*D)]
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, kp.data(), vp.data()}}, Hq, Hkv, D,
+                           out.data(), sc);
+            return out;
+        }, 2e-5f, 2e-4f, "attention");
+    }
+}
+
+TEST(Dispatch, EnvOverridesAreValidated) {
+    setenv("GDN_FORCE_REFERENCE", "linear,nonsense", 1);
+    Status st = configure_kernels_from_env();
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("unknown op 'nonsense'"), std::string::npos) << st.message();
+    setenv("GDN_FORCE_REFERENCE", "attention", 1);
+    ASSERT_TRUE(configure_kernels_from_env().is_ok());
+    EXPECT_EQ(op_isa(OpId::ATTENTION), Isa::REF);
+    EXPECT_NE(kernel_selection_report().find("forced by GDN_FORCE_REFERENCE"), std::string::npos);
+    setenv("GDN_ISA", "sse9", 1);
+    EXPECT_FALSE(configure_kernels_from_env().is_ok());
+    unsetenv("GDN_ISA");
+    unsetenv("GDN_FORCE_REFERENCE");
+    ASSERT_TRUE(configure_kernels_from_env().is_ok());
+    EXPECT_EQ(op_isa(OpId::ATTENTION), cpu_isa());
+}
+
+}  // namespace
