@@ -2,10 +2,12 @@
 // Run: build/bench/bench_ops   (2 threads by default; GDN_THREADS=N to change)
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "core/thread_pool.h"
 #include "ops/dispatch.h"
+#include "ops/layers.h"
 #include "ops/linear.h"
 #include "tools/machine_limits.h"
 
@@ -47,6 +49,45 @@ void BM_Linear(benchmark::State& state) {
 BENCHMARK(BM_Linear)->Args({1, 7168, 1024, 1})->Args({1, 1024, 3584, 1})->Args({1, 248320, 1024, 1})
     ->Args({1, 248320, 1024, 0})->Args({1, 248320, 1024, 2})->Args({2, 248320, 1024, 1})->Args({8, 7168, 1024, 1})->Args({512, 7168, 1024, 1})->Args({512, 1024, 3584, 1})
     ->Args({512, 7168, 1024, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Decode-like: cycles through enough distinct weight matrices that they stream from DRAM (> L3).
+void BM_LinearStream(benchmark::State& state) {
+    const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+    const int64_t copies = std::max<int64_t>(4, (512ll << 20) / (2 * N * K));
+    std::vector<gdn::LinearWeight> ws;
+    auto w = random_bf16(N * K);
+    for (int64_t c = 0; c < copies; ++c)
+        ws.push_back(gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})}));
+    std::vector<float> x(M * K, 0.01f), y(M * N);
+    size_t i = 0;
+    for (auto _ : state) gdn::linear(x.data(), M, ws[i++ % ws.size()], y.data(), true);
+    state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["read_limit_GB/s"] = limits().read_gbps;
+}
+BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({1, 1024, 3584})->Args({1, 1024, 2048})
+    ->Args({8, 7168, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// One GDN layer's mixer (conv, prep, delta rule, gated norm) on the Qwen3.5-0.8B shape (Hk = Hv = 16,
+// Dk = Dv = 128): tokens/s for prefill of T tokens, or one decode step. The FMA bound of the delta rule is
+// Dk*Dv*4 FLOP-ish ops per token-head at 2 FMA/cycle per core (kernels.md §3.4), reported as `bound_tps`.
+void BM_GdnMixer(benchmark::State& state) {
+    const int64_t T = state.range(0), Hk = 16, Hv = 16, Dk = 128, Dv = 128, K = 4;
+    const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
+    std::vector<float> proj(T * ldp);
+    uint32_t s = 3;
+    for (auto& x : proj) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    std::vector<float> conv_w(CD * K, 0.1f), conv_wT(K * CD, 0.1f), negA(Hv, -1.0f), dtb(Hv, -2.0f), nw(Dv, 1.0f);
+    std::vector<float> conv((K - 1) * CD, 0.0f), ssm(Hv * Dk * Dv, 0.0f), out(T * VD);
+    gdn::ops::GdnParams p{Hk, Hv, Dk, Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(), nw.data(), false};
+    gdn::ops::Scratch sc;
+    for (auto _ : state)
+        gdn::ops::gdn_mixer(proj.data(), ldp, {{0, T, conv.data(), ssm.data()}}, p, out.data(), sc, false);
+    state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+    // 4 vector ops per state element per token (2 FMA pass 1, mul + FMA pass 2) at 2 per cycle per core.
+    const double fp32_elems_per_s = limits().fp32_gflops * 1e9 / 2.0;  // FMA lanes per second, all threads
+    state.counters["bound_tokens/s"] = fp32_elems_per_s / (4.0 * Hv * Dk * Dv);
+}
+BENCHMARK(BM_GdnMixer)->Arg(1)->Arg(512)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

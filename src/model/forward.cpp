@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/profiler.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
@@ -166,7 +167,10 @@ void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
     lin(h, N, m.router, logits);
     ws_.route_idx.resize(N * k);
     ws_.route_w.resize(N * k);
-    ref::moe_route(logits, N, E, k, c_.norm_topk_prob, ws_.route_idx.data(), ws_.route_w.data());
+    {
+        GDN_PROFILE("moe_route");
+        ref::moe_route(logits, N, E, k, c_.norm_topk_prob, ws_.route_idx.data(), ws_.route_w.data());
+    }
     ref::round_activations(ws_.route_w.data(), N * k, hf_);
     std::fill(out, out + N * H, 0.0f);
     // Tokens grouped per expert: one GEMM pair per active expert.
@@ -219,6 +223,10 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
     }
     if (N == 0) return Status::ok();
 
+    Profiler& prof = Profiler::get();
+    bool all_decode = true;
+    for (const auto& s : batch) all_decode &= s.n_tokens == 1;
+    prof.begin_step(all_decode ? "decode" : "prefill");
     ForwardWorkspace& ws = *ws_;
     ops::Scratch& sc = ws.sc;
     ws.ids.clear();
@@ -266,6 +274,7 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
     // keeps near-tie argmaxes of the f32 reference (measured on the demo model: 20/20 prompts vs 18/20).
     if (opt.bf16_activations && !opt.hf_rounding) linear_bf16x2(last, R, w.lm_head_packed, logits->data() + off);
     else linear(last, R, w.lm_head_packed, logits->data() + off, bf16);
+    prof.end_step();
     return Status::ok();
 }
 

@@ -11,6 +11,12 @@ SequenceState::SequenceState(const ModelConfig& c) {
     ssm.assign(c.n_gdn_layers(), std::vector<float>(ssm_n, 0.0f));
     k_cache.resize(c.n_attention_layers());
     v_cache.resize(c.n_attention_layers());
+    kv_row_ = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
+}
+
+void SequenceState::reserve(int64_t tokens) {
+    for (auto& v : k_cache) v.reserve(tokens * kv_row_);
+    for (auto& v : v_cache) v.reserve(tokens * kv_row_);
 }
 
 void SequenceState::reset() {

@@ -21,6 +21,11 @@ struct SequenceState {
 
     explicit SequenceState(const ModelConfig& c);
     void reset();
+    // Reserves KV capacity for `tokens` positions, so appending up to there never allocates.
+    void reserve(int64_t tokens);
+
+private:
+    int64_t kv_row_ = 0;  // Hkv * D
 };
 
 }  // namespace gdn

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/profiler.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
@@ -29,16 +30,20 @@ namespace {
 #define GDN_KERNEL(isa, fn, ...) \
     ((isa) == Isa::AVX512 ? cpu::avx512::fn(__VA_ARGS__) : cpu::avx2::fn(__VA_ARGS__))
 
-void round_inplace(float* x, int64_t n, bool bf16) { ref::round_activations(x, n, bf16); }
+void round_inplace(float* x, int64_t n, bool bf16) {
+    ref::round_activations(x, n, bf16);
+}
 
 }  // namespace
 
 void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* out, bool bf16) {
+    GDN_PROFILE("embedding");
     ref::embedding(table, ids, n, out);
     round_inplace(out, n * table.shape[1], bf16);
 }
 
 void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16) {
+    GDN_PROFILE("rms_norm");
     const Isa isa = op_isa(OpId::RMS_NORM);
     if (isa == Isa::REF) {
         ref::rms_norm(x, rows, n, w, eps, y);
@@ -46,11 +51,14 @@ void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps
         return;
     }
     global_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) GDN_KERNEL(isa, rms_norm_row, x + r * n, n, w, eps, y + r * n, bf16);
+        for (int64_t r = r0; r < r1; ++r)
+            GDN_KERNEL(isa, rms_norm_row, x + r * n, n, w, eps, y + r * n, bf16);
     });
 }
 
-void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16) {
+void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y,
+                  bool bf16) {
+    GDN_PROFILE("add_rms_norm");
     const Isa isa = op_isa(OpId::RMS_NORM);
     if (isa == Isa::REF) {
         for (int64_t i = 0; i < rows * n; ++i) x[i] += d[i];
@@ -65,8 +73,9 @@ void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float
     });
 }
 
-void qk_norm_rope(float* x, int64_t ld, int64_t N, int64_t H, int64_t D, const float* w, float eps, int64_t rot,
-                  float theta, const int64_t* pos, bool bf16) {
+void qk_norm_rope(float* x, int64_t ld, int64_t N, int64_t H, int64_t D, const float* w, float eps,
+                  int64_t rot, float theta, const int64_t* pos, bool bf16) {
+    GDN_PROFILE("qk_norm_rope");
     const Isa isa = op_isa(OpId::QK_NORM_ROPE);
     if (isa == Isa::REF) {
         for (int64_t t = 0; t < N; ++t) {
@@ -82,17 +91,20 @@ void qk_norm_rope(float* x, int64_t ld, int64_t N, int64_t H, int64_t D, const f
         const int64_t half = rot / 2;
         for (int64_t t = t0; t < t1; ++t) {
             for (int64_t j = 0; j < half; ++j) {
-                const float inv_freq = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(rot));
+                const float inv_freq =
+                    1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(rot));
                 const float ang = static_cast<float>(pos[t]) * inv_freq;
                 cs[j] = bf16 ? round_bf16(std::cos(ang)) : std::cos(ang);
                 cs[half + j] = bf16 ? round_bf16(std::sin(ang)) : std::sin(ang);
             }
-            for (int64_t h = 0; h < H; ++h) GDN_KERNEL(isa, norm_rope_head, x + t * ld + h * D, D, w, eps, rot, cs, bf16);
+            for (int64_t h = 0; h < H; ++h)
+                GDN_KERNEL(isa, norm_rope_head, x + t * ld + h * D, D, w, eps, rot, cs, bf16);
         }
     });
 }
 
 void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
+    GDN_PROFILE("swiglu");
     const Isa isa = op_isa(OpId::SWIGLU);
     global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
         for (int64_t m = m0; m < m1; ++m) {
@@ -107,6 +119,7 @@ void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
 }
 
 int64_t argmax(const float* x, int64_t n) {
+    GDN_PROFILE("argmax");
     const Isa isa = op_isa(OpId::ARGMAX);
     if (isa == Isa::REF) return ref::argmax(x, n);
     return GDN_KERNEL(isa, argmax, x, n);
@@ -118,8 +131,8 @@ int64_t argmax(const float* x, int64_t n) {
 namespace {
 
 // The reference composition (the oracle): exactly the steps of model_spec.md §4.5, one op each.
-void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* out,
-                   bool bf16) {
+void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
+                   float* out, bool bf16) {
     const int64_t KD = p.Hk * p.Dk, VD = p.Hv * p.Dv, CD = 2 * KD + VD;
     int64_t N = 0;
     for (const auto& s : seqs) N = std::max(N, s.t0 + s.T);
@@ -149,11 +162,11 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
         round_inplace(beta.data(), T * p.Hv, bf16);
         float* o = core.data() + s.t0 * VD;
         if (p.chunked_reference && T >= 64)
-            ref::gated_delta_rule_chunked(q.data(), k.data(), v.data(), g.data(), beta.data(), T, p.Hk, p.Hv, p.Dk,
-                                          p.Dv, s.ssm, o);
+            ref::gated_delta_rule_chunked(q.data(), k.data(), v.data(), g.data(), beta.data(), T, p.Hk, p.Hv,
+                                          p.Dk, p.Dv, s.ssm, o);
         else
-            ref::gated_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), T, p.Hk, p.Hv, p.Dk,
-                                            p.Dv, s.ssm, o);
+            ref::gated_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), T, p.Hk,
+                                            p.Hv, p.Dk, p.Dv, s.ssm, o);
     }
     for (const GdnSeq& s : seqs) {
         float* o = core.data() + s.t0 * VD;
@@ -165,10 +178,11 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
 
 }  // namespace
 
-void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* out,
-               Scratch& sc, bool bf16) {
-    const Isa conv_isa = op_isa(OpId::CONV1D), prep_isa = op_isa(OpId::GDN_PREP), rule_isa = op_isa(OpId::GDN_RULE),
-              norm_isa = op_isa(OpId::GATED_NORM);
+void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
+               float* out, Scratch& sc, bool bf16) {
+    GDN_PROFILE("gdn_mixer");
+    const Isa conv_isa = op_isa(OpId::CONV1D), prep_isa = op_isa(OpId::GDN_PREP),
+              rule_isa = op_isa(OpId::GDN_RULE), norm_isa = op_isa(OpId::GATED_NORM);
     if (conv_isa == Isa::REF || prep_isa == Isa::REF || rule_isa == Isa::REF || norm_isa == Isa::REF) {
         // The GDN stages share intermediate layouts; forcing any one of them to the reference runs the
         // whole mixer on the reference composition (A/B granularity: the mixer).
@@ -180,80 +194,108 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
     int64_t N = 0;
     for (const auto& s : seqs) N = std::max(N, s.t0 + s.T);
-    float* y = sc.f32(0, N * CD);           // conv output: q | k | v per token
-    float* decay = sc.f32(1, N * Hv);       // exp(g)
+    float* y = sc.f32(0, N * CD);      // conv output: q | k | v per token
+    float* decay = sc.f32(1, N * Hv);  // exp(g)
     float* beta = sc.f32(2, N * Hv);
-    float* kq = sc.f32(3, N * Hk);          // k . q per key head (shared by its value heads)
-    float* core = sc.f32(4, N * VD);        // delta-rule output
+    float* kq = sc.f32(3, N * Hk);    // k . q per key head (shared by its value heads)
+    float* core = sc.f32(4, N * VD);  // delta-rule output
     ThreadPool& pool = global_pool();
 
     // 1. conv + SiLU: per sequence, channels split over threads.
-    for (const GdnSeq& s : seqs) {
-        pool.run([&](int ith, int nth) {
-            int64_t c0, c1;
-            split_range((CD + 15) / 16, ith, nth, &c0, &c1);
-            c0 *= 16;
-            c1 = std::min(CD, c1 * 16);
-            if (c0 < c1)
-                GDN_KERNEL(isa, conv1d_silu, proj + s.t0 * ldp, ldp, s.T, CD, p.conv_wT, p.K, s.conv, y + s.t0 * CD, CD,
-                           c0, c1, bf16);
-        });
+    {
+        GDN_PROFILE("gdn.conv");
+        for (const GdnSeq& s : seqs) {
+            pool.run([&](int ith, int nth) {
+                int64_t c0, c1;
+                split_range((CD + 15) / 16, ith, nth, &c0, &c1);
+                c0 *= 16;
+                c1 = std::min(CD, c1 * 16);
+                if (c0 < c1)
+                    GDN_KERNEL(isa, conv1d_silu, proj + s.t0 * ldp, ldp, s.T, CD, p.conv_wT, p.K, s.conv,
+                               y + s.t0 * CD, CD, c0, c1, bf16);
+            });
+        }
     }
     // 2. q/k L2 norm + scale, gates, k.q: per token.
-    const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
-    pool.parallel_for(N, [&](int64_t t0, int64_t t1) {
-        for (int64_t t = t0; t < t1; ++t) {
-            float* yt = y + t * CD;
-            for (int64_t h = 0; h < Hk; ++h) {
-                GDN_KERNEL(isa, l2_norm_scale, yt + h * Dk, Dk, 1e-6f, qscale);
-                GDN_KERNEL(isa, l2_norm_scale, yt + KD + h * Dk, Dk, 1e-6f, 1.0f);
-                kq[t * Hk + h] = GDN_KERNEL(isa, dot, yt + h * Dk, yt + KD + h * Dk, Dk);
+    {
+        GDN_PROFILE("gdn.prep");
+        const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
+        pool.parallel_for(N, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+                float* yt = y + t * CD;
+                for (int64_t h = 0; h < Hk; ++h) {
+                    GDN_KERNEL(isa, l2_norm_scale, yt + h * Dk, Dk, 1e-6f, qscale);
+                    GDN_KERNEL(isa, l2_norm_scale, yt + KD + h * Dk, Dk, 1e-6f, 1.0f);
+                    kq[t * Hk + h] = GDN_KERNEL(isa, dot, yt + h * Dk, yt + KD + h * Dk, Dk);
+                }
+                const float* bt = proj + t * ldp + CD + VD;
+                const float* at = bt + Hv;
+                for (int64_t h = 0; h < Hv; ++h) {
+                    decay[t * Hv + h] = std::exp(p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]));
+                    const float bb = ref::sigmoid(bt[h]);
+                    beta[t * Hv + h] = bf16 ? round_bf16(bb) : bb;
+                }
             }
-            const float* bt = proj + t * ldp + CD + VD;
-            const float* at = bt + Hv;
-            for (int64_t h = 0; h < Hv; ++h) {
-                decay[t * Hv + h] = std::exp(p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]));
-                const float bb = ref::sigmoid(bt[h]);
-                beta[t * Hv + h] = bf16 ? round_bf16(bb) : bb;
-            }
-        }
-    });
+        });
+    }
     // 3. The delta rule. Work units: (sequence, value head, column slab); decode steps use one unit per head.
-    std::vector<GdnUnit>& units = sc.gdn_units;  // shared with the worker threads: not thread_local
-    units.clear();
-    const int64_t slab = Dv >= 64 ? Dv / 2 : Dv;  // two slabs per head give the pool enough units
-    for (int si = 0; si < static_cast<int>(seqs.size()); ++si)
-        for (int64_t h = 0; h < Hv; ++h) {
-            if (seqs[si].T == 1) units.push_back({si, h, 0, Dv});
-            else
-                for (int64_t j0 = 0; j0 < Dv; j0 += slab) units.push_back({si, h, j0, std::min(Dv, j0 + slab)});
-        }
-    pool.parallel_for(static_cast<int64_t>(units.size()), [&](int64_t u0, int64_t u1) {
-        for (int64_t u = u0; u < u1; ++u) {
-            const GdnUnit& un = units[u];
-            const GdnSeq& s = seqs[un.s];
-            const int64_t hk = un.h / r;  // value head h reads key head h / r
-            float* S = s.ssm + un.h * Dk * Dv;
-            const float* q = y + s.t0 * CD + hk * Dk;
-            const float* k = y + s.t0 * CD + KD + hk * Dk;
-            const float* v = y + s.t0 * CD + 2 * KD + un.h * Dv;
-            float* o = core + s.t0 * VD + un.h * Dv;
-            const int64_t g = s.t0 * Hv + un.h, kqi = s.t0 * Hk + hk;
-            if (s.T == 1)
-                GDN_KERNEL(isa, gdn_step, S, q, k, v, decay[g], beta[g], kq[kqi], Dk, Dv, o);
-            else
-                GDN_KERNEL(isa, gdn_slab, S, q, k, CD, v, CD, o, VD, decay + g, beta + g, Hv, kq + kqi, Hk, s.T, Dk, Dv,
-                           un.j0, un.j1);
-        }
-    });
+    {
+        GDN_PROFILE("gdn.rule");
+        std::vector<GdnUnit>& units = sc.gdn_units;  // shared with the worker threads: not thread_local
+        units.clear();
+        for (int si = 0; si < static_cast<int>(seqs.size()); ++si)
+            for (int64_t h = 0; h < Hv; ++h) units.push_back({si, h, 0, Dv});
+        pool.parallel_for(static_cast<int64_t>(units.size()), [&](int64_t u0, int64_t u1) {
+            // Prefill: tokens are gathered per head into contiguous blocks, so the kernel streams q, k, v
+            // sequentially (in the batch layout consecutive tokens of a head are a row of CD floats apart).
+            constexpr int64_t kBlock = 256;
+            thread_local std::vector<float> qb, kb, vb, ob, gb;  // per-thread staging
+            qb.resize(kBlock * Dk);
+            kb.resize(kBlock * Dk);
+            vb.resize(kBlock * Dv);
+            ob.resize(kBlock * Dv);
+            gb.resize(3 * kBlock);
+            for (int64_t u = u0; u < u1; ++u) {
+                const GdnUnit& un = units[u];
+                const GdnSeq& s = seqs[un.s];
+                const int64_t hk = un.h / r;  // value head h reads key head h / r
+                float* S = s.ssm + un.h * Dk * Dv;
+                if (s.T == 1) {
+                    const int64_t g = s.t0 * Hv + un.h;
+                    GDN_KERNEL(isa, gdn_step, S, y + s.t0 * CD + hk * Dk, y + s.t0 * CD + KD + hk * Dk,
+                               y + s.t0 * CD + 2 * KD + un.h * Dv, decay[g], beta[g], kq[s.t0 * Hk + hk], Dk, Dv,
+                               core + s.t0 * VD + un.h * Dv);
+                    continue;
+                }
+                for (int64_t b0 = 0; b0 < s.T; b0 += kBlock) {
+                    const int64_t n = std::min(kBlock, s.T - b0);
+                    for (int64_t i = 0; i < n; ++i) {
+                        const float* yt = y + (s.t0 + b0 + i) * CD;
+                        std::memcpy(&qb[i * Dk], yt + hk * Dk, Dk * sizeof(float));
+                        std::memcpy(&kb[i * Dk], yt + KD + hk * Dk, Dk * sizeof(float));
+                        std::memcpy(&vb[i * Dv], yt + 2 * KD + un.h * Dv, Dv * sizeof(float));
+                        const int64_t t = s.t0 + b0 + i;
+                        gb[i] = decay[t * Hv + un.h];
+                        gb[kBlock + i] = beta[t * Hv + un.h];
+                        gb[2 * kBlock + i] = kq[t * Hk + hk];
+                    }
+                    GDN_KERNEL(isa, gdn_slab, S, qb.data(), kb.data(), Dk, vb.data(), Dv, ob.data(), Dv, gb.data(),
+                               gb.data() + kBlock, 1, gb.data() + 2 * kBlock, 1, n, Dk, Dv, 0, Dv);
+                    for (int64_t i = 0; i < n; ++i)
+                        std::memcpy(core + (s.t0 + b0 + i) * VD + un.h * Dv, &ob[i * Dv], Dv * sizeof(float));
+                }
+            }
+        });
+    }
     // 4. gated RMSNorm with silu(z), per (token, head).
+    GDN_PROFILE("gdn.norm");
     pool.parallel_for(N * Hv, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
             const int64_t t = i / Hv, h = i % Hv;
             float* o = core + t * VD + h * Dv;
             if (bf16) ref::round_activations(o, Dv, true);
-            GDN_KERNEL(isa, gated_norm_row, o, proj + t * ldp + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv,
-                       bf16);
+            GDN_KERNEL(isa, gated_norm_row, o, proj + t * ldp + CD + h * Dv, Dv, p.norm, p.eps,
+                       out + t * VD + h * Dv, bf16);
         }
     });
 }
@@ -263,6 +305,7 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
 
 void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
                int64_t Hkv, int64_t D, float* out, Scratch& sc) {
+    GDN_PROFILE("attention");
     const Isa isa = op_isa(OpId::ATTENTION);
     const int64_t group = Hq / Hkv;
     if (isa == Isa::REF) {
@@ -277,7 +320,8 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
                 std::memcpy(&qq[t * Hq * D], q + (s.t0 + t) * ldq, Hq * D * sizeof(float));
                 if (gate) std::memcpy(&gg[t * Hq * D], gate + (s.t0 + t) * ldq, Hq * D * sizeof(float));
             }
-            ref::attention(qq.data(), gate ? gg.data() : nullptr, k.data(), v.data(), s.T, s.n_past, Hq, Hkv, D, out + s.t0 * Hq * D);
+            ref::attention(qq.data(), gate ? gg.data() : nullptr, k.data(), v.data(), s.T, s.n_past, Hq, Hkv,
+                           D, out + s.t0 * Hq * D);
         }
         return;
     }
@@ -296,8 +340,9 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
             for (int64_t u = std::max(u0, base); u < std::min(u1, base + cnt); ++u) {
                 const int64_t t = (u - base) / Hkv, g = (u - base) % Hkv;
                 const int64_t row = s.t0 + t;
-                GDN_KERNEL(isa, attention_group, q + row * ldq + g * group * D, gate ? gate + row * ldq + g * group * D : nullptr,
-                           group, D, s.krows, s.vrows, g * D, s.n_past + t + 1, scale, out + (row * Hq + g * group) * D,
+                GDN_KERNEL(isa, attention_group, q + row * ldq + g * group * D,
+                           gate ? gate + row * ldq + g * group * D : nullptr, group, D, s.krows, s.vrows,
+                           g * D, s.n_past + t + 1, scale, out + (row * Hq + g * group) * D,
                            scratch + ith * group * 64);
             }
             base += cnt;

@@ -10,7 +10,7 @@
 
 namespace gdn::ops {
 
-// A unit of delta-rule work: (sequence, value head, value-column range).
+// A unit of delta-rule work: (sequence, value head, value-column range [j0, j1)).
 struct GdnUnit {
     int s;
     int64_t h, j0, j1;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "core/profiler.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/dispatch.h"
@@ -86,6 +87,7 @@ T* scratch(size_t n) {
 }  // namespace
 
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
+    GDN_PROFILE(M == 1 ? "linear (gemv)" : "linear");
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
@@ -130,6 +132,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
 }
 
 void linear_bf16x2(const float* x, int64_t M, const LinearWeight& w, float* y) {
+    GDN_PROFILE("lm_head");
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;

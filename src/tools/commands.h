@@ -7,5 +7,7 @@ int cmd_run(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+int cmd_profile(int argc, char** argv);
 
 }  // namespace gdn

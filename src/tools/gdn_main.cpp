@@ -15,6 +15,8 @@ void usage() {
                  "  run          generate from a checkpoint folder (--model DIR --prompt-ids 1,2,3 -n 32)\n"
                  "  tokenize     text (or --chat messages) on stdin -> token ids (--model DIR)\n"
                  "  detokenize   JSON token ids on stdin -> text (--model DIR)\n"
+                 "  bench        throughput, llama-bench style (--model DIR --pp 512 --tg 128 -r 5)\n"
+                 "  profile      per-op statistics and a Chrome trace (--model DIR --prompt-len N --gen-len M)\n"
                  "  make-model   write a random-weight checkpoint in Hugging Face layout (--preset NAME --out DIR)\n"
                  "\n"
                  "Run 'gdn <command> --help' for its options.\n");
@@ -31,6 +33,8 @@ int main(int argc, char** argv) {
     if (cmd == "run") return gdn::cmd_run(argc - 2, argv + 2);
     if (cmd == "make-model") return gdn::cmd_make_model(argc - 2, argv + 2);
     if (cmd == "tokenize") return gdn::cmd_tokenize(argc - 2, argv + 2);
+    if (cmd == "bench") return gdn::cmd_bench(argc - 2, argv + 2);
+    if (cmd == "profile") return gdn::cmd_profile(argc - 2, argv + 2);
     if (cmd == "detokenize") return gdn::cmd_detokenize(argc - 2, argv + 2);
     std::fprintf(stderr, "gdn: unknown command '%s'\n", cmd.c_str());
     usage();

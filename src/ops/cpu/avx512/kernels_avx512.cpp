@@ -1,6 +1,7 @@
 #define GDN_SIMD_AVX512
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/dtype.h"
 #include "ops/cpu/kernels.h"

@@ -1,0 +1,197 @@
+// gdn bench --pp/--tg: llama-bench style in-process throughput, with the ratio to the machine's own
+// roofline measured in the same run (weights bytes / read bandwidth for decode; FLOPs / bf16 peak for
+// prefill).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "ops/dispatch.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "tools/machine_limits.h"
+#include "util/json_file.h"
+
+namespace gdn {
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct Stats {
+    double mean = 0, sd = 0;
+};
+Stats stats(const std::vector<double>& v) {
+    Stats s;
+    for (double x : v) s.mean += x;
+    s.mean /= v.size();
+    for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+    s.sd = v.size() > 1 ? std::sqrt(s.sd / (v.size() - 1)) : 0.0;
+    return s;
+}
+
+// Bytes of weights one decode token reads, and matmul FLOPs per token (2 per weight element used).
+void weight_traffic(const Model& m, double* bytes, double* flops) {
+    const ModelConfig& c = m.config();
+    const ModelWeights& w = m.weights();
+    double b = 0, f = 0;
+    auto add = [&](const LinearWeight& l, double uses = 1.0) {
+        b += uses * l.packed.data.size();
+        f += uses * 2.0 * l.N() * l.K();
+    };
+    for (const LayerWeights& L : w.layers) {
+        if (L.kind == LayerKind::FULL_ATTENTION) {
+            add(L.attn.qkv);
+            add(L.attn.o);
+        } else {
+            add(L.gdn.in_proj);
+            add(L.gdn.out);
+        }
+        if (L.is_moe) {
+            add(L.moe.router);
+            // a token reads top-k of the E experts
+            for (const Mlp& e : L.moe.experts) {
+                add(e.gate_up, double(c.n_experts_per_tok) / c.n_experts);
+                add(e.down, double(c.n_experts_per_tok) / c.n_experts);
+            }
+            if (c.shared_intermediate > 0) {
+                add(L.moe.shared.gate_up);
+                add(L.moe.shared.down);
+                add(L.moe.shared_gate);
+            }
+        } else {
+            add(L.mlp.gate_up);
+            add(L.mlp.down);
+        }
+    }
+    add(w.lm_head_packed);
+    *bytes = b;
+    *flops = f;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+    auto args = Args::parse(argc, argv, {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype"},
+                            {"--help", "--no-limits", "--limits"});
+    if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) {
+        std::fprintf(stderr,
+                     "usage: gdn bench --model DIR [--pp 512] [--tg 128] [-r 5] [--threads N] [--dtype bf16|f32]\n"
+                     "                 [--json FILE] [--no-limits]\n"
+                     "       gdn bench --limits [--threads N]     (the machine's own limits only)\n"
+                     "  pp: prefill of a random prompt of that many tokens; tg: that many single-token decode steps.\n"
+                     "  Serving benchmarks (TTFT / TPOT against a server) are a separate mode (see README).\n");
+        if (!args) std::fprintf(stderr, "gdn bench: %s\n", args.message().c_str());
+        return args && args->has("--help") ? 0 : 2;
+    }
+    auto pp = args->get_int("--pp", 512), tg = args->get_int("--tg", 128), reps = args->get_int("-r", 5),
+         threads = args->get_int("--threads", default_thread_count());
+    for (auto* r : {&pp, &tg, &reps, &threads})
+        if (!*r) {
+            std::fprintf(stderr, "gdn bench: %s\n", r->message().c_str());
+            return 2;
+        }
+    if (*pp < 0 || *tg < 0 || *reps < 1 || *threads < 1) {
+        std::fprintf(stderr, "gdn bench: --pp/--tg must be >= 0, -r and --threads >= 1\n");
+        return 2;
+    }
+    if (Status ks = configure_kernels_from_env(); !ks) {
+        std::fprintf(stderr, "gdn bench: %s\n", ks.message().c_str());
+        return 2;
+    }
+    set_global_threads(static_cast<int>(*threads));
+    MachineLimits lim;
+    if (!args->has("--no-limits")) {
+        lim = measure_machine_limits();
+        std::printf("machine: %s\n", lim.summary().c_str());
+        if (args->has("--limits")) return 0;
+    }
+    ForwardOptions fo;
+    fo.bf16_activations = args->get("--dtype", "bf16") == "bf16";
+    auto model = Model::load(args->get("--model"));
+    if (!model) {
+        std::fprintf(stderr, "gdn bench: %s\n", model.message().c_str());
+        return 1;
+    }
+    const Model& m = **model;
+    log_kernel_selection();
+    double bytes = 0, flops = 0;
+    weight_traffic(m, &bytes, &flops);
+    const int V = m.config().vocab;
+    std::mt19937 rng(1);
+    std::vector<int32_t> prompt(std::max<long long>(*pp, 1));
+    for (auto& t : prompt) t = static_cast<int32_t>(rng() % V);
+    std::vector<float> logits;
+    logits.reserve(V * 2);
+    // Warm-up: one short prefill and a few decode steps (page in weights, grow buffers).
+    {
+        SequenceState st = m.new_state();
+        m.forward({{&st, prompt.data(), std::min<int64_t>(16, prompt.size()), false}}, fo, &logits);
+        for (int i = 0; i < 3; ++i) {
+            logits.clear();
+            int32_t t = 1;
+            m.forward({{&st, &t, 1, false}}, fo, &logits);
+        }
+    }
+    std::vector<double> pp_tps, tg_tps;
+    for (long long r = 0; r < *reps; ++r) {
+        if (*pp > 0) {
+            SequenceState st = m.new_state();
+            logits.clear();
+            const double t0 = now_s();
+            m.forward({{&st, prompt.data(), *pp, false}}, fo, &logits);
+            pp_tps.push_back(*pp / (now_s() - t0));
+        }
+        if (*tg > 0) {
+            SequenceState st = m.new_state();
+            st.reserve(*tg + 1);
+            int32_t t = prompt[0];
+            logits.clear();
+            m.forward({{&st, &t, 1, false}}, fo, &logits);
+            const double t0 = now_s();
+            for (long long i = 0; i < *tg; ++i) {
+                t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+                logits.clear();
+                m.forward({{&st, &t, 1, false}}, fo, &logits);
+            }
+            tg_tps.push_back(*tg / (now_s() - t0));
+        }
+    }
+    const std::string name = args->get("--model");
+    std::printf("| model | threads | dtype | test | t/s | roofline t/s | ratio |\n|---|---|---|---|---|---|---|\n");
+    Json out = Json::object();
+    out["model"] = name;
+    out["threads"] = *threads;
+    out["dtype"] = fo.bf16_activations ? "bf16" : "f32";
+    out["weights_bytes_per_token"] = bytes;
+    out["flops_per_token"] = flops;
+    if (lim.read_gbps > 0) out["machine"] = {{"read_gbps", lim.read_gbps}, {"fp32_gflops", lim.fp32_gflops}, {"bf16_gflops", lim.bf16_gflops}};
+    auto row = [&](const char* test, long long n, const std::vector<double>& v, double roof, const char* key) {
+        if (v.empty()) return;
+        Stats s = stats(v);
+        std::printf("| %s | %lld | %s | %s%lld | %.2f ± %.2f | %.1f | %.2f |\n", name.c_str(), *threads,
+                    fo.bf16_activations ? "bf16" : "f32", test, n, s.mean, s.sd, roof, roof > 0 ? s.mean / roof : 0.0);
+        out[key] = {{"n_tokens", n}, {"mean_tps", s.mean}, {"sd_tps", s.sd}, {"samples", v}, {"roofline_tps", roof},
+                    {"roofline_ratio", roof > 0 ? s.mean / roof : 0.0}};
+    };
+    const double peak = fo.bf16_activations && lim.bf16_gflops > 0 ? lim.bf16_gflops : lim.fp32_gflops;
+    row("pp", *pp, pp_tps, peak > 0 ? peak * 1e9 / flops : 0.0, "pp");
+    row("tg", *tg, tg_tps, lim.read_gbps > 0 ? lim.read_gbps * 1e9 / bytes : 0.0, "tg");
+    std::printf("weights read per decode token: %.3f GB; matmul FLOPs per token: %.3f G\n", bytes / 1e9, flops / 1e9);
+    if (args->has("--json")) {
+        std::ofstream f(args->get("--json"));
+        f << out.dump(2) << "\n";
+        if (!f) {
+            std::fprintf(stderr, "gdn bench: cannot write %s\n", args->get("--json").c_str());
+            return 1;
+        }
+    }
+    return 0;
+}
+
+}  // namespace gdn
