@@ -130,17 +130,22 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
              {1, 0, 4, 2, 16}, {1, 100, 8, 2, 64}, {5, 0, 4, 4, 32}, {70, 3, 6, 2, 24}, {3, 130, 2, 1, 256}}) {
         const int64_t nk = n_past + T, row = Hkv * D;
         auto q = random_vec(T * 2 * Hq * D, 9 + T), kv = random_vec(2 * nk * row, 10 + nk);
-        // Rows scattered in memory (paged): key j lives at row (j * 7) % nk of the arena.
-        std::vector<const float*> kp(nk), vp(nk);
+        // Paged: blocks of 4 rows, scattered in the arena by a block table.
+        const int64_t bs = 4, nb = (nk + bs - 1) / bs;
+        std::vector<int32_t> table(nb);
+        for (int64_t b = 0; b < nb; ++b) table[b] = static_cast<int32_t>((b * 5) % nb);  // a permutation (nb odd or not)
+        std::vector<float> arena_k(nb * bs * row), arena_v(nb * bs * row);
         for (int64_t j = 0; j < nk; ++j) {
-            kp[j] = kv.data() + ((j * 7) % nk) * row;
-            vp[j] = kv.data() + nk * row + ((j * 7) % nk) * row;
+            const int64_t r = table[j / bs] * bs + j % bs;
+            std::copy(kv.begin() + j * row, kv.begin() + (j + 1) * row, arena_k.begin() + r * row);
+            std::copy(kv.begin() + (nk + j) * row, kv.begin() + (nk + j + 1) * row, arena_v.begin() + r * row);
         }
         compare_paths([&] {
             std::vector<float> out(T * Hq * D);
             ops::Scratch sc;
             // q and gate interleaved per token: [q (Hq*D) | gate (Hq*D)]
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, kp.data(), vp.data()}}, Hq, Hkv, D,
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D,
+                           {{0, T, n_past, {arena_k.data(), arena_v.data(), row, table.data(), bs}}}, Hq, Hkv, D,
                            out.data(), sc);
             return out;
         }, 2e-5f, 2e-4f, "attention");

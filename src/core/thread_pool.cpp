@@ -59,7 +59,7 @@ void ThreadPool::worker_loop(int ith) {
     }
 }
 
-void ThreadPool::run(const std::function<void(int, int)>& fn) {
+void ThreadPool::run(FunctionRef<void(int, int)> fn) {
     if (n_threads_ == 1) {
         fn(0, 1);
         return;
@@ -76,7 +76,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
     if (n <= 0) return;
     int nth = n_threads_;
     if (n < nth) nth = static_cast<int>(n);

@@ -12,6 +12,23 @@
 
 namespace gdn {
 
+// A non-owning reference to a callable (no heap allocation, unlike std::function for large captures):
+// the pool runs hundreds of small jobs per decode step and must not allocate.
+template <typename Sig>
+class FunctionRef;
+template <typename R, typename... Args>
+class FunctionRef<R(Args...)> {
+public:
+    template <typename F>
+    FunctionRef(const F& f)  // NOLINT: implicit, like std::function
+        : obj_(&f), call_([](const void* o, Args... a) -> R { return (*static_cast<const F*>(o))(a...); }) {}
+    R operator()(Args... a) const { return call_(obj_, a...); }
+
+private:
+    const void* obj_;
+    R (*call_)(const void*, Args...);
+};
+
 class ThreadPool {
 public:
     // n_threads includes the calling thread (n_threads - 1 workers are started).
@@ -22,9 +39,9 @@ public:
 
     int size() const { return n_threads_; }
     // Runs fn(ith, nth) on every thread (the caller is thread 0) and waits for all.
-    void run(const std::function<void(int ith, int nth)>& fn);
+    void run(FunctionRef<void(int ith, int nth)> fn);
     // Splits [0, n) into nth contiguous ranges and calls fn(begin, end) for each non-empty one.
-    void parallel_for(int64_t n, const std::function<void(int64_t begin, int64_t end)>& fn);
+    void parallel_for(int64_t n, FunctionRef<void(int64_t begin, int64_t end)> fn);
 
 private:
     void worker_loop(int ith);
@@ -36,7 +53,7 @@ private:
     // instead of a futex wake-up.
     std::mutex mu_;
     std::condition_variable cv_start_;
-    std::atomic<const std::function<void(int, int)>*> job_{nullptr};
+    std::atomic<const FunctionRef<void(int, int)>*> job_{nullptr};
     std::atomic<uint64_t> generation_{0};
     std::atomic<int> pending_{0};
     std::atomic<int> sleepers_{0};

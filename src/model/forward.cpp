@@ -49,7 +49,7 @@ Model::~Model() = default;
 
 namespace {
 
-// Scratch slots of the forward (ops::gdn_mixer uses 0..4, ops::attention 10; pointer slots 0, 1).
+// Scratch slots of the forward (ops::gdn_mixer uses 0..4, ops::attention 10).
 enum Slot { X = 30, H_MIX, H_FFN, MIX, FFN, PROJ, ACT, Q, GATE, HF, MOE_X, MOE_Y, MOE_GU, MOE_ACC, ROUTER, SHARED_G };
 
 class ForwardPass {
@@ -119,11 +119,6 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
         }
     std::vector<ops::AttnSeq>& as = ws_.attn_seqs;
     as.clear();
-    int64_t total_keys = 0;
-    for (const SeqSpan& s : seqs) total_keys += s.st->n_past + s.T;
-    const float** kp = sc_.ptrs(0, total_keys);
-    const float** vp = sc_.ptrs(1, total_keys);
-    int64_t off = 0;
     for (const SeqSpan& s : seqs) {
         std::vector<float>& kc = s.st->k_cache[ai];
         std::vector<float>& vc = s.st->v_cache[ai];
@@ -135,12 +130,7 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
             std::memcpy(&kc[(n_past + t) * row], qkv + (s.t0 + t) * ld + Hq * 2 * D, row * sizeof(float));
             std::memcpy(&vc[(n_past + t) * row], qkv + (s.t0 + t) * ld + Hq * 2 * D + row, row * sizeof(float));
         }
-        for (int64_t j = 0; j < n_past + s.T; ++j) {
-            kp[off + j] = kc.data() + j * row;
-            vp[off + j] = vc.data() + j * row;
-        }
-        as.push_back({s.t0, s.T, n_past, kp + off, vp + off});
-        off += n_past + s.T;
+        as.push_back({s.t0, s.T, n_past, {kc.data(), vc.data(), row, nullptr, 0}});
     }
     float* o = sc_.f32(ACT, N * Hq * D);
     ops::attention(q, gate, Hq * D, as, Hq, Hkv, D, o, sc_);

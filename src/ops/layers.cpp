@@ -15,13 +15,8 @@ namespace gdn::ops {
 
 float* Scratch::f32(int slot, size_t n) {
     if (static_cast<int>(f_.size()) <= slot) f_.resize(slot + 1);
-    if (f_[slot].size() < n) f_[slot].resize(n);
-    return f_[slot].data();
-}
-const float** Scratch::ptrs(int slot, size_t n) {
-    if (static_cast<int>(p_.size()) <= slot) p_.resize(slot + 1);
-    if (p_[slot].size() < n) p_[slot].resize(n);
-    return p_[slot].data();
+    if (f_[slot].size() < n * sizeof(float)) f_[slot].allocate(n * sizeof(float), false);  // contents not kept
+    return f_[slot].as<float>();
 }
 
 namespace {
@@ -313,8 +308,8 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
             const int64_t nk = s.n_past + s.T;
             std::vector<float> k(nk * Hkv * D), v(nk * Hkv * D), qq(s.T * Hq * D), gg(s.T * Hq * D);
             for (int64_t j = 0; j < nk; ++j) {
-                std::memcpy(&k[j * Hkv * D], s.krows[j], Hkv * D * sizeof(float));
-                std::memcpy(&v[j * Hkv * D], s.vrows[j], Hkv * D * sizeof(float));
+                std::memcpy(&k[j * Hkv * D], s.kv.k(j), Hkv * D * sizeof(float));
+                std::memcpy(&v[j * Hkv * D], s.kv.v(j), Hkv * D * sizeof(float));
             }
             for (int64_t t = 0; t < s.T; ++t) {
                 std::memcpy(&qq[t * Hq * D], q + (s.t0 + t) * ldq, Hq * D * sizeof(float));
@@ -330,20 +325,18 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
     for (const AttnSeq& s : seqs) n_units += s.T * Hkv;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int nth = global_pool().size();
-    float* scratch = sc.f32(10, static_cast<size_t>(nth) * group * 64);
+    float* scratch = sc.f32(10, static_cast<size_t>(nth) * 64);
+    // Units are dealt round-robin: later queries see more keys, so contiguous ranges would be unbalanced.
     global_pool().run([&](int ith, int nt) {
-        int64_t u0, u1;
-        split_range(n_units, ith, nt, &u0, &u1);
         int64_t base = 0;
         for (const AttnSeq& s : seqs) {
             const int64_t cnt = s.T * Hkv;
-            for (int64_t u = std::max(u0, base); u < std::min(u1, base + cnt); ++u) {
-                const int64_t t = (u - base) / Hkv, g = (u - base) % Hkv;
+            for (int64_t u = (ith - base % nt + nt) % nt; u < cnt; u += nt) {
+                const int64_t t = u / Hkv, g = u % Hkv;
                 const int64_t row = s.t0 + t;
                 GDN_KERNEL(isa, attention_group, q + row * ldq + g * group * D,
-                           gate ? gate + row * ldq + g * group * D : nullptr, group, D, s.krows, s.vrows,
-                           g * D, s.n_past + t + 1, scale, out + (row * Hq + g * group) * D,
-                           scratch + ith * group * 64);
+                           gate ? gate + row * ldq + g * group * D : nullptr, group, D, s.kv, g * D,
+                           s.n_past + t + 1, scale, out + (row * Hq + g * group) * D, scratch + ith * 64);
             }
             base += cnt;
         }

@@ -6,7 +6,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/tensor.h"
+#include "ops/cpu/kernels.h"
 
 namespace gdn::ops {
 
@@ -20,12 +22,10 @@ struct GdnUnit {
 class Scratch {
 public:
     float* f32(int slot, size_t n);
-    const float** ptrs(int slot, size_t n);
     std::vector<GdnUnit> gdn_units;
 
 private:
-    std::vector<std::vector<float>> f_;
-    std::vector<std::vector<const float*>> p_;
+    std::vector<Buffer> f_;  // huge-page backed when large (page faults on first touch cost ~10 us per 4 KiB here)
 };
 
 void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* out, bool bf16);
@@ -61,12 +61,11 @@ struct GdnParams {
 void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* out,
                Scratch& scratch, bool bf16);
 
-// One sequence's slice of an attention batch; key j's K/V rows (Hkv * D floats) are krow(j) / vrow(j),
-// j < n_past + T (the new rows already written).
+// One sequence's slice of an attention batch: its keys j < n_past + T (the new rows already written) are
+// located by `kv` (contiguous or paged; rows of Hkv * D floats).
 struct AttnSeq {
     int64_t t0, T, n_past;
-    const float* const* krows;
-    const float* const* vrows;
+    cpu::KvRows kv;
 };
 // out [N, Hq, D] = causal softmax attention with GQA, times sigmoid(gate). q, gate rows of ldq floats.
 void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,

@@ -48,9 +48,9 @@ int cmd_profile(int argc, char** argv) {
     std::vector<int32_t> prompt(*plen);
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % m.config().vocab);
     std::vector<float> logits;
-    {  // warm-up, not profiled
+    {  // warm-up, not profiled: a full-size prefill touches every buffer once
         SequenceState st = m.new_state();
-        m.forward({{&st, prompt.data(), std::min<int64_t>(8, *plen), false}}, fo, &logits);
+        m.forward({{&st, prompt.data(), *plen, false}}, fo, &logits);
     }
     Profiler& prof = Profiler::get();
     prof.clear();

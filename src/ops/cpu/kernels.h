@@ -6,6 +6,22 @@
 
 namespace gdn::cpu {
 
+// Where key j's K and V rows live: contiguous (block_table == nullptr: row j at base + j * stride) or paged
+// (row j in block block_table[j / block_size], slot j % block_size).
+struct KvRows {
+    const float* k_base;
+    const float* v_base;
+    int64_t stride;  // floats per row (Hkv * D)
+    const int32_t* block_table;
+    int64_t block_size;
+    int64_t row(int64_t j) const {
+        return block_table ? (static_cast<int64_t>(block_table[j / block_size]) * block_size + j % block_size) * stride
+                           : j * stride;
+    }
+    const float* k(int64_t j) const { return k_base + row(j); }
+    const float* v(int64_t j) const { return v_base + row(j); }
+};
+
 #define GDN_DECLARE_KERNELS                                                                                         \
     /* y = x * rsqrt(mean(x^2) + eps) * w over one row of n; y may alias x */                                     \
     void rms_norm_row(const float* x, int64_t n, const float* w, float eps, float* y, bool bf16);                \
@@ -32,10 +48,9 @@ namespace gdn::cpu {
     /* gated RMSNorm of one head: y = rmsnorm(x) * w * silu(z) */                                                   \
     void gated_norm_row(const float* x, const float* z, int64_t n, const float* w, float eps, float* y, bool bf16); \
     /* causal attention of one query row for the heads [h0, h1) of one KV head group, over n_keys keys:          \
-       key j's K row is krows[j] + hoff (D floats). Tiled online softmax; out = softmax(q k^T * scale) v * sigmoid(gate) */ \
-    void attention_group(const float* q, const float* gate, int64_t nh, int64_t D, const float* const* krows,     \
-                         const float* const* vrows, int64_t hoff, int64_t n_keys, float scale, float* out,         \
-                         float* scratch);                                                                          \
+       key j's K row is kv.k(j) + hoff (D floats). Tiled online softmax; out = softmax(q k^T * scale) v * sigmoid(gate) */ \
+    void attention_group(const float* q, const float* gate, int64_t nh, int64_t D, const KvRows& kv, int64_t hoff, \
+                         int64_t n_keys, float scale, float* out, float* scratch);                                 \
     int64_t argmax(const float* x, int64_t n);
 
 namespace avx512 {

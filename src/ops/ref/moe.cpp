@@ -8,8 +8,10 @@
 namespace gdn::ref {
 
 void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx, float* w) {
-    std::vector<float> p(E);
-    std::vector<int32_t> order(E);
+    thread_local std::vector<float> p;  // grow-only: no allocation per call once warm
+    thread_local std::vector<int32_t> order;
+    p.resize(E);
+    order.resize(E);
     for (int64_t t = 0; t < T; ++t) {
         const float* l = logits + t * E;
         float mx = l[0];
