@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "core/profiler.h"
+#include "cache/kv_cache.h"
+#include "cache/state_slots.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
@@ -26,8 +28,71 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
 
 namespace {
 struct SeqSpan {
-    int64_t t0, T;
-    SequenceState* st;
+    int64_t t0, T, n_past;
+};
+
+}  // namespace
+
+// Where a forward finds each sequence's caches: a standalone SequenceState, or the engine's KV block
+// pool and state slots addressed by a BatchPlan.
+class CacheAccess {
+public:
+    virtual ~CacheAccess() = default;
+    virtual float* conv(int seq, int gdn_layer) = 0;
+    virtual float* ssm(int seq, int gdn_layer) = 0;
+    virtual bool fresh(int seq) = 0;  // no initial state: its GDN state is zeroed before use
+    // Stores the K/V rows of new token t of sequence seq (t counted within this step).
+    virtual void write_kv(int seq, int attn_layer, int64_t t, const float* k, const float* v) = 0;
+    virtual cpu::KvRows rows(int seq, int attn_layer) = 0;
+};
+
+namespace {
+
+class SequenceStateAccess final : public CacheAccess {
+public:
+    SequenceStateAccess(const std::vector<SequenceInput>& b, int64_t row) : b_(b), row_(row) {}
+    float* conv(int s, int gi) override { return b_[s].state->conv[gi].data(); }
+    float* ssm(int s, int gi) override { return b_[s].state->ssm[gi].data(); }
+    bool fresh(int) override { return false; }  // a new SequenceState is zero-initialised
+    void write_kv(int s, int ai, int64_t t, const float* k, const float* v) override {
+        std::vector<float>& kc = b_[s].state->k_cache[ai];
+        std::vector<float>& vc = b_[s].state->v_cache[ai];
+        const int64_t pos = b_[s].state->n_past + t;
+        if (static_cast<int64_t>(kc.size()) < (pos + 1) * row_) {  // no allocation within reserved capacity
+            kc.resize((pos + 1) * row_);
+            vc.resize((pos + 1) * row_);
+        }
+        std::memcpy(&kc[pos * row_], k, row_ * sizeof(float));
+        std::memcpy(&vc[pos * row_], v, row_ * sizeof(float));
+    }
+    cpu::KvRows rows(int s, int ai) override {
+        return {b_[s].state->k_cache[ai].data(), b_[s].state->v_cache[ai].data(), row_, nullptr, 0};
+    }
+
+private:
+    const std::vector<SequenceInput>& b_;
+    int64_t row_;
+};
+
+class PlanAccess final : public CacheAccess {
+public:
+    PlanAccess(const BatchPlan& p, KvCache& kv, StateSlots& slots) : p_(p), kv_(kv), slots_(slots) {}
+    float* conv(int s, int gi) override { return slots_.conv(gi, p_.state_slot[s]); }
+    float* ssm(int s, int gi) override { return slots_.ssm(gi, p_.state_slot[s]); }
+    bool fresh(int s) override { return !p_.has_initial_state[s]; }
+    void write_kv(int s, int ai, int64_t t, const float* k, const float* v) override {
+        const int64_t r = p_.slot_mapping[p_.cu_seqlens[s] + t];
+        std::memcpy(kv_.k(ai) + r * kv_.row_floats(), k, kv_.row_floats() * sizeof(float));
+        std::memcpy(kv_.v(ai) + r * kv_.row_floats(), v, kv_.row_floats() * sizeof(float));
+    }
+    cpu::KvRows rows(int s, int ai) override {
+        return {kv_.k(ai), kv_.v(ai), kv_.row_floats(), p_.block_tables.data() + s * p_.max_blocks, kv_.block_size()};
+    }
+
+private:
+    const BatchPlan& p_;
+    KvCache& kv_;
+    StateSlots& slots_;
 };
 }  // namespace
 
@@ -54,16 +119,17 @@ enum Slot { X = 30, H_MIX, H_FFN, MIX, FFN, PROJ, ACT, Q, GATE, HF, MOE_X, MOE_Y
 
 class ForwardPass {
 public:
-    ForwardPass(const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o, ForwardWorkspace& ws)
+    ForwardPass(const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o, ForwardWorkspace& ws,
+                CacheAccess& cache)
         : c_(c), w_(w), bf16_(o.bf16_activations), hf_(o.bf16_activations && o.hf_rounding), form_(o.gdn_form),
-          ws_(ws), sc_(ws.sc) {}
+          ws_(ws), sc_(ws.sc), cache_(cache) {}
 
     // Weight matmul: bf16 inputs in bf16 mode; outputs rounded only when emulating HF.
     void lin(const float* x, int64_t M, const LinearWeight& w, float* y) const { linear(x, M, w, y, bf16_, hf_); }
 
     void gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs, float* out);
     void attention_block(const LayerWeights& L, int ai, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
-                         const std::vector<int64_t>& pos, float* out);
+                         const int64_t* pos, float* out);
     void mlp(const Mlp& m, const float* h, int64_t N, float* out, int slot_gu, int slot_act);
     void moe(const Moe& m, const float* h, int64_t N, float* out);
 
@@ -75,6 +141,7 @@ private:
     const GdnForm form_;
     ForwardWorkspace& ws_;
     ops::Scratch& sc_;
+    CacheAccess& cache_;
 };
 
 void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
@@ -86,7 +153,15 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
     lin(h, N, g.in_proj, proj);
     std::vector<ops::GdnSeq>& gs = ws_.gdn_seqs;
     gs.clear();
-    for (const SeqSpan& s : seqs) gs.push_back({s.t0, s.T, s.st->conv[gi].data(), s.st->ssm[gi].data()});
+    for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
+        float* conv = cache_.conv(i, gi);
+        float* ssm = cache_.ssm(i, gi);
+        if (cache_.fresh(i)) {  // a new sequence: zero exactly its own state (no pass over other slots)
+            std::memset(conv, 0, (c_.conv_kernel - 1) * c_.gdn_conv_dim() * sizeof(float));
+            std::memset(ssm, 0, c_.gdn_v_heads * c_.gdn_k_dim * c_.gdn_v_dim * sizeof(float));
+        }
+        gs.push_back({seqs[i].t0, seqs[i].T, conv, ssm});
+    }
     ops::GdnParams p{c_.gdn_k_heads, Hv, c_.gdn_k_dim, c_.gdn_v_dim, c_.conv_kernel, c_.rms_eps, g.conv, g.conv_T,
                      g.neg_exp_A, g.dt_bias, g.norm, form_ != GdnForm::RECURRENT};
     float* normed = sc_.f32(ACT, N * VD);
@@ -95,7 +170,7 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
 }
 
 void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h, int64_t N,
-                                  const std::vector<SeqSpan>& seqs, const std::vector<int64_t>& pos, float* out) {
+                                  const std::vector<SeqSpan>& seqs, const int64_t* pos, float* out) {
     const AttentionWeights& A = L.attn;
     const int64_t Hq = c_.attn_heads, Hkv = c_.attn_kv_heads, D = c_.head_dim;
     const int64_t ld = A.qkv.N();  // per token: Hq x [query D | gate D], then k (Hkv*D), then v (Hkv*D)
@@ -104,9 +179,9 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
     // q heads sit at stride 2D inside a token row (interleaved with their gates): norm+rope them in place
     // as [N, Hq] rows of D with a head stride of 2D.
     for (int64_t hh = 0; hh < Hq; ++hh)
-        ops::qk_norm_rope(qkv + hh * 2 * D, ld, N, 1, D, A.q_norm, c_.rms_eps, c_.rotary_dim, c_.rope_theta, pos.data(),
+        ops::qk_norm_rope(qkv + hh * 2 * D, ld, N, 1, D, A.q_norm, c_.rms_eps, c_.rotary_dim, c_.rope_theta, pos,
                           hf_);
-    ops::qk_norm_rope(qkv + Hq * 2 * D, ld, N, Hkv, D, A.k_norm, c_.rms_eps, c_.rotary_dim, c_.rope_theta, pos.data(),
+    ops::qk_norm_rope(qkv + Hq * 2 * D, ld, N, Hkv, D, A.k_norm, c_.rms_eps, c_.rotary_dim, c_.rope_theta, pos,
                       hf_);
     // Append the new K/V rows to each sequence's cache; build row pointers for the kernel.
     const int64_t row = Hkv * D;
@@ -119,18 +194,13 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
         }
     std::vector<ops::AttnSeq>& as = ws_.attn_seqs;
     as.clear();
-    for (const SeqSpan& s : seqs) {
-        std::vector<float>& kc = s.st->k_cache[ai];
-        std::vector<float>& vc = s.st->v_cache[ai];
-        const int64_t n_past = s.st->n_past;
-        GDN_CHECK(static_cast<int64_t>(kc.size()) == n_past * row);
-        kc.resize((n_past + s.T) * row);  // no allocation within reserved capacity
-        vc.resize((n_past + s.T) * row);
+    for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
+        const SeqSpan& s = seqs[i];
         for (int64_t t = 0; t < s.T; ++t) {
-            std::memcpy(&kc[(n_past + t) * row], qkv + (s.t0 + t) * ld + Hq * 2 * D, row * sizeof(float));
-            std::memcpy(&vc[(n_past + t) * row], qkv + (s.t0 + t) * ld + Hq * 2 * D + row, row * sizeof(float));
+            const float* kt = qkv + (s.t0 + t) * ld + Hq * 2 * D;
+            cache_.write_kv(i, ai, t, kt, kt + row);
         }
-        as.push_back({s.t0, s.T, n_past, {kc.data(), vc.data(), row, nullptr, 0}});
+        as.push_back({s.t0, s.T, s.n_past, cache_.rows(i, ai)});
     }
     float* o = sc_.f32(ACT, N * Hq * D);
     ops::attention(q, gate, Hq * D, as, Hq, Hkv, D, o, sc_);
@@ -197,11 +267,8 @@ void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
 }  // namespace
 
 Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits) const {
-    const ModelConfig& c = config_;
-    const ModelWeights& w = *weights_;
-    const int64_t H = c.hidden, V = c.vocab;
+    const int64_t V = config_.vocab;
     // Validate everything before touching any state.
-    int64_t N = 0;
     for (const auto& s : batch) {
         if (!s.state || s.n_tokens <= 0) return Status::error("forward: every sequence needs a state and >= 1 token");
         for (int64_t i = 0; i < s.n_tokens; ++i)
@@ -209,42 +276,72 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
                 return Status::error(strprintf("token id %d is out of range [0, %lld)", s.tokens[i], (long long)V));
         for (const auto& o : batch)
             if (&o != &s && o.state == s.state) return Status::error("forward: a sequence appears twice in one batch");
-        N += s.n_tokens;
     }
-    if (N == 0) return Status::ok();
-
-    Profiler& prof = Profiler::get();
-    bool all_decode = true;
-    for (const auto& s : batch) all_decode &= s.n_tokens == 1;
-    prof.begin_step(all_decode ? "decode" : "prefill");
+    if (batch.empty()) return Status::ok();
     ForwardWorkspace& ws = *ws_;
-    ops::Scratch& sc = ws.sc;
     ws.ids.clear();
     ws.pos.clear();
     ws.spans.clear();
     ws.logit_rows.clear();
     for (const auto& s : batch) {
-        ws.spans.push_back({static_cast<int64_t>(ws.ids.size()), s.n_tokens, s.state});
+        ws.spans.push_back({static_cast<int64_t>(ws.ids.size()), s.n_tokens, s.state->n_past});
         for (int64_t i = 0; i < s.n_tokens; ++i) {
             if (s.all_logits || i == s.n_tokens - 1) ws.logit_rows.push_back(static_cast<int64_t>(ws.ids.size()));
             ws.ids.push_back(s.tokens[i]);
             ws.pos.push_back(s.state->n_past + i);  // M-RoPE with text-only positions == 1-D RoPE
         }
     }
+    SequenceStateAccess access(batch, static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
+    run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits);
+    for (const auto& s : batch) s.state->n_past += s.n_tokens;
+    return Status::ok();
+}
 
-    ForwardPass fp(c, w, opt, ws);
+Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
+                      std::vector<float>* logits) const {
+    const int64_t V = config_.vocab;
+    for (int32_t t : plan.token_ids)
+        if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
+    if (plan.n_tokens() == 0) return Status::ok();
+    ForwardWorkspace& ws = *ws_;
+    ws.spans.clear();
+    for (int64_t s = 0; s < plan.n_seqs(); ++s) {
+        const int64_t t0 = plan.cu_seqlens[s];
+        ws.spans.push_back({t0, plan.cu_seqlens[s + 1] - t0, plan.positions[t0]});
+    }
+    PlanAccess access(plan, kv, slots);
+    run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits);
+    return Status::ok();
+}
+
+void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
+                const ForwardOptions& opt, std::vector<float>* logits) const {
+    const ModelConfig& c = config_;
+    const ModelWeights& w = *weights_;
+    const int64_t H = c.hidden, V = c.vocab;
+    ForwardWorkspace& ws = *ws_;
+    int64_t N = 0;
+    bool all_decode = true;
+    for (const SeqSpan& s : ws.spans) {
+        N += s.T;
+        all_decode &= s.T == 1;
+    }
+    Profiler& prof = Profiler::get();
+    prof.begin_step(all_decode ? "decode" : "prefill");
+    ops::Scratch& sc = ws.sc;
+    ForwardPass fp(c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;  // rounding outside the matmuls
     float* x = sc.f32(X, N * H);        // residual stream [N, H]
     float* hm = sc.f32(H_MIX, N * H);   // mixer input: x normed by input_layernorm
     float* hf = sc.f32(H_FFN, N * H);   // FFN input: x normed by post_attention_layernorm
     float* mix = sc.f32(MIX, N * H);
     float* ffn = sc.f32(FFN, N * H);
-    ops::embedding(w.embed, ws.ids.data(), N, x, bf16);
+    ops::embedding(w.embed, ids, N, x, bf16);
     ops::rms_norm(x, N, H, w.layers[0].input_norm, c.rms_eps, hm, bf16);
     int gi = 0, ai = 0;
     for (int l = 0; l < c.n_layers; ++l) {
         const LayerWeights& L = w.layers[l];
-        if (L.kind == LayerKind::FULL_ATTENTION) fp.attention_block(L, ai++, hm, N, ws.spans, ws.pos, mix);
+        if (L.kind == LayerKind::FULL_ATTENTION) fp.attention_block(L, ai++, hm, N, ws.spans, pos, mix);
         else fp.gdn_block(L, gi++, hm, N, ws.spans, mix);
         ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);  // x += mixer; hf = post norm
         if (L.is_moe) fp.moe(L.moe, hf, N, ffn);
@@ -253,11 +350,9 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
         const float* next_norm = l + 1 < c.n_layers ? w.layers[l + 1].input_norm : w.final_norm;
         ops::add_rms_norm(x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
     }
-    for (const auto& s : batch) s.state->n_past += s.n_tokens;
-
-    const int64_t R = static_cast<int64_t>(ws.logit_rows.size());
+    const int64_t R = static_cast<int64_t>(logit_rows.size());
     float* last = sc.f32(HF, R * H);
-    for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, hm + ws.logit_rows[r] * H, H * sizeof(float));
+    for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, hm + logit_rows[r] * H, H * sizeof(float));
     const size_t off = logits->size();
     logits->resize(off + R * V);
     // bf16 mode: the lm_head takes its input as two bf16 terms (~16-bit precision at bf16 speed), which
@@ -265,7 +360,6 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
     if (opt.bf16_activations && !opt.hf_rounding) linear_bf16x2(last, R, w.lm_head_packed, logits->data() + off);
     else linear(last, R, w.lm_head_packed, logits->data() + off, bf16);
     prof.end_step();
-    return Status::ok();
 }
 
 }  // namespace gdn

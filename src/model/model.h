@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/batch_plan.h"
 #include "model/config.h"
 #include "model/state.h"
 #include "model/weights.h"
@@ -17,6 +18,9 @@ namespace gdn {
 enum class GdnForm { AUTO, RECURRENT, CHUNKED };  // selects the form of the REFERENCE delta rule
 
 struct ForwardWorkspace;
+class CacheAccess;
+class KvCache;
+class StateSlots;
 
 struct ForwardOptions {
     // bf16: the inputs of every weight matmul are bf16 (bf16 x bf16 products, f32 accumulation); the
@@ -49,11 +53,19 @@ public:
     // ([rows, V], in sequence order). Token ids must be in [0, V) (checked: error, state untouched).
     Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits) const;
 
+    // The engine's forward: a host-built plan over the paged KV cache and the GDN state slots. Appends
+    // the logits of plan.logits_rows. Token ids are validated; everything else is trusted (built by the
+    // engine). Reads nothing back from the compute device.
+    Status forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
+                   std::vector<float>* logits) const;
+
     SequenceState new_state() const { return SequenceState(config_); }
     ~Model();
 
 private:
     Model() = default;
+    void run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
+             const ForwardOptions& opt, std::vector<float>* logits) const;
     ModelConfig config_;
     std::unique_ptr<ModelWeights> weights_;
     // Buffers reused across forward calls. One forward at a time per Model (the engine thread).

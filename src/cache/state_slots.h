@@ -1,0 +1,35 @@
+// GDN state slots: each running request owns one slot holding, for every GDN layer, the conv state
+// ([K-1, CD], last raw inputs) and the recurrent state ([Hv, Dk, Dv] f32), dense per layer in the layout
+// the kernels read. A new request's slot is not cleared here: the first forward of a sequence
+// (has_initial_state = false, from its computed-token count) zeroes exactly that slot's memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+
+namespace gdn {
+
+class StateSlots {
+public:
+    StateSlots(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats, int32_t n_slots);
+    int32_t n_slots() const { return n_slots_; }
+    int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
+    int32_t allocate();  // -1 if none
+    void release(int32_t slot);
+    float* conv(int layer, int32_t slot) { return conv_[layer].as<float>() + slot * conv_n_; }
+    float* ssm(int layer, int32_t slot) { return ssm_[layer].as<float>() + slot * ssm_n_; }
+    static size_t bytes_per_slot(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats) {
+        return static_cast<size_t>(n_gdn_layers) * (conv_floats + ssm_floats) * sizeof(float);
+    }
+
+private:
+    int32_t n_slots_;
+    int64_t conv_n_, ssm_n_;
+    std::vector<Buffer> conv_, ssm_;
+    std::vector<int32_t> free_;
+    std::vector<uint8_t> in_use_;
+};
+
+}  // namespace gdn
