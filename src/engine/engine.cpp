@@ -1,0 +1,326 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "core/log.h"
+
+namespace gdn {
+
+namespace {
+std::atomic<uint64_t> g_d2h_reads{0};
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+uint64_t device_to_host_reads() { return g_d2h_reads.load(); }
+void count_device_to_host_read() { g_d2h_reads.fetch_add(1); }
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::NONE: return "";
+        case FinishReason::STOP: return "stop";
+        case FinishReason::LENGTH: return "length";
+        case FinishReason::ABORT: return "abort";
+    }
+    return "";
+}
+
+struct Engine::Request {
+    std::shared_ptr<SchedRequest> sched;
+    SamplingParams params;
+    SamplerState sampler;
+    std::vector<int32_t> prompt;  // a copy for the repetition penalty
+    std::vector<int32_t> output;
+    std::unique_ptr<StreamDecoder> decoder;
+    std::string text;      // generated text so far (decoded)
+    size_t emitted = 0;    // bytes of `text` already returned
+    size_t max_stop = 0;   // longest stop string
+    FinishReason finish = FinishReason::NONE;
+};
+
+Engine::~Engine() = default;
+
+Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tok,
+                                               const EngineConfig& cfg_in) {
+    EngineConfig cfg = cfg_in;
+    const ModelConfig& c = model->config();
+    auto bad = [](const std::string& m) { return Status::error("engine config: " + m); };
+    if (cfg.block_size < 1 || cfg.block_size > 1024) return bad("block size must be in 1..1024");
+    if (cfg.max_model_len < 2) return bad("max_model_len must be >= 2");
+    if (cfg.max_num_seqs < 1) return bad("max_num_seqs must be >= 1");
+    if (cfg.max_prefill_chunk < 64) return bad("the prefill chunk must be >= 64 tokens (one GDN chunk)");
+    if (cfg.max_num_batched_tokens < cfg.max_num_seqs + 64)
+        return bad(strprintf("max_num_batched_tokens (%d) must be >= max_num_seqs + 64 (%d) so that a prefill chunk "
+                             "always fits beside the decodes",
+                             cfg.max_num_batched_tokens, cfg.max_num_seqs + 64));
+    auto e = std::unique_ptr<Engine>(new Engine());
+    // Memory plan: state slots first (one per running request), the rest KV blocks.
+    const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
+    const int n_attn = std::max(1, c.n_attention_layers());
+    const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size);
+    const int64_t conv_n = static_cast<int64_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
+    const int64_t ssm_n = static_cast<int64_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim;
+    const size_t slot_bytes = std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
+    const int64_t blocks_one_seq = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
+    const size_t min_kv = blocks_one_seq * block_bytes;
+    if (cfg.cache_memory < min_kv + slot_bytes)
+        return bad(strprintf("cache memory %.1f MiB cannot hold one sequence of max_model_len %d (%.1f MiB of KV + "
+                             "%.1f MiB of GDN state): raise --cache-memory or lower --max-model-len",
+                             cfg.cache_memory / 1048576.0, cfg.max_model_len, min_kv / 1048576.0, slot_bytes / 1048576.0));
+    std::string note;
+    const int64_t fit_slots = static_cast<int64_t>((cfg.cache_memory - min_kv) / slot_bytes);
+    if (cfg.max_num_seqs > fit_slots) {
+        note = strprintf("max_num_seqs clamped from %d to %lld: only %lld GDN state slots of %.2f MiB fit in "
+                         "--cache-memory beside one max-length sequence's KV",
+                         cfg.max_num_seqs, (long long)fit_slots, (long long)fit_slots, slot_bytes / 1048576.0);
+        cfg.max_num_seqs = static_cast<int>(fit_slots);
+        GDN_LOG_WARN("%s", note.c_str());
+        if (cfg.max_num_batched_tokens < cfg.max_num_seqs + 64) cfg.max_num_batched_tokens = cfg.max_num_seqs + 64;
+    }
+    const int32_t n_slots = cfg.max_num_seqs;
+    const int32_t n_blocks = static_cast<int32_t>((cfg.cache_memory - n_slots * slot_bytes) / block_bytes);
+    e->memory_plan_ = strprintf(
+        "memory plan: KV block %d tokens = %.1f KiB (%d attention layers); %d blocks = %lld tokens (%.1f MiB); "
+        "GDN state slot %.2f MiB (%d layers); %d slots (%.1f MiB); max_model_len %d, max_num_seqs %d, "
+        "max_num_batched_tokens %d%s%s",
+        cfg.block_size, block_bytes / 1024.0, c.n_attention_layers(), n_blocks, (long long)n_blocks * cfg.block_size,
+        n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0, c.n_gdn_layers(), n_slots,
+        n_slots * slot_bytes / 1048576.0, cfg.max_model_len, cfg.max_num_seqs, cfg.max_num_batched_tokens,
+        note.empty() ? "" : "\n", note.c_str());
+    e->cfg_ = cfg;
+    e->model_ = std::move(model);
+    e->tok_ = std::move(tok);
+    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers(), row, n_blocks, cfg.block_size);
+    e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots);
+    SchedulerConfig sc;
+    sc.max_num_seqs = cfg.max_num_seqs;
+    sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
+    sc.max_prefill_chunk = cfg.max_prefill_chunk;
+    e->scheduler_ = std::make_unique<Scheduler>(sc, e->kv_->pool(), e->slots_.get(), n_slots, cfg.block_size);
+    e->eos_ids_ = c.eos_token_ids;
+    if (e->tok_ && e->tok_->eos_token_id() >= 0 &&
+        std::find(e->eos_ids_.begin(), e->eos_ids_.end(), e->tok_->eos_token_id()) == e->eos_ids_.end())
+        e->eos_ids_.push_back(e->tok_->eos_token_id());
+    if (e->tok_ && !e->tok_->chat_template().empty()) {
+        GDN_ASSIGN_OR_RETURN(e->chat_, ChatTemplate::create(*e->tok_));
+    }
+    e->logits_.reserve(static_cast<size_t>(cfg.max_num_seqs) * c.vocab);
+    return e;
+}
+
+Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& params) {
+    const int32_t V = model_->config().vocab;
+    GDN_RETURN_IF_ERROR(params.validate(V));
+    std::vector<int32_t> ids;
+    if (!prompt.messages.is_null()) {
+        if (!chat_) return Status::error("this model has no chat template; send a prompt instead");
+        ChatRequest cr;
+        cr.messages = prompt.messages;
+        cr.enable_thinking = prompt.enable_thinking;
+        cr.extra = prompt.chat_template_kwargs;
+        GDN_ASSIGN_OR_RETURN(std::string text, chat_->render(cr));
+        ids = tok_->encode(text);
+    } else if (!prompt.ids.empty()) {
+        ids = prompt.ids;
+        for (int32_t t : ids)
+            if (t < 0 || t >= V) return Status::error(strprintf("prompt token id %d is out of range [0, %d)", t, V));
+    } else {
+        if (!tok_) return Status::error("no tokenizer loaded: send token ids");
+        ids = tok_->encode(prompt.text);
+    }
+    if (ids.empty()) return Status::error("the prompt is empty");
+    const int64_t n = static_cast<int64_t>(ids.size());
+    if (n >= cfg_.max_model_len)
+        return Status::error(strprintf("the prompt is %lld tokens, but the maximum context length (--max-model-len) "
+                                       "is %d tokens",
+                                       (long long)n, cfg_.max_model_len));
+    auto r = std::make_unique<Request>();
+    r->params = params;
+    r->params.max_tokens = static_cast<int>(std::min<int64_t>(params.max_tokens, cfg_.max_model_len - n));
+    r->params.min_tokens = std::min(r->params.min_tokens, r->params.max_tokens);
+    r->sampler.rng.seed(params.seed ? *params.seed : std::random_device{}());
+    r->prompt = ids;
+    if (tok_) r->decoder = std::make_unique<StreamDecoder>(tok_, params.skip_special_tokens);
+    for (const auto& s : params.stop) r->max_stop = std::max(r->max_stop, s.size());
+    r->sched = std::make_shared<SchedRequest>();
+    r->sched->id = next_id_++;
+    r->sched->tokens = std::move(ids);
+    r->sched->num_prompt = n;
+    r->sched->max_total_tokens = n + r->params.max_tokens;
+    const int64_t id = r->sched->id;
+    scheduler_->add(r->sched);
+    prompt_tokens_total_ += n;
+    requests_.emplace(id, std::move(r));
+    return id;
+}
+
+void Engine::abort(int64_t id) {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    aborts_.push_back(id);
+}
+
+bool Engine::pending_aborts_empty() const {
+    std::lock_guard<std::mutex> lock(abort_mu_);
+    return aborts_.empty();
+}
+
+void Engine::finish(Request& r, FinishReason why, RequestOutput& out) {
+    r.finish = why;
+    out.finish = why;
+    if (why != FinishReason::ABORT && r.decoder) {
+        r.text += r.decoder->finish();
+        if (r.emitted < r.text.size()) {
+            out.text_delta += r.text.substr(r.emitted);
+            r.emitted = r.text.size();
+        }
+    }
+    scheduler_->finish(r.sched->id);
+    finished_total_++;
+}
+
+// Appends a sampled token: text delta (held back while it could still be the start of a stop string),
+// then the stop conditions.
+void Engine::emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, RequestOutput& out) {
+    r.output.push_back(token);
+    r.sched->tokens.push_back(token);
+    out.new_tokens.push_back(token);
+    if (lp) out.logprobs.push_back(*lp);
+    generation_tokens_total_++;
+    const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+    const bool is_stop_id =
+        std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), token) != r.params.stop_token_ids.end();
+    if ((is_eos && !r.params.ignore_eos) || is_stop_id) {
+        finish(r, FinishReason::STOP, out);
+        return;
+    }
+    if (r.decoder) {
+        auto piece = r.decoder->add(token);
+        if (piece) r.text += *piece;
+        if (!r.params.stop.empty()) {
+            const size_t from = r.emitted >= r.max_stop ? r.emitted - r.max_stop + 1 : 0;
+            size_t best = std::string::npos;
+            for (const auto& s : r.params.stop) best = std::min(best, r.text.find(s, from));
+            if (best != std::string::npos) {
+                if (best > r.emitted) out.text_delta += r.text.substr(r.emitted, best - r.emitted);
+                r.emitted = std::max(r.emitted, best);
+                r.text.resize(r.emitted);
+                r.decoder.reset();  // the stop string and anything after it are not returned
+                finish(r, FinishReason::STOP, out);
+                return;
+            }
+        }
+        size_t safe = r.text.size();
+        if (r.max_stop > 1) {
+            safe = r.text.size() >= r.max_stop - 1 ? r.text.size() - (r.max_stop - 1) : 0;
+            while (safe > r.emitted && safe < r.text.size() && (static_cast<uint8_t>(r.text[safe]) & 0xC0) == 0x80) --safe;
+        }
+        if (safe > r.emitted) {
+            out.text_delta += r.text.substr(r.emitted, safe - r.emitted);
+            r.emitted = safe;
+        }
+    }
+    if (static_cast<int>(r.output.size()) >= r.params.max_tokens) finish(r, FinishReason::LENGTH, out);
+}
+
+void Engine::build_plan(const SchedulerOutput& so) {
+    BatchPlan& p = plan_;
+    p.clear();
+    int64_t max_blocks = 1;
+    for (const auto& c : so.chunks) max_blocks = std::max<int64_t>(max_blocks, c.req->blocks.size());
+    p.max_blocks = max_blocks;
+    p.cu_seqlens.push_back(0);
+    for (const auto& c : so.chunks) {
+        SchedRequest& r = *c.req;
+        for (int64_t i = 0; i < c.num_new; ++i) {
+            const int64_t pos = r.num_computed + i;
+            p.token_ids.push_back(r.tokens[pos]);
+            p.positions.push_back(pos);
+            p.slot_mapping.push_back(kv_->slot_of(r.blocks.data(), pos));
+        }
+        p.cu_seqlens.push_back(p.n_tokens());
+        p.state_slot.push_back(r.slot);
+        p.has_initial_state.push_back(r.num_computed > 0 ? 1 : 0);
+        for (int64_t b = 0; b < max_blocks; ++b)
+            p.block_tables.push_back(b < static_cast<int64_t>(r.blocks.size()) ? r.blocks[b] : -1);
+        // Logits only where the chunk reaches the end of the known tokens (a new token is sampled there).
+        if (r.num_computed + c.num_new == static_cast<int64_t>(r.tokens.size())) p.logits_rows.push_back(p.n_tokens() - 1);
+    }
+}
+
+const std::vector<RequestOutput>& Engine::step() {
+    const double t0 = now_s();
+    outputs_.clear();
+    {
+        std::vector<int64_t> ids;
+        {
+            std::lock_guard<std::mutex> lock(abort_mu_);
+            ids.swap(aborts_);
+        }
+        for (int64_t id : ids) {
+            auto it = requests_.find(id);
+            if (it == requests_.end() || it->second->finish != FinishReason::NONE) continue;
+            RequestOutput out;
+            out.id = id;
+            out.prompt_tokens = it->second->sched->num_prompt;
+            out.completion_tokens = static_cast<int64_t>(it->second->output.size());
+            finish(*it->second, FinishReason::ABORT, out);
+            outputs_.push_back(std::move(out));
+        }
+    }
+    const SchedulerOutput& so = scheduler_->schedule();
+    if (!so.chunks.empty()) {
+        build_plan(so);
+        ForwardOptions fo;
+        fo.bf16_activations = cfg_.bf16;
+        logits_.clear();
+        const uint64_t reads_before = device_to_host_reads();  // plan "uploaded"
+        const double tf = now_s();
+        Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_);
+        forward_seconds_ = now_s() - tf;
+        reads_during_forward_ = device_to_host_reads() - reads_before;
+        count_device_to_host_read();  // the download of the logits / sampled tokens
+        GDN_CHECK(st.is_ok(), "forward failed on a plan the engine built: %s", st.message().c_str());
+        const int32_t V = model_->config().vocab;
+        size_t row = 0;
+        std::vector<TokenLogprob> lp;
+        for (const auto& c : so.chunks) {
+            const bool sampled = c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
+            scheduler_->on_computed(c);
+            if (!sampled) continue;
+            Request& r = *requests_.at(c.req->id);
+            RequestOutput out;
+            out.id = c.req->id;
+            const int32_t token = sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt, r.output,
+                                                  eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
+            ++row;
+            emit(r, token, r.params.logprobs >= 0 ? &lp : nullptr, out);
+            out.prompt_tokens = c.req->num_prompt;
+            out.completion_tokens = static_cast<int64_t>(r.output.size());
+            outputs_.push_back(std::move(out));
+        }
+    }
+    for (auto it = requests_.begin(); it != requests_.end();)
+        it = it->second->finish != FinishReason::NONE ? requests_.erase(it) : std::next(it);
+    host_seconds_ = now_s() - t0 - forward_seconds_;
+    return outputs_;
+}
+
+EngineStats Engine::stats() const {
+    EngineStats s;
+    s.running = scheduler_->n_running();
+    s.waiting = scheduler_->n_waiting();
+    s.kv_blocks_total = kv_->pool().n_blocks();
+    s.kv_blocks_free = kv_->pool().n_free();
+    s.state_slots_total = slots_->n_slots();
+    s.state_slots_free = slots_->n_free();
+    s.preemptions = scheduler_->total_preemptions();
+    s.prompt_tokens = prompt_tokens_total_;
+    s.generation_tokens = generation_tokens_total_;
+    s.finished = finished_total_;
+    return s;
+}
+
+}  // namespace gdn

@@ -1,0 +1,139 @@
+// Engine: step() = scheduler -> host-built batch plan -> model forward -> sampler -> outputs.
+// Many requests share each forward step: continuous batching with chunked prefill over a paged KV
+// cache and dense GDN state slots. One thread owns the engine; abort() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "cache/state_slots.h"
+#include "core/status.h"
+#include "engine/sampling.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gdn {
+
+struct EngineConfig {
+    int max_num_seqs = 16;
+    int max_num_batched_tokens = 512;
+    int max_model_len = 4096;
+    int block_size = 16;
+    int max_prefill_chunk = 512;
+    size_t cache_memory = 1ull << 30;  // KV blocks + state slots
+    bool bf16 = true;                  // bf16 matmul inputs (see ForwardOptions)
+};
+
+// What the user asks for: text, token ids, or chat messages (rendered with the checkpoint's template).
+struct Prompt {
+    std::string text;
+    std::vector<int32_t> ids;
+    Json messages;  // non-null: a chat request
+    std::optional<bool> enable_thinking;
+    Json chat_template_kwargs = Json::object();
+    static Prompt from_text(std::string t) {
+        Prompt p;
+        p.text = std::move(t);
+        return p;
+    }
+    static Prompt from_ids(std::vector<int32_t> ids) {
+        Prompt p;
+        p.ids = std::move(ids);
+        return p;
+    }
+    static Prompt from_messages(Json m) {
+        Prompt p;
+        p.messages = std::move(m);
+        return p;
+    }
+};
+
+enum class FinishReason { NONE, STOP, LENGTH, ABORT };
+const char* finish_reason_name(FinishReason r);
+
+struct RequestOutput {
+    int64_t id = 0;
+    std::vector<int32_t> new_tokens;
+    std::string text_delta;
+    std::vector<std::vector<TokenLogprob>> logprobs;  // per new token, when asked
+    FinishReason finish = FinishReason::NONE;
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+struct EngineStats {
+    int running = 0, waiting = 0;
+    int32_t kv_blocks_total = 0, kv_blocks_free = 0;
+    int32_t state_slots_total = 0, state_slots_free = 0;
+    int64_t preemptions = 0;
+    int64_t prompt_tokens = 0, generation_tokens = 0, finished = 0;
+};
+
+class Engine {
+public:
+    static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model,
+                                                  std::shared_ptr<const Tokenizer> tok, const EngineConfig& cfg);
+
+    ~Engine();
+    Result<int64_t> add_request(const Prompt& prompt, const SamplingParams& params);
+    // Runs one step; the outputs of requests that progressed (or were aborted) this step.
+    const std::vector<RequestOutput>& step();
+    // Thread-safe: the request is aborted at the next step (its blocks and slot freed there).
+    void abort(int64_t id);
+    bool has_unfinished() const { return !scheduler_->empty() || !pending_aborts_empty(); }
+
+    const EngineConfig& config() const { return cfg_; }
+    std::string memory_plan() const { return memory_plan_; }
+    EngineStats stats() const;
+    // Device-to-host reads performed between plan upload and sampled-token download in the last step
+    // (must be 0: the forward never reads back to decide anything).
+    uint64_t last_step_reads_during_forward() const { return reads_during_forward_; }
+    // Test hook: pre-empt a running request now (recompute).
+    bool force_preempt(int64_t id) { return scheduler_->preempt(id); }
+    const Tokenizer& tokenizer() const { return *tok_; }
+    double last_step_host_seconds() const { return host_seconds_; }
+    double last_step_forward_seconds() const { return forward_seconds_; }
+
+private:
+    struct Request;
+    Engine() = default;
+    bool pending_aborts_empty() const;
+    void build_plan(const SchedulerOutput& so);
+    void emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, RequestOutput& out);
+    void finish(Request& r, FinishReason why, RequestOutput& out);
+
+    EngineConfig cfg_;
+    std::shared_ptr<const Model> model_;
+    std::shared_ptr<const Tokenizer> tok_;
+    std::shared_ptr<const ChatTemplate> chat_;
+    std::unique_ptr<KvCache> kv_;
+    std::unique_ptr<StateSlots> slots_;
+    std::unique_ptr<Scheduler> scheduler_;
+    std::string memory_plan_;
+    std::vector<int32_t> eos_ids_;
+    Sampler sampler_;
+    std::map<int64_t, std::unique_ptr<Request>> requests_;
+    int64_t next_id_ = 1;
+    BatchPlan plan_;
+    std::vector<float> logits_;
+    std::vector<RequestOutput> outputs_;
+    mutable std::mutex abort_mu_;
+    std::vector<int64_t> aborts_;
+    uint64_t reads_during_forward_ = 0;
+    double host_seconds_ = 0, forward_seconds_ = 0;
+    int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
+};
+
+// Device->host read counter of the backend. On the CPU backend nothing is on a device, but the
+// counter exists so the invariant is tested now and holds when a GPU backend comes.
+uint64_t device_to_host_reads();
+void count_device_to_host_read();
+
+}  // namespace gdn

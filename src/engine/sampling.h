@@ -1,0 +1,61 @@
+// Sampling parameters (the OpenAI set plus vLLM's extras) and the sampler applied to one logits row.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gdn {
+
+struct SamplingParams {
+    float temperature = 1.0f;  // 0: greedy
+    float top_p = 1.0f;        // (0, 1]
+    int top_k = 0;             // 0 or -1: off
+    float min_p = 0.0f;        // [0, 1]
+    float repetition_penalty = 1.0f;  // > 0; 1: off (prompt and output tokens)
+    float presence_penalty = 0.0f;    // [-2, 2] (output tokens)
+    float frequency_penalty = 0.0f;   // [-2, 2] (output tokens)
+    int max_tokens = 16;
+    int min_tokens = 0;                // end-of-sequence ids are masked until this many tokens
+    std::vector<int32_t> stop_token_ids;
+    std::vector<std::string> stop;     // stop strings, matched on the detokenized text (not emitted)
+    bool ignore_eos = false;
+    std::optional<uint64_t> seed;      // per-request: same seed, same output, whatever the batch
+    int logprobs = -1;                 // -1: none; n >= 0: the sampled token's logprob + top-n alternatives
+    bool skip_special_tokens = true;
+
+    // Clear errors for impossible values (negative temperature, top_p outside (0, 1], ...).
+    Status validate(int32_t vocab_size) const;
+    bool greedy() const { return temperature == 0.0f; }
+};
+
+struct TokenLogprob {
+    int32_t token;
+    float logprob;
+};
+
+// Per-request sampling state: its RNG and its output-token counts (for the penalties).
+struct SamplerState {
+    std::mt19937_64 rng;
+    std::vector<int32_t> out_counts;  // [V] (allocated on the first penalty use)
+};
+
+class Sampler {
+public:
+    // Samples from `logits` ([V], modified in place by penalties and masks). `prompt` and `output` are
+    // the request's tokens so far; `eos` are the ids masked while output.size() < min_tokens.
+    // Fills `lp` (when params.logprobs >= 0) with the sampled token first, then the top-n.
+    int32_t sample(float* logits, int32_t V, const SamplingParams& p, SamplerState& st, const std::vector<int32_t>& prompt,
+                   const std::vector<int32_t>& output, const std::vector<int32_t>& eos, std::vector<TokenLogprob>* lp);
+
+private:
+    std::vector<int32_t> idx_;
+    std::vector<float> probs_;
+    std::vector<uint8_t> seen_;
+};
+
+}  // namespace gdn

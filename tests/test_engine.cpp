@@ -1,0 +1,353 @@
+// The engine on the golden models: concurrent requests give exactly the tokens each gives alone (also
+// with tiny prefill chunks and after forced preemption); sampling is reproducible per seed; parameters
+// are validated; the forward reads nothing back.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+
+#include "engine/engine.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+struct Loaded {
+    std::shared_ptr<const Model> model;
+    std::shared_ptr<const Tokenizer> tok;
+};
+
+Loaded load(const std::string& dir) {
+    auto m = Model::load(dir);
+    EXPECT_TRUE(m.is_ok()) << m.message();
+    auto t = Tokenizer::load(dir);
+    EXPECT_TRUE(t.is_ok()) << t.message();
+    return {std::shared_ptr<const Model>(std::move(*m)), *t};
+}
+
+std::unique_ptr<Engine> make_engine(const Loaded& l, EngineConfig cfg = {}) {
+    if (cfg.cache_memory == EngineConfig{}.cache_memory) cfg.cache_memory = 64ull << 20;
+    auto e = Engine::create(l.model, l.tok, cfg);
+    EXPECT_TRUE(e.is_ok()) << e.message();
+    return std::move(*e);
+}
+
+// Runs requests to completion; returns id -> generated tokens (and checks outputs are well formed).
+std::map<int64_t, std::vector<int32_t>> run_all(Engine& e, int64_t max_steps = 100000,
+                                               std::function<void(Engine&, int64_t)> each_step = nullptr) {
+    std::map<int64_t, std::vector<int32_t>> out;
+    for (int64_t step = 0; e.has_unfinished() && step < max_steps; ++step) {
+        if (each_step) each_step(e, step);
+        for (const RequestOutput& o : e.step()) {
+            auto& v = out[o.id];
+            v.insert(v.end(), o.new_tokens.begin(), o.new_tokens.end());
+            EXPECT_EQ(o.completion_tokens, static_cast<int64_t>(v.size()));
+        }
+        EXPECT_EQ(e.last_step_reads_during_forward(), 0u);
+    }
+    EXPECT_FALSE(e.has_unfinished());
+    return out;
+}
+
+std::vector<std::vector<int32_t>> prompts(int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<std::vector<int32_t>> p(n);
+    for (int i = 0; i < n; ++i) {
+        p[i].resize(1 + rng() % 200);
+        for (auto& t : p[i]) t = 1 + static_cast<int32_t>(rng() % 900);
+    }
+    return p;
+}
+
+SamplingParams greedy(int n) {
+    SamplingParams s;
+    s.temperature = 0;
+    s.max_tokens = n;
+    s.ignore_eos = true;
+    return s;
+}
+
+class EngineGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
+    Loaded l = load(golden_dir(GetParam()));
+    auto ps = prompts(32, 5);
+    // Alone: one request at a time.
+    std::vector<std::vector<int32_t>> alone;
+    {
+        auto e = make_engine(l);
+        for (const auto& p : ps) {
+            auto id = e->add_request(Prompt::from_ids(p), greedy(12));
+            ASSERT_TRUE(id.is_ok()) << id.message();
+            alone.push_back(run_all(*e)[*id]);
+            ASSERT_EQ(alone.back().size(), 12u);
+        }
+    }
+    auto check = [&](EngineConfig cfg, bool preempt, const char* what, bool expect_auto_preemption = false) {
+        auto e = make_engine(l, cfg);
+        std::vector<int64_t> ids;
+        for (const auto& p : ps) ids.push_back(*e->add_request(Prompt::from_ids(p), greedy(12)));
+        int64_t forced = 0;
+        auto got = run_all(*e, 100000, [&](Engine& en, int64_t step) {
+            if (preempt && step % 7 == 3 && en.stats().running > 1) forced += en.force_preempt(ids[(step / 7) % ids.size()]);
+        });
+        for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got[ids[i]], alone[i]) << what << " request " << i;
+        const EngineStats st = e->stats();
+        EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total) << what;
+        EXPECT_EQ(st.state_slots_free, st.state_slots_total) << what;
+        if (preempt) EXPECT_GT(forced + st.preemptions, 0);
+        if (expect_auto_preemption) EXPECT_GT(st.preemptions, 0) << what;
+    };
+    EngineConfig concurrent;
+    concurrent.max_num_seqs = 32;
+    concurrent.max_num_batched_tokens = 1024;
+    check(concurrent, false, "concurrent");
+    EngineConfig chunked;
+    chunked.max_num_seqs = 16;
+    chunked.max_num_batched_tokens = 96;
+    chunked.max_prefill_chunk = 64;
+    check(chunked, false, "chunked prefill (64 tokens per step)");
+    check(concurrent, true, "forced preemption");
+    EngineConfig tight = concurrent;  // so few KV blocks that the scheduler must pre-empt by itself
+    tight.cache_memory = 0;
+    {
+        // Size the cache for ~3 full sequences of 256 tokens.
+        tight.max_model_len = 256;
+        tight.max_num_seqs = 8;
+        const ModelConfig& c = l.model->config();
+        const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16);
+        const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), (c.conv_kernel - 1) * c.gdn_conv_dim(),
+                                                       c.gdn_v_heads * c.gdn_k_dim * c.gdn_v_dim);
+        tight.cache_memory = 8 * slot + 3 * 16 * block;
+    }
+    check(tight, false, "out of KV blocks (automatic preemption)", true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, EngineGolden, ::testing::Values("qwen3_next", "qwen3_5", "qwen3_5_moe"));
+
+TEST(Engine, SeededSamplingIsReproducibleAcrossBatchCompositions) {
+    Loaded l = load(golden_dir("qwen3_5"));
+    SamplingParams s;
+    s.temperature = 0.9f;
+    s.top_p = 0.9f;
+    s.top_k = 50;
+    s.max_tokens = 16;
+    s.ignore_eos = true;
+    s.seed = 1234;
+    auto ps = prompts(6, 9);
+    std::vector<int32_t> first;
+    {
+        auto e = make_engine(l);
+        auto id = *e->add_request(Prompt::from_ids(ps[0]), s);
+        first = run_all(*e)[id];
+    }
+    for (int others : {0, 5}) {
+        auto e = make_engine(l);
+        SamplingParams o = s;
+        o.seed = 99;
+        for (int i = 1; i <= others; ++i) e->add_request(Prompt::from_ids(ps[i]), o);
+        auto id = *e->add_request(Prompt::from_ids(ps[0]), s);
+        EXPECT_EQ(run_all(*e)[id], first) << "with " << others << " other requests";
+    }
+    auto e = make_engine(l);
+    SamplingParams o = s;
+    o.seed = 4321;
+    auto id = *e->add_request(Prompt::from_ids(ps[0]), o);
+    EXPECT_NE(run_all(*e)[id], first);  // another seed, another sample (16 tokens at T = 0.9)
+}
+
+TEST(Engine, StopsMaxTokensAndErrors) {
+    Loaded l = load(demo_model_dir());
+    auto e = make_engine(l);
+    SamplingParams g = greedy(100);
+    g.ignore_eos = false;
+    // The demo model's answer to "Tell me a fortune." ends with "-- Mae West" and <|im_end|>.
+    Prompt chat = Prompt::from_messages(Json::parse(R"([{"role":"user","content":"Tell me a fortune."}])"));
+    auto id = *e->add_request(chat, g);
+    std::string text;
+    FinishReason why = FinishReason::NONE;
+    while (e->has_unfinished())
+        for (const auto& o : e->step()) {
+            text += o.text_delta;
+            if (o.finish != FinishReason::NONE) why = o.finish;
+        }
+    EXPECT_EQ(why, FinishReason::STOP);
+    EXPECT_NE(text.find("Mae West"), std::string::npos) << text;
+    EXPECT_EQ(text.find("<|im_end|>"), std::string::npos);
+    // A stop string: the text stops right before it and does not include it.
+    SamplingParams st = g;
+    st.stop = {"the best"};
+    id = *e->add_request(chat, st);
+    std::string t2;
+    while (e->has_unfinished())
+        for (const auto& o : e->step()) {
+            t2 += o.text_delta;
+            if (o.finish != FinishReason::NONE) why = o.finish;
+        }
+    EXPECT_EQ(why, FinishReason::STOP);
+    EXPECT_EQ(t2, "The only thing about the world is that it is ");
+    // max_tokens -> length
+    id = *e->add_request(chat, greedy(3));
+    int64_t n = 0;
+    while (e->has_unfinished())
+        for (const auto& o : e->step()) {
+            n += static_cast<int64_t>(o.new_tokens.size());
+            if (o.finish != FinishReason::NONE) why = o.finish;
+        }
+    EXPECT_EQ(n, 3);
+    EXPECT_EQ(why, FinishReason::LENGTH);
+    // Errors
+    SamplingParams b = g;
+    b.temperature = -1;
+    EXPECT_NE(e->add_request(chat, b).message().find("temperature must be >= 0"), std::string::npos);
+    b = g;
+    b.top_p = 0;
+    EXPECT_NE(e->add_request(chat, b).message().find("top_p must be in (0, 1]"), std::string::npos);
+    EXPECT_NE(e->add_request(Prompt::from_ids(std::vector<int32_t>(5000, 1)), g).message().find("maximum context length"),
+              std::string::npos);
+    EXPECT_NE(e->add_request(Prompt::from_text(""), g).message().find("empty"), std::string::npos);
+    EXPECT_NE(e->add_request(Prompt::from_ids({99999}), g).message().find("out of range"), std::string::npos);
+}
+
+TEST(Engine, AbortFreesBlocksAndSlot) {
+    Loaded l = load(golden_dir("qwen3_5"));
+    auto e = make_engine(l);
+    auto id = *e->add_request(Prompt::from_ids(prompts(1, 3)[0]), greedy(1000));
+    e->step();
+    e->step();
+    EXPECT_GT(e->stats().kv_blocks_total - e->stats().kv_blocks_free, 0);
+    e->abort(id);
+    bool aborted = false;
+    for (const auto& o : e->step()) aborted |= o.id == id && o.finish == FinishReason::ABORT;
+    EXPECT_TRUE(aborted);
+    EXPECT_FALSE(e->has_unfinished());
+    EXPECT_EQ(e->stats().kv_blocks_free, e->stats().kv_blocks_total);
+    EXPECT_EQ(e->stats().state_slots_free, e->stats().state_slots_total);
+}
+
+TEST(Engine, MemoryPlanClampsMaxNumSeqs) {
+    Loaded l = load(golden_dir("qwen3_5"));
+    EngineConfig cfg;
+    cfg.max_num_seqs = 100000;
+    cfg.max_num_batched_tokens = 200000;
+    cfg.cache_memory = 32ull << 20;
+    auto e = make_engine(l, cfg);
+    EXPECT_LT(e->config().max_num_seqs, 100000);
+    EXPECT_NE(e->memory_plan().find("max_num_seqs clamped from 100000"), std::string::npos) << e->memory_plan();
+    cfg.cache_memory = 1024;
+    auto bad = Engine::create(l.model, l.tok, cfg);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_NE(bad.message().find("cannot hold one sequence"), std::string::npos) << bad.message();
+}
+
+// Each sampling option on a fixed logits vector, against its definition.
+TEST(Sampler, OptionsFollowTheirDefinitions) {
+    const int32_t V = 6;
+    const std::vector<float> base = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 3.0f};
+    Sampler smp;
+    auto draw_hist = [&](SamplingParams p, std::vector<int32_t> prompt = {}, std::vector<int32_t> output = {}) {
+        SamplerState st;
+        st.rng.seed(7);
+        std::vector<int> h(V, 0);
+        for (int i = 0; i < 20000; ++i) {
+            std::vector<float> l = base;
+            h[smp.sample(l.data(), V, p, st, prompt, output, {5}, nullptr)]++;
+        }
+        return h;
+    };
+    SamplingParams p;
+    p.temperature = 0;
+    {
+        SamplerState st;
+        std::vector<float> l = base;
+        EXPECT_EQ(smp.sample(l.data(), V, p, st, {}, {}, {}, nullptr), 5);  // greedy: argmax
+    }
+    p.temperature = 1.0f;
+    auto h = draw_hist(p);
+    double z = 0;
+    for (float x : base) z += std::exp(x);
+    for (int t = 0; t < V; ++t) EXPECT_NEAR(h[t] / 20000.0, std::exp(base[t]) / z, 0.015) << t;  // softmax
+    p.top_k = 2;
+    h = draw_hist(p);
+    EXPECT_EQ(h[1] + h[2] + h[3] + h[4], 0);  // only tokens 5 and 0
+    EXPECT_NEAR(h[5] / 20000.0, std::exp(3.0) / (std::exp(3.0) + std::exp(2.0)), 0.015);
+    p.top_k = 0;
+    p.top_p = 0.6f;  // p(5) = 0.63 alone reaches 0.6
+    h = draw_hist(p);
+    EXPECT_EQ(h[5], 20000);
+    p.top_p = 1.0f;
+    p.min_p = 0.3f;  // keeps tokens with p >= 0.3 * p(5): exp(2)/exp(3) = 0.37 -> token 0 stays
+    h = draw_hist(p);
+    EXPECT_EQ(h[1] + h[2] + h[3] + h[4], 0);
+    EXPECT_GT(h[0], 0);
+    p.min_p = 0;
+    p.temperature = 0;
+    p.repetition_penalty = 10.0f;  // token 5 (in the prompt) drops: 3/10 < 2
+    {
+        SamplerState st;
+        std::vector<float> l = base;
+        EXPECT_EQ(smp.sample(l.data(), V, p, st, {5}, {}, {}, nullptr), 0);
+        EXPECT_FLOAT_EQ(l[5], 0.3f);
+    }
+    p.repetition_penalty = 1.0f;
+    p.frequency_penalty = 0.6f;  // token 5 generated twice: 3 - 1.2 = 1.8 < 2
+    {
+        SamplerState st;
+        std::vector<float> l = base;
+        EXPECT_EQ(smp.sample(l.data(), V, p, st, {}, {5, 5}, {}, nullptr), 0);
+        EXPECT_FLOAT_EQ(l[5], 1.8f);
+    }
+    p.frequency_penalty = 0;
+    p.presence_penalty = 1.5f;  // once, whatever the count: 3 - 1.5 = 1.5
+    {
+        SamplerState st;
+        std::vector<float> l = base;
+        EXPECT_EQ(smp.sample(l.data(), V, p, st, {}, {5, 5, 5}, {}, nullptr), 0);
+        EXPECT_FLOAT_EQ(l[5], 1.5f);
+    }
+    p.presence_penalty = 0;
+    p.min_tokens = 2;  // eos (5) masked until 2 tokens exist
+    {
+        SamplerState st;
+        std::vector<float> l = base;
+        EXPECT_EQ(smp.sample(l.data(), V, p, st, {}, {1}, {5}, nullptr), 0);
+        l = base;
+        EXPECT_EQ(smp.sample(l.data(), V, p, st, {}, {1, 2}, {5}, nullptr), 5);
+    }
+    p.min_tokens = 0;
+    p.logprobs = 2;
+    {
+        SamplerState st;
+        std::vector<float> l = base;
+        std::vector<TokenLogprob> lp;
+        smp.sample(l.data(), V, p, st, {}, {}, {}, &lp);
+        ASSERT_EQ(lp.size(), 3u);  // the sampled token, then the top 2
+        EXPECT_EQ(lp[0].token, 5);
+        EXPECT_NEAR(lp[0].logprob, 3.0 - std::log(z), 1e-5);
+        EXPECT_EQ(lp[1].token, 5);
+        EXPECT_EQ(lp[2].token, 0);
+    }
+}
+
+TEST(Sampler, ValidationMessages) {
+    SamplingParams p;
+    p.top_k = -5;
+    EXPECT_NE(p.validate(100).message().find("top_k"), std::string::npos);
+    p = {};
+    p.min_tokens = 20;
+    p.max_tokens = 10;
+    EXPECT_NE(p.validate(100).message().find("min_tokens"), std::string::npos);
+    p = {};
+    p.stop_token_ids = {100};
+    EXPECT_NE(p.validate(100).message().find("stop_token_ids"), std::string::npos);
+    p = {};
+    p.presence_penalty = 3;
+    EXPECT_NE(p.validate(100).message().find("presence_penalty"), std::string::npos);
+    p = {};
+    EXPECT_TRUE(p.validate(100).is_ok());
+}
+
+}  // namespace
