@@ -28,18 +28,14 @@ std::vector<uint16_t> random_bf16(size_t n) {
     return v;
 }
 
-// y[M, N] = x[M, K] W^T with bf16 weights; 4th arg: 1 = bf16 activations (vdpbf16ps), 0 = f32 (FMA),
-// 2 = bf16x2 split activations (the lm_head in bf16 mode).
+// y[M, N] = x[M, K] W^T with bf16 weights; 4th arg: 1 = bf16 activations (vdpbf16ps), 0 = f32 (FMA).
 void BM_Linear(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
     auto w = random_bf16(N * K);
     gdn::LinearWeight lw = gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
     std::vector<float> x(M * K, 0.01f), y(M * N);
     const bool bf16_act = state.range(3) != 0;
-    for (auto _ : state) {
-        if (state.range(3) == 2) gdn::linear_bf16x2(x.data(), M, lw, y.data());
-        else gdn::linear(x.data(), M, lw, y.data(), bf16_act);
-    }
+    for (auto _ : state) gdn::linear(x.data(), M, lw, y.data(), bf16_act);
     state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
@@ -47,7 +43,7 @@ void BM_Linear(benchmark::State& state) {
 }
 // Qwen3.5-0.8B shapes: MLP gate|up (7168 x 1024), down (1024 x 3584), lm_head (248320 x 1024).
 BENCHMARK(BM_Linear)->Args({1, 7168, 1024, 1})->Args({1, 1024, 3584, 1})->Args({1, 248320, 1024, 1})
-    ->Args({1, 248320, 1024, 0})->Args({1, 248320, 1024, 2})->Args({2, 248320, 1024, 1})->Args({8, 7168, 1024, 1})->Args({512, 7168, 1024, 1})->Args({512, 1024, 3584, 1})
+    ->Args({1, 248320, 1024, 0})->Args({2, 248320, 1024, 1})->Args({8, 7168, 1024, 1})->Args({512, 7168, 1024, 1})->Args({512, 1024, 3584, 1})
     ->Args({512, 7168, 1024, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Decode-like: cycles through enough distinct weight matrices that they stream from DRAM (> L3).

@@ -355,10 +355,7 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, hm + logit_rows[r] * H, H * sizeof(float));
     const size_t off = logits->size();
     logits->resize(off + R * V);
-    // bf16 mode: the lm_head takes its input as two bf16 terms (~16-bit precision at bf16 speed), which
-    // keeps near-tie argmaxes of the f32 reference (measured on the demo model: 20/20 prompts vs 18/20).
-    if (opt.bf16_activations && !opt.hf_rounding) linear_bf16x2(last, R, w.lm_head_packed, logits->data() + off);
-    else linear(last, R, w.lm_head_packed, logits->data() + off, bf16);
+    linear(last, R, w.lm_head_packed, logits->data() + off, opt.bf16_activations, bf16);
     prof.end_step();
 }
 

@@ -131,30 +131,4 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
     });
 }
 
-void linear_bf16x2(const float* x, int64_t M, const LinearWeight& w, float* y) {
-    GDN_PROFILE("lm_head");
-    const PackedWeight& p = w.packed;
-    const int64_t N = w.N(), K = w.K();
-    if (M <= 0) return;
-    if (!(op_isa(OpId::LINEAR) == Isa::AVX512 && p.dtype == DType::BF16 && p.data.data() && has_bf16_dot())) {
-        linear(x, M, w, y, false);
-        return;
-    }
-    // Rows 2m / 2m+1 of the packed input hold hi / lo of x[m]; their products are summed afterwards.
-    float* split = scratch<float>(2 * M * K);
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t k = 0; k < K; ++k) {
-            const float hi = round_bf16(x[m * K + k]);
-            split[(2 * m) * K + k] = hi;
-            split[(2 * m + 1) * K + k] = x[m * K + k] - hi;
-        }
-    uint32_t* xp = scratch<uint32_t>(2 * M * p.K2);
-    cpu::avx512::pack_bf16_pairs(split, 2 * M, K, xp, p.K2);
-    global_pool().run([&](int ith, int nth) {
-        int64_t p0, p1;
-        split_range(p.n_panels, ith, nth, &p0, &p1);
-        if (p0 < p1) cpu::avx512::linear_bf16dot_split(xp, M, p.K2, p, y, N, p0, p1);
-    });
-}
-
 }  // namespace gdn

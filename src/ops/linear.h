@@ -43,9 +43,5 @@ LinearWeight make_linear(const std::vector<TensorView>& parts);
 // products are used where the CPU has them). With round_out, y is rounded to bf16 as it is stored.
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
 
-// y = x @ W^T with x split into two bf16 terms (hi = bf16(x), lo = bf16(x - hi)): about 16 bits of input
-// precision at bf16 dot-product speed. For bandwidth-bound products with few rows (the lm_head), where the
-// second term is free; falls back to the f32 kernel where bf16 dot products are unavailable.
-void linear_bf16x2(const float* x, int64_t M, const LinearWeight& w, float* y);
 
 }  // namespace gdn

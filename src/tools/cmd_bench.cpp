@@ -9,7 +9,9 @@
 #include <random>
 
 #include "core/log.h"
+#include "core/profiler.h"
 #include "core/thread_pool.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
 #include "tools/args.h"
@@ -79,13 +81,15 @@ void weight_traffic(const Model& m, double* bytes, double* flops, double* lm_flo
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-    auto args = Args::parse(argc, argv, {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype"},
-                            {"--help", "--no-limits", "--limits"});
+    auto args = Args::parse(argc, argv, {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype", "--concurrency"},
+                            {"--help", "--no-limits", "--limits", "--profile"});
     if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) {
         std::fprintf(stderr,
                      "usage: gdn bench --model DIR [--pp 512] [--tg 128] [-r 5] [--threads N] [--dtype bf16|f32]\n"
                      "                 [--json FILE] [--no-limits]\n"
                      "       gdn bench --limits [--threads N]     (the machine's own limits only)\n"
+                     "       gdn bench --model DIR --concurrency 1,4,8,16 [--tg 64]   (engine decode throughput per\n"
+                     "                 concurrency and the host time per step outside the forward)\n"
                      "  pp: prefill of a random prompt of that many tokens; tg: that many single-token decode steps.\n"
                      "  Serving benchmarks (TTFT / TPOT against a server) are a separate mode (see README).\n");
         if (!args) std::fprintf(stderr, "gdn bench: %s\n", args.message().c_str());
@@ -165,8 +169,80 @@ int cmd_bench(int argc, char** argv) {
         }
     }
     const std::string name = args->get("--model");
-    std::printf("| model | threads | dtype | test | t/s | roofline t/s | ratio |\n|---|---|---|---|---|---|---|\n");
     Json out = Json::object();
+    if (args->has("--concurrency")) {
+        // Engine decode throughput: C requests decoding together, steps timed once every prompt is in.
+        auto levels = parse_id_list(args->get("--concurrency"));
+        if (!levels) {
+            std::fprintf(stderr, "gdn bench: --concurrency: %s\n", levels.message().c_str());
+            return 2;
+        }
+        std::shared_ptr<const Model> shared(std::move(*model));
+        std::printf("| concurrency | decode t/s | per-sequence t/s | step ms | host ms outside forward | host share |\n"
+                    "|---|---|---|---|---|---|\n");
+        Json rows = Json::array();
+        double single = 0;
+        for (int C : *levels) {
+            if (C < 1) continue;
+            EngineConfig ec;
+            ec.bf16 = fo.bf16_activations;
+            ec.max_num_seqs = C;
+            ec.max_num_batched_tokens = std::max(512, C + 64);
+            ec.max_model_len = 64 + static_cast<int>(*tg) + 2;
+            const ModelConfig& mc = shared->config();
+            const size_t block = KvCache::bytes_per_block(std::max(1, mc.n_attention_layers()),
+                                                          static_cast<int64_t>(mc.attn_kv_heads) * mc.head_dim, 16);
+            const size_t slot = StateSlots::bytes_per_slot(mc.n_gdn_layers(), (mc.conv_kernel - 1) * mc.gdn_conv_dim(),
+                                                           static_cast<int64_t>(mc.gdn_v_heads) * mc.gdn_k_dim * mc.gdn_v_dim);
+            ec.cache_memory = C * (slot + ((ec.max_model_len + 15) / 16 + 1) * block);
+            auto engine = Engine::create(shared, nullptr, ec);
+            if (!engine) {
+                std::fprintf(stderr, "gdn bench: %s\n", engine.message().c_str());
+                return 1;
+            }
+            SamplingParams sp;
+            sp.temperature = 0;
+            sp.ignore_eos = true;
+            sp.max_tokens = static_cast<int>(*tg) + 4;
+            for (int i = 0; i < C; ++i) {
+                std::vector<int32_t> p(32);
+                for (auto& t : p) t = static_cast<int32_t>(rng() % V);
+                (*engine)->add_request(Prompt::from_ids(p), sp);
+            }
+            for (int i = 0; i < 3; ++i) (*engine)->step();  // prefills (32 tokens each) + first decodes
+            if (args->has("--profile")) {
+                Profiler::get().clear();
+                Profiler::get().enable(true);
+            }
+            double total = 0, host = 0;
+            int64_t steps = 0;
+            for (long long s = 0; s < *tg && (*engine)->has_unfinished(); ++s) {
+                const double t0 = now_s();
+                (*engine)->step();
+                total += now_s() - t0;
+                host += (*engine)->last_step_host_seconds();
+                ++steps;
+            }
+            if (args->has("--profile")) {
+                Profiler::get().enable(false);
+                std::printf("concurrency %d:\n%s", C, Profiler::get().report().c_str());
+            }
+            const double tps = C * steps / total;
+            if (C == 1) single = tps;
+            std::printf("| %d | %.1f | %.1f | %.2f | %.3f | %.2f%% |\n", C, tps, tps / C, 1e3 * total / steps,
+                        1e3 * host / steps, 100.0 * host / total);
+            rows.push_back({{"concurrency", C}, {"decode_tps", tps}, {"step_ms", 1e3 * total / steps},
+                            {"host_ms_per_step", 1e3 * host / steps}, {"host_share", host / total},
+                            {"speedup_vs_1", single > 0 ? tps / single : 0.0}});
+        }
+        out["concurrency"] = rows;
+        if (args->has("--json")) {
+            std::ofstream f(args->get("--json"));
+            f << out.dump(2) << "\n";
+        }
+        return 0;
+    }
+    std::printf("| model | threads | dtype | test | t/s | roofline t/s | ratio |\n|---|---|---|---|---|---|---|\n");
     out["model"] = name;
     out["threads"] = *threads;
     out["dtype"] = fo.bf16_activations ? "bf16" : "f32";

@@ -6,6 +6,7 @@
 
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
 #include "ops/ref/ref_ops.h"
@@ -28,6 +29,7 @@ void usage() {
                  "  -p              raw prompt text (no template)\n"
                  "  --prompt-ids    prompt as comma-separated token ids (output is printed as ids)\n"
                  "  --print-ids     print generated token ids instead of text\n"
+                 "  --temperature T --top-p P --top-k K --seed S   sampling (default: greedy)\n"
                  "  -n              new tokens to generate (default 32)\n"
                  "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
                  "  --threads       worker threads (default: all cores)\n"
@@ -44,7 +46,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int cmd_run(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
                             {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n", "--dtype",
-                             "--threads", "--dump-logits"},
+                             "--threads", "--dump-logits", "--temperature", "--top-p", "--top-k", "--seed"},
                             {"--help", "--ignore-eos", "--print-ids"});
     if (!args) {
         std::fprintf(stderr, "gdn run: %s\n", args.message().c_str());
@@ -62,6 +64,13 @@ int cmd_run(int argc, char** argv) {
         return 2;
     }
     auto n_new = args->get_int("-n", 32);
+    auto temperature = args->get_double("--temperature", 0.0), top_p = args->get_double("--top-p", 1.0);
+    auto top_k = args->get_int("--top-k", 0), seed = args->get_int("--seed", 0);
+    if (!temperature || !top_p || !top_k || !seed) {
+        std::fprintf(stderr, "gdn run: %s%s%s%s\n", temperature.message().c_str(), top_p.message().c_str(),
+                     top_k.message().c_str(), seed.message().c_str());
+        return 2;
+    }
     auto threads = args->get_int("--threads", default_thread_count());
     Result<std::vector<int>> ids = std::vector<int>{};
     if (args->has("--prompt-ids")) ids = parse_id_list(args->get("--prompt-ids"));
@@ -141,18 +150,17 @@ int cmd_run(int argc, char** argv) {
         std::fprintf(stderr, "gdn run: the prompt is empty\n");
         return 2;
     }
-    SequenceState st = (*model)->new_state();
     const bool dump = args->has("--dump-logits");
     std::vector<float> logits;
-    auto t0 = std::chrono::steady_clock::now();
-    Status s = (*model)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), dump}}, fo, &logits);
-    if (!s) {
-        std::fprintf(stderr, "gdn run: %s\n", s.message().c_str());
-        return 1;
-    }
-    const double t_prefill = seconds_since(t0);
     const int64_t V = c.vocab;
     if (dump) {
+        // All prompt positions' logits, from one prefill on a standalone sequence state.
+        SequenceState st = (*model)->new_state();
+        Status s = (*model)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), true}}, fo, &logits);
+        if (!s) {
+            std::fprintf(stderr, "gdn run: %s\n", s.message().c_str());
+            return 1;
+        }
         std::string path = args->get("--dump-logits");
         FILE* f = std::fopen(path.c_str(), "wb");
         if (!f || std::fwrite(logits.data(), sizeof(float), logits.size(), f) != logits.size() || std::fclose(f) != 0) {
@@ -161,41 +169,63 @@ int cmd_run(int argc, char** argv) {
         }
         GDN_LOG_INFO("wrote logits [%zu, %lld] to %s", prompt.size(), (long long)V, path.c_str());
     }
-    int32_t next = static_cast<int32_t>(ref::argmax(logits.data() + logits.size() - V, V));
+    auto t0 = std::chrono::steady_clock::now();
+    // Generation runs on the engine (one request): the same path the server uses.
+    EngineConfig ec;
+    ec.bf16 = fo.bf16_activations;
+    ec.max_num_seqs = 1;
+    ec.max_num_batched_tokens = 512 + 1;
+    ec.max_model_len = static_cast<int>(std::min<int64_t>(prompt.size() + *n_new + 1, 1 << 30));
+    {
+        const ModelConfig& mc = c;
+        const size_t block = KvCache::bytes_per_block(std::max(1, mc.n_attention_layers()),
+                                                      static_cast<int64_t>(mc.attn_kv_heads) * mc.head_dim, 16);
+        const size_t slot = StateSlots::bytes_per_slot(mc.n_gdn_layers(), (mc.conv_kernel - 1) * mc.gdn_conv_dim(),
+                                                       static_cast<int64_t>(mc.gdn_v_heads) * mc.gdn_k_dim * mc.gdn_v_dim);
+        ec.cache_memory = slot + ((ec.max_model_len + 15) / 16 + 1) * block;
+    }
+    std::shared_ptr<const Model> shared(std::move(*model));
+    auto engine = Engine::create(shared, tok, ec);
+    if (!engine) {
+        std::fprintf(stderr, "gdn run: %s\n", engine.message().c_str());
+        return 1;
+    }
+    SamplingParams sp;
+    sp.temperature = static_cast<float>(*temperature);
+    sp.top_p = static_cast<float>(*top_p);
+    sp.top_k = static_cast<int>(*top_k);
+    if (args->has("--seed")) sp.seed = static_cast<uint64_t>(*seed);
+    sp.max_tokens = static_cast<int>(std::max<long long>(1, *n_new));
+    sp.ignore_eos = args->has("--ignore-eos");
+    auto id = (*engine)->add_request(Prompt::from_ids(prompt), sp);
+    if (!id) {
+        std::fprintf(stderr, "gdn run: %s\n", id.message().c_str());
+        return 1;
+    }
     std::vector<int32_t> out;
     auto t1 = std::chrono::steady_clock::now();
-    const bool ignore_eos = args->has("--ignore-eos");
-    std::unique_ptr<StreamDecoder> stream;
-    if (text_io) stream = std::make_unique<StreamDecoder>(tok, /*skip_special=*/true);
-    for (long long i = 0; i < *n_new; ++i) {
-        out.push_back(next);
-        if (stream) {
-            auto piece = stream->add(next);
-            if (piece) std::fwrite(piece->data(), 1, piece->size(), stdout);
-        } else {
-            std::printf("%s%d", i ? "," : "", next);
+    double ttft = -1, first_gen = 0;
+    while ((*engine)->has_unfinished() && *n_new > 0) {
+        for (const RequestOutput& o : (*engine)->step()) {
+            if (o.new_tokens.empty()) continue;
+            if (ttft < 0) {
+                ttft = seconds_since(t0);
+                first_gen = seconds_since(t1);
+            }
+            for (int32_t t : o.new_tokens) {
+                if (!text_io) std::printf("%s%d", out.empty() ? "" : ",", t);
+                out.push_back(t);
+            }
+            if (text_io) std::fwrite(o.text_delta.data(), 1, o.text_delta.size(), stdout);
+            std::fflush(stdout);
         }
-        std::fflush(stdout);
-        const bool eos = std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), next) != c.eos_token_ids.end();
-        if ((eos && !ignore_eos) || i + 1 == *n_new) break;
-        logits.clear();
-        s = (*model)->forward({{&st, &next, 1, false}}, fo, &logits);
-        if (!s) {
-            std::fprintf(stderr, "\ngdn run: %s\n", s.message().c_str());
-            return 1;
-        }
-        next = static_cast<int32_t>(ref::argmax(logits.data(), V));
-    }
-    if (stream) {
-        std::string rest = stream->finish();
-        std::fwrite(rest.data(), 1, rest.size(), stdout);
     }
     std::printf("\n");
     std::fflush(stdout);
     const double t_gen = seconds_since(t1);
-    std::fprintf(stderr, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu tokens in %.3f s (%.1f tok/s)\n",
-                 prompt.size(), t_prefill, prompt.size() / std::max(t_prefill, 1e-9), out.size(), t_gen,
-                 out.size() > 1 ? (out.size() - 1) / std::max(t_gen, 1e-9) : 0.0);
+    std::fprintf(stderr, "prompt %zu tokens, time to first token %.3f s; generated %zu tokens in %.3f s (%.1f tok/s)\n",
+                 prompt.size(), ttft < 0 ? 0.0 : ttft, out.size(), t_gen,
+                 out.size() > 1 ? (out.size() - 1) / std::max(t_gen - first_gen, 1e-9) : 0.0);
     return 0;
 }
 

@@ -16,9 +16,6 @@ void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, f
 // xp: x as bf16 pairs (uint32 per k-pair) [M, ldp]; BF16 weights only
 void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                     int64_t p1, bool round_out);
-// xp holds 2M rows: (hi, lo) bf16 terms of each input row; y [M, ldy] gets their summed products.
-void linear_bf16dot_split(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
-                          int64_t p0, int64_t p1);
 // x [M, K] f32 -> bf16 pairs [M, K2] (RNE; odd K padded with 0)
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
 void round_bf16_inplace(float* x, int64_t n);

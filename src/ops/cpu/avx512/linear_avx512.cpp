@@ -16,8 +16,7 @@ namespace {
 constexpr int kMRdot = 12;       // 12 rows x 2 vectors = 24 accumulators
 constexpr int64_t kKcPairs = 2048;  // k-pairs per block: a weight panel block streams from L2 (measured: C reloads cost more)
 
-// kSplit: input rows come in (hi, lo) pairs whose products are summed into one output row.
-template <int MR, bool kSplit = false>
+template <int MR>
 void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y, int64_t ldy,
               int ncols, bool accumulate, bool round_out) {
     __m512 acc[MR][2];
@@ -37,13 +36,6 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
             acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
         }
     }
-    if constexpr (kSplit) {
-        for (int m = 0; m + 1 < MR; m += 2) {
-            _mm512_mask_storeu_ps(y + (m / 2) * ldy, m0, _mm512_add_ps(acc[m][0], acc[m + 1][0]));
-            _mm512_mask_storeu_ps(y + (m / 2) * ldy + 16, m1, _mm512_add_ps(acc[m][1], acc[m + 1][1]));
-        }
-        return;
-    }
     for (int m = 0; m < MR; ++m) {
         _mm512_mask_storeu_ps(y + m * ldy, m0, round_out ? simd::vround_bf16(acc[m][0]) : acc[m][0]);
         _mm512_mask_storeu_ps(y + m * ldy + 16, m1, round_out ? simd::vround_bf16(acc[m][1]) : acc[m][1]);
@@ -60,27 +52,6 @@ void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* 
 }
 
 }  // namespace
-
-void linear_bf16dot_split(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
-                          int64_t p0, int64_t p1) {
-    // 2M input rows (hi, lo per output row), processed 2 rows (one output) at a time... up to 6 outputs.
-    for (int64_t p = p0; p < p1; ++p) {
-        const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
-        for (int64_t m0 = 0; m0 < M; m0 += 6) {
-            const int64_t mo = std::min<int64_t>(6, M - m0);
-            const uint32_t* x = xp + 2 * m0 * ldp;
-            float* yy = y + m0 * ldy + p * kPanelCols;
-            switch (mo) {
-                case 1: tile_dot<2, true>(x, ldp, w.bf16_panel(p), 0, w.K2, yy, ldy, ncols, false, false); break;
-                case 2: tile_dot<4, true>(x, ldp, w.bf16_panel(p), 0, w.K2, yy, ldy, ncols, false, false); break;
-                case 3: tile_dot<6, true>(x, ldp, w.bf16_panel(p), 0, w.K2, yy, ldy, ncols, false, false); break;
-                case 4: tile_dot<8, true>(x, ldp, w.bf16_panel(p), 0, w.K2, yy, ldy, ncols, false, false); break;
-                case 5: tile_dot<10, true>(x, ldp, w.bf16_panel(p), 0, w.K2, yy, ldy, ncols, false, false); break;
-                default: tile_dot<12, true>(x, ldp, w.bf16_panel(p), 0, w.K2, yy, ldy, ncols, false, false); break;
-            }
-        }
-    }
-}
 
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
     for (int64_t m = 0; m < M; ++m) {
