@@ -66,6 +66,16 @@ TEST(OpsCpu, NormsSwigluArgmax) {
     }
 }
 
+TEST(OpsCpu, ArgmaxOfAVocabularyRowSplitOverThreads) {
+    for (int64_t n : {65536 + 7, 248320}) {
+        auto v = random_vec(n, static_cast<uint32_t>(n));
+        v[n - 3] = 5.0f;  // a tie between the two thread ranges: the lowest index wins
+        v[11] = 5.0f;
+        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(v.data(), n))}; }, 0, 0, "argmax");
+        EXPECT_EQ(ops::argmax(v.data(), n), 11);
+    }
+}
+
 TEST(OpsCpu, QkNormRope) {
     for (int64_t D : {16, 64, 100, 256}) {
         const int64_t N = 5, H = 3, rot = std::max<int64_t>(2, (D / 4) & ~int64_t(1));

@@ -117,7 +117,21 @@ int64_t argmax(const float* x, int64_t n) {
     GDN_PROFILE("argmax");
     const Isa isa = op_isa(OpId::ARGMAX);
     if (isa == Isa::REF) return ref::argmax(x, n);
-    return GDN_KERNEL(isa, argmax, x, n);
+    ThreadPool& pool = global_pool();
+    if (n < (1 << 16) || pool.size() == 1) return GDN_KERNEL(isa, argmax, x, n);
+    // A vocabulary row (~1 MB) split over the threads; ties resolve to the lowest index as in the reference.
+    int64_t best[64];
+    const int nth = std::min(pool.size(), 64);
+    pool.run([&](int ith, int nt) {
+        if (ith >= nth) return;
+        int64_t b, e;
+        split_range(n, ith, std::min(nt, nth), &b, &e);
+        best[ith] = b + GDN_KERNEL(isa, argmax, x + b, e - b);
+    });
+    int64_t r = best[0];
+    for (int i = 1; i < nth; ++i)
+        if (x[best[i]] > x[r]) r = best[i];
+    return r;
 }
 
 // ------------------------------------------------------------------------------------------------
