@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "engine/engine.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
 #include "test_util.h"
@@ -65,6 +66,32 @@ TEST_P(NoAlloc, DecodeStepsDoNotAllocateAfterWarmUp) {
         g_counting = false;
         EXPECT_EQ(g_allocs.load(), 0) << "heap allocations in 20 decode steps (bf16=" << bf16 << ")";
     }
+}
+
+// The whole engine step (schedule, plan, forward, sample, outputs) does not allocate while decoding.
+TEST(NoAllocEngine, EngineDecodeStepsDoNotAllocate) {
+    auto dir = make_preset("qwen3_5-tiny", 3);
+    auto m = Model::load(dir->path());
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    EngineConfig cfg;
+    cfg.cache_memory = 16ull << 20;
+    cfg.max_model_len = 256;
+    auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), nullptr, cfg);
+    ASSERT_TRUE(e.is_ok()) << e.message();
+    SamplingParams sp;
+    sp.temperature = 0;
+    sp.max_tokens = 100;
+    sp.ignore_eos = true;
+    for (int i = 0; i < 4; ++i) ASSERT_TRUE((*e)->add_request(Prompt::from_ids({1, 2, 3, 4, 5 + i}), sp).is_ok());
+    for (int i = 0; i < 5; ++i) (*e)->step();  // prefills, first decodes: buffers grow here
+    g_allocs = 0;
+    g_counting = true;
+    int64_t tokens = 0;
+    for (int i = 0; i < 20; ++i)
+        for (const auto& o : (*e)->step()) tokens += static_cast<int64_t>(o.new_tokens.size());
+    g_counting = false;
+    EXPECT_EQ(tokens, 80);
+    EXPECT_EQ(g_allocs.load(), 0) << "heap allocations in 20 engine decode steps";
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, NoAlloc, ::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),

@@ -108,6 +108,17 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         GDN_ASSIGN_OR_RETURN(e->chat_, ChatTemplate::create(*e->tok_));
     }
     e->logits_.reserve(static_cast<size_t>(cfg.max_num_seqs) * c.vocab);
+    // Plan buffers at their largest, so building a plan never allocates.
+    BatchPlan& p = e->plan_;
+    const size_t T = cfg.max_num_batched_tokens, S = cfg.max_num_seqs;
+    p.token_ids.reserve(T);
+    p.positions.reserve(T);
+    p.slot_mapping.reserve(T);
+    p.cu_seqlens.reserve(S + 1);
+    p.state_slot.reserve(S);
+    p.has_initial_state.reserve(S);
+    p.logits_rows.reserve(S);
+    p.block_tables.reserve(S * blocks_one_seq);
     return e;
 }
 
@@ -148,6 +159,9 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     r->sched = std::make_shared<SchedRequest>();
     r->sched->id = next_id_++;
     r->sched->tokens = std::move(ids);
+    r->sched->tokens.reserve(n + r->params.max_tokens);  // no reallocation while generating
+    r->output.reserve(r->params.max_tokens);
+    r->sched->blocks.reserve((n + r->params.max_tokens + cfg_.block_size - 1) / cfg_.block_size);
     r->sched->num_prompt = n;
     r->sched->max_total_tokens = n + r->params.max_tokens;
     const int64_t id = r->sched->id;
@@ -250,9 +264,22 @@ void Engine::build_plan(const SchedulerOutput& so) {
     }
 }
 
-const std::vector<RequestOutput>& Engine::step() {
+RequestOutput& Engine::next_output(int64_t id) {
+    // Output records are reused across steps (their vectors keep their capacity): no allocation per step.
+    if (n_outputs_ == outputs_.size()) outputs_.emplace_back();
+    RequestOutput& o = outputs_[n_outputs_++];
+    o.id = id;
+    o.new_tokens.clear();
+    o.text_delta.clear();
+    o.logprobs.clear();
+    o.finish = FinishReason::NONE;
+    o.prompt_tokens = o.completion_tokens = 0;
+    return o;
+}
+
+std::span<const RequestOutput> Engine::step() {
     const double t0 = now_s();
-    outputs_.clear();
+    n_outputs_ = 0;
     {
         std::vector<int64_t> ids;
         {
@@ -260,14 +287,12 @@ const std::vector<RequestOutput>& Engine::step() {
             ids.swap(aborts_);
         }
         for (int64_t id : ids) {
-            auto it = requests_.find(id);
+            auto it = requests_.find(id);  // (aborts are rare: the id list above may allocate)
             if (it == requests_.end() || it->second->finish != FinishReason::NONE) continue;
-            RequestOutput out;
-            out.id = id;
+            RequestOutput& out = next_output(id);
             out.prompt_tokens = it->second->sched->num_prompt;
             out.completion_tokens = static_cast<int64_t>(it->second->output.size());
             finish(*it->second, FinishReason::ABORT, out);
-            outputs_.push_back(std::move(out));
         }
     }
     const SchedulerOutput& so = scheduler_->schedule();
@@ -291,21 +316,19 @@ const std::vector<RequestOutput>& Engine::step() {
             scheduler_->on_computed(c);
             if (!sampled) continue;
             Request& r = *requests_.at(c.req->id);
-            RequestOutput out;
-            out.id = c.req->id;
+            RequestOutput& out = next_output(c.req->id);
             const int32_t token = sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt, r.output,
                                                   eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
             ++row;
             emit(r, token, r.params.logprobs >= 0 ? &lp : nullptr, out);
             out.prompt_tokens = c.req->num_prompt;
             out.completion_tokens = static_cast<int64_t>(r.output.size());
-            outputs_.push_back(std::move(out));
         }
     }
     for (auto it = requests_.begin(); it != requests_.end();)
         it = it->second->finish != FinishReason::NONE ? requests_.erase(it) : std::next(it);
     host_seconds_ = now_s() - t0 - forward_seconds_;
-    return outputs_;
+    return {outputs_.data(), n_outputs_};
 }
 
 EngineStats Engine::stats() const {

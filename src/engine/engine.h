@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -83,8 +84,9 @@ public:
 
     ~Engine();
     Result<int64_t> add_request(const Prompt& prompt, const SamplingParams& params);
-    // Runs one step; the outputs of requests that progressed (or were aborted) this step.
-    const std::vector<RequestOutput>& step();
+    // Runs one step; the outputs of requests that progressed (or were aborted) this step. The span is
+    // valid until the next call.
+    std::span<const RequestOutput> step();
     // Thread-safe: the request is aborted at the next step (its blocks and slot freed there).
     void abort(int64_t id);
     bool has_unfinished() const { return !scheduler_->empty() || !pending_aborts_empty(); }
@@ -123,7 +125,9 @@ private:
     int64_t next_id_ = 1;
     BatchPlan plan_;
     std::vector<float> logits_;
-    std::vector<RequestOutput> outputs_;
+    RequestOutput& next_output(int64_t id);
+    std::vector<RequestOutput> outputs_;  // reused records; the first n_outputs_ belong to this step
+    size_t n_outputs_ = 0;
     mutable std::mutex abort_mu_;
     std::vector<int64_t> aborts_;
     uint64_t reads_during_forward_ = 0;
