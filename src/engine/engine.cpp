@@ -90,6 +90,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0, c.n_gdn_layers(), n_slots,
         n_slots * slot_bytes / 1048576.0, cfg.max_model_len, cfg.max_num_seqs, cfg.max_num_batched_tokens,
         note.empty() ? "" : "\n", note.c_str());
+    GDN_LOG_INFO("%s", e->memory_plan_.c_str());
     e->cfg_ = cfg;
     e->model_ = std::move(model);
     e->tok_ = std::move(tok);
