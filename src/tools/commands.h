@@ -9,5 +9,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_detokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_profile(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 
 }  // namespace gdn

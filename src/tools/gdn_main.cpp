@@ -15,6 +15,7 @@ void usage() {
                  "  run          generate from a checkpoint folder (--model DIR --prompt-ids 1,2,3 -n 32)\n"
                  "  tokenize     text (or --chat messages) on stdin -> token ids (--model DIR)\n"
                  "  detokenize   JSON token ids on stdin -> text (--model DIR)\n"
+                 "  serve        OpenAI-compatible HTTP server (--model DIR --port 8000)\n"
                  "  bench        throughput, llama-bench style (--model DIR --pp 512 --tg 128 -r 5)\n"
                  "  profile      per-op statistics and a Chrome trace (--model DIR --prompt-len N --gen-len M)\n"
                  "  make-model   write a random-weight checkpoint in Hugging Face layout (--preset NAME --out DIR)\n"
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     if (cmd == "make-model") return gdn::cmd_make_model(argc - 2, argv + 2);
     if (cmd == "tokenize") return gdn::cmd_tokenize(argc - 2, argv + 2);
     if (cmd == "bench") return gdn::cmd_bench(argc - 2, argv + 2);
+    if (cmd == "serve") return gdn::cmd_serve(argc - 2, argv + 2);
     if (cmd == "profile") return gdn::cmd_profile(argc - 2, argv + 2);
     if (cmd == "detokenize") return gdn::cmd_detokenize(argc - 2, argv + 2);
     std::fprintf(stderr, "gdn: unknown command '%s'\n", cmd.c_str());

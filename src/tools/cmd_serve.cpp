@@ -1,0 +1,116 @@
+// gdn serve: the OpenAI-compatible server.
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "ops/dispatch.h"
+#include "server/openai_server.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+
+namespace gdn {
+
+int cmd_serve(int argc, char** argv) {
+    auto args = Args::parse(argc, argv,
+                            {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
+                             "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype",
+                             "--block-size"},
+                            {"--help"});
+    if (!args || args->has("--help") || !args->has("--model")) {
+        std::fprintf(stderr,
+                     "usage: gdn serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
+                     "                 [--served-model-name NAME] [--max-model-len 4096] [--max-num-seqs 16]\n"
+                     "                 [--max-num-batched-tokens 512] [--cache-memory MiB (1024)] [--threads N]\n"
+                     "                 [--dtype bf16|f32] [--block-size 16]\n"
+                     "  Endpoints: POST /v1/completions, /v1/chat/completions (stream: true for SSE), GET /v1/models,\n"
+                     "  /health, /metrics (Prometheus), POST /tokenize, /detokenize. SIGINT/SIGTERM shut down cleanly.\n");
+        if (!args) std::fprintf(stderr, "gdn serve: %s\n", args.message().c_str());
+        return args && args->has("--help") ? 0 : 2;
+    }
+    auto port = args->get_int("--port", 8000), mml = args->get_int("--max-model-len", 4096),
+         mns = args->get_int("--max-num-seqs", 16), mnbt = args->get_int("--max-num-batched-tokens", 512),
+         mem = args->get_int("--cache-memory", 1024), threads = args->get_int("--threads", default_thread_count()),
+         bs = args->get_int("--block-size", 16);
+    for (auto* r : {&port, &mml, &mns, &mnbt, &mem, &threads, &bs})
+        if (!*r) {
+            std::fprintf(stderr, "gdn serve: %s\n", r->message().c_str());
+            return 2;
+        }
+    if (*port < 0 || *port > 65535 || *mem < 1 || *threads < 1) {
+        std::fprintf(stderr, "gdn serve: --port must be 0..65535, --cache-memory and --threads positive\n");
+        return 2;
+    }
+    if (Status ks = configure_kernels_from_env(); !ks) {
+        std::fprintf(stderr, "gdn serve: %s\n", ks.message().c_str());
+        return 2;
+    }
+    // Signals are handled by one thread (sigwait); every other thread blocks them.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    signal(SIGPIPE, SIG_IGN);
+
+    set_global_threads(static_cast<int>(*threads));
+    const std::string dir = args->get("--model");
+    auto model = Model::load(dir);
+    if (!model) {
+        std::fprintf(stderr, "gdn serve: %s\n", model.message().c_str());
+        return 1;
+    }
+    auto tok = Tokenizer::load(dir);
+    if (!tok) {
+        std::fprintf(stderr, "gdn serve: %s\n", tok.message().c_str());
+        return 1;
+    }
+    log_kernel_selection();
+    EngineConfig ec;
+    ec.max_model_len = static_cast<int>(*mml);
+    ec.max_num_seqs = static_cast<int>(*mns);
+    ec.max_num_batched_tokens = static_cast<int>(*mnbt);
+    ec.cache_memory = static_cast<size_t>(*mem) << 20;
+    ec.block_size = static_cast<int>(*bs);
+    ec.bf16 = args->get("--dtype", "bf16") == "bf16";
+    auto engine = Engine::create(std::shared_ptr<const Model>(std::move(*model)), *tok, ec);
+    if (!engine) {
+        std::fprintf(stderr, "gdn serve: %s\n", engine.message().c_str());
+        return 1;
+    }
+    ServerConfig sc;
+    sc.host = args->get("--host", "127.0.0.1");
+    sc.port = static_cast<int>(*port);
+    sc.api_key = args->get("--api-key");
+    std::string name = args->get("--served-model-name");
+    if (name.empty()) {
+        name = dir;
+        while (!name.empty() && name.back() == '/') name.pop_back();
+        if (auto p = name.rfind('/'); p != std::string::npos) name = name.substr(p + 1);
+    }
+    sc.served_model_name = name;
+    OpenAIServer server(std::move(*engine), *tok, sc);
+    std::thread watcher([&] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        GDN_LOG_INFO("signal %d: shutting down (in-flight requests are aborted)", sig);
+        server.stop();
+    });
+    Status st = server.run();
+    if (!st) {
+        std::fprintf(stderr, "gdn serve: %s\n", st.message().c_str());
+        pthread_kill(watcher.native_handle(), SIGTERM);
+        watcher.join();
+        return 1;
+    }
+    // run() returned after stop(): if it stopped for another reason, release the watcher.
+    pthread_kill(watcher.native_handle(), SIGTERM);
+    watcher.join();
+    GDN_LOG_INFO("server stopped");
+    return 0;
+}
+
+}  // namespace gdn
