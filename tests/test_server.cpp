@@ -1,0 +1,296 @@
+// The server on loopback with a real HTTP client: every error case (status + OpenAI error JSON), streaming
+// equals non-streaming for the same seed, clients that disconnect mid-stream free their blocks and slots,
+// and a bounded soak test.
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "engine/engine.h"
+#include "server/openai_server.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+class ServerTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        auto m = Model::load(demo_model_dir());
+        ASSERT_TRUE(m.is_ok()) << m.message();
+        auto t = Tokenizer::load(demo_model_dir());
+        ASSERT_TRUE(t.is_ok());
+        EngineConfig ec;
+        ec.max_model_len = 512;
+        ec.max_num_seqs = 16;
+        ec.cache_memory = 64ull << 20;
+        auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
+        ASSERT_TRUE(e.is_ok()) << e.message();
+        ServerConfig sc;
+        sc.port = 0;  // any free port
+        sc.served_model_name = "demo";
+        sc.api_key = "sekrit";
+        sc.max_body_bytes = 64 * 1024;
+        sc.http_threads = 48;
+        server_ = new OpenAIServer(std::move(*e), *t, sc);
+        thread_ = new std::thread([] { server_->run(); });
+        for (int i = 0; i < 200 && server_->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ASSERT_GT(server_->bound_port(), 0);
+    }
+    static void TearDownTestSuite() {
+        server_->stop();
+        thread_->join();
+        delete thread_;
+        delete server_;
+    }
+    static httplib::Client client() {
+        httplib::Client c("127.0.0.1", server_->bound_port());
+        c.set_read_timeout(60, 0);
+        c.set_default_headers({{"Authorization", "Bearer sekrit"}});
+        return c;
+    }
+    static Json post(const std::string& path, const std::string& body, int* status) {
+        auto r = client().Post(path.c_str(), body, "application/json");
+        EXPECT_TRUE(r) << "no response";
+        if (!r) return Json();
+        *status = r->status;
+        auto j = parse_json(r->body, "response");
+        return j.is_ok() ? *j : Json(r->body);
+    }
+    static Json metrics_value(const std::string& name) {
+        auto r = client().Get("/metrics");
+        const std::string& b = r->body;
+        auto p = b.find("\n" + name + " ");
+        if (p == std::string::npos) return Json();
+        return std::stod(b.substr(p + name.size() + 2));
+    }
+    static OpenAIServer* server_;
+    static std::thread* thread_;
+};
+OpenAIServer* ServerTest::server_ = nullptr;
+std::thread* ServerTest::thread_ = nullptr;
+
+void expect_error(const Json& j, int status, int want_status, const std::string& needle);
+
+// POSTs, then checks the status and the OpenAI error JSON (sequenced: the status is read after the call).
+#define check(path, body, want, needle)                     \
+    do {                                                    \
+        int _st = 0;                                        \
+        Json _j = post(path, body, &_st);                   \
+        expect_error(_j, _st, want, needle);                \
+    } while (0)
+
+void expect_error(const Json& j, int status, int want_status, const std::string& needle) {
+    EXPECT_EQ(status, want_status) << j.dump();
+    ASSERT_TRUE(j.is_object() && j.contains("error")) << j.dump();
+    EXPECT_TRUE(j["error"]["message"].is_string());
+    EXPECT_TRUE(j["error"]["type"].is_string());
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(needle), std::string::npos) << j.dump();
+}
+
+TEST_F(ServerTest, ChatAndCompletionWithUsage) {
+    int st = 0;
+    Json j = post("/v1/chat/completions",
+                  R"({"model":"demo","messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":60})",
+                  &st);
+    ASSERT_EQ(st, 200) << j.dump();
+    EXPECT_EQ(j["object"], "chat.completion");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    EXPECT_NE(j["choices"][0]["message"]["content"].get<std::string>().find("Mae West"), std::string::npos);
+    EXPECT_EQ(j["usage"]["prompt_tokens"], 13);
+    EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+    j = post("/v1/completions", R"({"prompt":"The cat","max_tokens":5,"temperature":0,"unknown_field":[1,2]})", &st);
+    ASSERT_EQ(st, 200) << j.dump();  // unknown fields are ignored
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(j["usage"]["completion_tokens"], 5);
+}
+
+TEST_F(ServerTest, ErrorCases) {
+    int st = 0;
+    check("/v1/chat/completions", "{not json", 400, "malformed JSON");
+    check("/v1/chat/completions", R"({"messages":"hi"})", 400, "'messages' must be a list");
+    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400, "'temperature' must be a number");
+    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})", 400,
+                 "top_p must be in (0, 1]");
+    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})", 400, "temperature must be >= 0");
+    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":2})", 400,
+                 "only n = 1");
+    check("/v1/completions", R"({"prompt":")" + std::string(3000, 'a') + "\"}", 400,
+                 "maximum context length");
+    check("/v1/completions", R"({"max_tokens":3})", 400, "'prompt' is required");
+    check("/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})", 404, "does not exist");
+    // Authentication
+    httplib::Client anon("127.0.0.1", server_->bound_port());
+    auto r = anon.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
+    ASSERT_TRUE(r);
+    expect_error(*parse_json(r->body, "r"), r->status, 401, "Missing API key");
+    anon.set_default_headers({{"Authorization", "Bearer wrong"}});
+    r = anon.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
+    expect_error(*parse_json(r->body, "r"), r->status, 401, "Incorrect API key");
+    // Body too large (limit 64 KiB here)
+    r = client().Post("/v1/completions", std::string(100000, ' '), "application/json");
+    ASSERT_TRUE(r);
+    expect_error(*parse_json(r->body, "r"), r->status, 413, "too large");
+    // ... and the server keeps serving everyone else.
+    Json ok = post("/v1/completions", R"({"prompt":"The cat","max_tokens":2})", &st);
+    EXPECT_EQ(st, 200) << ok.dump();
+}
+
+// Streams a completion; returns the concatenated text (and whether [DONE] arrived).
+std::string stream_text(httplib::Client& c, const std::string& path, const std::string& body, bool chat, bool* done,
+                        int stop_after_chunks = -1) {
+    std::string buf, text;
+    int chunks = 0;
+    *done = false;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    req.set_header("Authorization", "Bearer sekrit");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+               buf.append(data, n);
+               size_t p;
+               while ((p = buf.find("\n\n")) != std::string::npos) {
+                   std::string ev = buf.substr(0, p);
+                   buf.erase(0, p + 2);
+                   if (ev.rfind("data: ", 0) != 0) continue;
+                   ev = ev.substr(6);
+                   if (ev == "[DONE]") {
+                       *done = true;
+                       continue;
+                   }
+                   auto j = parse_json(ev, "chunk");
+                   if (!j || !j->contains("choices") || (*j)["choices"].empty()) continue;
+                   const Json& ch = (*j)["choices"][0];
+                   if (chat && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+                   if (!chat) text += ch["text"].get<std::string>();
+                   if (stop_after_chunks >= 0 && ++chunks >= stop_after_chunks) return false;  // disconnect
+               }
+               return true;
+    };
+    c.send(req);
+    return text;
+}
+
+TEST_F(ServerTest, StreamingEqualsNonStreamingForTheSameSeed) {
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0.8,"seed":42,"max_tokens":40)";
+    int st = 0;
+    Json j = post("/v1/chat/completions", body + "}", &st);
+    ASSERT_EQ(st, 200);
+    auto c = client();
+    bool done = false;
+    const std::string streamed = stream_text(c, "/v1/chat/completions", body + R"(,"stream":true})", true, &done);
+    EXPECT_TRUE(done);
+    EXPECT_EQ(streamed, j["choices"][0]["message"]["content"].get<std::string>());
+    Json j2 = post("/v1/chat/completions", body + "}", &st);  // the same seed again: the same text
+    EXPECT_EQ(j2["choices"][0]["message"]["content"], j["choices"][0]["message"]["content"]);
+}
+
+TEST_F(ServerTest, DisconnectMidStreamFreesBlocksAndSlot) {
+    auto c = client();
+    bool done = false;
+    stream_text(c, "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true})",
+                false, &done, 3);
+    EXPECT_FALSE(done);
+    // Within a few engine steps the request is aborted and everything is free again.
+    bool freed = false;
+    for (int i = 0; i < 200 && !freed; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        freed = metrics_value("gdn_kv_blocks_free") == metrics_value("gdn_kv_blocks_total") &&
+                metrics_value("gdn_state_slots_free") == metrics_value("gdn_state_slots_total") &&
+                metrics_value("gdn_requests_running") == 0.0;
+    }
+    EXPECT_TRUE(freed);
+    EXPECT_GE(metrics_value("gdn_requests_aborted_total").get<double>(), 1.0);
+}
+
+// 200 streaming requests at concurrency 32, random lengths, a quarter of the clients disconnecting at
+// random points: every other request completes with correct token counts; at the end every KV block and
+// state slot is free.
+TEST_F(ServerTest, Soak) {
+    std::atomic<int> next{0}, completed{0}, disconnected{0}, bad{0};
+    auto worker = [&](int seed) {
+        std::mt19937 rng(seed);
+        auto c = client();
+        for (int i; (i = next++) < 200;) {
+            const int max_tokens = 1 + rng() % 48;
+            const bool leave = rng() % 4 == 0;
+            std::string prompt(1 + rng() % 200, 'a' + rng() % 26);
+            Json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"ignore_eos", true}, {"stream", true},
+                         {"stream_options", {{"include_usage", true}}}, {"temperature", 0.7}, {"seed", i}};
+            std::string buf;
+            int64_t tokens = -1;
+            int chunks = 0;
+            const int leave_after = 1 + rng() % 5;
+            bool got_done = false;
+            httplib::Request req;
+            req.method = "POST";
+            req.path = "/v1/completions";
+            req.body = body.dump();
+            req.set_header("Content-Type", "application/json");
+            req.set_header("Authorization", "Bearer sekrit");
+            req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+                buf.append(d, n);
+                size_t p;
+                while ((p = buf.find("\n\n")) != std::string::npos) {
+                    std::string ev = buf.substr(0, p);
+                    buf.erase(0, p + 2);
+                    if (ev == "data: [DONE]") got_done = true;
+                    else if (auto j = parse_json(ev.substr(6), "c"); j && j->contains("usage"))
+                        tokens = (*j)["usage"]["completion_tokens"].get<int64_t>();
+                    if (leave && ++chunks >= leave_after) return false;
+                }
+                return true;
+            };
+            c.send(req);
+            if (leave && !got_done) {
+                disconnected++;
+            } else if (got_done && tokens == max_tokens) {
+                completed++;
+            } else {
+                bad++;
+            }
+        }
+    };
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 32; ++t) ts.emplace_back(worker, t);
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(completed + disconnected, 200);
+    EXPECT_GT(disconnected.load(), 20);
+    bool freed = false;
+    for (int i = 0; i < 300 && !freed; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        freed = metrics_value("gdn_kv_blocks_free") == metrics_value("gdn_kv_blocks_total") &&
+                metrics_value("gdn_state_slots_free") == metrics_value("gdn_state_slots_total") &&
+                metrics_value("gdn_requests_running") == 0.0 && metrics_value("gdn_requests_waiting") == 0.0;
+    }
+    EXPECT_TRUE(freed);
+    int st = 0;
+    post("/v1/completions", R"({"prompt":"still alive","max_tokens":1})", &st);
+    EXPECT_EQ(st, 200);
+}
+
+TEST_F(ServerTest, ModelsHealthTokenize) {
+    auto c = client();
+    auto r = c.Get("/health");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    r = c.Get("/v1/models");
+    EXPECT_EQ((*parse_json(r->body, "m"))["data"][0]["id"], "demo");
+    int st = 0;
+    Json t = post("/tokenize", R"({"prompt":"Hello world"})", &st);
+    ASSERT_EQ(st, 200);
+    Json d = post("/detokenize", Json{{"tokens", t["tokens"]}}.dump(), &st);
+    EXPECT_EQ(d["prompt"], "Hello world");
+    check("/detokenize", R"({"tokens":[999999]})", 400, "out of range");
+}
+
+}  // namespace
