@@ -546,7 +546,7 @@ Status OpenAIServer::run() {
         if (!im.authorized(q, r)) return;
         Json m = {{"object", "list"},
                   {"data", Json::array({{{"id", im.cfg.served_model_name}, {"object", "model"}, {"created", unix_time()},
-                                         {"owned_by", "gdn-engine"},
+                                         {"owned_by", "gdn-engine"}, {"vocab_size", im.tok->vocab_size()},
                                          {"max_model_len", im.engine->config().max_model_len}}})}};
         r.set_content(m.dump(), "application/json");
     });

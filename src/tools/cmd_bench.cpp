@@ -81,8 +81,15 @@ void weight_traffic(const Model& m, double* bytes, double* flops, double* lm_flo
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-    auto args = Args::parse(argc, argv, {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype", "--concurrency"},
-                            {"--help", "--no-limits", "--limits", "--profile"});
+    auto args = Args::parse(argc, argv,
+                            {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype", "--concurrency",
+                             "--base-url", "--num-prompts", "--input-len", "--output-len", "--range-ratio",
+                             "--max-concurrency", "--request-rate", "--num-warmups", "--plot", "--api-key",
+                             "--served-model-name", "--seed", "--cache-memory"},
+                            {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos"});
+    if (args && (args->has("--base-url") || args->has("--num-prompts") || args->has("--max-concurrency") ||
+                 args->has("--request-rate")))
+        return cmd_bench_serve(*args);
     if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) {
         std::fprintf(stderr,
                      "usage: gdn bench --model DIR [--pp 512] [--tg 128] [-r 5] [--threads N] [--dtype bf16|f32]\n"
@@ -91,7 +98,10 @@ int cmd_bench(int argc, char** argv) {
                      "       gdn bench --model DIR --concurrency 1,4,8,16 [--tg 64]   (engine decode throughput per\n"
                      "                 concurrency and the host time per step outside the forward)\n"
                      "  pp: prefill of a random prompt of that many tokens; tg: that many single-token decode steps.\n"
-                     "  Serving benchmarks (TTFT / TPOT against a server) are a separate mode (see README).\n");
+                     "serving mode (vllm bench serve style):\n"
+                     "       gdn bench (--base-url http://127.0.0.1:8000/v1 | --model DIR) [--num-prompts 64]\n"
+                     "                 [--input-len 256] [--output-len 64] [--range-ratio 0] [--max-concurrency 1,4,8]\n"
+                     "                 [--request-rate inf|R] [--num-warmups 2] [--json FILE] [--plot FILE.svg]\n");
         if (!args) std::fprintf(stderr, "gdn bench: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
     }

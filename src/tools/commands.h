@@ -3,6 +3,9 @@
 
 namespace gdn {
 
+class Args;
+int cmd_bench_serve(Args& args);  // gdn bench serving mode (cmd_bench_serve.cpp)
+
 int cmd_run(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);

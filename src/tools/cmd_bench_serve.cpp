@@ -1,0 +1,375 @@
+// gdn bench (serving mode), in the manner of `vllm bench serve`: a random dataset sent to a running server
+// (--base-url) or to an in-process server on the model (--model), at one or more concurrency levels, with
+// Poisson arrivals; reports TTFT / TPOT / ITL and throughput, as a table, JSON (vLLM's key names) and SVG.
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "ops/dispatch.h"
+#include "server/openai_server.h"
+#include "tools/args.h"
+#include "tools/commands.h"
+#include "util/json_file.h"
+
+namespace gdn {
+
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+struct RequestResult {
+    bool ok = false;
+    int64_t input_tokens = 0, output_tokens = 0;
+    double ttft = 0, e2e = 0;
+    std::vector<double> itl;
+    std::string error;
+};
+
+struct Summary {
+    Json json;
+    std::string table_row;
+};
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const double idx = p / 100.0 * (v.size() - 1);
+    const size_t lo = static_cast<size_t>(idx);
+    const double f = idx - lo;
+    return lo + 1 < v.size() ? v[lo] * (1 - f) + v[lo + 1] * f : v[lo];
+}
+double mean(const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / v.size();
+}
+
+// One streaming completion; measures TTFT (first token), ITL (between token chunks) and end to end.
+RequestResult send_one(const std::string& host, int port, const std::string& path_prefix, const std::string& api_key,
+                       const std::string& model, const std::vector<int32_t>& prompt, int max_tokens, bool ignore_eos) {
+    RequestResult r;
+    r.input_tokens = static_cast<int64_t>(prompt.size());
+    httplib::Client c(host, port);
+    c.set_read_timeout(600, 0);
+    Json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true},
+                 {"stream_options", {{"include_usage", true}}}, {"ignore_eos", ignore_eos}, {"temperature", 0}};
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path_prefix + "/completions";
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
+    const double t0 = now_s();
+    double last = 0;
+    std::string buf;
+    bool done = false;
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+        buf.append(d, n);
+        size_t p;
+        while ((p = buf.find("\n\n")) != std::string::npos) {
+            std::string ev = buf.substr(0, p);
+            buf.erase(0, p + 2);
+            if (ev.rfind("data: ", 0) != 0) continue;
+            ev = ev.substr(6);
+            if (ev == "[DONE]") {
+                done = true;
+                continue;
+            }
+            auto j = parse_json(ev, "chunk");
+            if (!j) continue;
+            if (j->contains("error")) {
+                r.error = (*j)["error"].value("message", "error");
+                continue;
+            }
+            if (j->contains("usage") && (*j)["usage"].is_object())
+                r.output_tokens = (*j)["usage"].value("completion_tokens", int64_t(0));
+            if (j->contains("choices") && !(*j)["choices"].empty() && (*j)["choices"][0].value("text", "") != "") {
+                const double t = now_s();
+                if (r.ttft == 0) r.ttft = t - t0;
+                else r.itl.push_back(t - last);
+                last = t;
+            }
+        }
+        return true;
+    };
+    auto res = c.send(req);
+    r.e2e = now_s() - t0;
+    if (!res) r.error = "connection failed: " + httplib::to_string(res.error());
+    else if (res->status != 200) r.error = strprintf("HTTP %d", res->status);
+    r.ok = r.error.empty() && done && r.output_tokens > 0;
+    if (r.ok && r.ttft == 0) r.ttft = r.e2e;
+    return r;
+}
+
+Json summarize(int concurrency, double rate, const std::vector<RequestResult>& rs, double duration) {
+    std::vector<double> ttft, tpot, itl, e2e;
+    int64_t in = 0, out = 0, ok = 0;
+    for (const auto& r : rs) {
+        if (!r.ok) continue;
+        ++ok;
+        in += r.input_tokens;
+        out += r.output_tokens;
+        ttft.push_back(1e3 * r.ttft);
+        e2e.push_back(1e3 * r.e2e);
+        if (r.output_tokens > 1) tpot.push_back(1e3 * (r.e2e - r.ttft) / (r.output_tokens - 1));
+        for (double x : r.itl) itl.push_back(1e3 * x);
+    }
+    Json j = {{"max_concurrency", concurrency},
+              {"request_rate", std::isinf(rate) ? Json("inf") : Json(rate)},
+              {"completed", ok},
+              {"failed", static_cast<int64_t>(rs.size()) - ok},
+              {"duration", duration},
+              {"total_input_tokens", in},
+              {"total_output_tokens", out},
+              {"request_throughput", ok / duration},
+              {"output_throughput", out / duration},
+              {"total_token_throughput", (in + out) / duration}};
+    for (auto [name, v] : {std::pair<const char*, std::vector<double>*>{"ttft", &ttft}, {"tpot", &tpot}, {"itl", &itl},
+                           {"e2el", &e2e}}) {
+        j[std::string("mean_") + name + "_ms"] = mean(*v);
+        j[std::string("median_") + name + "_ms"] = percentile(*v, 50);
+        j[std::string("p99_") + name + "_ms"] = percentile(*v, 99);
+    }
+    return j;
+}
+
+// Throughput and latency against concurrency, as a two-panel SVG.
+std::string plot_svg(const std::vector<Json>& runs) {
+    const int W = 900, H = 360, pad = 60, pw = (W - 3 * pad) / 2, ph = H - 2 * pad;
+    std::string s = strprintf("<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' "
+                              "font-size='12'><rect width='100%%' height='100%%' fill='white'/>\n",
+                              W, H);
+    double cmax = 1, tmax = 1, lmax = 1;
+    for (const Json& r : runs) {
+        cmax = std::max(cmax, r["max_concurrency"].get<double>());
+        tmax = std::max(tmax, r["output_throughput"].get<double>());
+        lmax = std::max({lmax, r["median_ttft_ms"].get<double>(), r["median_tpot_ms"].get<double>()});
+    }
+    auto panel = [&](int x0, const char* title, const char* ylabel, double ymax,
+                     std::vector<std::pair<std::string, std::string>> series) {
+        s += strprintf("<text x='%d' y='%d' font-weight='bold'>%s</text>\n", x0, pad - 20, title);
+        s += strprintf("<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>", x0, pad + ph, x0 + pw, pad + ph);
+        s += strprintf("<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>\n", x0, pad, x0, pad + ph);
+        s += strprintf("<text x='%d' y='%d'>concurrency</text><text x='%d' y='%d'>%s</text>\n", x0 + pw / 2 - 30,
+                       pad + ph + 35, x0 - 50, pad - 5, ylabel);
+        for (int i = 0; i <= 4; ++i)
+            s += strprintf("<text x='%d' y='%d' text-anchor='end'>%.0f</text>", x0 - 4, pad + ph - i * ph / 4 + 4,
+                           ymax * i / 4);
+        const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c"};
+        int ci = 0;
+        for (auto& [key, label] : series) {
+            std::string pts;
+            for (const Json& r : runs) {
+                const double x = x0 + pw * r["max_concurrency"].get<double>() / cmax;
+                const double y = pad + ph - ph * r[key].get<double>() / ymax;
+                pts += strprintf("%.1f,%.1f ", x, y);
+                s += strprintf("<circle cx='%.1f' cy='%.1f' r='3' fill='%s'/>", x, y, colors[ci]);
+                s += strprintf("<text x='%.1f' y='%.1f' font-size='10'>%g</text>", x + 4, pad + ph + 14,
+                               r["max_concurrency"].get<double>());
+            }
+            s += strprintf("<polyline points='%s' fill='none' stroke='%s' stroke-width='2'/>\n", pts.c_str(), colors[ci]);
+            s += strprintf("<text x='%d' y='%d' fill='%s'>%s</text>\n", x0 + 10, pad + 15 + 15 * ci, colors[ci],
+                           label.c_str());
+            ++ci;
+        }
+    };
+    panel(pad, "Output throughput", "tok/s", tmax * 1.1, {{"output_throughput", "output tokens/s"}});
+    panel(2 * pad + pw, "Latency (median)", "ms", lmax * 1.1,
+          {{"median_ttft_ms", "TTFT ms"}, {"median_tpot_ms", "TPOT ms"}});
+    return s + "</svg>\n";
+}
+
+}  // namespace
+
+int cmd_bench_serve(Args& a) {
+    auto num_prompts = a.get_int("--num-prompts", 64), in_len = a.get_int("--input-len", 256),
+         out_len = a.get_int("--output-len", 64), warmups = a.get_int("--num-warmups", 2),
+         threads = a.get_int("--threads", default_thread_count()), seed = a.get_int("--seed", 0);
+    auto ratio = a.get_double("--range-ratio", 0.0);
+    for (auto* r : {&num_prompts, &in_len, &out_len, &warmups, &threads, &seed})
+        if (!*r) {
+            std::fprintf(stderr, "gdn bench: %s\n", r->message().c_str());
+            return 2;
+        }
+    if (!ratio || *ratio < 0 || *ratio >= 1 || *num_prompts < 1 || *in_len < 1 || *out_len < 1) {
+        std::fprintf(stderr, "gdn bench: --range-ratio in [0, 1), --num-prompts/--input-len/--output-len >= 1\n");
+        return 2;
+    }
+    std::vector<int> levels = {1};
+    if (a.has("--max-concurrency")) {
+        auto l = parse_id_list(a.get("--max-concurrency"));
+        if (!l) {
+            std::fprintf(stderr, "gdn bench: --max-concurrency: %s\n", l.message().c_str());
+            return 2;
+        }
+        levels.assign(l->begin(), l->end());
+    }
+    double rate = INFINITY;
+    if (a.has("--request-rate") && a.get("--request-rate") != "inf") {
+        auto r = a.get_double("--request-rate", 0);
+        if (!r || *r <= 0) {
+            std::fprintf(stderr, "gdn bench: --request-rate must be a positive number or inf\n");
+            return 2;
+        }
+        rate = *r;
+    }
+    // Target: a running server, or an in-process one on --model.
+    std::string host = "127.0.0.1", prefix = "/v1", model_name = a.get("--served-model-name");
+    int port = 0;
+    std::unique_ptr<OpenAIServer> server;
+    std::thread server_thread;
+    int32_t vocab = 1000;
+    if (a.has("--base-url")) {
+        std::string url = a.get("--base-url");
+        const std::string scheme = "http://";
+        if (url.rfind(scheme, 0) != 0) {
+            std::fprintf(stderr, "gdn bench: --base-url must start with http://\n");
+            return 2;
+        }
+        url = url.substr(scheme.size());
+        const size_t slash = url.find('/');
+        const std::string hp = url.substr(0, slash);
+        prefix = slash == std::string::npos ? "/v1" : url.substr(slash);
+        const size_t colon = hp.find(':');
+        host = hp.substr(0, colon);
+        port = colon == std::string::npos ? 80 : std::atoi(hp.c_str() + colon + 1);
+        httplib::Client c(host, port);
+        if (auto r = c.Get((prefix + "/models").c_str()); r && r->status == 200) {
+            auto j = parse_json(r->body, "models");
+            if (j && (*j)["data"].is_array() && !(*j)["data"].empty()) {
+                if (model_name.empty()) model_name = (*j)["data"][0].value("id", "");
+                vocab = (*j)["data"][0].value("vocab_size", vocab);
+            }
+        } else {
+            std::fprintf(stderr, "gdn bench: cannot reach %s%s/models\n", a.get("--base-url").c_str(), "");
+            return 1;
+        }
+    } else if (a.has("--model")) {
+        if (Status ks = configure_kernels_from_env(); !ks) {
+            std::fprintf(stderr, "gdn bench: %s\n", ks.message().c_str());
+            return 2;
+        }
+        set_global_threads(static_cast<int>(*threads));
+        auto model = Model::load(a.get("--model"));
+        auto tok = Tokenizer::load(a.get("--model"));
+        if (!model || !tok) {
+            std::fprintf(stderr, "gdn bench: %s%s\n", model.message().c_str(), tok.message().c_str());
+            return 1;
+        }
+        vocab = (*model)->config().vocab;
+        EngineConfig ec;
+        ec.max_num_seqs = *std::max_element(levels.begin(), levels.end());
+        ec.max_model_len = static_cast<int>(*in_len * (1 + *ratio) + *out_len + 8);
+        ec.max_num_batched_tokens = std::max(512, ec.max_num_seqs + 64);
+        ec.cache_memory = static_cast<size_t>(a.get_int("--cache-memory", 2048).value()) << 20;
+        auto engine = Engine::create(std::shared_ptr<const Model>(std::move(*model)), *tok, ec);
+        if (!engine) {
+            std::fprintf(stderr, "gdn bench: %s\n", engine.message().c_str());
+            return 1;
+        }
+        ServerConfig sc;
+        sc.port = 0;
+        sc.served_model_name = model_name = "bench";
+        sc.http_threads = ec.max_num_seqs + 8;
+        server = std::make_unique<OpenAIServer>(std::move(*engine), *tok, sc);
+        server_thread = std::thread([&] { server->run(); });
+        for (int i = 0; i < 500 && server->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        port = server->bound_port();
+    } else {
+        std::fprintf(stderr, "gdn bench: serving mode needs --base-url URL or --model DIR\n");
+        return 2;
+    }
+    const std::string api_key = a.get("--api-key");
+    std::mt19937 rng(static_cast<uint32_t>(*seed));
+    auto make_prompt = [&](int64_t len) {
+        std::vector<int32_t> p(len);
+        for (auto& t : p) t = static_cast<int32_t>(rng() % std::max(1, vocab - 100));
+        return p;
+    };
+    auto rand_len = [&](int64_t base) {
+        const int64_t lo = static_cast<int64_t>(base * (1 - *ratio)), hi = static_cast<int64_t>(base * (1 + *ratio));
+        return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
+    };
+    std::vector<Json> runs;
+    std::printf("| concurrency | ok / failed | duration s | req/s | output tok/s | total tok/s | TTFT mean / p50 / p99 ms | "
+                "TPOT mean / p50 / p99 ms | ITL mean / p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|\n");
+    for (int C : levels) {
+        // Warm-up requests (not measured).
+        for (long long w = 0; w < *warmups; ++w) send_one(host, port, prefix, api_key, model_name, make_prompt(16), 4, true);
+        struct Item {
+            std::vector<int32_t> prompt;
+            int max_tokens;
+            double at;
+        };
+        std::vector<Item> items;
+        double t_arr = 0;
+        std::exponential_distribution<double> gap(std::isinf(rate) ? 1.0 : rate);
+        for (long long i = 0; i < *num_prompts; ++i) {
+            items.push_back({make_prompt(rand_len(*in_len)), static_cast<int>(rand_len(*out_len)), t_arr});
+            if (!std::isinf(rate)) t_arr += gap(rng);
+        }
+        std::vector<RequestResult> results(items.size());
+        std::atomic<size_t> next{0}, finished{0};
+        const double t0 = now_s();
+        std::vector<std::thread> workers;
+        for (int w = 0; w < C; ++w)
+            workers.emplace_back([&] {
+                for (size_t i; (i = next++) < items.size();) {
+                    const double wait = t0 + items[i].at - now_s();
+                    if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+                    results[i] = send_one(host, port, prefix, api_key, model_name, items[i].prompt, items[i].max_tokens,
+                                          !a.has("--no-ignore-eos"));
+                    const size_t f = ++finished;
+                    if (f % std::max<size_t>(1, items.size() / 10) == 0)
+                        std::fprintf(stderr, "\rconcurrency %d: %zu/%zu requests", C, f, items.size());
+                }
+            });
+        for (auto& t : workers) t.join();
+        std::fprintf(stderr, "\n");
+        Json j = summarize(C, rate, results, now_s() - t0);
+        for (const auto& r : results)
+            if (!r.ok && !r.error.empty()) {
+                std::fprintf(stderr, "first failure: %s\n", r.error.c_str());
+                break;
+            }
+        std::printf("| %d | %lld / %lld | %.2f | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f / "
+                    "%.1f |\n",
+                    C, (long long)j["completed"], (long long)j["failed"], j["duration"].get<double>(),
+                    j["request_throughput"].get<double>(), j["output_throughput"].get<double>(),
+                    j["total_token_throughput"].get<double>(), j["mean_ttft_ms"].get<double>(),
+                    j["median_ttft_ms"].get<double>(), j["p99_ttft_ms"].get<double>(), j["mean_tpot_ms"].get<double>(),
+                    j["median_tpot_ms"].get<double>(), j["p99_tpot_ms"].get<double>(), j["mean_itl_ms"].get<double>(),
+                    j["median_itl_ms"].get<double>(), j["p99_itl_ms"].get<double>());
+        std::fflush(stdout);
+        runs.push_back(j);
+    }
+    if (server) {
+        server->stop();
+        server_thread.join();
+    }
+    if (a.has("--json")) {
+        std::ofstream f(a.get("--json"));
+        f << (runs.size() == 1 ? runs[0] : Json(runs)).dump(2) << "\n";
+    }
+    if (a.has("--plot")) {
+        std::ofstream f(a.get("--plot"));
+        f << plot_svg(runs);
+    }
+    int failed = 0;
+    for (const Json& r : runs) failed += r["failed"].get<int>();
+    return failed ? 1 : 0;
+}
+
+}  // namespace gdn
