@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -214,7 +215,19 @@ TEST_F(ServerTest, DisconnectMidStreamFreesBlocksAndSlot) {
 // 200 streaming requests at concurrency 32, random lengths, a quarter of the clients disconnecting at
 // random points: every other request completes with correct token counts; at the end every KV block and
 // state slot is free.
+size_t rss_bytes() {
+    std::ifstream f("/proc/self/statm");
+    size_t pages = 0, resident = 0;
+    f >> pages >> resident;
+    return resident * 4096;
+}
+
 TEST_F(ServerTest, Soak) {
+    {  // warm-up: every buffer of the serving path has been touched once
+        int st = 0;
+        post("/v1/completions", R"({"prompt":"warm up","max_tokens":8})", &st);
+    }
+    const size_t rss_before = rss_bytes();
     std::atomic<int> next{0}, completed{0}, disconnected{0}, bad{0};
     auto worker = [&](int seed) {
         std::mt19937 rng(seed);
@@ -276,6 +289,10 @@ TEST_F(ServerTest, Soak) {
     int st = 0;
     post("/v1/completions", R"({"prompt":"still alive","max_tokens":1})", &st);
     EXPECT_EQ(st, 200);
+    // Memory back to its level after warm-up (slack for allocator arenas of the 32 client threads).
+    const size_t rss_after = rss_bytes();
+    std::printf("soak: rss %.1f MiB -> %.1f MiB\n", rss_before / 1048576.0, rss_after / 1048576.0);
+    EXPECT_LT(rss_after, rss_before + (48u << 20));
 }
 
 TEST_F(ServerTest, ModelsHealthTokenize) {

@@ -17,11 +17,11 @@
 
 namespace gdn {
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadProgress& progress) {
     auto m = std::unique_ptr<Model>(new Model());
     GDN_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
     GDN_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open(dir));
-    GDN_ASSIGN_OR_RETURN(m->weights_, load_weights(m->config_, std::make_shared<Checkpoint>(std::move(ck))));
+    GDN_ASSIGN_OR_RETURN(m->weights_, load_weights(m->config_, std::make_shared<Checkpoint>(std::move(ck)), progress));
     m->ws_ = std::make_unique<ForwardWorkspace>();
     return m;
 }

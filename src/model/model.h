@@ -44,7 +44,7 @@ struct SequenceInput {
 
 class Model {
 public:
-    static Result<std::unique_ptr<Model>> load(const std::string& dir);
+    static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadProgress& progress = nullptr);
 
     const ModelConfig& config() const { return config_; }
     const ModelWeights& weights() const { return *weights_; }

@@ -209,7 +209,8 @@ void pack_layer(const ModelConfig& c, LayerWeights* L, std::vector<Buffer>* owne
 
 }  // namespace
 
-Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> ck) {
+Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> ck,
+                                                   const LoadProgress& progress) {
     auto w = std::make_unique<ModelWeights>();
     w->checkpoint = ck;
     Loader ld(c, ck, w.get());
@@ -250,8 +251,10 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
             L.mlp = pack_mlp(mv);
         }
         pack_layer(c, &L, &w->owned);
+        if (progress) progress(i + 1, c.n_layers + 1);
     }
     w->lm_head_packed = make_linear({w->lm_head});
+    if (progress) progress(c.n_layers + 1, c.n_layers + 1);
     int unused = 0;
     for (const auto& [name, t] : ck->tensors()) {
         if (ld.used().count(name) || name.rfind("mtp.", 0) == 0) continue;

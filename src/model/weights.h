@@ -7,6 +7,7 @@
 // small vectors become f32.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +88,9 @@ struct ModelWeights {
     std::vector<Buffer> owned;               // transformed tensors
 };
 
-Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> ck);
+// progress(done, total) is called after each layer is loaded and packed (for a load progress bar).
+using LoadProgress = std::function<void(int done, int total)>;
+Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> ck,
+                                                   const LoadProgress& progress = nullptr);
 
 }  // namespace gdn

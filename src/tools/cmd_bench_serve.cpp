@@ -3,6 +3,8 @@
 // Poisson arrivals; reports TTFT / TPOT / ITL and throughput, as a table, JSON (vLLM's key names) and SVG.
 #include <httplib.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -332,12 +334,13 @@ int cmd_bench_serve(Args& a) {
                     results[i] = send_one(host, port, prefix, api_key, model_name, items[i].prompt, items[i].max_tokens,
                                           !a.has("--no-ignore-eos"));
                     const size_t f = ++finished;
-                    if (f % std::max<size_t>(1, items.size() / 10) == 0)
-                        std::fprintf(stderr, "\rconcurrency %d: %zu/%zu requests", C, f, items.size());
+                    if (isatty(2)) std::fprintf(stderr, "\rconcurrency %d: %zu/%zu requests", C, f, items.size());
+                    else if (f % std::max<size_t>(1, items.size() / 4) == 0)
+                        std::fprintf(stderr, "concurrency %d: %zu/%zu requests\n", C, f, items.size());
                 }
             });
         for (auto& t : workers) t.join();
-        std::fprintf(stderr, "\n");
+        if (isatty(2)) std::fprintf(stderr, "\n");
         Json j = summarize(C, rate, results, now_s() - t0);
         for (const auto& r : results)
             if (!r.ok && !r.error.empty()) {

@@ -1,4 +1,6 @@
 // gdn run: greedy generation from token ids on the reference forward pass.
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -106,7 +108,15 @@ int cmd_run(int argc, char** argv) {
         return 2;
     }
     auto t_load = std::chrono::steady_clock::now();
-    auto model = Model::load(args->get("--model"));
+    // A progress bar while the checkpoint loads (on a terminal).
+    const bool tty = isatty(2);
+    auto model = Model::load(args->get("--model"), [&](int done, int total) {
+        if (!tty) return;
+        const int width = 30, fill = done * width / total;
+        std::fprintf(stderr, "\rloading %s [%.*s%*s] %d/%d", args->get("--model").c_str(), fill,
+                     "##############################", width - fill, "", done, total);
+        if (done == total) std::fprintf(stderr, "\n");
+    });
     if (!model) {
         std::fprintf(stderr, "gdn run: %s\n", model.message().c_str());
         return 1;
