@@ -178,7 +178,7 @@ std::string plot_svg(const std::vector<Json>& runs) {
                 const double y = pad + ph - ph * r[key].get<double>() / ymax;
                 pts += strprintf("%.1f,%.1f ", x, y);
                 s += strprintf("<circle cx='%.1f' cy='%.1f' r='3' fill='%s'/>", x, y, colors[ci]);
-                s += strprintf("<text x='%.1f' y='%.1f' font-size='10'>%g</text>", x + 4, pad + ph + 14,
+                s += strprintf("<text x='%.1f' y='%d' font-size='10' text-anchor='middle'>%g</text>", x, pad + ph + 14,
                                r["max_concurrency"].get<double>());
             }
             s += strprintf("<polyline points='%s' fill='none' stroke='%s' stroke-width='2'/>\n", pts.c_str(), colors[ci]);
