@@ -15,13 +15,6 @@ using namespace gdn::test;
 
 namespace {
 
-std::vector<Isa> fast_isas() {
-    std::vector<Isa> v;
-    if (static_cast<int>(cpu_isa()) >= static_cast<int>(Isa::AVX2)) v.push_back(Isa::AVX2);
-    if (cpu_isa() == Isa::AVX512) v.push_back(Isa::AVX512);
-    return v;
-}
-
 // Runs f with all ops on the reference, then on each fast ISA; compares outputs.
 template <typename F>
 void compare_paths(F f, float atol, float rtol, const char* what) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/make_model.h"
+#include "ops/dispatch.h"
 #include "util/json_file.h"
 
 namespace gdn::test {
@@ -70,6 +71,14 @@ inline std::unique_ptr<TempDir> make_preset(const std::string& preset, uint64_t 
     Status st = make_model(o);
     EXPECT_TRUE(st.is_ok()) << st.message();
     return dir;
+}
+
+// The fast ISA paths this CPU can run (each op test compares them with the reference).
+inline std::vector<Isa> fast_isas() {
+    std::vector<Isa> v;
+    if (static_cast<int>(cpu_isa()) >= static_cast<int>(Isa::AVX2)) v.push_back(Isa::AVX2);
+    if (cpu_isa() == Isa::AVX512) v.push_back(Isa::AVX512);
+    return v;
 }
 
 inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {

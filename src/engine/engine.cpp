@@ -43,6 +43,14 @@ struct Engine::Request {
 
 Engine::~Engine() = default;
 
+size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, int block_size) {
+    const size_t block = KvCache::bytes_per_block(std::max(1, c.n_attention_layers()),
+                                                  static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size);
+    const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), static_cast<int64_t>(c.conv_kernel - 1) * c.gdn_conv_dim(),
+                                                   static_cast<int64_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim);
+    return static_cast<size_t>(n_seqs) * (slot + ((max_len + block_size - 1) / block_size + 1) * block);
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tok,
                                                const EngineConfig& cfg_in) {
     EngineConfig cfg = cfg_in;

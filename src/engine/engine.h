@@ -79,6 +79,9 @@ struct EngineStats {
 
 class Engine {
 public:
+    // Cache memory (KV blocks + GDN state slots) that holds n_seqs sequences of max_len tokens.
+    static size_t cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, int block_size = 16);
+
     static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model,
                                                   std::shared_ptr<const Tokenizer> tok, const EngineConfig& cfg);
 

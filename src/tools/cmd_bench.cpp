@@ -199,12 +199,7 @@ int cmd_bench(int argc, char** argv) {
             ec.max_num_seqs = C;
             ec.max_num_batched_tokens = std::max(512, C + 64);
             ec.max_model_len = 64 + static_cast<int>(*tg) + 2;
-            const ModelConfig& mc = shared->config();
-            const size_t block = KvCache::bytes_per_block(std::max(1, mc.n_attention_layers()),
-                                                          static_cast<int64_t>(mc.attn_kv_heads) * mc.head_dim, 16);
-            const size_t slot = StateSlots::bytes_per_slot(mc.n_gdn_layers(), (mc.conv_kernel - 1) * mc.gdn_conv_dim(),
-                                                           static_cast<int64_t>(mc.gdn_v_heads) * mc.gdn_k_dim * mc.gdn_v_dim);
-            ec.cache_memory = C * (slot + ((ec.max_model_len + 15) / 16 + 1) * block);
+            ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len);
             auto engine = Engine::create(shared, nullptr, ec);
             if (!engine) {
                 std::fprintf(stderr, "gdn bench: %s\n", engine.message().c_str());

@@ -186,14 +186,7 @@ int cmd_run(int argc, char** argv) {
     ec.max_num_seqs = 1;
     ec.max_num_batched_tokens = 512 + 1;
     ec.max_model_len = static_cast<int>(std::min<int64_t>(prompt.size() + *n_new + 1, 1 << 30));
-    {
-        const ModelConfig& mc = c;
-        const size_t block = KvCache::bytes_per_block(std::max(1, mc.n_attention_layers()),
-                                                      static_cast<int64_t>(mc.attn_kv_heads) * mc.head_dim, 16);
-        const size_t slot = StateSlots::bytes_per_slot(mc.n_gdn_layers(), (mc.conv_kernel - 1) * mc.gdn_conv_dim(),
-                                                       static_cast<int64_t>(mc.gdn_v_heads) * mc.gdn_k_dim * mc.gdn_v_dim);
-        ec.cache_memory = slot + ((ec.max_model_len + 15) / 16 + 1) * block;
-    }
+    ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len);
     std::shared_ptr<const Model> shared(std::move(*model));
     auto engine = Engine::create(shared, tok, ec);
     if (!engine) {
