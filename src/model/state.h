@@ -1,6 +1,6 @@
-// Per-sequence caches for the reference forward pass: the GDN conv and recurrent states (fixed size)
-// and a simple growing KV cache per attention layer. (The paged KV cache and dense state slots of the
-// engine replace the KV part later; the GDN layouts are already the engine's.)
+// A standalone sequence's caches (tools, tests, `--dump-logits`): the GDN conv and recurrent states
+// (fixed size, the same layouts as the engine's state slots) and a contiguous growing KV cache per
+// attention layer. The engine uses the paged KV cache and dense state slots instead (cache/).
 #pragma once
 
 #include <cstdint>
