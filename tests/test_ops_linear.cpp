@@ -80,4 +80,26 @@ TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
     for (size_t i = 0; i < yr.size(); ++i) EXPECT_NEAR(yr[i], yf[i], 1e-5f + std::abs(yf[i]) * 8e-3f);
 }
 
+TEST(OpsLinear, ArgmaxWithoutMaterialisingEqualsArgmaxOfTheProducts) {
+    for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1000, 64}, {3, 4099, 96}, {13, 2048, 33}}) {
+        auto wf = random_vec(N * K, static_cast<uint32_t>(N));
+        // Duplicate a row so two columns tie exactly: the first must win.
+        for (int64_t k = 0; k < K; ++k) wf[(N - 5) * K + k] = wf[7 * K + k] = 3.0f;
+        std::vector<uint16_t> wb(N * K);
+        convert_from_f32(wf.data(), DType::BF16, wb.data(), N * K);
+        LinearWeight lw = make_linear({TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
+        auto x = random_vec(M * K, static_cast<uint32_t>(M), 0.0f, 1.0f);
+        for (bool bf16 : {true, false})
+            for (Isa isa : fast_isas()) {
+                set_active_isa(isa);
+                std::vector<float> y(M * N);
+                linear(x.data(), M, lw, y.data(), bf16);
+                std::vector<int32_t> ids(M);
+                linear_argmax(x.data(), M, lw, ids.data(), bf16);
+                for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ref::argmax(&y[m * N], N)) << isa_name(isa) << " m=" << m;
+            }
+    }
+    set_active_isa(cpu_isa());
+}
+
 }  // namespace

@@ -117,6 +117,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         GDN_ASSIGN_OR_RETURN(e->chat_, ChatTemplate::create(*e->tok_));
     }
     e->logits_.reserve(static_cast<size_t>(cfg.max_num_seqs) * c.vocab);
+    e->greedy_ids_.reserve(cfg.max_num_seqs);
     // Plan buffers at their largest, so building a plan never allocates.
     BatchPlan& p = e->plan_;
     const size_t T = cfg.max_num_batched_tokens, S = cfg.max_num_seqs;
@@ -310,9 +311,19 @@ std::span<const RequestOutput> Engine::step() {
         ForwardOptions fo;
         fo.bf16_activations = cfg_.bf16;
         logits_.clear();
+        greedy_ids_.clear();
+        // When every row to sample is plain greedy, the lm_head returns argmaxes, not vocabulary rows.
+        bool all_greedy = true;
+        for (const auto& c : so.chunks) {
+            if (c.req->num_computed + c.num_new != static_cast<int64_t>(c.req->tokens.size())) continue;
+            const Request& r = *requests_.at(c.req->id);
+            all_greedy &= r.params.greedy() && r.params.logprobs < 0 && r.params.repetition_penalty == 1.0f &&
+                          r.params.presence_penalty == 0.0f && r.params.frequency_penalty == 0.0f &&
+                          static_cast<int>(r.output.size()) >= r.params.min_tokens;
+        }
         const uint64_t reads_before = device_to_host_reads();  // plan "uploaded"
         const double tf = now_s();
-        Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_);
+        Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_, all_greedy ? &greedy_ids_ : nullptr);
         forward_seconds_ = now_s() - tf;
         reads_during_forward_ = device_to_host_reads() - reads_before;
         count_device_to_host_read();  // the download of the logits / sampled tokens
@@ -326,8 +337,9 @@ std::span<const RequestOutput> Engine::step() {
             if (!sampled) continue;
             Request& r = *requests_.at(c.req->id);
             RequestOutput& out = next_output(c.req->id);
-            const int32_t token = sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt, r.output,
-                                                  eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
+            const int32_t token = all_greedy ? greedy_ids_[row]
+                                             : sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt,
+                                                               r.output, eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
             ++row;
             emit(r, token, r.params.logprobs >= 0 ? &lp : nullptr, out);
             out.prompt_tokens = c.req->num_prompt;

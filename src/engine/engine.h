@@ -128,6 +128,7 @@ private:
     int64_t next_id_ = 1;
     BatchPlan plan_;
     std::vector<float> logits_;
+    std::vector<int32_t> greedy_ids_;
     RequestOutput& next_output(int64_t id);
     std::vector<RequestOutput> outputs_;  // reused records; the first n_outputs_ belong to this step
     size_t n_outputs_ = 0;

@@ -292,13 +292,13 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
         }
     }
     SequenceStateAccess access(batch, static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
-    run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits);
+    run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits, nullptr);
     for (const auto& s : batch) s.state->n_past += s.n_tokens;
     return Status::ok();
 }
 
 Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
-                      std::vector<float>* logits) const {
+                      std::vector<float>* logits, std::vector<int32_t>* greedy_ids) const {
     const int64_t V = config_.vocab;
     for (int32_t t : plan.token_ids)
         if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
@@ -310,12 +310,12 @@ Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, con
         ws.spans.push_back({t0, plan.cu_seqlens[s + 1] - t0, plan.positions[t0]});
     }
     PlanAccess access(plan, kv, slots);
-    run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits);
+    run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids);
     return Status::ok();
 }
 
 void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
-                const ForwardOptions& opt, std::vector<float>* logits) const {
+                const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids) const {
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
     const int64_t H = c.hidden, V = c.vocab;
@@ -353,9 +353,15 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     const int64_t R = static_cast<int64_t>(logit_rows.size());
     float* last = sc.f32(HF, R * H);
     for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, hm + logit_rows[r] * H, H * sizeof(float));
-    const size_t off = logits->size();
-    logits->resize(off + R * V);
-    linear(last, R, w.lm_head_packed, logits->data() + off, opt.bf16_activations, bf16);
+    if (greedy_ids) {
+        const size_t off = greedy_ids->size();
+        greedy_ids->resize(off + R);
+        linear_argmax(last, R, w.lm_head_packed, greedy_ids->data() + off, opt.bf16_activations);
+    } else {
+        const size_t off = logits->size();
+        logits->resize(off + R * V);
+        linear(last, R, w.lm_head_packed, logits->data() + off, opt.bf16_activations, bf16);
+    }
     prof.end_step();
 }
 

@@ -56,8 +56,10 @@ public:
     // The engine's forward: a host-built plan over the paged KV cache and the GDN state slots. Appends
     // the logits of plan.logits_rows. Token ids are validated; everything else is trusted (built by the
     // engine). Reads nothing back from the compute device.
+    // With greedy_ids, the lm_head returns the argmax of each logits row instead (appended to *greedy_ids;
+    // nothing is appended to *logits): the vocabulary-sized rows are never materialised.
     Status forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
-                   std::vector<float>* logits) const;
+                   std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr) const;
 
     SequenceState new_state() const { return SequenceState(config_); }
     ~Model();
@@ -65,7 +67,7 @@ public:
 private:
     Model() = default;
     void run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
-             const ForwardOptions& opt, std::vector<float>* logits) const;
+             const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids) const;
     ModelConfig config_;
     std::unique_ptr<ModelWeights> weights_;
     // Buffers reused across forward calls. One forward at a time per Model (the engine thread).

@@ -1,6 +1,7 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/log.h"
@@ -8,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/dispatch.h"
+#include "ops/layers.h"
 #include "ops/ref/ref_ops.h"
 
 namespace gdn {
@@ -129,6 +131,48 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         if (isa == Isa::AVX512) cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
         else cpu::avx2::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
     });
+}
+
+void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act) {
+    GDN_PROFILE("lm_head argmax");
+    const PackedWeight& p = w.packed;
+    const int64_t N = w.N(), K = w.K();
+    if (M <= 0) return;
+    if (!(op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_act && p.dtype == DType::BF16 && p.data.data() && has_bf16_dot())) {
+        // Other paths materialise the products, then take the argmax of each row. (Not scratch<float>():
+        // linear() uses that buffer for its own input.)
+        thread_local std::vector<float> products;
+        if (products.size() < static_cast<size_t>(M * N)) products.resize(M * N);
+        float* y = products.data();
+        linear(x, M, w, y, bf16_act);
+        for (int64_t m = 0; m < M; ++m) ids[m] = static_cast<int32_t>(ops::argmax(y + m * N, N));
+        return;
+    }
+    uint32_t* xp = scratch<uint32_t>(M * p.K2);
+    cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
+    ThreadPool& pool = global_pool();
+    const int nth = std::min(pool.size(), 64);
+    float* vals = scratch<float>(static_cast<size_t>(nth) * M);
+    thread_local std::vector<int64_t> idx_buf;
+    if (idx_buf.size() < static_cast<size_t>(nth) * M) idx_buf.resize(static_cast<size_t>(nth) * M);
+    int64_t* idx = idx_buf.data();
+    pool.run([&](int ith, int nt) {
+        if (ith >= nth) return;
+        int64_t p0, p1;
+        split_range(p.n_panels, ith, std::min(nt, nth), &p0, &p1);
+        cpu::avx512::linear_bf16dot_argmax(xp, M, p.K2, p, p0, p1, vals + ith * M, idx + ith * M);
+    });
+    // Threads own increasing column ranges: a strict > keeps the first maximum.
+    for (int64_t m = 0; m < M; ++m) {
+        int64_t best = -1;
+        float bv = -INFINITY;
+        for (int t = 0; t < nth; ++t)
+            if (idx[t * M + m] >= 0 && (best < 0 || vals[t * M + m] > bv)) {
+                bv = vals[t * M + m];
+                best = idx[t * M + m];
+            }
+        ids[m] = static_cast<int32_t>(best);
+    }
 }
 
 }  // namespace gdn

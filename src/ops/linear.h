@@ -43,5 +43,9 @@ LinearWeight make_linear(const std::vector<TensorView>& parts);
 // products are used where the CPU has them). With round_out, y is rounded to bf16 as it is stored.
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
 
+// ids[m] = argmax_n (x @ W^T)[m, n] (the first on ties), without materialising the [M, N] products where
+// the kernel allows (greedy decoding over a large vocabulary). Equal to argmax over linear()'s output.
+void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act);
+
 
 }  // namespace gdn

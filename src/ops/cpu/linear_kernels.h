@@ -16,6 +16,10 @@ void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, f
 // xp: x as bf16 pairs (uint32 per k-pair) [M, ldp]; BF16 weights only
 void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                     int64_t p1, bool round_out);
+// Row-wise argmax of the products without storing them: for each row m, the largest output over panels
+// [p0, p1) and its column (the first on ties) go to best_val[m] / best_idx[m].
+void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
+                           float* best_val, int64_t* best_idx);
 // x [M, K] f32 -> bf16 pairs [M, K2] (RNE; odd K padded with 0)
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
 void round_bf16_inplace(float* x, int64_t n);

@@ -2,6 +2,7 @@
 // carries decode (GEMV, bandwidth bound) and prefill (GEMM, compute bound).
 #define GDN_SIMD_AVX512
 #include <algorithm>
+#include <cmath>
 
 #include "ops/cpu/linear_kernels.h"
 #include "core/dtype.h"
@@ -52,6 +53,31 @@ void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* 
 }
 
 }  // namespace
+
+void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
+                           float* best_val, int64_t* best_idx) {
+    // The same tiles as linear_bf16dot (so the values are bitwise those of the materialised logits), stored
+    // into a 12 x 32 buffer that stays in L1 instead of an [M, N] output.
+    alignas(64) float tile[kMRdot * kPanelCols];
+    for (int64_t m = 0; m < M; ++m) {
+        best_val[m] = -INFINITY;
+        best_idx[m] = -1;
+    }
+    for (int64_t p = p0; p < p1; ++p) {
+        const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
+        for (int64_t m0 = 0; m0 < M; m0 += kMRdot) {
+            const int mr = static_cast<int>(std::min<int64_t>(kMRdot, M - m0));
+            tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols, ncols, false,
+                                      false);
+            for (int r = 0; r < mr; ++r)
+                for (int c = 0; c < ncols; ++c)
+                    if (tile[r * kPanelCols + c] > best_val[m0 + r] || best_idx[m0 + r] < 0) {
+                        best_val[m0 + r] = tile[r * kPanelCols + c];
+                        best_idx[m0 + r] = p * kPanelCols + c;
+                    }
+        }
+    }
+}
 
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
     for (int64_t m = 0; m < M; ++m) {
