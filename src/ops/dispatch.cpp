@@ -190,9 +190,14 @@ std::string kernel_selection_report() {
     for (int i = 0; i < static_cast<int>(OpId::COUNT); ++i) {
         const OpId op = static_cast<OpId>(i);
         const Isa isa = op_isa(op);
+        if (op == OpId::EMBEDDING) {  // a row gather: there is no faster kernel to choose
+            s += strprintf("  %-13s ref (row gather; no SIMD kernel needed)\n", op_name(op));
+            continue;
+        }
         s += strprintf("  %-13s %s", op_name(op), isa_name(isa));
         if (state().forced[i]) s += " (forced by GDN_FORCE_REFERENCE)";
         else if (op == OpId::LINEAR && isa == Isa::AVX512) s += has_bf16_dot() ? " (bf16 dot: vdpbf16ps)" : " (f32 fma)";
+        else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
         s += "\n";
     }
     return s;
