@@ -310,6 +310,9 @@ std::span<const RequestOutput> Engine::step() {
         build_plan(so);
         ForwardOptions fo;
         fo.bf16_activations = cfg_.bf16;
+        // On the reference path too, results must not depend on how a sequence was split into steps: the
+        // token-by-token form of the reference delta rule is chunk-invariant, the chunked form is not.
+        fo.gdn_form = GdnForm::RECURRENT;
         logits_.clear();
         greedy_ids_.clear();
         // When every row to sample is plain greedy, the lm_head returns argmaxes, not vocabulary rows.
