@@ -102,4 +102,44 @@ TEST(OpsLinear, ArgmaxWithoutMaterialisingEqualsArgmaxOfTheProducts) {
     set_active_isa(cpu_isa());
 }
 
+TEST(OpsLinear, FusedSwigluEqualsSiluOfGateTimesUp) {
+    // K = 4100 exceeds the fused kernel's single k block, so the products-then-activation path is covered too.
+    for (auto [M, I, K] : std::vector<std::array<int64_t, 3>>{{1, 16, 33}, {5, 48, 300}, {13, 32, 64}, {29, 64, 1024},
+                                                              {3, 16, 4100}}) {
+        auto g = random_vec(I * K, static_cast<uint32_t>(I + K), -0.3f, 0.3f);
+        auto u = random_vec(I * K, static_cast<uint32_t>(I * K), -0.3f, 0.3f);
+        std::vector<uint16_t> gb(I * K), ub(I * K);
+        convert_from_f32(g.data(), DType::BF16, gb.data(), gb.size());
+        convert_from_f32(u.data(), DType::BF16, ub.data(), ub.size());
+        const TensorView vg = TensorView::contiguous(gb.data(), DType::BF16, {I, K});
+        const TensorView vu = TensorView::contiguous(ub.data(), DType::BF16, {I, K});
+        const LinearWeight lw = make_swiglu_linear(vg, vu);
+        auto x = random_vec(M * K, static_cast<uint32_t>(M));
+        for (bool bf16_act : {false, true}) {
+            std::vector<float> xr = x;
+            if (bf16_act)
+                for (auto& v : xr) v = round_bf16(v);
+            std::vector<float> yg(M * I), yu(M * I), want(M * I);
+            ref::linear(xr.data(), M, vg, yg.data());
+            ref::linear(xr.data(), M, vu, yu.data());
+            for (int64_t i = 0; i < M * I; ++i) want[i] = ref::silu(yg[i]) * yu[i];
+            auto check = [&](const char* path) {
+                std::vector<float> got(M * I, NAN);
+                linear_swiglu(x.data(), M, lw, got.data(), bf16_act);
+                for (int64_t i = 0; i < M * I; ++i)
+                    ASSERT_NEAR(got[i], want[i], 1e-5f + std::abs(want[i]) * 2e-3f)
+                        << path << " M=" << M << " I=" << I << " K=" << K << " bf16_act=" << bf16_act << " i=" << i;
+            };
+            for (Isa isa : fast_isas()) {
+                set_active_isa(isa);
+                check(isa_name(isa));
+            }
+            set_active_isa(cpu_isa());
+            force_reference_all(true);
+            check("reference");
+            force_reference_all(false);
+        }
+    }
+}
+
 }  // namespace

@@ -210,10 +210,23 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
 
 void ForwardPass::mlp(const Mlp& m, const float* h, int64_t N, float* out, int slot_gu, int slot_act) {
     const int64_t I = m.down.K();
+    if (m.fused && !hf_) {  // SwiGLU in the gate|up GEMM's epilogue
+        float* act = sc_.f32(slot_act, N * I);
+        linear_swiglu(h, N, m.gate_up, act, bf16_);
+        lin(act, N, m.down, out);
+        return;
+    }
     float* gu = sc_.f32(slot_gu, N * 2 * I);
     lin(h, N, m.gate_up, gu);
     float* act = sc_.f32(slot_act, N * I);
-    ops::swiglu(gu, N, I, act, hf_);
+    if (m.fused) {  // HF rounding on the interleaved layout: [gate 16 | up 16] per block of 32 columns
+        for (int64_t t = 0; t < N; ++t)
+            for (int64_t b = 0; b < I / 16; ++b)
+                ref::silu_mul(gu + t * 2 * I + b * 32, gu + t * 2 * I + b * 32 + 16, 16, act + t * I + b * 16, hf_);
+        ref::round_activations(act, N * I, hf_);
+    } else {
+        ops::swiglu(gu, N, I, act, hf_);
+    }
     lin(act, N, m.down, out);
 }
 

@@ -184,7 +184,8 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
 Mlp pack_mlp(const MlpWeights& v) {
     Mlp m;
     m.views = v;
-    m.gate_up = make_linear({v.gate, v.up});
+    m.fused = v.gate.shape[0] % 16 == 0;
+    m.gate_up = m.fused ? make_swiglu_linear(v.gate, v.up) : make_linear({v.gate, v.up});
     m.down = make_linear({v.down});
     return m;
 }

@@ -30,6 +30,7 @@ struct Mlp {
     MlpWeights views;
     LinearWeight gate_up;  // [2I, H]: rows [0, I) gate, [I, 2I) up
     LinearWeight down;     // [H, I]
+    bool fused = false;    // gate_up is make_swiglu_linear's interleaved form (I % 16 == 0)
 };
 
 struct Moe {

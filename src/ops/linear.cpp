@@ -133,6 +133,52 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
     });
 }
 
+LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up) {
+    const int64_t I = gate.shape[0];
+    GDN_CHECK(I % 16 == 0 && up.shape[0] == I, "fused SwiGLU needs I %% 16 == 0");
+    auto rows = [](const TensorView& t, int64_t r0, int64_t n) {
+        TensorView v = t;
+        v.shape[0] = n;
+        v.data = static_cast<char*>(t.data) + r0 * t.stride[0] * static_cast<int64_t>(dtype_size(t.dtype));
+        return v;
+    };
+    std::vector<TensorView> parts;
+    for (int64_t r = 0; r < I; r += 16) {
+        parts.push_back(rows(gate, r, 16));
+        parts.push_back(rows(up, r, 16));
+    }
+    LinearWeight lw = make_linear(parts);
+    lw.view = TensorView();  // only the packed (interleaved) form exists
+    return lw;
+}
+
+void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act) {
+    GDN_PROFILE("linear+swiglu");
+    const PackedWeight& p = w.packed;
+    const int64_t N = w.N(), K = w.K(), I = N / 2;
+    if (M <= 0) return;
+    if (op_isa(OpId::LINEAR) == Isa::AVX512 && op_isa(OpId::SWIGLU) == Isa::AVX512 && bf16_act &&
+        p.dtype == DType::BF16 && has_bf16_dot() && p.K2 <= 2048) {
+        uint32_t* xp = scratch<uint32_t>(M * p.K2);
+        cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
+        global_pool().run([&](int ith, int nth) {
+            int64_t p0, p1;
+            split_range(p.n_panels, ith, nth, &p0, &p1);
+            if (p0 < p1) cpu::avx512::linear_bf16dot_swiglu(xp, M, p.K2, p, out, I, p0, p1);
+        });
+        return;
+    }
+    thread_local std::vector<float> products;  // [M, 2I] in the interleaved column order
+    if (products.size() < static_cast<size_t>(M * N)) products.resize(M * N);
+    linear(x, M, w, products.data(), bf16_act);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t b = 0; b < I / 16; ++b)
+            for (int64_t c = 0; c < 16; ++c) {
+                const float* blk = products.data() + m * N + b * 32;  // [gate 16 | up 16]
+                out[m * I + b * 16 + c] = ref::silu(blk[c]) * blk[16 + c];
+            }
+}
+
 void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act) {
     GDN_PROFILE("lm_head argmax");
     const PackedWeight& p = w.packed;

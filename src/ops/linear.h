@@ -43,6 +43,14 @@ LinearWeight make_linear(const std::vector<TensorView>& parts);
 // products are used where the CPU has them). With round_out, y is rounded to bf16 as it is stored.
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
 
+// A gate|up projection packed for the fused SwiGLU: rows interleaved in blocks of 16 (gate 0..15, up 0..15,
+// gate 16..31, ...), so one 32-column panel holds matching gate and up columns. Needs I % 16 == 0.
+LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up);
+// out [M, I] = silu(x @ gate^T) * (x @ up^T) for a make_swiglu_linear weight. The AVX-512 bf16 kernel
+// applies it in the GEMM epilogue (the [M, 2I] products are never stored); other paths compute the
+// products, then the activation.
+void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act);
+
 // ids[m] = argmax_n (x @ W^T)[m, n] (the first on ties), without materialising the [M, N] products where
 // the kernel allows (greedy decoding over a large vocabulary). Equal to argmax over linear()'s output.
 void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act);

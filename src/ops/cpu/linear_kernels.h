@@ -20,6 +20,10 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
 // [p0, p1) and its column (the first on ties) go to best_val[m] / best_idx[m].
 void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
                            float* best_val, int64_t* best_idx);
+// Fused SwiGLU epilogue: panels hold 16 gate then 16 up columns; y [M, ldy] gets silu(gate) * up, 16
+// columns per panel. Whole K in one pass (K2 <= the kernel's k block).
+void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
+                           int64_t p0, int64_t p1);
 // x [M, K] f32 -> bf16 pairs [M, K2] (RNE; odd K padded with 0)
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
 void round_bf16_inplace(float* x, int64_t n);

@@ -17,7 +17,9 @@ namespace {
 constexpr int kMRdot = 12;       // 12 rows x 2 vectors = 24 accumulators
 constexpr int64_t kKcPairs = 2048;  // k-pairs per block: a weight panel block streams from L2 (measured: C reloads cost more)
 
-template <int MR>
+// kSwiglu: the panel holds 16 gate columns then the 16 matching up columns; the tile stores
+// silu(gate) * up (16 columns) instead of the 32 products.
+template <int MR, bool kSwiglu = false>
 void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y, int64_t ldy,
               int ncols, bool accumulate, bool round_out) {
     __m512 acc[MR][2];
@@ -37,6 +39,10 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
             acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
         }
     }
+    if constexpr (kSwiglu) {
+        for (int m = 0; m < MR; ++m) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(simd::vsilu(acc[m][0]), acc[m][1]));
+        return;
+    }
     for (int m = 0; m < MR; ++m) {
         _mm512_mask_storeu_ps(y + m * ldy, m0, round_out ? simd::vround_bf16(acc[m][0]) : acc[m][0]);
         _mm512_mask_storeu_ps(y + m * ldy + 16, m1, round_out ? simd::vround_bf16(acc[m][1]) : acc[m][1]);
@@ -52,7 +58,24 @@ void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* 
     }
 }
 
+template <int MR>
+void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t K2, float* y, int64_t ldy) {
+    if constexpr (MR > 0) {
+        if (mr == MR) return tile_dot<MR, true>(xp, ldp, B, 0, K2, y, ldy, 32, false, false);
+        return tile_swiglu_dispatch<MR - 1>(mr, xp, ldp, B, K2, y, ldy);
+    }
+}
+
 }  // namespace
+
+void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
+                           int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+        for (int64_t m0 = 0; m0 < M; m0 += kMRdot) {
+            const int mr = static_cast<int>(std::min<int64_t>(kMRdot, M - m0));
+            tile_swiglu_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), w.K2, y + m0 * ldy + p * 16, ldy);
+        }
+}
 
 void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
                            float* best_val, int64_t* best_idx) {
