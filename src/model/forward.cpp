@@ -219,11 +219,8 @@ void ForwardPass::mlp(const Mlp& m, const float* h, int64_t N, float* out, int s
     float* gu = sc_.f32(slot_gu, N * 2 * I);
     lin(h, N, m.gate_up, gu);
     float* act = sc_.f32(slot_act, N * I);
-    if (m.fused) {  // HF rounding on the interleaved layout: [gate 16 | up 16] per block of 32 columns
-        for (int64_t t = 0; t < N; ++t)
-            for (int64_t b = 0; b < I / 16; ++b)
-                ref::silu_mul(gu + t * 2 * I + b * 32, gu + t * 2 * I + b * 32 + 16, 16, act + t * I + b * 16, hf_);
-        ref::round_activations(act, N * I, hf_);
+    if (m.fused) {  // HF rounding on the interleaved layout: rows of [gate 16 | up 16] (see linear_swiglu)
+        ops::swiglu(gu, N * (I / 16), 16, act, hf_);
     } else {
         ops::swiglu(gu, N, I, act, hf_);
     }

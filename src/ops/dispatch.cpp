@@ -197,6 +197,8 @@ std::string kernel_selection_report() {
         s += strprintf("  %-13s %s", op_name(op), isa_name(isa));
         if (state().forced[i]) s += " (forced by GDN_FORCE_REFERENCE)";
         else if (op == OpId::LINEAR && isa == Isa::AVX512) s += has_bf16_dot() ? " (bf16 dot: vdpbf16ps)" : " (f32 fma)";
+        else if (op == OpId::SWIGLU && isa == Isa::AVX512 && has_bf16_dot())
+            s += " (in the gate|up GEMM epilogue when I % 16 == 0 and H <= 4096)";
         else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
         s += "\n";
     }
