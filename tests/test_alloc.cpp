@@ -16,6 +16,8 @@ std::atomic<bool> g_counting{false};
 std::atomic<int64_t> g_allocs{0};
 }  // namespace
 
+// GCC 12 reports free() on memory from the replaced operator new as mismatched; here both are malloc/free.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t n) {
     if (g_counting.load(std::memory_order_relaxed)) { g_allocs.fetch_add(1); if (std::getenv("GDN_ALLOC_ABORT")) std::abort(); }
     if (void* p = std::malloc(n ? n : 1)) return p;

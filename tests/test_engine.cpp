@@ -98,8 +98,12 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
         const EngineStats st = e->stats();
         EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total) << what;
         EXPECT_EQ(st.state_slots_free, st.state_slots_total) << what;
-        if (preempt) EXPECT_GT(forced + st.preemptions, 0);
-        if (expect_auto_preemption) EXPECT_GT(st.preemptions, 0) << what;
+        if (preempt) {
+            EXPECT_GT(forced + st.preemptions, 0);
+        }
+        if (expect_auto_preemption) {
+            EXPECT_GT(st.preemptions, 0) << what;
+        }
     };
     EngineConfig concurrent;
     concurrent.max_num_seqs = 32;
@@ -166,7 +170,7 @@ TEST(Engine, StopsMaxTokensAndErrors) {
     g.ignore_eos = false;
     // The demo model's answer to "Tell me a fortune." ends with "-- Mae West" and <|im_end|>.
     Prompt chat = Prompt::from_messages(Json::parse(R"([{"role":"user","content":"Tell me a fortune."}])"));
-    auto id = *e->add_request(chat, g);
+    ASSERT_TRUE(e->add_request(chat, g).is_ok());
     std::string text;
     FinishReason why = FinishReason::NONE;
     while (e->has_unfinished())
@@ -180,7 +184,7 @@ TEST(Engine, StopsMaxTokensAndErrors) {
     // A stop string: the text stops right before it and does not include it.
     SamplingParams st = g;
     st.stop = {"the best"};
-    id = *e->add_request(chat, st);
+    ASSERT_TRUE(e->add_request(chat, st).is_ok());
     std::string t2;
     while (e->has_unfinished())
         for (const auto& o : e->step()) {
@@ -190,7 +194,7 @@ TEST(Engine, StopsMaxTokensAndErrors) {
     EXPECT_EQ(why, FinishReason::STOP);
     EXPECT_EQ(t2, "The only thing about the world is that it is ");
     // max_tokens -> length
-    id = *e->add_request(chat, greedy(3));
+    ASSERT_TRUE(e->add_request(chat, greedy(3)).is_ok());
     int64_t n = 0;
     while (e->has_unfinished())
         for (const auto& o : e->step()) {

@@ -19,6 +19,8 @@ namespace {
 struct GoldenCase {
     std::string family, prompt;
 };
+// Read by gtest (and hence ctest's listing) instead of a hex dump of the struct.
+void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.family << "/" << c.prompt; }
 
 class Golden : public ::testing::TestWithParam<GoldenCase> {};
 

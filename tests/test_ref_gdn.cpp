@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "ops/ref/ref_ops.h"
 #include "test_util.h"
@@ -18,7 +19,8 @@ struct GdnInputs {
 };
 
 GdnInputs make_inputs(int64_t T, int64_t Hk, int64_t r, int64_t Dk, int64_t Dv, bool init_state, uint32_t seed) {
-    GdnInputs in{T, Hk, Hk * r, Dk, Dv};
+    GdnInputs in;
+    in.T = T, in.Hk = Hk, in.Hv = Hk * r, in.Dk = Dk, in.Dv = Dv;
     in.q = random_vec(T * Hk * Dk, seed + 1);
     in.k = random_vec(T * Hk * Dk, seed + 2);
     in.v = random_vec(T * in.Hv * Dv, seed + 3);
@@ -75,6 +77,10 @@ struct GdnCase {
     int64_t T, Hk, r, Dk, Dv;
     bool init_state;
 };
+void PrintTo(const GdnCase& c, std::ostream* os) {
+    *os << "T=" << c.T << " Hk=" << c.Hk << " r=" << c.r << " Dk=" << c.Dk << " Dv=" << c.Dv
+        << (c.init_state ? " with initial state" : "");
+}
 
 class GdnForms : public ::testing::TestWithParam<GdnCase> {};
 
@@ -106,8 +112,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GdnCase{200, 1, 3, 16, 24, true}, GdnCase{129, 2, 1, 64, 64, true}),
     [](const auto& info) {
         const GdnCase& c = info.param;
-        return "T" + std::to_string(c.T) + "_Hk" + std::to_string(c.Hk) + "_r" + std::to_string(c.r) + "_Dk" +
-               std::to_string(c.Dk) + "_Dv" + std::to_string(c.Dv) + (c.init_state ? "_state" : "_zero");
+        char name[96];
+        std::snprintf(name, sizeof name, "T%lld_Hk%lld_r%lld_Dk%lld_Dv%lld_%s", static_cast<long long>(c.T),
+                      static_cast<long long>(c.Hk), static_cast<long long>(c.r), static_cast<long long>(c.Dk),
+                      static_cast<long long>(c.Dv), c.init_state ? "state" : "zero");
+        return std::string(name);
     });
 
 // Running a sequence in pieces (state carried) equals running it at once, in both forms.
