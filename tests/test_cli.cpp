@@ -31,7 +31,10 @@ RunResult run_gdn(const std::string& args) {
 
 std::string join_ids(const Json& ids) {
     std::string s;
-    for (const auto& id : ids) s += (s.empty() ? "" : ",") + std::to_string(id.get<int>());
+    for (const auto& id : ids) {
+        if (!s.empty()) s += ',';
+        s += std::to_string(id.get<int>());
+    }
     return s;
 }
 

@@ -61,7 +61,9 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
             ASSERT_GE(static_cast<int64_t>(c.req->blocks.size()) * sim.block_size, c.req->num_computed + c.num_new);
             // GDN chunk rule: a chunk ends on a multiple of 64 unless it reaches the end of the tokens.
             const int64_t end = c.req->num_computed + c.num_new;
-            if (end < static_cast<int64_t>(c.req->tokens.size())) ASSERT_EQ(end % cfg.gdn_chunk, 0);
+            if (end < static_cast<int64_t>(c.req->tokens.size())) {
+                ASSERT_EQ(end % cfg.gdn_chunk, 0);
+            }
         }
         ASSERT_EQ(sum, out.n_tokens);
         ASSERT_LE(sim.s.n_running(), cfg.max_num_seqs);

@@ -285,7 +285,8 @@ void Tokenizer::Impl::pretokenize_and_bpe(std::string_view text, std::vector<int
     for (const PreStep& st : steps) {
         if (st.kind == PreStep::BYTE_LEVEL && st.add_prefix_space && !pieces.empty() &&
             !(pieces[0].size() && pieces[0][0] == ' ')) {
-            prefixed = " " + std::string(pieces[0]);  // only the first piece (the reference's behaviour)
+            prefixed.assign(1, ' ');  // only the first piece (the reference's behaviour)
+            prefixed.append(pieces[0]);
             pieces[0] = prefixed;
         }
         if (!st.regex) continue;

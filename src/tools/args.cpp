@@ -13,14 +13,14 @@ Result<Args> Args::parse(int argc, char** argv, const std::set<std::string>& opt
     for (int i = 0; i < argc; ++i) {
         std::string k = argv[i];
         if (flags.count(k)) {
-            a.values_[k] = "1";
+            a.values_.insert_or_assign(k, std::string(1, '1'));  // (not = "1": GCC 12 -Wrestrict false positive)
         } else if (options.count(k)) {
             if (i + 1 >= argc) return Status::error("option " + k + " needs a value");
             a.values_[k] = argv[++i];
         } else {
             std::string known;
-            for (const auto& o : options) known += " " + o;
-            for (const auto& f : flags) known += " " + f;
+            for (const auto* set : {&options, &flags})
+                for (const auto& name : *set) known.append(1, ' ').append(name);
             return Status::error("unknown argument '" + k + "' (known:" + known + ")");
         }
     }
