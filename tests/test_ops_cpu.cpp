@@ -130,7 +130,8 @@ TEST(OpsCpu, GdnMixerDecodeAndPrefill) {
 
 TEST(OpsCpu, AttentionCausalGqaPaged) {
     for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
-             {1, 0, 4, 2, 16}, {1, 100, 8, 2, 64}, {5, 0, 4, 4, 32}, {70, 3, 6, 2, 24}, {3, 130, 2, 1, 256}}) {
+             {1, 0, 4, 2, 16}, {1, 100, 8, 2, 64}, {5, 0, 4, 4, 32}, {70, 3, 6, 2, 24}, {3, 130, 2, 1, 256},
+             {37, 21, 8, 2, 256}, {9, 50, 10, 2, 32}, {4, 17, 7, 1, 128}}) {  // GQA groups of 4, 5, 7 (head blocks + tails)
         const int64_t nk = n_past + T, row = Hkv * D;
         auto q = random_vec(T * 2 * Hq * D, 9 + T), kv = random_vec(2 * nk * row, 10 + nk);
         // Paged: blocks of 4 rows, scattered in the arena by a block table.
