@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "server/openai_server.h"
+#include "server/sse_reader.h"
 #include "test_util.h"
 
 using namespace gdn;
@@ -145,7 +146,8 @@ TEST_F(ServerTest, ErrorCases) {
 // Streams a completion; returns the concatenated text (and whether [DONE] arrived).
 std::string stream_text(httplib::Client& c, const std::string& path, const std::string& body, bool chat, bool* done,
                         int stop_after_chunks = -1) {
-    std::string buf, text;
+    SseReader sse;
+    std::string text;
     int chunks = 0;
     *done = false;
     httplib::Request req;
@@ -155,25 +157,18 @@ std::string stream_text(httplib::Client& c, const std::string& path, const std::
     req.set_header("Content-Type", "application/json");
     req.set_header("Authorization", "Bearer sekrit");
     req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-               buf.append(data, n);
-               size_t p;
-               while ((p = buf.find("\n\n")) != std::string::npos) {
-                   std::string ev = buf.substr(0, p);
-                   buf.erase(0, p + 2);
-                   if (ev.rfind("data: ", 0) != 0) continue;
-                   ev = ev.substr(6);
-                   if (ev == "[DONE]") {
-                       *done = true;
-                       continue;
-                   }
-                   auto j = parse_json(ev, "chunk");
-                   if (!j || !j->contains("choices") || (*j)["choices"].empty()) continue;
-                   const Json& ch = (*j)["choices"][0];
-                   if (chat && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
-                   if (!chat) text += ch["text"].get<std::string>();
-                   if (stop_after_chunks >= 0 && ++chunks >= stop_after_chunks) return false;  // disconnect
-               }
-               return true;
+        return sse.feed(data, n, [&](const std::string& ev) {
+            if (ev == "[DONE]") {
+                *done = true;
+                return true;
+            }
+            auto j = parse_json(ev, "chunk");
+            if (!j || !j->contains("choices") || (*j)["choices"].empty()) return true;
+            const Json& ch = (*j)["choices"][0];
+            if (chat && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+            if (!chat) text += ch["text"].get<std::string>();
+            return !(stop_after_chunks >= 0 && ++chunks >= stop_after_chunks);  // false: disconnect
+        });
     };
     c.send(req);
     return text;
@@ -238,7 +233,7 @@ TEST_F(ServerTest, Soak) {
             std::string prompt(1 + rng() % 200, 'a' + rng() % 26);
             Json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"ignore_eos", true}, {"stream", true},
                          {"stream_options", {{"include_usage", true}}}, {"temperature", 0.7}, {"seed", i}};
-            std::string buf;
+            SseReader sse;
             int64_t tokens = -1;
             int chunks = 0;
             const int leave_after = 1 + rng() % 5;
@@ -250,17 +245,12 @@ TEST_F(ServerTest, Soak) {
             req.set_header("Content-Type", "application/json");
             req.set_header("Authorization", "Bearer sekrit");
             req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-                buf.append(d, n);
-                size_t p;
-                while ((p = buf.find("\n\n")) != std::string::npos) {
-                    std::string ev = buf.substr(0, p);
-                    buf.erase(0, p + 2);
-                    if (ev == "data: [DONE]") got_done = true;
-                    else if (auto j = parse_json(ev.substr(6), "c"); j && j->contains("usage"))
+                return sse.feed(d, n, [&](const std::string& ev) {
+                    if (ev == "[DONE]") got_done = true;
+                    else if (auto j = parse_json(ev, "c"); j && j->contains("usage"))
                         tokens = (*j)["usage"]["completion_tokens"].get<int64_t>();
-                    if (leave && ++chunks >= leave_after) return false;
-                }
-                return true;
+                    return !(leave && ++chunks >= leave_after);
+                });
             };
             c.send(req);
             if (leave && !got_done) {

@@ -21,6 +21,7 @@
 #include "engine/engine.h"
 #include "ops/dispatch.h"
 #include "server/openai_server.h"
+#include "server/sse_reader.h"
 #include "tools/args.h"
 #include "tools/commands.h"
 #include "util/json_file.h"
@@ -75,25 +76,19 @@ RequestResult send_one(const std::string& host, int port, const std::string& pat
     if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
     const double t0 = now_s();
     double last = 0;
-    std::string buf;
+    SseReader sse;
     bool done = false;
     req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-        buf.append(d, n);
-        size_t p;
-        while ((p = buf.find("\n\n")) != std::string::npos) {
-            std::string ev = buf.substr(0, p);
-            buf.erase(0, p + 2);
-            if (ev.rfind("data: ", 0) != 0) continue;
-            ev = ev.substr(6);
+        return sse.feed(d, n, [&](const std::string& ev) {
             if (ev == "[DONE]") {
                 done = true;
-                continue;
+                return true;
             }
             auto j = parse_json(ev, "chunk");
-            if (!j) continue;
+            if (!j) return true;
             if (j->contains("error")) {
                 r.error = (*j)["error"].value("message", "error");
-                continue;
+                return true;
             }
             if (j->contains("usage") && (*j)["usage"].is_object())
                 r.output_tokens = (*j)["usage"].value("completion_tokens", int64_t(0));
@@ -103,8 +98,8 @@ RequestResult send_one(const std::string& host, int port, const std::string& pat
                 else r.itl.push_back(t - last);
                 last = t;
             }
-        }
-        return true;
+            return true;
+        });
     };
     auto res = c.send(req);
     r.e2e = now_s() - t0;
