@@ -86,6 +86,14 @@ T* scratch(size_t n) {
     return buf.data();
 }
 
+// Grows-only buffer for the [M, N] products of a linear() called inside another op (linear_swiglu,
+// linear_argmax off their fused kernels). Not scratch<float>(): linear() uses that for its own input.
+float* products_scratch(size_t n) {
+    thread_local std::vector<float> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
 }  // namespace
 
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
@@ -168,12 +176,11 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
         });
         return;
     }
-    thread_local std::vector<float> products;  // [M, 2I] in the interleaved column order
-    if (products.size() < static_cast<size_t>(M * N)) products.resize(M * N);
-    linear(x, M, w, products.data(), bf16_act);
+    float* products = products_scratch(M * N);  // [M, 2I] in the interleaved column order
+    linear(x, M, w, products, bf16_act);
     // Each 32 columns are [gate 16 | up 16]: as rows of a [M * I / 16, 2 * 16] gate|up matrix, they give
     // out [M * I / 16, 16] = [M, I] through the plain SwiGLU op (vectorised on every ISA).
-    ops::swiglu(products.data(), M * (I / 16), 16, out, false);
+    ops::swiglu(products, M * (I / 16), 16, out, false);
 }
 
 void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act) {
@@ -182,11 +189,8 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
     if (!(op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_act && p.dtype == DType::BF16 && p.data.data() && has_bf16_dot())) {
-        // Other paths materialise the products, then take the argmax of each row. (Not scratch<float>():
-        // linear() uses that buffer for its own input.)
-        thread_local std::vector<float> products;
-        if (products.size() < static_cast<size_t>(M * N)) products.resize(M * N);
-        float* y = products.data();
+        // Other paths materialise the products, then take the argmax of each row.
+        float* y = products_scratch(M * N);
         linear(x, M, w, y, bf16_act);
         for (int64_t m = 0; m < M; ++m) ids[m] = static_cast<int32_t>(ops::argmax(y + m * N, N));
         return;
