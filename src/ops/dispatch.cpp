@@ -210,9 +210,8 @@ void log_kernel_selection() {
                  kernel_selection_report().c_str());
 }
 
-void count_fallback(OpId op, const char* why) {
-    if (state().fallbacks[static_cast<int>(op)]++ == 0)
-        GDN_LOG_WARN("fallback: %s runs on the reference kernel: %s", op_name(op), why);
+void count_fallback(OpId op, const char* what) {
+    if (state().fallbacks[static_cast<int>(op)]++ == 0) GDN_LOG_WARN("fallback: %s %s", op_name(op), what);
 }
 
 uint64_t fallback_count(OpId op) { return state().fallbacks[static_cast<int>(op)].load(); }

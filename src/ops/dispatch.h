@@ -52,8 +52,9 @@ void force_reference_all(bool on);
 std::string kernel_selection_report();
 void log_kernel_selection();
 
-// Run-time fallbacks: counted per op, the first one of each op logged with its reason.
-void count_fallback(OpId op, const char* why);
+// Run-time fallbacks to a slower path: counted per op, the first one of each op logged as
+// "fallback: <op> <what>", e.g. what = "runs on the reference kernel: the weight was not packed".
+void count_fallback(OpId op, const char* what);
 uint64_t fallback_count(OpId op);
 std::string fallback_report();
 

@@ -127,7 +127,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         xin = xr;
     }
     if (isa == Isa::REF || !p.data.data()) {
-        if (isa != Isa::REF) count_fallback(OpId::LINEAR, "weight was not packed");
+        if (isa != Isa::REF) count_fallback(OpId::LINEAR, "runs on the reference kernel: the weight was not packed");
         linear_ref(xin, M, w, y);
         if (round_out) round_inplace(y, M * N);
         return;
@@ -165,8 +165,11 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K(), I = N / 2;
     if (M <= 0) return;
-    if (op_isa(OpId::LINEAR) == Isa::AVX512 && op_isa(OpId::SWIGLU) == Isa::AVX512 && bf16_act &&
-        p.dtype == DType::BF16 && has_bf16_dot() && p.K2 <= 2048) {
+    const bool has_epilogue = op_isa(OpId::LINEAR) == Isa::AVX512 && op_isa(OpId::SWIGLU) == Isa::AVX512 &&
+                              bf16_act && p.dtype == DType::BF16 && has_bf16_dot();
+    if (has_epilogue && p.K2 > 2048)
+        count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
+    if (has_epilogue && p.K2 <= 2048) {
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
         global_pool().run([&](int ith, int nth) {
