@@ -85,6 +85,47 @@ void BM_GdnMixer(benchmark::State& state) {
 }
 BENCHMARK(BM_GdnMixer)->Arg(1)->Arg(512)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// MLP gate|up with SwiGLU, Qwen3.5-0.8B shape (I = 3584, H = 1024), bf16 activations. Arg 1: 1 = the fused
+// epilogue (linear_swiglu), 0 = the products stored, then the swiglu op.
+void BM_LinearSwiglu(benchmark::State& state) {
+    const int64_t M = state.range(0), I = 3584, K = 1024;
+    auto g = random_bf16(I * K), u = random_bf16(I * K);
+    const auto vg = gdn::TensorView::contiguous(g.data(), gdn::DType::BF16, {I, K});
+    const auto vu = gdn::TensorView::contiguous(u.data(), gdn::DType::BF16, {I, K});
+    const bool fused = state.range(1) != 0;
+    gdn::LinearWeight lw = fused ? gdn::make_swiglu_linear(vg, vu) : gdn::make_linear({vg, vu});
+    std::vector<float> x(M * K, 0.01f), gu(M * 2 * I), act(M * I);
+    for (auto _ : state) {
+        if (fused) {
+            gdn::linear_swiglu(x.data(), M, lw, act.data(), true);
+        } else {
+            gdn::linear(x.data(), M, lw, gu.data(), true);
+            gdn::ops::swiglu(gu.data(), M, I, act.data(), false);
+        }
+    }
+    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * 2 * I * K, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["bf16_peak_GFLOP/s"] = limits().bf16_gflops;
+}
+BENCHMARK(BM_LinearSwiglu)->Args({1, 0})->Args({1, 1})->Args({512, 0})->Args({512, 1})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Causal prefill attention of T tokens with no past, Qwen3.5-0.8B shape (Hq = 8, Hkv = 2, D = 256), gated,
+// contiguous f32 KV. FLOPs: QK^T and PV over the causal triangle, 2 * 2 * D * Hq * T(T+1)/2.
+void BM_AttentionPrefill(benchmark::State& state) {
+    const int64_t T = state.range(0), Hq = 8, Hkv = 2, D = 256, ldq = 2 * Hq * D;
+    std::vector<float> q(T * ldq), k(T * Hkv * D), v(T * Hkv * D), out(T * Hq * D);
+    uint32_t s = 5;
+    for (auto* buf : {&q, &k, &v})
+        for (auto& x : *buf) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    gdn::ops::Scratch sc;
+    const std::vector<gdn::ops::AttnSeq> seqs = {{0, T, 0, {k.data(), v.data(), Hkv * D, nullptr, 0}}};
+    for (auto _ : state) gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc);
+    state.counters["GFLOP/s"] = benchmark::Counter(4.0 * D * Hq * T * (T + 1) / 2.0,
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["fp32_peak_GFLOP/s"] = limits().fp32_gflops;
+}
+BENCHMARK(BM_AttentionPrefill)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 
 int main(int argc, char** argv) {
