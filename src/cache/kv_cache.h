@@ -7,24 +7,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "cache/id_pool.h"
 #include "core/buffer.h"
 
 namespace gdn {
 
 // Block bookkeeping only (no tensors): unit-testable without a model.
-class BlockPool {
+class BlockPool : public IdPool {
 public:
-    explicit BlockPool(int32_t n_blocks);
-    int32_t n_blocks() const { return n_blocks_; }
-    int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
-    // Returns a block id, or -1 if none is free.
-    int32_t allocate();
-    void release(int32_t block);
-
-private:
-    int32_t n_blocks_;
-    std::vector<int32_t> free_;   // LIFO free list
-    std::vector<uint8_t> in_use_;  // double-free / foreign-id checks
+    explicit BlockPool(int32_t n_blocks) : IdPool(n_blocks, "block") {}
+    int32_t n_blocks() const { return size(); }
 };
 
 class KvCache {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cache/id_pool.h"
 #include "core/buffer.h"
 
 namespace gdn {
@@ -14,10 +15,10 @@ namespace gdn {
 class StateSlots {
 public:
     StateSlots(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats, int32_t n_slots);
-    int32_t n_slots() const { return n_slots_; }
-    int32_t n_free() const { return static_cast<int32_t>(free_.size()); }
-    int32_t allocate();  // -1 if none
-    void release(int32_t slot);
+    int32_t n_slots() const { return ids_.size(); }
+    int32_t n_free() const { return ids_.n_free(); }
+    int32_t allocate() { return ids_.allocate(); }  // -1 if none
+    void release(int32_t slot) { ids_.release(slot); }
     float* conv(int layer, int32_t slot) { return conv_[layer].as<float>() + slot * conv_n_; }
     float* ssm(int layer, int32_t slot) { return ssm_[layer].as<float>() + slot * ssm_n_; }
     static size_t bytes_per_slot(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats) {
@@ -25,11 +26,9 @@ public:
     }
 
 private:
-    int32_t n_slots_;
+    IdPool ids_;
     int64_t conv_n_, ssm_n_;
     std::vector<Buffer> conv_, ssm_;
-    std::vector<int32_t> free_;
-    std::vector<uint8_t> in_use_;
 };
 
 }  // namespace gdn
