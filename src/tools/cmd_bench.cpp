@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 
 #include "core/log.h"
@@ -154,7 +155,11 @@ int cmd_bench(int argc, char** argv) {
             m.forward({{&st, &t, 1, false}}, fo, &logits);
         }
     }
-    std::vector<double> pp_tps, tg_tps;
+    // The read bandwidth is measured again before and after every tg repetition, and each repetition is
+    // compared with the mean of the two: the bandwidth of this VM moves between windows of seconds.
+    std::unique_ptr<ReadBandwidthProbe> probe;
+    if (lim.read_gbps > 0 && *tg > 0) probe = std::make_unique<ReadBandwidthProbe>();
+    std::vector<double> pp_tps, tg_tps, tg_gbps, tg_ratio;
     for (long long r = 0; r < *reps; ++r) {
         if (*pp > 0) {
             SequenceState st = m.new_state();
@@ -164,6 +169,7 @@ int cmd_bench(int argc, char** argv) {
             pp_tps.push_back(*pp / (now_s() - t0));
         }
         if (*tg > 0) {
+            const double gbps_before = probe ? probe->measure_gbps(2) : 0.0;
             SequenceState st = m.new_state();
             st.reserve(*tg + 1);
             int32_t t = prompt[0];
@@ -176,6 +182,10 @@ int cmd_bench(int argc, char** argv) {
                 m.forward({{&st, &t, 1, false}}, fo, &logits);
             }
             tg_tps.push_back(*tg / (now_s() - t0));
+            if (probe) {
+                tg_gbps.push_back(0.5 * (gbps_before + probe->measure_gbps(2)));
+                tg_ratio.push_back(tg_tps.back() / (tg_gbps.back() * 1e9 / bytes));
+            }
         }
     }
     const std::string name = args->get("--model");
@@ -267,6 +277,16 @@ int cmd_bench(int argc, char** argv) {
     const double pp_flops = *pp > 0 ? flops - lm_flops + lm_flops / *pp : flops;
     row("pp", *pp, pp_tps, peak > 0 ? peak * 1e9 / pp_flops : 0.0, "pp");
     row("tg", *tg, tg_tps, lim.read_gbps > 0 ? lim.read_gbps * 1e9 / bytes : 0.0, "tg");
+    if (!tg_ratio.empty()) {
+        const Stats r = stats(tg_ratio), g = stats(tg_gbps);
+        std::printf("tg%lld against the read bandwidth measured before and after each repetition (%.1f ± %.1f GB/s): "
+                    "ratio %.3f ± %.3f (per repetition:", *tg, g.mean, g.sd, r.mean, r.sd);
+        for (double x : tg_ratio) std::printf(" %.3f", x);
+        std::printf(")\n");
+        out["tg"]["adjacent_read_gbps"] = tg_gbps;
+        out["tg"]["adjacent_roofline_ratio"] = tg_ratio;
+        out["tg"]["adjacent_roofline_ratio_mean"] = r.mean;
+    }
     std::printf("weights read per decode token: %.3f GB; matmul FLOPs per prefill token: %.3f G\n", bytes / 1e9,
                 pp_flops / 1e9);
     if (args->has("--json")) {

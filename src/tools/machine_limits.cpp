@@ -22,18 +22,21 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
-MachineLimits measure_machine_limits(size_t buffer_bytes, int reps) {
-    MachineLimits L;
-    ThreadPool& pool = global_pool();
-    L.threads = pool.size();
-    const bool avx512 = cpu_isa() == Isa::AVX512;
-    const int64_t n = static_cast<int64_t>(buffer_bytes / sizeof(float));
-    Buffer buf(buffer_bytes, false);
-    float* p = buf.as<float>();
-    pool.parallel_for(n, [&](int64_t b, int64_t e) {  // first touch by the thread that reads it
+ReadBandwidthProbe::ReadBandwidthProbe(size_t buffer_bytes) : bytes_(buffer_bytes), buf_(buffer_bytes, false) {
+    const int64_t n = static_cast<int64_t>(bytes_ / sizeof(float));
+    float* p = buf_.as<float>();
+    global_pool().parallel_for(n, [&](int64_t b, int64_t e) {  // first touch by the thread that reads it
         for (int64_t i = b; i < e; ++i) p[i] = 1.0f;
     });
-    std::vector<float> sink(64, 0.0f);
+}
+
+double ReadBandwidthProbe::measure_gbps(int reps) {
+    ThreadPool& pool = global_pool();
+    const bool avx512 = cpu_isa() == Isa::AVX512;
+    const int64_t n = static_cast<int64_t>(bytes_ / sizeof(float));
+    const float* p = buf_.as<float>();
+    std::vector<float> sink(8 * pool.size(), 0.0f);
+    double best = 0;
     for (int r = 0; r < reps; ++r) {
         const double t0 = now();
         pool.run([&](int ith, int nth) {
@@ -41,8 +44,18 @@ MachineLimits measure_machine_limits(size_t buffer_bytes, int reps) {
             split_range(n, ith, nth, &b, &e);
             sink[ith * 8] += avx512 ? cpu::avx512::stream_read(p + b, e - b) : cpu::avx2::stream_read(p + b, e - b);
         });
-        L.read_gbps = std::max(L.read_gbps, buffer_bytes / (now() - t0) / 1e9);
+        best = std::max(best, bytes_ / (now() - t0) / 1e9);
     }
+    return best;
+}
+
+MachineLimits measure_machine_limits(size_t buffer_bytes, int reps) {
+    MachineLimits L;
+    ThreadPool& pool = global_pool();
+    L.threads = pool.size();
+    const bool avx512 = cpu_isa() == Isa::AVX512;
+    L.read_gbps = ReadBandwidthProbe(buffer_bytes).measure_gbps(reps);
+    std::vector<float> sink(8 * pool.size(), 0.0f);
     auto peak = [&](bool bf16) {
         double best = 0;
         for (int r = 0; r < reps; ++r) {

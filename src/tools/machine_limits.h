@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "core/buffer.h"
+
 namespace gdn {
 
 struct MachineLimits {
@@ -11,6 +13,20 @@ struct MachineLimits {
     double fp32_gflops = 0;    // FMA chains, all threads
     double bf16_gflops = 0;    // vdpbf16ps chains, all threads (0 without AVX-512 BF16)
     std::string summary() const;
+};
+
+// Streaming-read bandwidth of all threads over a buffer far larger than the last-level cache, kept
+// allocated so a benchmark can measure it again right next to each repetition: on shared machines the
+// bandwidth moves between windows (45-80 GB/s on the CI VM), so a ratio is only meaningful against the
+// bandwidth of the same minutes.
+class ReadBandwidthProbe {
+public:
+    explicit ReadBandwidthProbe(size_t buffer_bytes = 1ull << 30);
+    double measure_gbps(int repetitions = 3);  // the best of the repetitions
+
+private:
+    size_t bytes_;
+    Buffer buf_;
 };
 
 // buffer_bytes: the streaming buffer (must exceed the last-level cache by far; default 1 GiB).
