@@ -3,9 +3,11 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "core/thread_pool.h"
+#include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/layers.h"
 #include "ops/linear.h"
@@ -66,7 +68,9 @@ BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({
 // One GDN layer's mixer (conv, prep, delta rule, gated norm) on the Qwen3.5-0.8B shape (Hk = Hv = 16,
 // Dk = Dv = 128): tokens/s for prefill of T tokens, or one decode step. The FMA bound of the delta rule is
 // Dk*Dv*4 FLOP-ish ops per token-head at 2 FMA/cycle per core (kernels.md §3.4), reported as `bound_tps`.
+// Arg 1: the prefill form of the delta rule, 0 = recurrent (slab kernel), 1 = chunked (full 64-token chunks).
 void BM_GdnMixer(benchmark::State& state) {
+    gdn::set_delta_rule_form(state.range(1) ? gdn::DeltaRuleForm::CHUNKED : gdn::DeltaRuleForm::RECURRENT);
     const int64_t T = state.range(0), Hk = 16, Hv = 16, Dk = 128, Dv = 128, K = 4;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
     std::vector<float> proj(T * ldp);
@@ -82,8 +86,37 @@ void BM_GdnMixer(benchmark::State& state) {
     // 4 vector ops per state element per token (2 FMA pass 1, mul + FMA pass 2) at 2 per cycle per core.
     const double fp32_elems_per_s = limits().fp32_gflops * 1e9 / 2.0;  // FMA lanes per second, all threads
     state.counters["bound_tokens/s"] = fp32_elems_per_s / (4.0 * Hv * Dk * Dv);
+    gdn::set_delta_rule_form(gdn::DeltaRuleForm::AUTO);
 }
-BENCHMARK(BM_GdnMixer)->Arg(1)->Arg(512)->Arg(4096)->Arg(16384)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GdnMixer)->Args({1, 0})->ArgsProduct({{64, 128, 256, 512, 1024, 4096, 16384}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The delta rule alone on one thread, one head of the 0.8B shape (Dk = Dv = 128), 256 tokens: the
+// recurrent slab kernel (arg 0) vs the chunked kernel (arg 1, four 64-token chunks). Reported per
+// token-head; "GFLOP/s" counts the chunked form's products (2 x 77.8k MAC per token-head).
+void BM_GdnRuleKernel(benchmark::State& state) {
+    const int64_t T = 256, Dk = 128, Dv = 128, C = gdn::cpu::kGdnChunk;
+    std::vector<float> q(T * Dk), k(T * Dk), v(T * Dv), o(T * Dv), S(Dk * Dv, 0.0f);
+    uint32_t s = 7;
+    for (auto* buf : {&q, &k, &v})
+        for (auto& x : *buf) x = (((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f) * 0.2f;
+    std::vector<float> g(T, -0.05f), decay(T, std::exp(-0.05f)), beta(T, 0.5f), kq(T, 0.1f);
+    std::vector<float> scratch(gdn::cpu::avx512::gdn_chunk_scratch_floats(Dk, Dv));
+    const bool chunked = state.range(0) != 0;
+    for (auto _ : state) {
+        if (chunked)
+            for (int64_t c = 0; c < T; c += C)
+                gdn::cpu::avx512::gdn_chunk(S.data(), &q[c * Dk], &k[c * Dk], &v[c * Dv], &g[c], &beta[c], Dk, Dv,
+                                            &o[c * Dv], scratch.data());
+        else
+            gdn::cpu::avx512::gdn_slab(S.data(), q.data(), k.data(), Dk, v.data(), Dv, o.data(), Dv, decay.data(),
+                                       beta.data(), 1, kq.data(), 1, T, Dk, Dv, 0, Dv);
+    }
+    state.counters["us/token-head"] = benchmark::Counter(T / 1e6, benchmark::Counter::kIsIterationInvariantRate |
+                                                                      benchmark::Counter::kInvert);
+    state.counters["GFLOP/s"] = benchmark::Counter(T * 2.0 * 77.8e3, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_GdnRuleKernel)->Arg(0)->Arg(1)->UseRealTime();
 
 // MLP gate|up with SwiGLU, Qwen3.5-0.8B shape (I = 3584, H = 1024), bf16 activations. Arg 1: 1 = the fused
 // epilogue (linear_swiglu), 0 = the products stored, then the swiglu op.

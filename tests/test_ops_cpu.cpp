@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/layers.h"
 #include "ops/ref/ref_ops.h"
@@ -107,7 +108,12 @@ TEST(OpsCpu, GdnMixerDecodeAndPrefill) {
         // Nonzero initial states (continuing sequences).
         auto conv0 = random_vec(c.lens.size() * (K - 1) * CD, 7);
         auto ssm0 = random_vec(c.lens.size() * Hv * c.Dk * c.Dv, 8, -0.3f, 0.3f);
+        // Both prefill forms of the fast delta rule (the chunked one on every full 64-token chunk).
+        for (DeltaRuleForm form : {DeltaRuleForm::RECURRENT, DeltaRuleForm::CHUNKED})
         for (bool bf16 : {false, true}) {
+            SCOPED_TRACE(delta_rule_form_name(form));
+            set_delta_rule_form(form);
+            const uint64_t fallbacks = fallback_count(OpId::GDN_RULE);
             compare_paths([&] {
                 std::vector<float> conv = conv0, ssm = ssm0, out(N * VD);
                 std::vector<ops::GdnSeq> seqs;
@@ -124,6 +130,57 @@ TEST(OpsCpu, GdnMixerDecodeAndPrefill) {
                 out.insert(out.end(), ssm.begin(), ssm.end());
                 return out;
             }, 1e-4f, bf16 ? 1.6e-2f : 1e-4f, "gdn_mixer");
+            // Forcing the chunked form on head dims it cannot take is counted, never silent.
+            const bool unsupported = c.Dk % 16 != 0 || c.Dv % 16 != 0;
+            bool long_seq = false;
+            for (int64_t l : c.lens) long_seq |= l >= cpu::kGdnChunk;
+            EXPECT_EQ(fallback_count(OpId::GDN_RULE) > fallbacks,
+                      form == DeltaRuleForm::CHUNKED && unsupported && long_seq);
+            set_delta_rule_form(DeltaRuleForm::AUTO);
+        }
+    }
+}
+
+// The chunked-form kernel on its own, chunk after chunk with a carried state, against the reference's
+// chunked and recurrent forms (decays from ~1 down to e^-15 per token, so both the long-memory and the
+// underflowing ends of exp(G_i - G_j) are exercised).
+TEST(OpsCpu, GdnChunkKernelMatchesReferenceForms) {
+    struct Dims {
+        int64_t Dk, Dv;
+    };
+    for (Dims d : {Dims{16, 16}, Dims{32, 48}, Dims{128, 128}}) {
+        const int64_t C = cpu::kGdnChunk, T = 3 * C;
+        auto q = random_vec(T * d.Dk, 11), k = random_vec(T * d.Dk, 12), v = random_vec(T * d.Dv, 13);
+        for (int64_t t = 0; t < T; ++t) {  // L2-normalised q, k as the model feeds them (q also scaled)
+            ref::l2_norm(q.data() + t * d.Dk, 1, d.Dk, 1e-6f, 1.0f / std::sqrt(static_cast<float>(d.Dk)));
+            ref::l2_norm(k.data() + t * d.Dk, 1, d.Dk, 1e-6f, 1.0f);
+        }
+        auto g = random_vec(T, 14, -1.0f, 0.0f), beta = random_vec(T, 15, 0.0f, 1.0f);
+        for (int64_t t = 0; t < T; t += 17) g[t] = -15.0f;
+        const auto S0 = random_vec(d.Dk * d.Dv, 16, -0.5f, 0.5f);
+        std::vector<float> S_rec = S0, S_chk = S0, o_rec(T * d.Dv), o_chk(T * d.Dv);
+        ref::gated_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), T, 1, 1, d.Dk, d.Dv,
+                                        S_rec.data(), o_rec.data());
+        ref::gated_delta_rule_chunked(q.data(), k.data(), v.data(), g.data(), beta.data(), T, 1, 1, d.Dk, d.Dv,
+                                      S_chk.data(), o_chk.data());
+        for (Isa isa : fast_isas()) {
+            std::vector<float> S = S0, o(T * d.Dv);
+            for (int64_t c0 = 0; c0 < T; c0 += C) {
+                const bool avx512 = isa == Isa::AVX512;
+                std::vector<float> scratch((avx512 ? cpu::avx512::gdn_chunk_scratch_floats
+                                                   : cpu::avx2::gdn_chunk_scratch_floats)(d.Dk, d.Dv));
+                (avx512 ? cpu::avx512::gdn_chunk : cpu::avx2::gdn_chunk)(
+                    S.data(), q.data() + c0 * d.Dk, k.data() + c0 * d.Dk, v.data() + c0 * d.Dv, g.data() + c0,
+                    beta.data() + c0, d.Dk, d.Dv, o.data() + c0 * d.Dv, scratch.data());
+            }
+            for (auto* want : {&o_chk, &o_rec})
+                for (int64_t i = 0; i < T * d.Dv; ++i)
+                    ASSERT_NEAR(o[i], (*want)[i], 2e-5f + 2e-5f * std::abs((*want)[i]))
+                        << isa_name(isa) << " Dk=" << d.Dk << " out " << i;
+            for (auto* want : {&S_chk, &S_rec})
+                for (int64_t i = 0; i < d.Dk * d.Dv; ++i)
+                    ASSERT_NEAR(S[i], (*want)[i], 2e-5f + 2e-5f * std::abs((*want)[i]))
+                        << isa_name(isa) << " Dk=" << d.Dk << " state " << i;
         }
     }
 }
@@ -168,9 +225,18 @@ TEST(Dispatch, EnvOverridesAreValidated) {
     setenv("GDN_ISA", "sse9", 1);
     EXPECT_FALSE(configure_kernels_from_env().is_ok());
     unsetenv("GDN_ISA");
+    setenv("GDN_DELTA_RULE", "wy", 1);
+    st = configure_kernels_from_env();
+    EXPECT_NE(st.message().find("GDN_DELTA_RULE='wy'"), std::string::npos) << st.message();
+    setenv("GDN_DELTA_RULE", "chunked", 1);
+    ASSERT_TRUE(configure_kernels_from_env().is_ok());
+    EXPECT_EQ(delta_rule_form(), DeltaRuleForm::CHUNKED);
+    EXPECT_NE(kernel_selection_report().find("forced by GDN_DELTA_RULE"), std::string::npos);
+    unsetenv("GDN_DELTA_RULE");
     unsetenv("GDN_FORCE_REFERENCE");
     ASSERT_TRUE(configure_kernels_from_env().is_ok());
     EXPECT_EQ(op_isa(OpId::ATTENTION), cpu_isa());
+    EXPECT_EQ(delta_rule_form(), DeltaRuleForm::AUTO);
 }
 
 }  // namespace

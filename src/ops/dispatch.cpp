@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/log.h"
+#include "ops/cpu/kernels.h"
 
 namespace gdn {
 
@@ -18,6 +19,7 @@ struct State {
     Isa isa = Isa::REF;
     std::array<bool, static_cast<int>(OpId::COUNT)> forced{};
     std::array<std::atomic<uint64_t>, static_cast<int>(OpId::COUNT)> fallbacks{};
+    DeltaRuleForm delta_rule = DeltaRuleForm::AUTO;
     bool configured = false;
 };
 State& state() {
@@ -155,8 +157,50 @@ Status configure_kernels_from_env() {
             }
         }
     }
+    s.delta_rule = DeltaRuleForm::AUTO;
+    if (const char* e = std::getenv("GDN_DELTA_RULE"); e && *e) {
+        const std::string v = e;
+        if (v == "auto") s.delta_rule = DeltaRuleForm::AUTO;
+        else if (v == "recurrent") s.delta_rule = DeltaRuleForm::RECURRENT;
+        else if (v == "chunked") s.delta_rule = DeltaRuleForm::CHUNKED;
+        else return Status::error("GDN_DELTA_RULE='" + v + "' is not one of auto, recurrent, chunked");
+    }
     s.configured = true;
     return Status::ok();
+}
+
+const char* delta_rule_form_name(DeltaRuleForm f) {
+    switch (f) {
+        case DeltaRuleForm::AUTO: return "auto";
+        case DeltaRuleForm::RECURRENT: return "recurrent";
+        case DeltaRuleForm::CHUNKED: return "chunked";
+    }
+    return "?";
+}
+DeltaRuleForm delta_rule_form() {
+    ensure_configured();
+    return state().delta_rule;
+}
+void set_delta_rule_form(DeltaRuleForm f) {
+    ensure_configured();
+    state().delta_rule = f;
+}
+
+// AUTO's choice on this CPU kind: the recurrent form at every T. Measured (bench_ops BM_GdnMixer/T/form,
+// 0.8B head shape, 2 threads, table in docs/perf.md): recurrent 1.13-1.4x faster from T = 64 to 16k.
+// The chunked form's ~70k MAC per token-head at the ~0.7 of the FMA peak its small GEMMs reach cannot
+// beat 3.5 vector ops per state element at ~0.85 of it; a matrix engine (AMX, tensor cores) changes that.
+constexpr bool kAutoUsesChunked = false;
+
+bool use_chunked_delta_rule(int64_t T, int64_t Dk, int64_t Dv) {
+    const DeltaRuleForm f = delta_rule_form();
+    if (f == DeltaRuleForm::RECURRENT || T < cpu::kGdnChunk) return false;
+    if (Dk % 16 != 0 || Dv % 16 != 0) {
+        // The chunk kernel's products run on whole vectors; these head dims stay on the recurrent form.
+        if (f == DeltaRuleForm::CHUNKED) count_fallback(OpId::GDN_RULE, "runs recurrently: head dims not multiples of 16");
+        return false;
+    }
+    return f == DeltaRuleForm::CHUNKED || kAutoUsesChunked;
 }
 
 Isa active_isa() {
@@ -199,7 +243,13 @@ std::string kernel_selection_report() {
         else if (op == OpId::LINEAR && isa == Isa::AVX512) s += has_bf16_dot() ? " (bf16 dot: vdpbf16ps)" : " (f32 fma)";
         else if (op == OpId::SWIGLU && isa == Isa::AVX512 && has_bf16_dot())
             s += " (in the gate|up GEMM epilogue when I % 16 == 0 and H <= 4096)";
-        else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
+        else if (op == OpId::GDN_RULE && isa != Isa::REF) {
+            const DeltaRuleForm f = delta_rule_form();
+            s += f == DeltaRuleForm::CHUNKED ? " (prefill: full 64-token chunks in the chunked form, forced by GDN_DELTA_RULE)"
+                 : f == DeltaRuleForm::RECURRENT ? " (prefill: recurrent, two tokens per pass; forced by GDN_DELTA_RULE)"
+                 : kAutoUsesChunked ? " (prefill: full 64-token chunks in the chunked form, by measurement)"
+                                    : " (prefill: recurrent, two tokens per pass; the chunked form measured slower here)";
+        } else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
         s += "\n";
     }
     return s;

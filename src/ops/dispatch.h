@@ -3,6 +3,7 @@
 //
 //   GDN_ISA=avx512|avx2|ref        force an ISA (an ISA the CPU lacks is an error, not a silent downgrade)
 //   GDN_FORCE_REFERENCE=op,op|all  run the named ops on the scalar reference (for A/B runs)
+//   GDN_DELTA_RULE=auto|recurrent|chunked   the prefill form of the fast delta rule (auto: by measured crossover)
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,16 @@ Status configure_kernels_from_env();
 void set_active_isa(Isa isa);
 void force_reference(OpId op, bool on);
 void force_reference_all(bool on);
+
+// The prefill form of the fast gated delta rule. CHUNKED runs every full 64-token chunk of a sequence in
+// the chunked (WY) form and the rest recurrently; RECURRENT never; AUTO picks the form measured faster
+// on this CPU kind (the recurrent one at every T, docs/perf.md).
+enum class DeltaRuleForm { AUTO, RECURRENT, CHUNKED };
+const char* delta_rule_form_name(DeltaRuleForm f);
+DeltaRuleForm delta_rule_form();
+void set_delta_rule_form(DeltaRuleForm f);
+// Whether a prefill segment of T tokens (head dims Dk, Dv) runs its full chunks in the chunked form.
+bool use_chunked_delta_rule(int64_t T, int64_t Dk, int64_t Dv);
 
 // One line per op: "linear: avx512 (bf16 dot)" etc.
 std::string kernel_selection_report();

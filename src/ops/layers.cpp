@@ -208,6 +208,7 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
     float* beta = sc.f32(2, N * Hv);
     float* kq = sc.f32(3, N * Hk);    // k . q per key head (shared by its value heads)
     float* core = sc.f32(4, N * VD);  // delta-rule output
+    float* logdecay = sc.f32(5, N * Hv);  // g (the chunked form works with sums of log decays)
     ThreadPool& pool = global_pool();
 
     // 1. conv + SiLU: per sequence, channels split over threads.
@@ -240,7 +241,8 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
                 const float* bt = proj + t * ldp + CD + VD;
                 const float* at = bt + Hv;
                 for (int64_t h = 0; h < Hv; ++h) {
-                    decay[t * Hv + h] = std::exp(p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]));
+                    logdecay[t * Hv + h] = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
+                    decay[t * Hv + h] = std::exp(logdecay[t * Hv + h]);
                     const float bb = ref::sigmoid(bt[h]);
                     beta[t * Hv + h] = bf16 ? round_bf16(bb) : bb;
                 }
@@ -252,18 +254,23 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
         GDN_PROFILE("gdn.rule");
         std::vector<GdnUnit>& units = sc.gdn_units;  // shared with the worker threads: not thread_local
         units.clear();
+        // Decided here, on the calling thread (a forced-but-unsupported form is counted once per call).
+        std::vector<uint8_t>& chunked = sc.gdn_chunked;
+        chunked.clear();
+        for (const GdnSeq& s : seqs) chunked.push_back(s.T > 1 && use_chunked_delta_rule(s.T, Dk, Dv));
         for (int si = 0; si < static_cast<int>(seqs.size()); ++si)
             for (int64_t h = 0; h < Hv; ++h) units.push_back({si, h, 0, Dv});
         pool.parallel_for(static_cast<int64_t>(units.size()), [&](int64_t u0, int64_t u1) {
             // Prefill: tokens are gathered per head into contiguous blocks, so the kernel streams q, k, v
             // sequentially (in the batch layout consecutive tokens of a head are a row of CD floats apart).
-            constexpr int64_t kBlock = 256;
-            thread_local std::vector<float> qb, kb, vb, ob, gb;  // per-thread staging
+            constexpr int64_t kBlock = 256;  // a multiple of the chunk size
+            static_assert(kBlock % cpu::kGdnChunk == 0);
+            thread_local std::vector<float> qb, kb, vb, ob, gb, chunk_scratch;  // per-thread staging
             qb.resize(kBlock * Dk);
             kb.resize(kBlock * Dk);
             vb.resize(kBlock * Dv);
             ob.resize(kBlock * Dv);
-            gb.resize(3 * kBlock);
+            gb.resize(4 * kBlock);  // decay | beta | k.q | log decay
             for (int64_t u = u0; u < u1; ++u) {
                 const GdnUnit& un = units[u];
                 const GdnSeq& s = seqs[un.s];
@@ -276,6 +283,10 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
                                core + s.t0 * VD + un.h * Dv);
                     continue;
                 }
+                // Tokens [0, Tc) go through the chunked form one full chunk at a time, the rest recurrently.
+                // Chunks start at the segment's first token; the scheduler cuts prompts on multiples of 64.
+                const int64_t Tc = chunked[un.s] ? s.T / cpu::kGdnChunk * cpu::kGdnChunk : 0;
+                if (Tc > 0) chunk_scratch.resize(GDN_KERNEL(isa, gdn_chunk_scratch_floats, Dk, Dv));
                 for (int64_t b0 = 0; b0 < s.T; b0 += kBlock) {
                     const int64_t n = std::min(kBlock, s.T - b0);
                     for (int64_t i = 0; i < n; ++i) {
@@ -287,9 +298,15 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
                         gb[i] = decay[t * Hv + un.h];
                         gb[kBlock + i] = beta[t * Hv + un.h];
                         gb[2 * kBlock + i] = kq[t * Hk + hk];
+                        gb[3 * kBlock + i] = logdecay[t * Hv + un.h];
                     }
-                    GDN_KERNEL(isa, gdn_slab, S, qb.data(), kb.data(), Dk, vb.data(), Dv, ob.data(), Dv, gb.data(),
-                               gb.data() + kBlock, 1, gb.data() + 2 * kBlock, 1, n, Dk, Dv, 0, Dv);
+                    const int64_t nc = std::clamp<int64_t>(Tc - b0, 0, n);  // a multiple of the chunk
+                    for (int64_t c = 0; c < nc; c += cpu::kGdnChunk)
+                        GDN_KERNEL(isa, gdn_chunk, S, &qb[c * Dk], &kb[c * Dk], &vb[c * Dv], &gb[3 * kBlock + c],
+                                   &gb[kBlock + c], Dk, Dv, &ob[c * Dv], chunk_scratch.data());
+                    if (nc < n)
+                        GDN_KERNEL(isa, gdn_slab, S, &qb[nc * Dk], &kb[nc * Dk], Dk, &vb[nc * Dv], Dv, &ob[nc * Dv], Dv,
+                                   &gb[nc], &gb[kBlock + nc], 1, &gb[2 * kBlock + nc], 1, n - nc, Dk, Dv, 0, Dv);
                     for (int64_t i = 0; i < n; ++i)
                         std::memcpy(core + (s.t0 + b0 + i) * VD + un.h * Dv, &ob[i * Dv], Dv * sizeof(float));
                 }

@@ -6,6 +6,9 @@
 
 namespace gdn::cpu {
 
+// Tokens per chunk of the chunked delta-rule kernel (the WY form's C; model_spec.md §4.5.5).
+constexpr int64_t kGdnChunk = 64;
+
 // Where key j's K and V rows live: contiguous (block_table == nullptr: row j at base + j * stride) or paged
 // (row j in block block_table[j / block_size], slot j % block_size).
 struct KvRows {
@@ -45,6 +48,12 @@ struct KvRows {
     void gdn_slab(float* S, const float* q, const float* k, int64_t ldqk, const float* v, int64_t ldv, float* o,    \
                   int64_t ldo, const float* decay, const float* beta, int64_t ldg, const float* kq, int64_t ldkq,   \
                   int64_t T, int64_t Dk, int64_t Dv, int64_t j0, int64_t j1);                                       \
+    /* One full chunk (kGdnChunk tokens) of one head in the chunked (WY) form: S [Dk, Dv] in/out; q, k rows of  \
+       Dk, v and o rows of Dv; g = log decay and beta per token. Dk, Dv multiples of 16.                          \
+       scratch: gdn_chunk_scratch_floats(Dk, Dv) floats */                                                         \
+    void gdn_chunk(float* S, const float* q, const float* k, const float* v, const float* g, const float* beta,     \
+                   int64_t Dk, int64_t Dv, float* o, float* scratch);                                               \
+    int64_t gdn_chunk_scratch_floats(int64_t Dk, int64_t Dv);                                                       \
     /* gated RMSNorm of one head: y = rmsnorm(x) * w * silu(z) */                                                   \
     void gated_norm_row(const float* x, const float* z, int64_t n, const float* w, float eps, float* y, bool bf16); \
     /* causal attention of one query row for the heads [h0, h1) of one KV head group, over n_keys keys:          \

@@ -1,6 +1,7 @@
 #define GDN_SIMD_AVX2
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
@@ -9,4 +10,5 @@
 
 namespace gdn::cpu::avx2 {
 #include "ops/cpu/kernels.inc"
+#include "ops/cpu/gdn_chunked.inc"
 }  // namespace gdn::cpu::avx2
