@@ -185,6 +185,46 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
     }
 }
 
+// A decode step (every sequence one token): one pass per (sequence, key head) — the conv of the head's
+// q, k and v channels, the L2 norms, the gates, the delta-rule step of its value heads and their gated
+// norm — so a head's conv state, delta-rule state and outputs are touched while they are in cache, and
+// the mixer takes one barrier instead of four. Same kernels and per-element arithmetic as the staged
+// path below (bitwise equal; the test runs both).
+void gdn_decode_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* y,
+                      float* core, float* out, Isa isa, bool bf16) {
+    const int64_t Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, r = Hv / Hk;
+    const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
+    const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
+    global_pool().parallel_for(static_cast<int64_t>(seqs.size()) * Hk, [&](int64_t u0, int64_t u1) {
+        for (int64_t u = u0; u < u1; ++u) {
+            const GdnSeq& s = seqs[u / Hk];
+            const int64_t hk = u % Hk, t = s.t0;
+            const float* x = proj + t * ldp;
+            float* yt = y + t * CD;
+            float* q = yt + hk * Dk;
+            float* k = yt + KD + hk * Dk;
+            const int64_t v0 = 2 * KD + hk * r * Dv;  // the value channels of this key head's value heads
+            for (int64_t c0 : {hk * Dk, KD + hk * Dk})
+                GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, s.conv, yt, CD, c0, c0 + Dk, bf16);
+            GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, s.conv, yt, CD, v0, v0 + r * Dv, bf16);
+            GDN_KERNEL(isa, l2_norm_scale, q, Dk, 1e-6f, qscale);
+            GDN_KERNEL(isa, l2_norm_scale, k, Dk, 1e-6f, 1.0f);
+            const float kq = GDN_KERNEL(isa, dot, q, k, Dk);
+            const float* bt = x + CD + VD;
+            const float* at = bt + Hv;
+            for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {
+                const float g = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
+                const float bb = ref::sigmoid(bt[h]);
+                float* o = core + t * VD + h * Dv;
+                GDN_KERNEL(isa, gdn_step, s.ssm + h * Dk * Dv, q, k, yt + 2 * KD + h * Dv, std::exp(g),
+                           bf16 ? round_bf16(bb) : bb, kq, Dk, Dv, o);
+                if (bf16) ref::round_activations(o, Dv, true);
+                GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv, bf16);
+            }
+        }
+    });
+}
+
 }  // namespace
 
 void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
@@ -210,6 +250,13 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
     float* core = sc.f32(4, N * VD);  // delta-rule output
     float* logdecay = sc.f32(5, N * Hv);  // g (the chunked form works with sums of log decays)
     ThreadPool& pool = global_pool();
+    bool all_decode = true;
+    for (const GdnSeq& s : seqs) all_decode &= s.T == 1;
+    if (all_decode && !sc.gdn_staged_decode) {
+        GDN_PROFILE("gdn.decode");
+        gdn_decode_fused(proj, ldp, seqs, p, y, core, out, isa, bf16);
+        return;
+    }
 
     // 1. conv + SiLU: per sequence, channels split over threads.
     {
