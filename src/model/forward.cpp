@@ -276,7 +276,8 @@ void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
 
 }  // namespace
 
-Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits) const {
+Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits,
+                      std::vector<int32_t>* greedy_ids) const {
     const int64_t V = config_.vocab;
     // Validate everything before touching any state.
     for (const auto& s : batch) {
@@ -302,7 +303,7 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
         }
     }
     SequenceStateAccess access(batch, static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
-    run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits, nullptr);
+    run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits, greedy_ids);
     for (const auto& s : batch) s.state->n_past += s.n_tokens;
     return Status::ok();
 }

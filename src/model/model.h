@@ -51,7 +51,10 @@ public:
 
     // Runs the batch, advancing every sequence's state. Appends the requested logits rows to `logits`
     // ([rows, V], in sequence order). Token ids must be in [0, V) (checked: error, state untouched).
-    Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits) const;
+    // With greedy_ids, the argmax of each of those rows is appended to *greedy_ids instead (the lm_head
+    // computes it directly; the [rows, V] logits are never written and *logits is left alone).
+    Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits,
+                   std::vector<int32_t>* greedy_ids = nullptr) const;
 
     // The engine's forward: a host-built plan over the paged KV cache and the GDN state slots. Appends
     // the logits of plan.logits_rows. Token ids are validated; everything else is trusted (built by the

@@ -59,11 +59,13 @@ int cmd_profile(int argc, char** argv) {
     st.reserve(*plen + *glen + 1);
     logits.clear();
     m.forward({{&st, prompt.data(), *plen, false}}, fo, &logits);
-    int32_t t = 0;
+    // Decode greedily as the engine does: the lm_head returns the argmax, no logits row is written.
+    std::vector<int32_t> next = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+    next.reserve(2);
     for (long long i = 0; i < *glen; ++i) {
-        t = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-        logits.clear();
-        m.forward({{&st, &t, 1, false}}, fo, &logits);
+        const int32_t t = next.back();
+        next.clear();
+        m.forward({{&st, &t, 1, false}}, fo, &logits, &next);
     }
     prof.enable(false);
     std::printf("%s", prof.report().c_str());
