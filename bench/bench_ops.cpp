@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
@@ -143,21 +144,58 @@ BENCHMARK(BM_LinearSwiglu)->Args({1, 0})->Args({1, 1})->Args({512, 0})->Args({51
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Causal prefill attention of T tokens with no past, Qwen3.5-0.8B shape (Hq = 8, Hkv = 2, D = 256), gated,
-// contiguous f32 KV. FLOPs: QK^T and PV over the causal triangle, 2 * 2 * D * Hq * T(T+1)/2.
+// contiguous KV. FLOPs: QK^T and PV over the causal triangle, 2 * 2 * D * Hq * T(T+1)/2. Arg 1: KV
+// elements, 0 = f32, 1 = bf16 (--kv-cache-dtype bf16).
+struct KvArena {
+    std::vector<float> k, v;
+    std::vector<uint16_t> k16, v16;
+    KvArena(int64_t rows, uint32_t seed) : k(rows), v(rows), k16(rows), v16(rows) {
+        uint32_t s = seed;
+        for (auto* buf : {&k, &v})
+            for (auto& x : *buf) x = gdn::round_bf16(((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
+        gdn::convert_from_f32(k.data(), gdn::DType::BF16, k16.data(), rows);
+        gdn::convert_from_f32(v.data(), gdn::DType::BF16, v16.data(), rows);
+    }
+    gdn::cpu::KvRows rows(int64_t stride, bool bf16) const {
+        return bf16 ? gdn::cpu::KvRows{k16.data(), v16.data(), stride, nullptr, 0, true}
+                    : gdn::cpu::KvRows{k.data(), v.data(), stride, nullptr, 0, false};
+    }
+};
+
 void BM_AttentionPrefill(benchmark::State& state) {
     const int64_t T = state.range(0), Hq = 8, Hkv = 2, D = 256, ldq = 2 * Hq * D;
-    std::vector<float> q(T * ldq), k(T * Hkv * D), v(T * Hkv * D), out(T * Hq * D);
+    std::vector<float> q(T * ldq), out(T * Hq * D);
     uint32_t s = 5;
-    for (auto* buf : {&q, &k, &v})
-        for (auto& x : *buf) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    for (auto& x : q) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    const KvArena kv(T * Hkv * D, 6);
     gdn::ops::Scratch sc;
-    const std::vector<gdn::ops::AttnSeq> seqs = {{0, T, 0, {k.data(), v.data(), Hkv * D, nullptr, 0}}};
+    const std::vector<gdn::ops::AttnSeq> seqs = {{0, T, 0, kv.rows(Hkv * D, state.range(1) != 0)}};
     for (auto _ : state) gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc);
     state.counters["GFLOP/s"] = benchmark::Counter(4.0 * D * Hq * T * (T + 1) / 2.0,
                                                    benchmark::Counter::kIsIterationInvariantRate);
     state.counters["fp32_peak_GFLOP/s"] = limits().fp32_gflops;
 }
-BENCHMARK(BM_AttentionPrefill)->Arg(512)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionPrefill)->ArgsProduct({{512, 2048}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One decode query (8 heads) over n_past keys of a layer's KV cache, Qwen3.5-0.8B shape. Eight layers'
+// caches are cycled so they come from DRAM, as in a decode step. Arg 1: 0 = f32 KV, 1 = bf16 KV.
+void BM_AttentionDecode(benchmark::State& state) {
+    const int64_t n = state.range(0), Hq = 8, Hkv = 2, D = 256, ldq = 2 * Hq * D;
+    const bool bf16 = state.range(1) != 0;
+    std::vector<float> q(ldq, 0.01f), out(Hq * D);
+    std::vector<KvArena> layers;
+    for (int l = 0; l < 8; ++l) layers.emplace_back(n * Hkv * D, 7 + l);
+    gdn::ops::Scratch sc;
+    size_t i = 0;
+    for (auto _ : state) {
+        const std::vector<gdn::ops::AttnSeq> seqs = {{0, 1, n - 1, layers[i++ % layers.size()].rows(Hkv * D, bf16)}};
+        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc);
+    }
+    state.counters["KV_GB/s"] = benchmark::Counter(2.0 * n * Hkv * D * (bf16 ? 2 : 4),
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["read_limit_GB/s"] = limits().read_gbps;
+}
+BENCHMARK(BM_AttentionDecode)->ArgsProduct({{2048, 8192}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 

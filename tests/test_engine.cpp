@@ -122,7 +122,8 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
         tight.max_model_len = 256;
         tight.max_num_seqs = 8;
         const ModelConfig& c = l.model->config();
-        const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16);
+        const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16,
+                                                      tight.bf16 ? DType::BF16 : DType::F32);
         const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), (c.conv_kernel - 1) * c.gdn_conv_dim(),
                                                        c.gdn_v_heads * c.gdn_k_dim * c.gdn_v_dim);
         tight.cache_memory = 8 * slot + 3 * 16 * block;
@@ -245,6 +246,36 @@ TEST(Engine, MemoryPlanClampsMaxNumSeqs) {
     auto bad = Engine::create(l.model, l.tok, cfg);
     ASSERT_FALSE(bad.is_ok());
     EXPECT_NE(bad.message().find("cannot hold one sequence"), std::string::npos) << bad.message();
+}
+
+// --kv-cache-dtype bf16: twice the KV blocks in the same memory; requests decoding together still equal
+// each alone (same cache dtype); refused with f32 activations.
+TEST(Engine, Bf16KvCacheDoublesBlocksAndKeepsBatchInvariance) {
+    Loaded l = load(golden_dir("qwen3_5"));
+    EngineConfig f32kv, bf16kv;
+    f32kv.cache_memory = bf16kv.cache_memory = 64ull << 20;
+    bf16kv.kv_dtype = DType::BF16;
+    const int64_t blocks_f32 = make_engine(l, f32kv)->stats().kv_blocks_total;
+    auto e = make_engine(l, bf16kv);
+    EXPECT_GE(e->stats().kv_blocks_total, 2 * blocks_f32 - 1);
+    EXPECT_NE(e->memory_plan().find("(bf16,"), std::string::npos) << e->memory_plan();
+    auto ps = prompts(8, 9);
+    std::vector<std::vector<int32_t>> alone;
+    for (const auto& p : ps) {
+        auto one = make_engine(l, bf16kv);
+        auto id = one->add_request(Prompt::from_ids(p), greedy(10));
+        ASSERT_TRUE(id.is_ok()) << id.message();
+        alone.push_back(run_all(*one)[*id]);
+    }
+    std::vector<int64_t> ids;
+    for (const auto& p : ps) ids.push_back(*e->add_request(Prompt::from_ids(p), greedy(10)));
+    auto got = run_all(*e);
+    for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got[ids[i]], alone[i]) << "request " << i;
+    EngineConfig bad = bf16kv;
+    bad.bf16 = false;
+    auto r = Engine::create(l.model, l.tok, bad);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.message().find("bf16 KV cache needs bf16 activations"), std::string::npos) << r.message();
 }
 
 // Each sampling option on a fixed logits vector, against its definition.

@@ -80,6 +80,39 @@ TEST_P(Presets, BatchedSequencesEqualEachAlone) {
     EXPECT_EQ(alone_dec, together_dec);
 }
 
+// A bf16 KV cache (--kv-cache-dtype bf16): with HF rounding K and V are bf16 values already, so it
+// holds them exactly (bitwise the logits of an f32 cache, at half its size); in the default bf16 mode
+// it rounds them (as HF's bf16 forward stores them), a small change; with f32 activations it is refused.
+TEST_P(Presets, Bf16KvCache) {
+    const int64_t n = 150, V = model_->config().vocab;
+    auto ids = random_ids(n, V, 5);
+    for (bool hf : {true, false}) {
+        ForwardOptions bf;
+        bf.bf16_activations = true;
+        bf.hf_rounding = hf;
+        std::vector<float> with_f32, with_bf16;
+        SequenceState a = model_->new_state(DType::F32), b = model_->new_state(DType::BF16);
+        ASSERT_TRUE(model_->forward({{&a, ids.data(), n, true}}, bf, &with_f32).is_ok());
+        ASSERT_TRUE(model_->forward({{&b, ids.data(), n, true}}, bf, &with_bf16).is_ok());
+        for (int i = 0; i < 4; ++i) {
+            const int32_t t = ids[i];
+            ASSERT_TRUE(model_->forward({{&a, &t, 1, false}}, bf, &with_f32).is_ok());
+            ASSERT_TRUE(model_->forward({{&b, &t, 1, false}}, bf, &with_bf16).is_ok());
+        }
+        ASSERT_EQ(with_f32.size(), with_bf16.size());
+        if (hf) EXPECT_EQ(with_f32, with_bf16);
+        else EXPECT_LT(max_abs_diff(with_f32.data(), with_bf16.data(), with_f32.size()), 0.1f);
+        ASSERT_FALSE(a.k_cache.empty());
+        EXPECT_EQ(b.k_cache[0].size() * 2, a.k_cache[0].size());
+    }
+    std::vector<float> logits;
+    SequenceState c = model_->new_state(DType::BF16);
+    Status st = model_->forward({{&c, ids.data(), 4, false}}, {}, &logits);
+    EXPECT_FALSE(st.is_ok());
+    EXPECT_NE(st.message().find("bf16 KV cache"), std::string::npos) << st.message();
+    EXPECT_EQ(c.n_past, 0);
+}
+
 TEST_P(Presets, BadTokenIdIsAnErrorAndLeavesStateUntouched) {
     SequenceState s = model_->new_state();
     int32_t bad[2] = {1, model_->config().vocab};

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "core/dtype.h"
 #include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/layers.h"
@@ -230,6 +231,7 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
              {37, 21, 8, 2, 256}, {9, 50, 10, 2, 32}, {4, 17, 7, 1, 128}}) {  // GQA groups of 4, 5, 7 (head blocks + tails)
         const int64_t nk = n_past + T, row = Hkv * D;
         auto q = random_vec(T * 2 * Hq * D, 9 + T), kv = random_vec(2 * nk * row, 10 + nk);
+        for (float& x : kv) x = round_bf16(x);  // bf16 values, so the f32 and bf16 caches hold the same keys
         // Paged: blocks of 4 rows, scattered in the arena by a block table.
         const int64_t bs = 4, nb = (nk + bs - 1) / bs;
         std::vector<int32_t> table(nb);
@@ -240,15 +242,25 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
             std::copy(kv.begin() + j * row, kv.begin() + (j + 1) * row, arena_k.begin() + r * row);
             std::copy(kv.begin() + (nk + j) * row, kv.begin() + (nk + j + 1) * row, arena_v.begin() + r * row);
         }
-        compare_paths([&] {
+        std::vector<uint16_t> arena_k16(arena_k.size()), arena_v16(arena_v.size());
+        convert_from_f32(arena_k.data(), DType::BF16, arena_k16.data(), arena_k.size());
+        convert_from_f32(arena_v.data(), DType::BF16, arena_v16.data(), arena_v.size());
+        auto run = [&](bool bf16_kv) {
             std::vector<float> out(T * Hq * D);
             ops::Scratch sc;
+            const cpu::KvRows rows = bf16_kv ? cpu::KvRows{arena_k16.data(), arena_v16.data(), row, table.data(), bs, true}
+                                             : cpu::KvRows{arena_k.data(), arena_v.data(), row, table.data(), bs, false};
             // q and gate interleaved per token: [q (Hq*D) | gate (Hq*D)]
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D,
-                           {{0, T, n_past, {arena_k.data(), arena_v.data(), row, table.data(), bs}}}, Hq, Hkv, D,
-                           out.data(), sc);
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D, out.data(), sc);
             return out;
-        }, 2e-5f, 2e-4f, "attention");
+        };
+        for (bool bf16_kv : {false, true}) compare_paths([&] { return run(bf16_kv); }, 2e-5f, 2e-4f, "attention");
+        // A bf16 cache is read exactly: the same outputs as the f32 cache holding the same values.
+        for (Isa isa : fast_isas()) {
+            set_active_isa(isa);
+            EXPECT_EQ(run(true), run(false)) << isa_name(isa) << " T=" << T << " D=" << D;
+        }
+        set_active_isa(cpu_isa());
     }
 }
 

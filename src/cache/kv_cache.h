@@ -1,7 +1,9 @@
 // Paged KV cache for the full-attention layers: a pool of fixed-size blocks with a free list, and one K
 // and one V arena per attention layer, allocated once, contiguous, in the layout the attention kernel
-// reads ([block][slot][Hkv * D] f32). Requests own lists of block ids (block tables); nothing is
-// copied or made contiguous per step.
+// reads ([block][slot][Hkv * D], f32 or bf16). Requests own lists of block ids (block tables); nothing
+// is copied or made contiguous per step. The bf16-activation forward stores bf16 K/V: its K and V rows
+// are bf16 values already (rounded where HF's bf16 forward rounds), so they are kept exactly in half the
+// memory and read at half the bandwidth.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 
 #include "cache/id_pool.h"
 #include "core/buffer.h"
+#include "core/dtype.h"
 
 namespace gdn {
 
@@ -21,25 +24,30 @@ public:
 
 class KvCache {
 public:
-    KvCache(int n_layers, int64_t row_floats, int32_t n_blocks, int32_t block_size);
+    // dtype: F32 or BF16 elements.
+    KvCache(int n_layers, int64_t row_elems, int32_t n_blocks, int32_t block_size, DType dtype = DType::F32);
     BlockPool& pool() { return pool_; }
     const BlockPool& pool() const { return pool_; }
     int32_t block_size() const { return block_size_; }
-    int64_t row_floats() const { return row_; }
-    float* k(int layer) { return k_[layer].as<float>(); }
-    float* v(int layer) { return v_[layer].as<float>(); }
+    int64_t row_elems() const { return row_; }
+    DType dtype() const { return dtype_; }
+    void* k(int layer) { return k_[layer].data(); }
+    void* v(int layer) { return v_[layer].data(); }
+    // Stores one f32 row (row_elems values) at arena row r of a layer, converted to the cache's dtype.
+    void write_row(int layer, int64_t r, const float* k, const float* v);
     // Arena offset (in rows) of position pos of a sequence with this block table.
     int64_t slot_of(const int32_t* block_table, int64_t pos) const {
         return static_cast<int64_t>(block_table[pos / block_size_]) * block_size_ + pos % block_size_;
     }
-    static size_t bytes_per_block(int n_layers, int64_t row_floats, int32_t block_size) {
-        return 2ull * n_layers * row_floats * block_size * sizeof(float);
+    static size_t bytes_per_block(int n_layers, int64_t row_elems, int32_t block_size, DType dtype = DType::F32) {
+        return 2ull * n_layers * row_elems * block_size * dtype_size(dtype);
     }
 
 private:
     BlockPool pool_;
     int32_t block_size_;
     int64_t row_;
+    DType dtype_;
     std::vector<Buffer> k_, v_;
 };
 

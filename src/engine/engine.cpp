@@ -43,9 +43,10 @@ struct Engine::Request {
 
 Engine::~Engine() = default;
 
-size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, int block_size) {
+size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size) {
     const size_t block = KvCache::bytes_per_block(std::max(1, c.n_attention_layers()),
-                                                  static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size);
+                                                  static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size,
+                                                  kv_dtype);
     const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), static_cast<int64_t>(c.conv_kernel - 1) * c.gdn_conv_dim(),
                                                    static_cast<int64_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim);
     return static_cast<size_t>(n_seqs) * (slot + ((max_len + block_size - 1) / block_size + 1) * block);
@@ -68,7 +69,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     // Memory plan: state slots first (one per running request), the rest KV blocks.
     const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
     const int n_attn = std::max(1, c.n_attention_layers());
-    const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size);
+    if (cfg.kv_dtype != DType::F32 && cfg.kv_dtype != DType::BF16) return bad("the KV cache dtype must be f32 or bf16");
+    if (cfg.kv_dtype == DType::BF16 && !cfg.bf16)
+        return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
+    const DType kv_dtype = cfg.kv_dtype;
+    const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, kv_dtype);
     const int64_t conv_n = static_cast<int64_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
     const int64_t ssm_n = static_cast<int64_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim;
     const size_t slot_bytes = std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
@@ -91,10 +96,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     const int32_t n_slots = cfg.max_num_seqs;
     const int32_t n_blocks = static_cast<int32_t>((cfg.cache_memory - n_slots * slot_bytes) / block_bytes);
     e->memory_plan_ = strprintf(
-        "memory plan: KV block %d tokens = %.1f KiB (%d attention layers); %d blocks = %lld tokens (%.1f MiB); "
+        "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers); %d blocks = %lld tokens (%.1f MiB); "
         "GDN state slot %.2f MiB (%d layers); %d slots (%.1f MiB); max_model_len %d, max_num_seqs %d, "
         "max_num_batched_tokens %d%s%s",
-        cfg.block_size, block_bytes / 1024.0, c.n_attention_layers(), n_blocks, (long long)n_blocks * cfg.block_size,
+        cfg.block_size, block_bytes / 1024.0, dtype_name(kv_dtype), c.n_attention_layers(), n_blocks, (long long)n_blocks * cfg.block_size,
         n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0, c.n_gdn_layers(), n_slots,
         n_slots * slot_bytes / 1048576.0, cfg.max_model_len, cfg.max_num_seqs, cfg.max_num_batched_tokens,
         note.empty() ? "" : "\n", note.c_str());
@@ -102,7 +107,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     e->cfg_ = cfg;
     e->model_ = std::move(model);
     e->tok_ = std::move(tok);
-    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers(), row, n_blocks, cfg.block_size);
+    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers(), row, n_blocks, cfg.block_size, kv_dtype);
     e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots);
     SchedulerConfig sc;
     sc.max_num_seqs = cfg.max_num_seqs;

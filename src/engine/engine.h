@@ -31,6 +31,10 @@ struct EngineConfig {
     int max_prefill_chunk = 512;
     size_t cache_memory = 1ull << 30;  // KV blocks + state slots
     bool bf16 = true;                  // bf16 matmul inputs (see ForwardOptions)
+    // K/V cache elements. BF16 (--kv-cache-dtype bf16) halves the cache (twice the tokens in the same
+    // memory, half the bytes read by decode attention) at the cost of rounding K and V, as HF's bf16
+    // forward does; it needs bf16 activations. F32 (default) keeps them as computed.
+    DType kv_dtype = DType::F32;
 };
 
 // What the user asks for: text, token ids, or chat messages (rendered with the checkpoint's template).
@@ -80,7 +84,7 @@ struct EngineStats {
 class Engine {
 public:
     // Cache memory (KV blocks + GDN state slots) that holds n_seqs sequences of max_len tokens.
-    static size_t cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, int block_size = 16);
+    static size_t cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size = 16);
 
     static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model,
                                                   std::shared_ptr<const Tokenizer> tok, const EngineConfig& cfg);

@@ -55,18 +55,20 @@ public:
     float* ssm(int s, int gi) override { return b_[s].state->ssm[gi].data(); }
     bool fresh(int) override { return false; }  // a new SequenceState is zero-initialised
     void write_kv(int s, int ai, int64_t t, const float* k, const float* v) override {
-        std::vector<float>& kc = b_[s].state->k_cache[ai];
-        std::vector<float>& vc = b_[s].state->v_cache[ai];
-        const int64_t pos = b_[s].state->n_past + t;
-        if (static_cast<int64_t>(kc.size()) < (pos + 1) * row_) {  // no allocation within reserved capacity
-            kc.resize((pos + 1) * row_);
-            vc.resize((pos + 1) * row_);
+        SequenceState& st = *b_[s].state;
+        std::vector<uint8_t>& kc = st.k_cache[ai];
+        std::vector<uint8_t>& vc = st.v_cache[ai];
+        const size_t rb = st.kv_row_bytes(), off = (st.n_past + t) * rb;
+        if (kc.size() < off + rb) {  // no allocation within reserved capacity
+            kc.resize(off + rb);
+            vc.resize(off + rb);
         }
-        std::memcpy(&kc[pos * row_], k, row_ * sizeof(float));
-        std::memcpy(&vc[pos * row_], v, row_ * sizeof(float));
+        convert_from_f32(k, st.kv_dtype, kc.data() + off, row_);
+        convert_from_f32(v, st.kv_dtype, vc.data() + off, row_);
     }
     cpu::KvRows rows(int s, int ai) override {
-        return {b_[s].state->k_cache[ai].data(), b_[s].state->v_cache[ai].data(), row_, nullptr, 0};
+        const SequenceState& st = *b_[s].state;
+        return {st.k_cache[ai].data(), st.v_cache[ai].data(), row_, nullptr, 0, st.kv_dtype == DType::BF16};
     }
 
 private:
@@ -81,12 +83,11 @@ public:
     float* ssm(int s, int gi) override { return slots_.ssm(gi, p_.state_slot[s]); }
     bool fresh(int s) override { return !p_.has_initial_state[s]; }
     void write_kv(int s, int ai, int64_t t, const float* k, const float* v) override {
-        const int64_t r = p_.slot_mapping[p_.cu_seqlens[s] + t];
-        std::memcpy(kv_.k(ai) + r * kv_.row_floats(), k, kv_.row_floats() * sizeof(float));
-        std::memcpy(kv_.v(ai) + r * kv_.row_floats(), v, kv_.row_floats() * sizeof(float));
+        kv_.write_row(ai, p_.slot_mapping[p_.cu_seqlens[s] + t], k, v);
     }
     cpu::KvRows rows(int s, int ai) override {
-        return {kv_.k(ai), kv_.v(ai), kv_.row_floats(), p_.block_tables.data() + s * p_.max_blocks, kv_.block_size()};
+        return {kv_.k(ai), kv_.v(ai), kv_.row_elems(), p_.block_tables.data() + s * p_.max_blocks, kv_.block_size(),
+                kv_.dtype() == DType::BF16};
     }
 
 private:
@@ -287,6 +288,8 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
                 return Status::error(strprintf("token id %d is out of range [0, %lld)", s.tokens[i], (long long)V));
         for (const auto& o : batch)
             if (&o != &s && o.state == s.state) return Status::error("forward: a sequence appears twice in one batch");
+        if (s.state->kv_dtype == DType::BF16 && !opt.bf16_activations)
+            return Status::error("forward: a bf16 KV cache holds K/V exactly only with bf16 activations");
     }
     if (batch.empty()) return Status::ok();
     ForwardWorkspace& ws = *ws_;
@@ -311,6 +314,8 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
 Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
                       std::vector<float>* logits, std::vector<int32_t>* greedy_ids) const {
     const int64_t V = config_.vocab;
+    if (kv.dtype() == DType::BF16 && !opt.bf16_activations)
+        return Status::error("forward: a bf16 KV cache holds K/V exactly only with bf16 activations");
     for (int32_t t : plan.token_ids)
         if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
     if (plan.n_tokens() == 0) return Status::ok();

@@ -64,7 +64,8 @@ public:
     Status forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
                    std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr) const;
 
-    SequenceState new_state() const { return SequenceState(config_); }
+    // kv_dtype BF16: a KV cache of half the size, for forwards with bf16 activations (checked).
+    SequenceState new_state(DType kv_dtype = DType::F32) const { return SequenceState(config_, kv_dtype); }
     ~Model();
 
 private:

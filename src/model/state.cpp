@@ -4,7 +4,7 @@
 
 namespace gdn {
 
-SequenceState::SequenceState(const ModelConfig& c) {
+SequenceState::SequenceState(const ModelConfig& c, DType kv) : kv_dtype(kv) {
     const size_t conv_n = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
     const size_t ssm_n = static_cast<size_t>(c.gdn_v_heads) * c.gdn_v_dim * c.gdn_k_dim;
     conv.assign(c.n_gdn_layers(), std::vector<float>(conv_n, 0.0f));
@@ -15,8 +15,8 @@ SequenceState::SequenceState(const ModelConfig& c) {
 }
 
 void SequenceState::reserve(int64_t tokens) {
-    for (auto& v : k_cache) v.reserve(tokens * kv_row_);
-    for (auto& v : v_cache) v.reserve(tokens * kv_row_);
+    for (auto& v : k_cache) v.reserve(tokens * kv_row_bytes());
+    for (auto& v : v_cache) v.reserve(tokens * kv_row_bytes());
 }
 
 void SequenceState::reset() {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "model/config.h"
 
 namespace gdn {
@@ -16,10 +17,14 @@ struct SequenceState {
     // recurrent state [Hv, Dk, Dv] in f32 (the spec's S per value head, values contiguous).
     std::vector<std::vector<float>> conv;
     std::vector<std::vector<float>> ssm;
-    // Per attention layer: K and V rows [n_past, Hkv, D] (post-norm, post-RoPE k; raw v).
-    std::vector<std::vector<float>> k_cache, v_cache;
+    // Per attention layer: K and V rows [n_past, Hkv, D] (post-norm, post-RoPE k; raw v) as raw bytes of
+    // kv_dtype elements: F32, or BF16 for a bf16-activation forward (whose K/V are bf16 values).
+    DType kv_dtype = DType::F32;
+    std::vector<std::vector<uint8_t>> k_cache, v_cache;
 
-    explicit SequenceState(const ModelConfig& c);
+    explicit SequenceState(const ModelConfig& c, DType kv_dtype = DType::F32);
+    int64_t kv_row_elems() const { return kv_row_; }
+    size_t kv_row_bytes() const { return static_cast<size_t>(kv_row_) * dtype_size(kv_dtype); }
     void reset();
     // Reserves KV capacity for `tokens` positions, so appending up to there never allocates.
     void reserve(int64_t tokens);

@@ -386,8 +386,13 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
             const int64_t nk = s.n_past + s.T;
             std::vector<float> k(nk * Hkv * D), v(nk * Hkv * D), qq(s.T * Hq * D), gg(s.T * Hq * D);
             for (int64_t j = 0; j < nk; ++j) {
-                std::memcpy(&k[j * Hkv * D], s.kv.k(j), Hkv * D * sizeof(float));
-                std::memcpy(&v[j * Hkv * D], s.kv.v(j), Hkv * D * sizeof(float));
+                if (s.kv.bf16) {
+                    convert_to_f32(DType::BF16, s.kv.k<uint16_t>(j), &k[j * Hkv * D], Hkv * D);
+                    convert_to_f32(DType::BF16, s.kv.v<uint16_t>(j), &v[j * Hkv * D], Hkv * D);
+                } else {
+                    std::memcpy(&k[j * Hkv * D], s.kv.k<float>(j), Hkv * D * sizeof(float));
+                    std::memcpy(&v[j * Hkv * D], s.kv.v<float>(j), Hkv * D * sizeof(float));
+                }
             }
             for (int64_t t = 0; t < s.T; ++t) {
                 std::memcpy(&qq[t * Hq * D], q + (s.t0 + t) * ldq, Hq * D * sizeof(float));

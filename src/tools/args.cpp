@@ -70,4 +70,12 @@ Result<std::vector<int>> parse_id_list(const std::string& s) {
     return ids;
 }
 
+Result<DType> kv_cache_dtype(const Args& a, bool bf16_activations) {
+    const std::string v = a.get("--kv-cache-dtype", "f32");
+    if (v == "f32") return DType::F32;
+    if (v != "bf16") return Status::error("--kv-cache-dtype must be f32 or bf16, got '" + v + "'");
+    if (!bf16_activations) return Status::error("--kv-cache-dtype bf16 needs --dtype bf16");
+    return DType::BF16;
+}
+
 }  // namespace gdn

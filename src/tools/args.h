@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace gdn {
@@ -28,5 +29,8 @@ private:
 };
 
 Result<std::vector<int>> parse_id_list(const std::string& s);
+
+// --kv-cache-dtype f32|bf16 (default f32); bf16 is only valid with bf16 activations.
+Result<DType> kv_cache_dtype(const Args& a, bool bf16_activations);
 
 }  // namespace gdn

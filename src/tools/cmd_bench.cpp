@@ -83,7 +83,7 @@ void weight_traffic(const Model& m, double* bytes, double* flops, double* lm_flo
 
 int cmd_bench(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
-                            {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype", "--concurrency",
+                            {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype", "--kv-cache-dtype", "--concurrency",
                              "--base-url", "--num-prompts", "--input-len", "--output-len", "--range-ratio",
                              "--max-concurrency", "--request-rate", "--num-warmups", "--plot", "--api-key",
                              "--served-model-name", "--seed", "--cache-memory"},
@@ -94,7 +94,7 @@ int cmd_bench(int argc, char** argv) {
     if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) {
         std::fprintf(stderr,
                      "usage: gdn bench --model DIR [--pp 512] [--tg 128] [-r 5] [--threads N] [--dtype bf16|f32]\n"
-                     "                 [--json FILE] [--no-limits]\n"
+                     "                 [--kv-cache-dtype f32|bf16] [--json FILE] [--no-limits]\n"
                      "       gdn bench --limits [--threads N]     (the machine's own limits only)\n"
                      "       gdn bench --model DIR --concurrency 1,4,8,16 [--tg 64]   (engine decode throughput per\n"
                      "                 concurrency and the host time per step outside the forward)\n"
@@ -130,6 +130,12 @@ int cmd_bench(int argc, char** argv) {
     }
     ForwardOptions fo;
     fo.bf16_activations = args->get("--dtype", "bf16") == "bf16";
+    auto kv = kv_cache_dtype(*args, fo.bf16_activations);
+    if (!kv) {
+        std::fprintf(stderr, "gdn bench: %s\n", kv.message().c_str());
+        return 2;
+    }
+    const DType kv_dtype = *kv;
     auto model = Model::load(args->get("--model"));
     if (!model) {
         std::fprintf(stderr, "gdn bench: %s\n", model.message().c_str());
@@ -147,7 +153,7 @@ int cmd_bench(int argc, char** argv) {
     logits.reserve(V * 2);
     // Warm-up: one full-size prefill and a few decode steps (page in weights, grow and touch buffers).
     {
-        SequenceState st = m.new_state();
+        SequenceState st = m.new_state(kv_dtype);
         m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits);
         std::vector<int32_t> next;
         next.reserve(2);
@@ -167,7 +173,7 @@ int cmd_bench(int argc, char** argv) {
     std::vector<double> pp_tps, tg_tps, tg_gbps, tg_ratio;
     for (long long r = 0; r < *reps; ++r) {
         if (*pp > 0) {
-            SequenceState st = m.new_state();
+            SequenceState st = m.new_state(kv_dtype);
             logits.clear();
             const double t0 = now_s();
             m.forward({{&st, prompt.data(), *pp, false}}, fo, &logits);
@@ -176,7 +182,7 @@ int cmd_bench(int argc, char** argv) {
         if (*tg > 0) {
             // Greedy generation as the engine runs it: the lm_head returns the argmax (linear_argmax), so
             // no [V] logits row is written and scanned on the host between steps.
-            SequenceState st = m.new_state();
+            SequenceState st = m.new_state(kv_dtype);
             st.reserve(*tg + 1);
             std::vector<int32_t> next = {prompt[0]};
             next.reserve(2);
@@ -225,10 +231,11 @@ int cmd_bench(int argc, char** argv) {
             if (C < 1) continue;
             EngineConfig ec;
             ec.bf16 = fo.bf16_activations;
+            ec.kv_dtype = kv_dtype;
             ec.max_num_seqs = C;
             ec.max_num_batched_tokens = std::max(512, C + 64);
             ec.max_model_len = 64 + static_cast<int>(*tg) + 2;
-            ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len);
+            ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len, ec.kv_dtype);
             auto engine = Engine::create(shared, nullptr, ec);
             if (!engine) {
                 std::fprintf(stderr, "gdn bench: %s\n", engine.message().c_str());

@@ -13,12 +13,13 @@
 namespace gdn {
 
 int cmd_profile(int argc, char** argv) {
-    auto args = Args::parse(argc, argv, {"--model", "--prompt-len", "--gen-len", "--threads", "--trace", "--dtype"},
+    auto args = Args::parse(argc, argv, {"--model", "--prompt-len", "--gen-len", "--threads", "--trace", "--dtype",
+                                                "--kv-cache-dtype"},
                             {"--help"});
     if (!args || args->has("--help") || !args->has("--model")) {
         std::fprintf(stderr,
                      "usage: gdn profile --model DIR [--prompt-len 512] [--gen-len 32] [--threads N] [--dtype bf16|f32]\n"
-                     "                   [--trace FILE.json]\n"
+                     "                   [--kv-cache-dtype f32|bf16] [--trace FILE.json]\n"
                      "  Prints per-op tables (calls, total, mean, share of step time) for prefill and decode, and\n"
                      "  writes a Chrome trace (chrome://tracing, ui.perfetto.dev) of one decode step.\n");
         if (!args) std::fprintf(stderr, "gdn profile: %s\n", args.message().c_str());
@@ -44,18 +45,24 @@ int cmd_profile(int argc, char** argv) {
     log_kernel_selection();
     ForwardOptions fo;
     fo.bf16_activations = args->get("--dtype", "bf16") == "bf16";
+    auto kv = kv_cache_dtype(*args, fo.bf16_activations);
+    if (!kv) {
+        std::fprintf(stderr, "gdn profile: %s\n", kv.message().c_str());
+        return 2;
+    }
+    const DType kv_dtype = *kv;
     std::mt19937 rng(7);
     std::vector<int32_t> prompt(*plen);
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % m.config().vocab);
     std::vector<float> logits;
     {  // warm-up, not profiled: a full-size prefill touches every buffer once
-        SequenceState st = m.new_state();
+        SequenceState st = m.new_state(kv_dtype);
         m.forward({{&st, prompt.data(), *plen, false}}, fo, &logits);
     }
     Profiler& prof = Profiler::get();
     prof.clear();
     prof.enable(true);
-    SequenceState st = m.new_state();
+    SequenceState st = m.new_state(kv_dtype);
     st.reserve(*plen + *glen + 1);
     logits.clear();
     m.forward({{&st, prompt.data(), *plen, false}}, fo, &logits);

@@ -34,6 +34,7 @@ void usage() {
                  "  --temperature T --top-p P --top-k K --seed S   sampling (default: greedy)\n"
                  "  -n              new tokens to generate (default 32)\n"
                  "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
+                 "  --kv-cache-dtype f32|bf16   K/V cache elements (bf16: half the memory, K/V rounded; needs --dtype bf16)\n"
                  "  --threads       worker threads (default: all cores)\n"
                  "  --dump-logits   write logits of every prompt position, raw little-endian f32 [n_prompt, vocab]\n"
                  "  --ignore-eos    keep generating past an end-of-sequence token\n");
@@ -47,7 +48,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int cmd_run(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
-                            {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n", "--dtype",
+                            {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n", "--dtype", "--kv-cache-dtype",
                              "--threads", "--dump-logits", "--temperature", "--top-p", "--top-k", "--seed"},
                             {"--help", "--ignore-eos", "--print-ids"});
     if (!args) {
@@ -99,6 +100,11 @@ int cmd_run(int argc, char** argv) {
     if (dt == "bf16") fo.bf16_activations = true;
     else if (dt != "f32") {
         std::fprintf(stderr, "gdn run: --dtype must be f32 or bf16, got '%s'\n", dt.c_str());
+        return 2;
+    }
+    auto kv_dtype = kv_cache_dtype(*args, fo.bf16_activations);
+    if (!kv_dtype) {
+        std::fprintf(stderr, "gdn run: %s\n", kv_dtype.message().c_str());
         return 2;
     }
     set_global_threads(static_cast<int>(*threads));
@@ -165,7 +171,7 @@ int cmd_run(int argc, char** argv) {
     const int64_t V = c.vocab;
     if (dump) {
         // All prompt positions' logits, from one prefill on a standalone sequence state.
-        SequenceState st = (*model)->new_state();
+        SequenceState st = (*model)->new_state(*kv_dtype);
         Status s = (*model)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), true}}, fo, &logits);
         if (!s) {
             std::fprintf(stderr, "gdn run: %s\n", s.message().c_str());
@@ -183,10 +189,11 @@ int cmd_run(int argc, char** argv) {
     // Generation runs on the engine (one request): the same path the server uses.
     EngineConfig ec;
     ec.bf16 = fo.bf16_activations;
+    ec.kv_dtype = *kv_dtype;
     ec.max_num_seqs = 1;
     ec.max_num_batched_tokens = 512 + 1;
     ec.max_model_len = static_cast<int>(std::min<int64_t>(prompt.size() + *n_new + 1, 1 << 30));
-    ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len);
+    ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len, ec.kv_dtype);
     std::shared_ptr<const Model> shared(std::move(*model));
     auto engine = Engine::create(shared, tok, ec);
     if (!engine) {

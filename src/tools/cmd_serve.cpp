@@ -17,7 +17,7 @@ namespace gdn {
 int cmd_serve(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
                             {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
-                             "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype",
+                             "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype", "--kv-cache-dtype",
                              "--block-size"},
                             {"--help"});
     if (!args || args->has("--help") || !args->has("--model")) {
@@ -25,7 +25,7 @@ int cmd_serve(int argc, char** argv) {
                      "usage: gdn serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
                      "                 [--served-model-name NAME] [--max-model-len 4096] [--max-num-seqs 16]\n"
                      "                 [--max-num-batched-tokens 512] [--cache-memory MiB (1024)] [--threads N]\n"
-                     "                 [--dtype bf16|f32] [--block-size 16]\n"
+                     "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--block-size 16]\n"
                      "  Endpoints: POST /v1/completions, /v1/chat/completions (stream: true for SSE), GET /v1/models,\n"
                      "  /health, /metrics (Prometheus), POST /tokenize, /detokenize. SIGINT/SIGTERM shut down cleanly.\n");
         if (!args) std::fprintf(stderr, "gdn serve: %s\n", args.message().c_str());
@@ -76,6 +76,12 @@ int cmd_serve(int argc, char** argv) {
     ec.cache_memory = static_cast<size_t>(*mem) << 20;
     ec.block_size = static_cast<int>(*bs);
     ec.bf16 = args->get("--dtype", "bf16") == "bf16";
+    auto kv = kv_cache_dtype(*args, ec.bf16);
+    if (!kv) {
+        std::fprintf(stderr, "gdn serve: %s\n", kv.message().c_str());
+        return 2;
+    }
+    ec.kv_dtype = *kv;
     auto engine = Engine::create(std::shared_ptr<const Model>(std::move(*model)), *tok, ec);
     if (!engine) {
         std::fprintf(stderr, "gdn serve: %s\n", engine.message().c_str());

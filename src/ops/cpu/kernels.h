@@ -10,19 +10,24 @@ namespace gdn::cpu {
 constexpr int64_t kGdnChunk = 64;
 
 // Where key j's K and V rows live: contiguous (block_table == nullptr: row j at base + j * stride) or paged
-// (row j in block block_table[j / block_size], slot j % block_size).
+// (row j in block block_table[j / block_size], slot j % block_size). Elements are f32, or bf16 (uint16)
+// when bf16: the bf16-activation forward stores K/V rows that are already bf16 values, so a bf16 cache
+// holds them exactly in half the bytes.
 struct KvRows {
-    const float* k_base;
-    const float* v_base;
-    int64_t stride;  // floats per row (Hkv * D)
+    const void* k_base;
+    const void* v_base;
+    int64_t stride;  // elements per row (Hkv * D)
     const int32_t* block_table;
     int64_t block_size;
+    bool bf16 = false;
     int64_t row(int64_t j) const {
         return block_table ? (static_cast<int64_t>(block_table[j / block_size]) * block_size + j % block_size) * stride
                            : j * stride;
     }
-    const float* k(int64_t j) const { return k_base + row(j); }
-    const float* v(int64_t j) const { return v_base + row(j); }
+    template <typename E>
+    const E* k(int64_t j) const { return static_cast<const E*>(k_base) + row(j); }
+    template <typename E>
+    const E* v(int64_t j) const { return static_cast<const E*>(v_base) + row(j); }
 };
 
 #define GDN_DECLARE_KERNELS                                                                                         \
@@ -57,7 +62,7 @@ struct KvRows {
     /* gated RMSNorm of one head: y = rmsnorm(x) * w * silu(z) */                                                   \
     void gated_norm_row(const float* x, const float* z, int64_t n, const float* w, float eps, float* y, bool bf16); \
     /* causal attention of one query row for the heads [h0, h1) of one KV head group, over n_keys keys:          \
-       key j's K row is kv.k(j) + hoff (D floats). Tiled online softmax; out = softmax(q k^T * scale) v * sigmoid(gate) */ \
+       key j's K row is kv.k(j) + hoff (D elements). Tiled online softmax; out = softmax(q k^T * scale) v * sigmoid(gate) */ \
     void attention_group(const float* q, const float* gate, int64_t nh, int64_t D, const KvRows& kv, int64_t hoff, \
                          int64_t n_keys, float scale, float* out, float* scratch);                                 \
     int64_t argmax(const float* x, int64_t n);
