@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/kernels.h"
@@ -146,15 +147,16 @@ BENCHMARK(BM_LinearSwiglu)->Args({1, 0})->Args({1, 1})->Args({512, 0})->Args({51
 // Causal prefill attention of T tokens with no past, Qwen3.5-0.8B shape (Hq = 8, Hkv = 2, D = 256), gated,
 // contiguous KV. FLOPs: QK^T and PV over the causal triangle, 2 * 2 * D * Hq * T(T+1)/2. Arg 1: KV
 // elements, 0 = f32, 1 = bf16 (--kv-cache-dtype bf16).
+// K/V of one layer in both dtypes, in huge-page buffers like the engine's KV arenas.
 struct KvArena {
-    std::vector<float> k, v;
-    std::vector<uint16_t> k16, v16;
-    KvArena(int64_t rows, uint32_t seed) : k(rows), v(rows), k16(rows), v16(rows) {
+    gdn::Buffer k, v, k16, v16;
+    KvArena(int64_t n, uint32_t seed) : k(n * 4, false), v(n * 4, false), k16(n * 2, false), v16(n * 2, false) {
         uint32_t s = seed;
-        for (auto* buf : {&k, &v})
-            for (auto& x : *buf) x = gdn::round_bf16(((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
-        gdn::convert_from_f32(k.data(), gdn::DType::BF16, k16.data(), rows);
-        gdn::convert_from_f32(v.data(), gdn::DType::BF16, v16.data(), rows);
+        for (gdn::Buffer* b : {&k, &v})
+            for (int64_t i = 0; i < n; ++i)
+                b->as<float>()[i] = gdn::round_bf16(((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
+        gdn::convert_from_f32(k.as<float>(), gdn::DType::BF16, k16.data(), n);
+        gdn::convert_from_f32(v.as<float>(), gdn::DType::BF16, v16.data(), n);
     }
     gdn::cpu::KvRows rows(int64_t stride, bool bf16) const {
         return bf16 ? gdn::cpu::KvRows{k16.data(), v16.data(), stride, nullptr, 0, true}
