@@ -197,7 +197,7 @@ void BM_AttentionDecode(benchmark::State& state) {
                                                    benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
-BENCHMARK(BM_AttentionDecode)->ArgsProduct({{2048, 8192}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionDecode)->ArgsProduct({{256, 2048, 8192}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 
