@@ -292,6 +292,8 @@ dtype_done:
                            {"num_attention_heads", c.attn_heads}, {"num_key_value_heads", c.attn_kv_heads},
                            {"head_dim", c.head_dim}})
         if (v <= 0) return bad(strprintf("'%s%s' must be positive", prefix.c_str(), name));
+    if (c.conv_kernel > 8)  // the conv kernels keep the window's rows in a fixed array (Qwen models use 4)
+        return bad(strprintf("linear_conv_kernel_dim (%d) must be at most 8", c.conv_kernel));
     if (c.gdn_v_heads % c.gdn_k_heads != 0)
         return bad(strprintf("linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)",
                              c.gdn_v_heads, c.gdn_k_heads));
