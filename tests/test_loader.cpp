@@ -136,6 +136,13 @@ TEST(Loader, RejectsInconsistentConfig) {
     auto c = parse_model_config(cfg, "cfg.json");
     ASSERT_FALSE(c.is_ok());
     EXPECT_HAS(c.message(), "must be a multiple of linear_num_key_heads");
+    cfg = read_bytes(dir->path() + "/config.json");
+    pos = cfg.find("\"linear_conv_kernel_dim\": 4");
+    ASSERT_NE(pos, std::string::npos);
+    cfg.replace(pos, 27, "\"linear_conv_kernel_dim\": 9");
+    auto k = parse_model_config(cfg, "cfg.json");
+    ASSERT_FALSE(k.is_ok());
+    EXPECT_HAS(k.message(), "linear_conv_kernel_dim (9) must be at most 8");
 }
 
 TEST(Loader, RejectsShardMissingFromIndex) {
