@@ -90,55 +90,68 @@ struct GdnCase {
     int64_t Hk, r, Dk, Dv;
 };
 
+// Random inputs of one GDN mixer call for a case: projections, conv and gating weights, and nonzero
+// initial states (continuing sequences).
+struct GdnInputs {
+    GdnCase c;
+    int64_t Hv, KD, VD, CD, K = 4, ldp, N = 0;
+    std::vector<float> proj, conv_w, conv_wT, negA, dtb, nw, conv0, ssm0;
+
+    GdnInputs(const GdnCase& cs, uint32_t seed) : c(cs) {
+        Hv = c.Hk * c.r, KD = c.Hk * c.Dk, VD = Hv * c.Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
+        for (int64_t l : c.lens) N += l;
+        proj = random_vec(N * ldp, seed + static_cast<uint32_t>(N + CD));
+        conv_w = random_vec(CD * K, seed + 3, -0.5f, 0.5f);
+        conv_wT.resize(K * CD);
+        for (int64_t ch = 0; ch < CD; ++ch)
+            for (int64_t j = 0; j < K; ++j) conv_wT[j * CD + ch] = conv_w[ch * K + j];
+        negA = random_vec(Hv, seed + 4, -8.0f, -0.5f);
+        dtb = random_vec(Hv, seed + 5, -4.0f, 0.0f);
+        nw = random_vec(c.Dv, seed + 6, 0.8f, 1.2f);
+        conv0 = random_vec(c.lens.size() * (K - 1) * CD, seed + 7);
+        ssm0 = random_vec(c.lens.size() * Hv * c.Dk * c.Dv, seed + 8, -0.3f, 0.3f);
+    }
+    // The mixer over all sequences from copies of the initial states: out, then conv and ssm states.
+    std::vector<float> run(bool bf16, bool staged_decode = false) const {
+        std::vector<float> conv = conv0, ssm = ssm0, out(N * VD);
+        std::vector<ops::GdnSeq> seqs;
+        int64_t t0 = 0;
+        for (size_t i = 0; i < c.lens.size(); ++i) {
+            seqs.push_back({t0, c.lens[i], conv.data() + i * (K - 1) * CD, ssm.data() + i * Hv * c.Dk * c.Dv});
+            t0 += c.lens[i];
+        }
+        ops::GdnParams p{c.Hk, Hv, c.Dk, c.Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(),
+                         nw.data(), false};
+        ops::Scratch sc;
+        sc.gdn_staged_decode = staged_decode;
+        ops::gdn_mixer(proj.data(), ldp, seqs, p, out.data(), sc, bf16);
+        out.insert(out.end(), conv.begin(), conv.end());
+        out.insert(out.end(), ssm.begin(), ssm.end());
+        return out;
+    }
+};
+
 TEST(OpsCpu, GdnMixerDecodeAndPrefill) {
     const GdnCase cases[] = {{{1}, 2, 2, 16, 16},       {{1, 1, 1}, 2, 1, 64, 64},   {{7}, 1, 3, 12, 20},
                              {{150}, 2, 2, 64, 64},     {{65, 1, 3}, 2, 2, 32, 48},  {{300}, 1, 1, 128, 128},
                              {{2, 129}, 2, 3, 16, 40}};
     for (const GdnCase& c : cases) {
-        const int64_t Hv = c.Hk * c.r, KD = c.Hk * c.Dk, VD = Hv * c.Dv, CD = 2 * KD + VD, K = 4;
-        const int64_t ldp = CD + VD + 2 * Hv;
-        int64_t N = 0;
-        for (int64_t l : c.lens) N += l;
-        auto proj = random_vec(N * ldp, static_cast<uint32_t>(N + CD));
-        auto conv_w = random_vec(CD * K, 3, -0.5f, 0.5f);
-        std::vector<float> conv_wT(K * CD);
-        for (int64_t ch = 0; ch < CD; ++ch)
-            for (int64_t j = 0; j < K; ++j) conv_wT[j * CD + ch] = conv_w[ch * K + j];
-        auto negA = random_vec(Hv, 4, -8.0f, -0.5f), dtb = random_vec(Hv, 5, -4.0f, 0.0f);
-        auto nw = random_vec(c.Dv, 6, 0.8f, 1.2f);
-        // Nonzero initial states (continuing sequences).
-        auto conv0 = random_vec(c.lens.size() * (K - 1) * CD, 7);
-        auto ssm0 = random_vec(c.lens.size() * Hv * c.Dk * c.Dv, 8, -0.3f, 0.3f);
+        const GdnInputs in(c, 0);
         // Both prefill forms of the fast delta rule (the chunked one on every full 64-token chunk).
         for (DeltaRuleForm form : {DeltaRuleForm::RECURRENT, DeltaRuleForm::CHUNKED})
-        for (bool bf16 : {false, true}) {
-            SCOPED_TRACE(delta_rule_form_name(form));
-            set_delta_rule_form(form);
-            const uint64_t fallbacks = fallback_count(OpId::GDN_RULE);
-            compare_paths([&] {
-                std::vector<float> conv = conv0, ssm = ssm0, out(N * VD);
-                std::vector<ops::GdnSeq> seqs;
-                int64_t t0 = 0;
-                for (size_t i = 0; i < c.lens.size(); ++i) {
-                    seqs.push_back({t0, c.lens[i], conv.data() + i * (K - 1) * CD, ssm.data() + i * Hv * c.Dk * c.Dv});
-                    t0 += c.lens[i];
-                }
-                ops::GdnParams p{c.Hk, Hv, c.Dk, c.Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(),
-                                 nw.data(), false};
-                ops::Scratch sc;
-                ops::gdn_mixer(proj.data(), ldp, seqs, p, out.data(), sc, bf16);
-                out.insert(out.end(), conv.begin(), conv.end());
-                out.insert(out.end(), ssm.begin(), ssm.end());
-                return out;
-            }, 1e-4f, bf16 ? 1.6e-2f : 1e-4f, "gdn_mixer");
-            // Forcing the chunked form on head dims it cannot take is counted, never silent.
-            const bool unsupported = c.Dk % 16 != 0 || c.Dv % 16 != 0;
-            bool long_seq = false;
-            for (int64_t l : c.lens) long_seq |= l >= cpu::kGdnChunk;
-            EXPECT_EQ(fallback_count(OpId::GDN_RULE) > fallbacks,
-                      form == DeltaRuleForm::CHUNKED && unsupported && long_seq);
-            set_delta_rule_form(DeltaRuleForm::AUTO);
-        }
+            for (bool bf16 : {false, true}) {
+                SCOPED_TRACE(delta_rule_form_name(form));
+                set_delta_rule_form(form);
+                const uint64_t fallbacks = fallback_count(OpId::GDN_RULE);
+                compare_paths([&] { return in.run(bf16); }, 1e-4f, bf16 ? 1.6e-2f : 1e-4f, "gdn_mixer");
+                // Forcing the chunked form on head dims it cannot take is counted, never silent.
+                const bool unsupported = c.Dk % 16 != 0 || c.Dv % 16 != 0;
+                bool long_seq = false;
+                for (int64_t l : c.lens) long_seq |= l >= cpu::kGdnChunk;
+                EXPECT_EQ(fallback_count(OpId::GDN_RULE) > fallbacks,
+                          form == DeltaRuleForm::CHUNKED && unsupported && long_seq);
+                set_delta_rule_form(DeltaRuleForm::AUTO);
+            }
     }
 }
 
@@ -147,35 +160,12 @@ TEST(OpsCpu, GdnMixerDecodeAndPrefill) {
 TEST(OpsCpu, GdnFusedDecodeEqualsStaged) {
     const GdnCase cases[] = {{{1}, 2, 2, 16, 16}, {{1, 1, 1}, 2, 1, 64, 64}, {{1, 1}, 2, 3, 12, 20}, {{1}, 16, 1, 128, 128}};
     for (const GdnCase& c : cases) {
-        const int64_t Hv = c.Hk * c.r, KD = c.Hk * c.Dk, VD = Hv * c.Dv, CD = 2 * KD + VD, K = 4;
-        const int64_t ldp = CD + VD + 2 * Hv, N = static_cast<int64_t>(c.lens.size());
-        auto proj = random_vec(N * ldp, 21);
-        auto conv_w = random_vec(CD * K, 22, -0.5f, 0.5f);
-        std::vector<float> conv_wT(K * CD);
-        for (int64_t ch = 0; ch < CD; ++ch)
-            for (int64_t j = 0; j < K; ++j) conv_wT[j * CD + ch] = conv_w[ch * K + j];
-        auto negA = random_vec(Hv, 23, -8.0f, -0.5f), dtb = random_vec(Hv, 24, -4.0f, 0.0f);
-        auto nw = random_vec(c.Dv, 25, 0.8f, 1.2f);
-        const auto conv0 = random_vec(N * (K - 1) * CD, 26);
-        const auto ssm0 = random_vec(N * Hv * c.Dk * c.Dv, 27, -0.3f, 0.3f);
+        const GdnInputs in(c, 20);
         for (Isa isa : fast_isas())
             for (bool bf16 : {false, true}) {
                 set_active_isa(isa);
-                auto run = [&](bool staged) {
-                    std::vector<float> conv = conv0, ssm = ssm0, out(N * VD);
-                    std::vector<ops::GdnSeq> seqs;
-                    for (int64_t i = 0; i < N; ++i)
-                        seqs.push_back({i, 1, conv.data() + i * (K - 1) * CD, ssm.data() + i * Hv * c.Dk * c.Dv});
-                    ops::GdnParams p{c.Hk, Hv, c.Dk, c.Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(),
-                                     dtb.data(), nw.data(), false};
-                    ops::Scratch sc;
-                    sc.gdn_staged_decode = staged;
-                    ops::gdn_mixer(proj.data(), ldp, seqs, p, out.data(), sc, bf16);
-                    out.insert(out.end(), conv.begin(), conv.end());
-                    out.insert(out.end(), ssm.begin(), ssm.end());
-                    return out;
-                };
-                EXPECT_EQ(run(false), run(true)) << isa_name(isa) << (bf16 ? " bf16" : " f32") << " Dk=" << c.Dk;
+                EXPECT_EQ(in.run(bf16, false), in.run(bf16, true)) << isa_name(isa) << (bf16 ? " bf16" : " f32")
+                                                                   << " Dk=" << c.Dk;
             }
         set_active_isa(cpu_isa());
     }
