@@ -67,7 +67,8 @@ void run_golden(const Model& m, const Expected& e, const ForwardOptions& fo) {
     }
 }
 
-// The fast path (default kernels), then the reference path with each form of the delta rule.
+// The fast path (default kernels, then with the chunked delta-rule kernel), then the reference path with
+// each form of the delta rule.
 TEST_P(Golden, F32LogitsAndGreedyMatch) {
     const auto& p = GetParam();
     auto m = Model::load(golden_dir(p.family));
@@ -76,6 +77,12 @@ TEST_P(Golden, F32LogitsAndGreedyMatch) {
     {
         SCOPED_TRACE("fast kernels");
         run_golden(**m, e, ForwardOptions{});
+    }
+    {
+        SCOPED_TRACE("fast kernels, chunked delta rule");  // full 64-token chunks of the prompt
+        set_delta_rule_form(DeltaRuleForm::CHUNKED);
+        run_golden(**m, e, ForwardOptions{});
+        set_delta_rule_form(DeltaRuleForm::AUTO);
     }
     force_reference_all(true);
     for (GdnForm form : {GdnForm::RECURRENT, GdnForm::CHUNKED}) {
