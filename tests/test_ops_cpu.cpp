@@ -218,7 +218,8 @@ TEST(OpsCpu, GdnChunkKernelMatchesReferenceForms) {
 TEST(OpsCpu, AttentionCausalGqaPaged) {
     for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
              {1, 0, 4, 2, 16}, {1, 100, 8, 2, 64}, {5, 0, 4, 4, 32}, {70, 3, 6, 2, 24}, {3, 130, 2, 1, 256},
-             {37, 21, 8, 2, 256}, {9, 50, 10, 2, 32}, {4, 17, 7, 1, 128}}) {  // GQA groups of 4, 5, 7 (head blocks + tails)
+             {37, 21, 8, 2, 256}, {9, 50, 10, 2, 32}, {4, 17, 7, 1, 128},  // GQA groups of 4, 5, 7 (head blocks + tails)
+             {1, 700, 8, 2, 64}, {1, 2000, 4, 1, 256}, {1, 1500, 6, 2, 32}, {1, 300, 6, 2, 24}}) {  // long decodes: key ranges merged
         const int64_t nk = n_past + T, row = Hkv * D;
         auto q = random_vec(T * 2 * Hq * D, 9 + T), kv = random_vec(2 * nk * row, 10 + nk);
         for (float& x : kv) x = round_bf16(x);  // bf16 values, so the f32 and bf16 caches hold the same keys
@@ -244,13 +245,54 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
             ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D, out.data(), sc);
             return out;
         };
-        for (bool bf16_kv : {false, true}) compare_paths([&] { return run(bf16_kv); }, 2e-5f, 2e-4f, "attention");
+        const std::string what = "attention T=" + std::to_string(T) + " n_past=" + std::to_string(n_past) + " Hq=" +
+                                 std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+        for (bool bf16_kv : {false, true}) compare_paths([&] { return run(bf16_kv); }, 2e-5f, 2e-4f, what.c_str());
         // A bf16 cache is read exactly: the same outputs as the f32 cache holding the same values.
         for (Isa isa : fast_isas()) {
             set_active_isa(isa);
             EXPECT_EQ(run(true), run(false)) << isa_name(isa) << " T=" << T << " D=" << D;
         }
         set_active_isa(cpu_isa());
+    }
+}
+
+// A decode step of several sequences (different lengths, paged, one long enough to be split over key
+// ranges) in one call, against the reference path.
+TEST(OpsCpu, AttentionDecodeBatch) {
+    const int64_t Hq = 8, Hkv = 2, D = 64, row = Hkv * D, bs = 16;
+    const std::vector<int64_t> n_past = {0, 37, 1200, 5};
+    std::vector<std::vector<float>> k(n_past.size()), v(n_past.size());
+    std::vector<std::vector<int32_t>> tables(n_past.size());
+    int64_t total_blocks = 0;
+    for (int64_t np : n_past) total_blocks += (np + 1 + bs - 1) / bs;
+    std::vector<float> arena_k(total_blocks * bs * row), arena_v(total_blocks * bs * row);
+    auto kv = random_vec(arena_k.size() + arena_v.size(), 31);
+    std::copy(kv.begin(), kv.begin() + arena_k.size(), arena_k.begin());
+    std::copy(kv.begin() + arena_k.size(), kv.end(), arena_v.begin());
+    int32_t next_block = static_cast<int32_t>(total_blocks) - 1;  // hand out blocks from the end: scattered
+    for (size_t i = 0; i < n_past.size(); ++i)
+        for (int64_t b = 0; b < (n_past[i] + 1 + bs - 1) / bs; ++b) tables[i].push_back(next_block--);
+    const int64_t N = static_cast<int64_t>(n_past.size());
+    auto q = random_vec(N * 2 * Hq * D, 32);
+    for (bool bf16_kv : {false, true}) {
+        std::vector<uint16_t> k16(arena_k.size()), v16(arena_v.size());
+        std::vector<float> kf = arena_k, vf = arena_v;
+        for (float& x : kf) x = round_bf16(x);
+        for (float& x : vf) x = round_bf16(x);
+        convert_from_f32(kf.data(), DType::BF16, k16.data(), kf.size());
+        convert_from_f32(vf.data(), DType::BF16, v16.data(), vf.size());
+        compare_paths([&] {
+            std::vector<ops::AttnSeq> seqs;
+            for (int64_t i = 0; i < N; ++i)
+                seqs.push_back({i, 1, n_past[i],
+                                bf16_kv ? cpu::KvRows{k16.data(), v16.data(), row, tables[i].data(), bs, true}
+                                        : cpu::KvRows{kf.data(), vf.data(), row, tables[i].data(), bs, false}});
+            std::vector<float> out(N * Hq * D);
+            ops::Scratch sc;
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc);
+            return out;
+        }, 2e-5f, 2e-4f, bf16_kv ? "decode batch, bf16 KV" : "decode batch");
     }
 }
 

@@ -403,11 +403,56 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         }
         return;
     }
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    const int nth = global_pool().size();
+    // The decode kernel is compiled for D of 1, 2, 4, 8, 16 or 32 vectors (others take the path below).
+    const int64_t nd = D % 16 == 0 ? D / (isa == Isa::AVX512 ? 16 : 8) : 0;
+    bool all_decode = nd == 1 || nd == 2 || nd == 4 || nd == 8 || nd == 16 || nd == 32;
+    for (const AttnSeq& s : seqs) all_decode &= s.T == 1;
+    if (all_decode) {
+        // Decode: each unit is (sequence, key range) over all KV heads, reading whole K/V rows in order;
+        // long contexts are split over the threads (flash-decoding), then merged per head.
+        constexpr int64_t kMinKeysPerUnit = 64;
+        const int64_t n_seqs = static_cast<int64_t>(seqs.size());
+        std::vector<int64_t>& first = sc.attn_units;  // first unit of each sequence, then the total
+        first.clear();
+        int64_t n_units = 0;
+        for (const AttnSeq& s : seqs) {
+            first.push_back(n_units);
+            const int64_t want = (2 * nth + n_seqs - 1) / n_seqs;
+            n_units += std::clamp<int64_t>((s.n_past + 1) / kMinKeysPerUnit, 1, std::max<int64_t>(1, want));
+        }
+        first.push_back(n_units);
+        float* part = sc.f32(11, n_units * Hq * D);
+        float* mx = sc.f32(12, n_units * Hq);
+        float* sum = sc.f32(13, n_units * Hq);
+        global_pool().parallel_for(n_units, [&](int64_t u0, int64_t u1) {
+            int64_t si = std::upper_bound(first.begin(), first.end() - 1, u0) - first.begin() - 1;
+            for (int64_t u = u0; u < u1; ++u) {
+                while (u >= first[si + 1]) ++si;
+                const AttnSeq& s = seqs[si];
+                int64_t j0, j1;
+                split_range(s.n_past + 1, static_cast<int>(u - first[si]), static_cast<int>(first[si + 1] - first[si]),
+                            &j0, &j1);
+                const bool done = GDN_KERNEL(isa, attention_decode_range, q + s.t0 * ldq, Hkv, group, D, s.kv, j0, j1,
+                                             scale, part + u * Hq * D, mx + u * Hq, sum + u * Hq);
+                GDN_CHECK(done, "attention decode kernel has no instance for D = %lld", (long long)D);
+            }
+        });
+        global_pool().parallel_for(n_seqs * Hq, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t si = i / Hq, h = i % Hq, u = first[si];
+                const AttnSeq& s = seqs[si];
+                GDN_KERNEL(isa, attention_merge, part + (u * Hq + h) * D, mx + u * Hq + h, sum + u * Hq + h,
+                           first[si + 1] - u, Hq, D, gate ? gate + s.t0 * ldq + h * D : nullptr,
+                           out + (s.t0 * Hq + h) * D);
+            }
+        });
+        return;
+    }
     // Units: (sequence, query token, kv head); each covers its `group` query heads.
     int64_t n_units = 0;
     for (const AttnSeq& s : seqs) n_units += s.T * Hkv;
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const int nth = global_pool().size();
     float* scratch = sc.f32(10, static_cast<size_t>(nth) * 64);
     // Units are dealt round-robin: later queries see more keys, so contiguous ranges would be unbalanced.
     global_pool().run([&](int ith, int nt) {

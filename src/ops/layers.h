@@ -25,6 +25,7 @@ public:
     std::vector<GdnUnit> gdn_units;
     std::vector<uint8_t> gdn_chunked;  // per sequence of a GDN call: full chunks in the chunked form
     bool gdn_staged_decode = false;    // tests: decode steps through the staged path, not the fused one
+    std::vector<int64_t> attn_units;   // decode attention: first key-range unit of each sequence
 
 private:
     std::vector<Buffer> f_;  // huge-page backed when large (page faults on first touch cost ~10 us per 4 KiB here)

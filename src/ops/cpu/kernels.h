@@ -65,6 +65,15 @@ struct KvRows {
        key j's K row is kv.k(j) + hoff (D elements). Tiled online softmax; out = softmax(q k^T * scale) v * sigmoid(gate) */ \
     void attention_group(const float* q, const float* gate, int64_t nh, int64_t D, const KvRows& kv, int64_t hoff, \
                          int64_t n_keys, float scale, float* out, float* scratch);                                 \
+    /* Decode: the query row q [Hkv * group heads, D] over keys [j0, j1) of all KV heads, whole rows per tile. \
+       Leaves the running softmax state (out unnormalised [Hq, D], mx, sum [Hq]) for attention_merge. False   \
+       (nothing done) when D is not a multiple of the vector width. */                                          \
+    bool attention_decode_range(const float* q, int64_t Hkv, int64_t group, int64_t D, const KvRows& kv,        \
+                                int64_t j0, int64_t j1, float scale, float* out, float* mx, float* sum);         \
+    /* One head: combine n_parts key-range states (parts [i * stride * D], mx/sum [i * stride]) and apply the   \
+       gate: out [D] = softmax-weighted sum * sigmoid(gate). */                                                 \
+    void attention_merge(const float* parts, const float* mx, const float* sum, int64_t n_parts, int64_t stride, \
+                         int64_t D, const float* gate, float* out);                                             \
     int64_t argmax(const float* x, int64_t n);
 
 namespace avx512 {
