@@ -252,13 +252,18 @@ TEST_F(ServerTest, Soak) {
                     return !(leave && ++chunks >= leave_after);
                 });
             };
-            c.send(req);
+            httplib::Response res;
+            httplib::Error err = httplib::Error::Success;
+            const bool sent = c.send(req, res, err);
             if (leave && !got_done) {
                 disconnected++;
             } else if (got_done && tokens == max_tokens) {
                 completed++;
             } else {
                 bad++;
+                ADD_FAILURE() << "request " << i << ": sent " << sent << " (" << httplib::to_string(err) << "), status "
+                              << res.status << ", [DONE] " << got_done << ", usage tokens " << tokens << " of "
+                              << max_tokens << ", prompt " << prompt.size() << " chars";
             }
         }
     };

@@ -1,5 +1,9 @@
 #include "server/openai_server.h"
 
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <httplib.h>
 
 #include <atomic>
@@ -521,6 +525,38 @@ void OpenAIServer::stop() {
     impl_->http.stop();
 }
 
+namespace {
+
+// Debian's cpp-httplib 0.11 is a shared library built with a listen backlog of 5: a burst of clients
+// connecting at once (32 streaming clients in the soak test, a benchmark's concurrency sweep) on a
+// loaded machine overflows the accept queue and some connections are reset before the server reads
+// them. The listening socket's backlog is raised in place (listen() on a listening socket updates it).
+void raise_listen_backlog(int port, int backlog) {
+    DIR* d = ::opendir("/proc/self/fd");
+    if (!d) return;
+    bool done = false;
+    while (dirent* e = ::readdir(d)) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;  // "." and ".."
+        const int fd = std::atoi(e->d_name);
+        struct stat st;
+        if (::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+        int listening = 0;
+        socklen_t len = sizeof(listening);
+        if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening) continue;
+        sockaddr_storage a{};
+        socklen_t alen = sizeof(a);
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &alen) != 0) continue;
+        const int p = a.ss_family == AF_INET    ? ntohs(reinterpret_cast<sockaddr_in*>(&a)->sin_port)
+                      : a.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&a)->sin6_port)
+                                                : -1;
+        if (p == port && ::listen(fd, backlog) == 0) done = true;
+    }
+    ::closedir(d);
+    if (!done) GDN_LOG_WARN("could not raise the listen backlog of port %d (bursts of connections may be reset)", port);
+}
+
+}  // namespace
+
 Status OpenAIServer::run() {
     Impl& im = *impl_;
     httplib::Server& s = im.http;
@@ -620,6 +656,7 @@ Status OpenAIServer::run() {
     im.engine_thread = std::thread([&im] { im.engine_loop(); });
     GDN_LOG_INFO("serving '%s' on http://%s:%d (OpenAI API under /v1)", im.cfg.served_model_name.c_str(),
                  im.cfg.host.c_str(), im.port);
+    raise_listen_backlog(im.port, 1024);
     s.listen_after_bind();
     im.stopping = true;
     im.q_cv.notify_all();
