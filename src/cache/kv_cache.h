@@ -1,9 +1,8 @@
 // Paged KV cache for the full-attention layers: a pool of fixed-size blocks with a free list, and one K
 // and one V arena per attention layer, allocated once, contiguous, in the layout the attention kernel
 // reads ([block][slot][Hkv * D], f32 or bf16). Requests own lists of block ids (block tables); nothing
-// is copied or made contiguous per step. The bf16-activation forward stores bf16 K/V: its K and V rows
-// are bf16 values already (rounded where HF's bf16 forward rounds), so they are kept exactly in half the
-// memory and read at half the bandwidth.
+// is copied or made contiguous per step. A bf16 cache (--kv-cache-dtype bf16) holds twice the tokens and
+// is read at half the bandwidth; it rounds K and V unless they are bf16 values already (HF rounding).
 #pragma once
 
 #include <cstdint>

@@ -72,8 +72,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (cfg.kv_dtype != DType::F32 && cfg.kv_dtype != DType::BF16) return bad("the KV cache dtype must be f32 or bf16");
     if (cfg.kv_dtype == DType::BF16 && !cfg.bf16)
         return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
-    const DType kv_dtype = cfg.kv_dtype;
-    const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, kv_dtype);
+    const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, cfg.kv_dtype);
     const int64_t conv_n = static_cast<int64_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
     const int64_t ssm_n = static_cast<int64_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim;
     const size_t slot_bytes = std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
@@ -99,7 +98,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers); %d blocks = %lld tokens (%.1f MiB); "
         "GDN state slot %.2f MiB (%d layers); %d slots (%.1f MiB); max_model_len %d, max_num_seqs %d, "
         "max_num_batched_tokens %d%s%s",
-        cfg.block_size, block_bytes / 1024.0, dtype_name(kv_dtype), c.n_attention_layers(), n_blocks, (long long)n_blocks * cfg.block_size,
+        cfg.block_size, block_bytes / 1024.0, dtype_name(cfg.kv_dtype), c.n_attention_layers(), n_blocks, (long long)n_blocks * cfg.block_size,
         n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0, c.n_gdn_layers(), n_slots,
         n_slots * slot_bytes / 1048576.0, cfg.max_model_len, cfg.max_num_seqs, cfg.max_num_batched_tokens,
         note.empty() ? "" : "\n", note.c_str());
@@ -107,7 +106,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     e->cfg_ = cfg;
     e->model_ = std::move(model);
     e->tok_ = std::move(tok);
-    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers(), row, n_blocks, cfg.block_size, kv_dtype);
+    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers(), row, n_blocks, cfg.block_size, cfg.kv_dtype);
     e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots);
     SchedulerConfig sc;
     sc.max_num_seqs = cfg.max_num_seqs;

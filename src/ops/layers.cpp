@@ -405,9 +405,7 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int nth = global_pool().size();
-    // The decode kernel is compiled for D of 1, 2, 4, 8, 16 or 32 vectors (others take the path below).
-    const int64_t nd = D % 16 == 0 ? D / (isa == Isa::AVX512 ? 16 : 8) : 0;
-    bool all_decode = nd == 1 || nd == 2 || nd == 4 || nd == 8 || nd == 16 || nd == 32;
+    bool all_decode = GDN_KERNEL(isa, attention_decode_supported, D);  // other head sizes: the path below
     for (const AttnSeq& s : seqs) all_decode &= s.T == 1;
     if (all_decode) {
         // Decode: each unit is (sequence, key range) over all KV heads, reading whole K/V rows in order;
@@ -416,11 +414,11 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         const int64_t n_seqs = static_cast<int64_t>(seqs.size());
         std::vector<int64_t>& first = sc.attn_units;  // first unit of each sequence, then the total
         first.clear();
+        const int64_t want = std::max<int64_t>(1, (2 * nth + n_seqs - 1) / n_seqs);  // key ranges per sequence
         int64_t n_units = 0;
         for (const AttnSeq& s : seqs) {
             first.push_back(n_units);
-            const int64_t want = (2 * nth + n_seqs - 1) / n_seqs;
-            n_units += std::clamp<int64_t>((s.n_past + 1) / kMinKeysPerUnit, 1, std::max<int64_t>(1, want));
+            n_units += std::clamp<int64_t>((s.n_past + 1) / kMinKeysPerUnit, 1, want);
         }
         first.push_back(n_units);
         float* part = sc.f32(11, n_units * Hq * D);

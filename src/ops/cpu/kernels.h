@@ -11,8 +11,7 @@ constexpr int64_t kGdnChunk = 64;
 
 // Where key j's K and V rows live: contiguous (block_table == nullptr: row j at base + j * stride) or paged
 // (row j in block block_table[j / block_size], slot j % block_size). Elements are f32, or bf16 (uint16)
-// when bf16: the bf16-activation forward stores K/V rows that are already bf16 values, so a bf16 cache
-// holds them exactly in half the bytes.
+// when bf16 (--kv-cache-dtype bf16: half the bytes; the kernels widen them exactly while loading).
 struct KvRows {
     const void* k_base;
     const void* v_base;
@@ -65,6 +64,8 @@ struct KvRows {
        key j's K row is kv.k(j) + hoff (D elements). Tiled online softmax; out = softmax(q k^T * scale) v * sigmoid(gate) */ \
     void attention_group(const float* q, const float* gate, int64_t nh, int64_t D, const KvRows& kv, int64_t hoff, \
                          int64_t n_keys, float scale, float* out, float* scratch);                                 \
+    /* Whether attention_decode_range has an instance for head size D (D a supported number of vectors). */     \
+    bool attention_decode_supported(int64_t D);                                                                 \
     /* Decode: the query row q [Hkv * group heads, D] over keys [j0, j1) of all KV heads, whole rows per tile. \
        Leaves the running softmax state (out unnormalised [Hq, D], mx, sum [Hq]) for attention_merge. False   \
        (nothing done) when D is not a multiple of the vector width. */                                          \
