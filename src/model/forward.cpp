@@ -115,7 +115,7 @@ Model::~Model() = default;
 
 namespace {
 
-// Scratch slots of the forward (ops::gdn_mixer uses 0..5, ops::attention 10..13).
+// Scratch slots of the forward (ops::gdn_mixer uses 0..4, ops::attention 10..13).
 enum Slot { X = 30, H_MIX, H_FFN, MIX, FFN, PROJ, ACT, Q, GATE, HF, MOE_X, MOE_Y, MOE_GU, MOE_ACC, ROUTER, SHARED_G };
 
 class ForwardPass {

@@ -244,11 +244,10 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
     int64_t N = 0;
     for (const auto& s : seqs) N = std::max(N, s.t0 + s.T);
     float* y = sc.f32(0, N * CD);      // conv output: q | k | v per token
-    float* decay = sc.f32(1, N * Hv);  // exp(g)
+    float* g = sc.f32(1, N * Hv);      // log decay; the recurrent kernels take exp(g), the chunked one sums g
     float* beta = sc.f32(2, N * Hv);
     float* kq = sc.f32(3, N * Hk);    // k . q per key head (shared by its value heads)
     float* core = sc.f32(4, N * VD);  // delta-rule output
-    float* logdecay = sc.f32(5, N * Hv);  // g (the chunked form works with sums of log decays)
     ThreadPool& pool = global_pool();
     bool all_decode = true;
     for (const GdnSeq& s : seqs) all_decode &= s.T == 1;
@@ -288,8 +287,7 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
                 const float* bt = proj + t * ldp + CD + VD;
                 const float* at = bt + Hv;
                 for (int64_t h = 0; h < Hv; ++h) {
-                    logdecay[t * Hv + h] = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
-                    decay[t * Hv + h] = std::exp(logdecay[t * Hv + h]);
+                    g[t * Hv + h] = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
                     const float bb = ref::sigmoid(bt[h]);
                     beta[t * Hv + h] = bf16 ? round_bf16(bb) : bb;
                 }
@@ -324,9 +322,9 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
                 const int64_t hk = un.h / r;  // value head h reads key head h / r
                 float* S = s.ssm + un.h * Dk * Dv;
                 if (s.T == 1) {
-                    const int64_t g = s.t0 * Hv + un.h;
+                    const int64_t gi = s.t0 * Hv + un.h;
                     GDN_KERNEL(isa, gdn_step, S, y + s.t0 * CD + hk * Dk, y + s.t0 * CD + KD + hk * Dk,
-                               y + s.t0 * CD + 2 * KD + un.h * Dv, decay[g], beta[g], kq[s.t0 * Hk + hk], Dk, Dv,
+                               y + s.t0 * CD + 2 * KD + un.h * Dv, std::exp(g[gi]), beta[gi], kq[s.t0 * Hk + hk], Dk, Dv,
                                core + s.t0 * VD + un.h * Dv);
                     continue;
                 }
@@ -342,10 +340,10 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
                         std::memcpy(&kb[i * Dk], yt + KD + hk * Dk, Dk * sizeof(float));
                         std::memcpy(&vb[i * Dv], yt + 2 * KD + un.h * Dv, Dv * sizeof(float));
                         const int64_t t = s.t0 + b0 + i;
-                        gb[i] = decay[t * Hv + un.h];
+                        gb[i] = std::exp(g[t * Hv + un.h]);
                         gb[kBlock + i] = beta[t * Hv + un.h];
                         gb[2 * kBlock + i] = kq[t * Hk + hk];
-                        gb[3 * kBlock + i] = logdecay[t * Hv + un.h];
+                        gb[3 * kBlock + i] = g[t * Hv + un.h];
                     }
                     const int64_t nc = std::clamp<int64_t>(Tc - b0, 0, n);  // a multiple of the chunk
                     for (int64_t c = 0; c < nc; c += cpu::kGdnChunk)
