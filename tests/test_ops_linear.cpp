@@ -81,9 +81,10 @@ TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
 }
 
 TEST(OpsLinear, ArgmaxWithoutMaterialisingEqualsArgmaxOfTheProducts) {
-    for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1000, 64}, {3, 4099, 96}, {13, 2048, 33}}) {
+    for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1000, 64}, {3, 4099, 96}, {13, 2048, 33}, {2, 40000, 64}}) {
         auto wf = random_vec(N * K, static_cast<uint32_t>(N));
-        // Duplicate a row so two columns tie exactly: the first must win.
+        // Duplicate a row so two columns tie exactly: the first must win (N = 40000 spreads the two over
+        // many balanced chunks, so the tie is decided across chunks and threads).
         for (int64_t k = 0; k < K; ++k) wf[(N - 5) * K + k] = wf[7 * K + k] = 3.0f;
         std::vector<uint16_t> wb(N * K);
         convert_from_f32(wf.data(), DType::BF16, wb.data(), N * K);

@@ -1,5 +1,6 @@
 #include "core/thread_pool.h"
 
+#include <algorithm>
 #include <memory>
 
 #include "core/log.h"
@@ -18,7 +19,8 @@ void set_flush_denormals() {
 constexpr int kSpinIters = 20000;  // ~50-100 us of spinning before a worker sleeps
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads < 1 ? 1 : n_threads), shares_(std::make_unique<Share[]>(n_threads_)) {
     set_flush_denormals();  // the calling thread runs share 0 of every job
     for (int i = 1; i < n_threads_; ++i)
         workers_.emplace_back([this, i] {
@@ -89,6 +91,58 @@ void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn)
         int64_t b, e;
         split_range(n, ith, nth, &b, &e);
         if (b < e) fn(b, e);
+    });
+}
+
+namespace {
+
+// Claims up to `chunk` items from the front (the share's owner) or the back (a thread whose own share
+// is done) of a share's unclaimed range; false when nothing is left.
+bool claim(std::atomic<uint64_t>& range, int64_t chunk, bool from_front, int64_t* begin, int64_t* end) {
+    uint64_t r = range.load(std::memory_order_relaxed);
+    for (;;) {
+        const int64_t front = static_cast<uint32_t>(r), back = static_cast<int64_t>(r >> 32);
+        if (front >= back) return false;
+        *begin = from_front ? front : std::max(front, back - chunk);
+        *end = from_front ? std::min(back, front + chunk) : back;
+        const uint64_t next = from_front ? (static_cast<uint64_t>(back) << 32 | static_cast<uint64_t>(*end))
+                                         : (static_cast<uint64_t>(*begin) << 32 | static_cast<uint64_t>(front));
+        if (range.compare_exchange_weak(r, next, std::memory_order_relaxed)) return true;
+    }
+}
+
+}  // namespace
+
+void ThreadPool::parallel_for_balanced(int64_t n, int64_t chunk,
+                                       FunctionRef<void(int ith, int64_t begin, int64_t end)> fn) {
+    if (n <= 0) return;
+    chunk = std::max<int64_t>(chunk, 1);
+    const int nth = n_threads_;
+    if (nth == 1 || n <= chunk) {
+        fn(0, 0, n);
+        return;
+    }
+    if (n >= (int64_t{1} << 32)) {  // beyond the packed 32-bit ends (never a weight's panels): fixed shares
+        run([&](int ith, int) {
+            int64_t b, e;
+            split_range(n, ith, nth, &b, &e);
+            if (b < e) fn(ith, b, e);
+        });
+        return;
+    }
+    for (int i = 0; i < nth; ++i) {
+        int64_t b, e;
+        split_range(n, i, nth, &b, &e);
+        shares_[i].range.store(static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(b), std::memory_order_relaxed);
+    }
+    // run() publishes the shares (release) before any worker starts the job.
+    run([&](int ith, int) {
+        int64_t b, e;
+        while (claim(shares_[ith].range, chunk, true, &b, &e)) fn(ith, b, e);
+        for (int k = 1; k < nth; ++k) {
+            std::atomic<uint64_t>& other = shares_[(ith + k) % nth].range;
+            while (claim(other, chunk, false, &b, &e)) fn(ith, b, e);
+        }
     });
 }
 

@@ -1,11 +1,13 @@
-// A fixed pool of worker threads. Work is split by (thread index, thread count), never by
-// scheduling order, so a kernel's result never depends on timing.
+// A fixed pool of worker threads. Every output is computed by exactly one call over a fixed range, so a
+// kernel's result never depends on timing: run() and parallel_for() split by (thread index, thread
+// count); parallel_for_balanced() lets timing decide only which thread computes a chunk, not its value.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -42,6 +44,14 @@ public:
     void run(FunctionRef<void(int ith, int nth)> fn);
     // Splits [0, n) into nth contiguous ranges and calls fn(begin, end) for each non-empty one.
     void parallel_for(int64_t n, FunctionRef<void(int64_t begin, int64_t end)> fn);
+    // For bandwidth-bound loops (decode GEMVs): [0, n) is cut into nth equal shares; thread i works
+    // through share i from its front, `chunk` items per call, then takes chunks from the back of the
+    // shares still unfinished, so both ends stay contiguous streams. Calls fn(ith, begin, end); each item
+    // is in exactly one call (one thread, or n <= chunk: a single call over [0, n)). Why: the two vCPUs
+    // of the CI machine do not stream at the same rate; with fixed halves one thread waited for the
+    // other during 15-20% of every decode GEMV (measured), and balanced decode steps were 2-5% faster in
+    // paired A/Bs (docs/perf.md).
+    void parallel_for_balanced(int64_t n, int64_t chunk, FunctionRef<void(int ith, int64_t begin, int64_t end)> fn);
 
 private:
     void worker_loop(int ith);
@@ -58,6 +68,11 @@ private:
     std::atomic<int> pending_{0};
     std::atomic<int> sleepers_{0};
     std::atomic<bool> stop_{false};
+    // parallel_for_balanced's shares: the unclaimed range [front, back) packed as back << 32 | front.
+    struct alignas(64) Share {
+        std::atomic<uint64_t> range{0};
+    };
+    std::unique_ptr<Share[]> shares_;
 };
 
 // Range [begin, end) of thread ith out of nth for n items.

@@ -94,6 +94,15 @@ float* products_scratch(size_t n) {
     return buf.data();
 }
 
+// Panels per parallel_for_balanced chunk: ~256 KiB of weights (~8 us of one core's stream). Smaller
+// chunks let the threads finish closer together, larger ones break the stealing thread's stream less
+// often: 256 KiB was the best of 32-1024 KiB in paired decode-step A/Bs.
+int64_t panel_chunk(const PackedWeight& p) {
+    const int64_t panel_bytes =
+        p.dtype == DType::BF16 ? p.K2 * 2 * kPanelCols * int64_t{2} : p.K * kPanelCols * int64_t{4};
+    return std::max<int64_t>(1, (int64_t{256} << 10) / std::max<int64_t>(panel_bytes, 1));
+}
+
 }  // namespace
 
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
@@ -112,10 +121,8 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
-        global_pool().run([&](int ith, int nth) {
-            int64_t p0, p1;
-            split_range(p.n_panels, ith, nth, &p0, &p1);
-            if (p0 < p1) cpu::avx512::linear_bf16dot(xp, M, p.K2, p, y, N, p0, p1, round_out);
+        global_pool().parallel_for_balanced(p.n_panels, panel_chunk(p), [&](int, int64_t p0, int64_t p1) {
+            cpu::avx512::linear_bf16dot(xp, M, p.K2, p, y, N, p0, p1, round_out);
         });
         return;
     }
@@ -132,10 +139,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         if (round_out) round_inplace(y, M * N);
         return;
     }
-    global_pool().run([&](int ith, int nth) {
-        int64_t p0, p1;
-        split_range(p.n_panels, ith, nth, &p0, &p1);
-        if (p0 >= p1) return;
+    global_pool().parallel_for_balanced(p.n_panels, panel_chunk(p), [&](int, int64_t p0, int64_t p1) {
         if (isa == Isa::AVX512) cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
         else cpu::avx2::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
     });
@@ -172,10 +176,8 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
     if (has_epilogue && p.K2 <= 2048) {
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
-        global_pool().run([&](int ith, int nth) {
-            int64_t p0, p1;
-            split_range(p.n_panels, ith, nth, &p0, &p1);
-            if (p0 < p1) cpu::avx512::linear_bf16dot_swiglu(xp, M, p.K2, p, out, I, p0, p1);
+        global_pool().parallel_for_balanced(p.n_panels, panel_chunk(p), [&](int, int64_t p0, int64_t p1) {
+            cpu::avx512::linear_bf16dot_swiglu(xp, M, p.K2, p, out, I, p0, p1);
         });
         return;
     }
@@ -201,27 +203,37 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     uint32_t* xp = scratch<uint32_t>(M * p.K2);
     cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
     ThreadPool& pool = global_pool();
-    const int nth = std::min(pool.size(), 64);
-    float* vals = scratch<float>(static_cast<size_t>(nth) * M);
+    const int nth = pool.size();
+    // Rows [0, nth M): each thread's best (value, column) so far; [nth M, 2 nth M): its current chunk's.
+    // Chunks reach threads in no fixed order, so ties go to the lowest column explicitly (the reference's
+    // first maximum) and the ids do not depend on timing.
+    float* vals = scratch<float>(static_cast<size_t>(2 * nth) * M);
     thread_local std::vector<int64_t> idx_buf;
-    if (idx_buf.size() < static_cast<size_t>(nth) * M) idx_buf.resize(static_cast<size_t>(nth) * M);
+    if (idx_buf.size() < static_cast<size_t>(2 * nth) * M) idx_buf.resize(static_cast<size_t>(2 * nth) * M);
     int64_t* idx = idx_buf.data();
-    pool.run([&](int ith, int nt) {
-        if (ith >= nth) return;
-        int64_t p0, p1;
-        split_range(p.n_panels, ith, std::min(nt, nth), &p0, &p1);
-        cpu::avx512::linear_bf16dot_argmax(xp, M, p.K2, p, p0, p1, vals + ith * M, idx + ith * M);
-    });
-    // Threads own increasing column ranges: a strict > keeps the first maximum.
-    for (int64_t m = 0; m < M; ++m) {
-        int64_t best = -1;
-        float bv = -INFINITY;
-        for (int t = 0; t < nth; ++t)
-            if (idx[t * M + m] >= 0 && (best < 0 || vals[t * M + m] > bv)) {
-                bv = vals[t * M + m];
-                best = idx[t * M + m];
+    for (int64_t i = 0; i < nth * M; ++i) idx[i] = -1;
+    auto better = [](float v, int64_t i, float bv, int64_t bi) {
+        return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
+    };
+    pool.parallel_for_balanced(p.n_panels, panel_chunk(p), [&](int ith, int64_t p0, int64_t p1) {
+        float* cv = vals + (nth + ith) * M;
+        int64_t* ci = idx + (nth + ith) * M;
+        cpu::avx512::linear_bf16dot_argmax(xp, M, p.K2, p, p0, p1, cv, ci);
+        for (int64_t m = 0; m < M; ++m)
+            if (better(cv[m], ci[m], vals[ith * M + m], idx[ith * M + m])) {
+                vals[ith * M + m] = cv[m];
+                idx[ith * M + m] = ci[m];
             }
-        ids[m] = static_cast<int32_t>(best);
+    });
+    for (int64_t m = 0; m < M; ++m) {
+        float bv = 0.0f;
+        int64_t bi = -1;
+        for (int t = 0; t < nth; ++t)
+            if (better(vals[t * M + m], idx[t * M + m], bv, bi)) {
+                bv = vals[t * M + m];
+                bi = idx[t * M + m];
+            }
+        ids[m] = static_cast<int32_t>(bi);
     }
 }
 
