@@ -45,13 +45,14 @@ public:
     // Splits [0, n) into nth contiguous ranges and calls fn(begin, end) for each non-empty one.
     void parallel_for(int64_t n, FunctionRef<void(int64_t begin, int64_t end)> fn);
     // For bandwidth-bound loops (decode GEMVs): [0, n) is cut into nth equal shares; thread i works
-    // through share i from its front, `chunk` items per call, then takes chunks from the back of the
-    // shares still unfinished, so both ends stay contiguous streams. Calls fn(ith, begin, end); each item
-    // is in exactly one call (one thread, or n <= chunk: a single call over [0, n)). Why: the two vCPUs
-    // of the CI machine do not stream at the same rate; with fixed halves one thread waited for the
-    // other during 15-20% of every decode GEMV (measured), and balanced decode steps were 2-5% faster in
-    // paired A/Bs (docs/perf.md).
-    void parallel_for_balanced(int64_t n, int64_t chunk, FunctionRef<void(int ith, int64_t begin, int64_t end)> fn);
+    // through share i from its front, then takes from the back of the shares still unfinished, so both
+    // ends stay contiguous streams. Each claim takes 1/(2 nth) of what is left of a share, at least
+    // min_chunk items (guided scheduling: long streams first, small pieces last). Calls fn(ith, begin,
+    // end); each item is in exactly one call (one thread, or n <= min_chunk: a single call over [0, n)).
+    // Why: the two vCPUs of the CI machine do not stream at the same rate; with fixed halves one thread
+    // waited for the other during 15-20% of every decode GEMV (measured). Paired A/Bs of decode steps in
+    // docs/perf.md.
+    void parallel_for_balanced(int64_t n, int64_t min_chunk, FunctionRef<void(int ith, int64_t begin, int64_t end)> fn);
 
 private:
     void worker_loop(int ith);

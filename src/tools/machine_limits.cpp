@@ -39,8 +39,8 @@ double ReadBandwidthProbe::measure_gbps(int reps) {
     double best = 0;
     for (int r = 0; r < reps; ++r) {
         const double t0 = now();
-        // Balanced like the decode GEMVs (the vCPUs do not stream at the same rate): 256 KiB chunks.
-        pool.parallel_for_balanced(n, int64_t{64} << 10, [&](int ith, int64_t b, int64_t e) {
+        // Balanced like the decode GEMVs (the vCPUs do not stream at the same rate), 32 KiB smallest claims.
+        pool.parallel_for_balanced(n, int64_t{8} << 10, [&](int ith, int64_t b, int64_t e) {
             sink[ith * 8] += avx512 ? cpu::avx512::stream_read(p + b, e - b) : cpu::avx2::stream_read(p + b, e - b);
         });
         best = std::max(best, bytes_ / (now() - t0) / 1e9);
