@@ -15,8 +15,12 @@ SequenceState::SequenceState(const ModelConfig& c, DType kv) : kv_dtype(kv) {
 }
 
 void SequenceState::reserve(int64_t tokens) {
-    for (auto& v : k_cache) v.reserve(tokens * kv_row_bytes());
-    for (auto& v : v_cache) v.reserve(tokens * kv_row_bytes());
+    // Sized, not only reserved: the zero fill maps the pages now. Mapped on first touch inside a decode
+    // step instead, each new 4 KiB page cost a page fault of ~25 us in the CI VM (six per step, 0.6%).
+    const size_t bytes = static_cast<size_t>(tokens) * kv_row_bytes();
+    for (auto* caches : {&k_cache, &v_cache})
+        for (auto& v : *caches)
+            if (v.size() < bytes) v.resize(bytes);
 }
 
 void SequenceState::reset() {

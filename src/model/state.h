@@ -17,8 +17,9 @@ struct SequenceState {
     // recurrent state [Hv, Dk, Dv] in f32 (the spec's S per value head, values contiguous).
     std::vector<std::vector<float>> conv;
     std::vector<std::vector<float>> ssm;
-    // Per attention layer: K and V rows [n_past, Hkv, D] (post-norm, post-RoPE k; raw v) as raw bytes of
-    // kv_dtype elements: F32, or BF16 for a bf16-activation forward (whose K/V are bf16 values).
+    // Per attention layer: K and V rows [rows, Hkv, D] (post-norm, post-RoPE k; raw v) as raw bytes of
+    // kv_dtype elements: F32, or BF16 for a bf16-activation forward (whose K/V are bf16 values). The
+    // first n_past rows are the sequence's; reserve() may size the vectors beyond them.
     DType kv_dtype = DType::F32;
     std::vector<std::vector<uint8_t>> k_cache, v_cache;
 
@@ -26,7 +27,8 @@ struct SequenceState {
     int64_t kv_row_elems() const { return kv_row_; }
     size_t kv_row_bytes() const { return static_cast<size_t>(kv_row_) * dtype_size(kv_dtype); }
     void reset();
-    // Reserves KV capacity for `tokens` positions, so appending up to there never allocates.
+    // Sizes the KV caches for `tokens` positions (zeroed, pages mapped), so appending up to there never
+    // allocates or faults.
     void reserve(int64_t tokens);
 
 private:
