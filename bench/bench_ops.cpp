@@ -93,6 +93,32 @@ void BM_GdnMixer(benchmark::State& state) {
 BENCHMARK(BM_GdnMixer)->Args({1, 0})->ArgsProduct({{64, 128, 256, 512, 1024, 4096, 16384}, {0, 1}})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// A GDN decode step whose state comes from DRAM, as in a model (a step reads 18 layers' states, 18 MB,
+// between two visits of a layer): cycles through 64 layers' states (64 MB). Reports µs per layer-step
+// and the state bytes read + written per second.
+void BM_GdnDecodeStream(benchmark::State& state) {
+    const int64_t Hk = 16, Hv = 16, Dk = 128, Dv = 128, K = 4, L = 64;
+    const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
+    std::vector<float> proj(ldp);
+    uint32_t s = 3;
+    for (auto& x : proj) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    std::vector<float> conv_w(CD * K, 0.1f), conv_wT(K * CD, 0.1f), negA(Hv, -1.0f), dtb(Hv, -2.0f), nw(Dv, 1.0f);
+    std::vector<float> conv(L * (K - 1) * CD, 0.0f), out(VD);
+    gdn::Buffer ssm(L * Hv * Dk * Dv * sizeof(float));
+    gdn::ops::GdnParams p{Hk, Hv, Dk, Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(), nw.data(), false};
+    gdn::ops::Scratch sc;
+    int64_t l = 0;
+    for (auto _ : state) {
+        gdn::ops::gdn_mixer(proj.data(), ldp, {{0, 1, conv.data() + l * (K - 1) * CD, ssm.as<float>() + l * Hv * Dk * Dv}},
+                            p, out.data(), sc, false);
+        l = (l + 1) % L;
+    }
+    state.counters["state_GB/s"] = benchmark::Counter(2.0 * Hv * Dk * Dv * sizeof(float),
+                                                      benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["read_limit_GB/s"] = limits().read_gbps;
+}
+BENCHMARK(BM_GdnDecodeStream)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // The delta rule alone on one thread, one head of the 0.8B shape (Dk = Dv = 128), 256 tokens: the
 // recurrent slab kernel (arg 0) vs the chunked kernel (arg 1, four 64-token chunks). Reported per
 // token-head; "GFLOP/s" counts the chunked form's products (2 x 77.8k MAC per token-head).
