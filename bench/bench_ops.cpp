@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 
@@ -95,7 +96,9 @@ BENCHMARK(BM_GdnMixer)->Args({1, 0})->ArgsProduct({{64, 128, 256, 512, 1024, 409
 
 // A GDN decode step whose state comes from DRAM, as in a model (a step reads 18 layers' states, 18 MB,
 // between two visits of a layer): cycles through 64 layers' states (64 MB). Reports µs per layer-step
-// and the state bytes read + written per second.
+// (only the mixer is timed) and the state bytes read + written per second. Arg: 0 = states on 4 KiB
+// pages (std::vector), 1 = on huge pages (Buffer, as the engine and SequenceState keep them), 2 = huge
+// pages with a 16.8 MB GEMV (an in_proj) before each step as in a model, 3 = the same on 4 KiB pages.
 void BM_GdnDecodeStream(benchmark::State& state) {
     const int64_t Hk = 16, Hv = 16, Dk = 128, Dv = 128, K = 4, L = 64;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
@@ -104,20 +107,36 @@ void BM_GdnDecodeStream(benchmark::State& state) {
     for (auto& x : proj) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
     std::vector<float> conv_w(CD * K, 0.1f), conv_wT(K * CD, 0.1f), negA(Hv, -1.0f), dtb(Hv, -2.0f), nw(Dv, 1.0f);
     std::vector<float> conv(L * (K - 1) * CD, 0.0f), out(VD);
-    gdn::Buffer ssm(L * Hv * Dk * Dv * sizeof(float));
+    gdn::Buffer ssm_huge(L * Hv * Dk * Dv * sizeof(float));
+    std::vector<std::vector<float>> small(L, std::vector<float>(Hv * Dk * Dv, 0.0f));
+    const bool huge = state.range(0) == 1 || state.range(0) == 2;
     gdn::ops::GdnParams p{Hk, Hv, Dk, Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(), nw.data(), false};
     gdn::ops::Scratch sc;
     int64_t l = 0;
+    // Arg 2: a 16.8 MB GEMV (the layer's in_proj) runs before each step, untimed, as in a model.
+    const bool with_gemv = state.range(0) >= 2;
+    std::vector<gdn::LinearWeight> ws;
+    std::vector<uint16_t> wsrc;
+    if (with_gemv) {
+        wsrc = random_bf16(8224 * 1024);
+        for (int c = 0; c < 8; ++c)
+            ws.push_back(gdn::make_linear({gdn::TensorView::contiguous(wsrc.data(), gdn::DType::BF16, {8224, 1024})}));
+    }
+    std::vector<float> gx(1024, 0.01f), gy(8224);
+    int64_t it = 0;
     for (auto _ : state) {
-        gdn::ops::gdn_mixer(proj.data(), ldp, {{0, 1, conv.data() + l * (K - 1) * CD, ssm.as<float>() + l * Hv * Dk * Dv}},
+        if (with_gemv) gdn::linear(gx.data(), 1, ws[it++ % ws.size()], gy.data(), true);
+        const auto t0 = std::chrono::steady_clock::now();
+        gdn::ops::gdn_mixer(proj.data(), ldp, {{0, 1, conv.data() + l * (K - 1) * CD, huge ? ssm_huge.as<float>() + l * Hv * Dk * Dv : small[l].data()}},
                             p, out.data(), sc, false);
-        l = (l + 1) % L;
+        state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        l = (l + 23) % L;  // not the next layer: a model does not read the states in address order
     }
     state.counters["state_GB/s"] = benchmark::Counter(2.0 * Hv * Dk * Dv * sizeof(float),
                                                       benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
-BENCHMARK(BM_GdnDecodeStream)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_GdnDecodeStream)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Unit(benchmark::kMicrosecond)->UseManualTime();
 
 // The delta rule alone on one thread, one head of the 0.8B shape (Dk = Dv = 128), 256 tokens: the
 // recurrent slab kernel (arg 0) vs the chunked kernel (arg 1, four 64-token chunks). Reported per

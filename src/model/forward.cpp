@@ -51,8 +51,8 @@ namespace {
 class SequenceStateAccess final : public CacheAccess {
 public:
     SequenceStateAccess(const std::vector<SequenceInput>& b, int64_t row) : b_(b), row_(row) {}
-    float* conv(int s, int gi) override { return b_[s].state->conv[gi].data(); }
-    float* ssm(int s, int gi) override { return b_[s].state->ssm[gi].data(); }
+    float* conv(int s, int gi) override { return b_[s].state->conv(gi); }
+    float* ssm(int s, int gi) override { return b_[s].state->ssm(gi); }
     bool fresh(int) override { return false; }  // a new SequenceState is zero-initialised
     void write_kv(int s, int ai, int64_t t, const float* k, const float* v) override {
         SequenceState& st = *b_[s].state;

@@ -1,14 +1,15 @@
 #include "model/state.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace gdn {
 
 SequenceState::SequenceState(const ModelConfig& c, DType kv) : kv_dtype(kv) {
-    const size_t conv_n = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
-    const size_t ssm_n = static_cast<size_t>(c.gdn_v_heads) * c.gdn_v_dim * c.gdn_k_dim;
-    conv.assign(c.n_gdn_layers(), std::vector<float>(conv_n, 0.0f));
-    ssm.assign(c.n_gdn_layers(), std::vector<float>(ssm_n, 0.0f));
+    conv_n_ = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
+    ssm_n_ = static_cast<size_t>(c.gdn_v_heads) * c.gdn_v_dim * c.gdn_k_dim;
+    conv_.allocate(c.n_gdn_layers() * conv_n_ * sizeof(float));  // zeroed
+    ssm_.allocate(c.n_gdn_layers() * ssm_n_ * sizeof(float));
     k_cache.resize(c.n_attention_layers());
     v_cache.resize(c.n_attention_layers());
     kv_row_ = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
@@ -25,8 +26,8 @@ void SequenceState::reserve(int64_t tokens) {
 
 void SequenceState::reset() {
     n_past = 0;
-    for (auto& v : conv) std::fill(v.begin(), v.end(), 0.0f);
-    for (auto& v : ssm) std::fill(v.begin(), v.end(), 0.0f);
+    if (conv_.data()) std::memset(conv_.data(), 0, conv_.size());
+    if (ssm_.data()) std::memset(ssm_.data(), 0, ssm_.size());
     for (auto& v : k_cache) v.clear();
     for (auto& v : v_cache) v.clear();
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/dtype.h"
 #include "model/config.h"
 
@@ -13,10 +14,6 @@ namespace gdn {
 
 struct SequenceState {
     int64_t n_past = 0;  // tokens already consumed (positions of the next token start here)
-    // Per GDN layer (in layer order): conv [K-1, CD] (last K-1 raw inputs, oldest first) and the
-    // recurrent state [Hv, Dk, Dv] in f32 (the spec's S per value head, values contiguous).
-    std::vector<std::vector<float>> conv;
-    std::vector<std::vector<float>> ssm;
     // Per attention layer: K and V rows [rows, Hkv, D] (post-norm, post-RoPE k; raw v) as raw bytes of
     // kv_dtype elements: F32, or BF16 for a bf16-activation forward (whose K/V are bf16 values). The
     // first n_past rows are the sequence's; reserve() may size the vectors beyond them.
@@ -24,6 +21,13 @@ struct SequenceState {
     std::vector<std::vector<uint8_t>> k_cache, v_cache;
 
     explicit SequenceState(const ModelConfig& c, DType kv_dtype = DType::F32);
+    // Per GDN layer gi (in layer order): conv [K-1, CD] (last K-1 raw inputs, oldest first) and the
+    // recurrent state [Hv, Dk, Dv] in f32 (the spec's S per value head, values contiguous). All layers'
+    // states are one huge-page Buffer, like the engine's state slots: a decode step streams each layer's
+    // 1 MB (0.8B shape), and on 4 KiB pages the GDN decode op was 1.2-1.4x slower after a GEMV and
+    // 1.3-1.7x alone (bench_ops GdnDecodeStream/3 vs /2, /0 vs /1).
+    float* conv(int gi) const { return conv_.as<float>() + static_cast<size_t>(gi) * conv_n_; }
+    float* ssm(int gi) const { return ssm_.as<float>() + static_cast<size_t>(gi) * ssm_n_; }
     int64_t kv_row_elems() const { return kv_row_; }
     size_t kv_row_bytes() const { return static_cast<size_t>(kv_row_) * dtype_size(kv_dtype); }
     void reset();
@@ -33,6 +37,8 @@ struct SequenceState {
 
 private:
     int64_t kv_row_ = 0;  // Hkv * D
+    size_t conv_n_ = 0, ssm_n_ = 0;  // floats per GDN layer
+    Buffer conv_, ssm_;
 };
 
 }  // namespace gdn
