@@ -34,8 +34,8 @@ LinearWeight make_linear(const std::vector<TensorView>& parts) {
     rows.reserve(p.N);
     for (const auto& t : parts)
         for (int64_t r = 0; r < t.shape[0]; ++r) rows.emplace_back(&t, r);
+    p.data.allocate(p.n_panels * p.panel_bytes(), true);
     if (p.dtype == DType::BF16) {
-        p.data.allocate(p.n_panels * p.K2 * 2 * kPanelCols * sizeof(uint16_t), true);
         uint16_t* dst = p.data.as<uint16_t>();
         for (int64_t n = 0; n < p.N; ++n) {
             const uint16_t* src = static_cast<const uint16_t*>(rows[n].first->row(rows[n].second));
@@ -44,7 +44,6 @@ LinearWeight make_linear(const std::vector<TensorView>& parts) {
             for (int64_t k = 0; k < p.K; ++k) pd[(k / 2) * 2 * kPanelCols + (k & 1)] = src[k];
         }
     } else {
-        p.data.allocate(p.n_panels * p.K * kPanelCols * sizeof(float), true);
         float* dst = p.data.as<float>();
         std::vector<float> row(p.K);
         for (int64_t n = 0; n < p.N; ++n) {
@@ -99,9 +98,7 @@ float* products_scratch(size_t n) {
 // streams stay long. Paired decode-step A/Bs: 2.5-3% faster than fixed 256 KiB claims, which were 2-5%
 // faster than fixed halves; a quarter, a half or an eighth per claim measured the same.
 int64_t min_panels(const PackedWeight& p) {
-    const int64_t panel_bytes =
-        p.dtype == DType::BF16 ? p.K2 * 2 * kPanelCols * int64_t{2} : p.K * kPanelCols * int64_t{4};
-    return std::max<int64_t>(1, (int64_t{32} << 10) / std::max<int64_t>(panel_bytes, 1));
+    return std::max<int64_t>(1, (int64_t{32} << 10) / std::max<int64_t>(p.panel_bytes(), 1));
 }
 
 }  // namespace

@@ -23,6 +23,10 @@ struct PackedWeight {
     int64_t n_panels = 0;  // ceil(N / 32)
     DType dtype = DType::BF16;
     Buffer data;
+    // Bytes of one panel: [K2, 32 columns, 2] bf16 or [K, 32 columns] f32.
+    int64_t panel_bytes() const {
+        return dtype == DType::BF16 ? K2 * 2 * kPanelCols * int64_t{2} : K * kPanelCols * int64_t{4};
+    }
     const uint16_t* bf16_panel(int64_t p) const { return data.as<uint16_t>() + p * K2 * 2 * kPanelCols; }
     const float* f32_panel(int64_t p) const { return data.as<float>() + p * K * kPanelCols; }
 };
