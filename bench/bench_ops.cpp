@@ -68,27 +68,41 @@ void BM_LinearStream(benchmark::State& state) {
 BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({1, 1024, 3584})->Args({1, 1024, 2048})
     ->Args({8, 7168, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// One GDN layer of the Qwen3.5-0.8B shape (Hk = Hv = 16, Dk = Dv = 128, conv kernel 4) with constant
+// weights, and T tokens of random input projections [T, ldp] (q | k | v | z | b | a).
+struct GdnBenchLayer {
+    static constexpr int64_t Hk = 16, Hv = 16, Dk = 128, Dv = 128, K = 4;
+    static constexpr int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
+    std::vector<float> proj, conv_w = std::vector<float>(CD * K, 0.1f), conv_wT = std::vector<float>(K * CD, 0.1f),
+                             negA = std::vector<float>(Hv, -1.0f), dtb = std::vector<float>(Hv, -2.0f),
+                             nw = std::vector<float>(Dv, 1.0f);
+    gdn::ops::GdnParams params{Hk, Hv, Dk, Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(),
+                               nw.data(), false};
+    explicit GdnBenchLayer(int64_t T) : proj(T * ldp) {
+        uint32_t s = 3;
+        for (auto& x : proj) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    }
+    GdnBenchLayer(const GdnBenchLayer&) = delete;  // params points into this object's vectors
+};
+
 // One GDN layer's mixer (conv, prep, delta rule, gated norm) on the Qwen3.5-0.8B shape (Hk = Hv = 16,
 // Dk = Dv = 128): tokens/s for prefill of T tokens, or one decode step. The FMA bound of the delta rule is
 // Dk*Dv*4 FLOP-ish ops per token-head at 2 FMA/cycle per core (kernels.md §3.4), reported as `bound_tps`.
 // Arg 1: the prefill form of the delta rule, 0 = recurrent (slab kernel), 1 = chunked (full 64-token chunks).
 void BM_GdnMixer(benchmark::State& state) {
     gdn::set_delta_rule_form(state.range(1) ? gdn::DeltaRuleForm::CHUNKED : gdn::DeltaRuleForm::RECURRENT);
-    const int64_t T = state.range(0), Hk = 16, Hv = 16, Dk = 128, Dv = 128, K = 4;
-    const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
-    std::vector<float> proj(T * ldp);
-    uint32_t s = 3;
-    for (auto& x : proj) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
-    std::vector<float> conv_w(CD * K, 0.1f), conv_wT(K * CD, 0.1f), negA(Hv, -1.0f), dtb(Hv, -2.0f), nw(Dv, 1.0f);
-    std::vector<float> conv((K - 1) * CD, 0.0f), ssm(Hv * Dk * Dv, 0.0f), out(T * VD);
-    gdn::ops::GdnParams p{Hk, Hv, Dk, Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(), nw.data(), false};
+    using G = GdnBenchLayer;
+    const int64_t T = state.range(0);
+    const G layer(T);
+    std::vector<float> conv((G::K - 1) * G::CD, 0.0f), ssm(G::Hv * G::Dk * G::Dv, 0.0f), out(T * G::VD);
     gdn::ops::Scratch sc;
     for (auto _ : state)
-        gdn::ops::gdn_mixer(proj.data(), ldp, {{0, T, conv.data(), ssm.data()}}, p, out.data(), sc, false);
+        gdn::ops::gdn_mixer(layer.proj.data(), G::ldp, {{0, T, conv.data(), ssm.data()}}, layer.params, out.data(), sc,
+                            false);
     state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
     // 4 vector ops per state element per token (2 FMA pass 1, mul + FMA pass 2) at 2 per cycle per core.
     const double fp32_elems_per_s = limits().fp32_gflops * 1e9 / 2.0;  // FMA lanes per second, all threads
-    state.counters["bound_tokens/s"] = fp32_elems_per_s / (4.0 * Hv * Dk * Dv);
+    state.counters["bound_tokens/s"] = fp32_elems_per_s / (4.0 * G::Hv * G::Dk * G::Dv);
     gdn::set_delta_rule_form(gdn::DeltaRuleForm::AUTO);
 }
 BENCHMARK(BM_GdnMixer)->Args({1, 0})->ArgsProduct({{64, 128, 256, 512, 1024, 4096, 16384}, {0, 1}})
@@ -100,17 +114,13 @@ BENCHMARK(BM_GdnMixer)->Args({1, 0})->ArgsProduct({{64, 128, 256, 512, 1024, 409
 // pages (std::vector), 1 = on huge pages (Buffer, as the engine and SequenceState keep them), 2 = huge
 // pages with a 16.8 MB GEMV (an in_proj) before each step as in a model, 3 = the same on 4 KiB pages.
 void BM_GdnDecodeStream(benchmark::State& state) {
-    const int64_t Hk = 16, Hv = 16, Dk = 128, Dv = 128, K = 4, L = 64;
-    const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
-    std::vector<float> proj(ldp);
-    uint32_t s = 3;
-    for (auto& x : proj) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
-    std::vector<float> conv_w(CD * K, 0.1f), conv_wT(K * CD, 0.1f), negA(Hv, -1.0f), dtb(Hv, -2.0f), nw(Dv, 1.0f);
-    std::vector<float> conv(L * (K - 1) * CD, 0.0f), out(VD);
-    gdn::Buffer ssm_huge(L * Hv * Dk * Dv * sizeof(float));
-    std::vector<std::vector<float>> small(L, std::vector<float>(Hv * Dk * Dv, 0.0f));
+    using G = GdnBenchLayer;
+    constexpr int64_t L = 64, state_n = G::Hv * G::Dk * G::Dv;
+    const G layer(1);
+    std::vector<float> conv(L * (G::K - 1) * G::CD, 0.0f), out(G::VD);
+    gdn::Buffer ssm_huge(L * state_n * sizeof(float));
+    std::vector<std::vector<float>> small(L, std::vector<float>(state_n, 0.0f));
     const bool huge = state.range(0) == 1 || state.range(0) == 2;
-    gdn::ops::GdnParams p{Hk, Hv, Dk, Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(), nw.data(), false};
     gdn::ops::Scratch sc;
     int64_t l = 0;
     // Arg 2: a 16.8 MB GEMV (the layer's in_proj) runs before each step, untimed, as in a model.
@@ -127,12 +137,13 @@ void BM_GdnDecodeStream(benchmark::State& state) {
     for (auto _ : state) {
         if (with_gemv) gdn::linear(gx.data(), 1, ws[it++ % ws.size()], gy.data(), true);
         const auto t0 = std::chrono::steady_clock::now();
-        gdn::ops::gdn_mixer(proj.data(), ldp, {{0, 1, conv.data() + l * (K - 1) * CD, huge ? ssm_huge.as<float>() + l * Hv * Dk * Dv : small[l].data()}},
-                            p, out.data(), sc, false);
+        float* ssm = huge ? ssm_huge.as<float>() + l * state_n : small[l].data();
+        gdn::ops::gdn_mixer(layer.proj.data(), G::ldp, {{0, 1, conv.data() + l * (G::K - 1) * G::CD, ssm}}, layer.params,
+                            out.data(), sc, false);
         state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         l = (l + 23) % L;  // not the next layer: a model does not read the states in address order
     }
-    state.counters["state_GB/s"] = benchmark::Counter(2.0 * Hv * Dk * Dv * sizeof(float),
+    state.counters["state_GB/s"] = benchmark::Counter(2.0 * state_n * sizeof(float),
                                                       benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
