@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "ops/dispatch.h"
+#include "ops/layers.h"
 #include "ops/linear.h"
 #include "ops/ref/ref_ops.h"
 #include "test_util.h"
@@ -150,3 +151,22 @@ TEST(OpsLinear, FusedSwigluEqualsSiluOfGateTimesUp) {
 }
 
 }  // namespace
+
+// The embedding of a tied model gathers its rows from the packed lm_head: every row of every table dtype
+// (odd K, a partial last panel) must come back exactly as the checkpoint's row.
+TEST(OpsLinear, EmbeddingFromPackedTableEqualsTheStoredRows) {
+    const int64_t V = 70, H = 37;
+    auto wf = random_vec(V * H, 5, -2.0f, 2.0f);
+    const std::vector<int32_t> ids = {0, 31, 32, 69, 5, 5, 64};
+    const int64_t n = static_cast<int64_t>(ids.size());
+    for (DType dt : {DType::BF16, DType::F32, DType::F16}) {
+        std::vector<uint8_t> wb(V * H * dtype_size(dt));
+        convert_from_f32(wf.data(), dt, wb.data(), V * H);
+        const TensorView table = TensorView::contiguous(wb.data(), dt, {V, H});
+        const LinearWeight packed = make_linear({table});
+        std::vector<float> want(n * H), got(n * H, NAN);
+        ref::embedding(table, ids.data(), n, want.data());
+        ops::embedding(table, &packed.packed, ids.data(), n, got.data(), false);
+        for (int64_t i = 0; i < n * H; ++i) ASSERT_EQ(got[i], want[i]) << dtype_name(dt) << " i=" << i;
+    }
+}

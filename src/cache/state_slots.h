@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "cache/id_pool.h"
 #include "core/buffer.h"
@@ -19,16 +18,19 @@ public:
     int32_t n_free() const { return ids_.n_free(); }
     int32_t allocate() { return ids_.allocate(); }  // -1 if none
     void release(int32_t slot) { ids_.release(slot); }
-    float* conv(int layer, int32_t slot) { return conv_[layer].as<float>() + slot * conv_n_; }
-    float* ssm(int layer, int32_t slot) { return ssm_[layer].as<float>() + slot * ssm_n_; }
+    float* conv(int layer, int32_t slot) { return conv_.as<float>() + (int64_t{layer} * n_slots_ + slot) * conv_n_; }
+    float* ssm(int layer, int32_t slot) { return ssm_.as<float>() + (int64_t{layer} * n_slots_ + slot) * ssm_n_; }
     static size_t bytes_per_slot(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats) {
         return static_cast<size_t>(n_gdn_layers) * (conv_floats + ssm_floats) * sizeof(float);
     }
 
 private:
     IdPool ids_;
-    int64_t conv_n_, ssm_n_;
-    std::vector<Buffer> conv_, ssm_;
+    int64_t n_slots_, conv_n_, ssm_n_;
+    // All layers' states in one buffer each, [layer][slot][state]: large enough for huge pages even with
+    // few slots (per-layer buffers of a few slots were on 4 KiB pages, and a decode step reads each
+    // layer's states once, after the weight stream has evicted their translations: see core/arena.h).
+    Buffer conv_, ssm_;
 };
 
 }  // namespace gdn

@@ -352,7 +352,7 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     float* hf = sc.f32(H_FFN, N * H);   // FFN input: x normed by post_attention_layernorm
     float* mix = sc.f32(MIX, N * H);
     float* ffn = sc.f32(FFN, N * H);
-    ops::embedding(w.embed, ids, N, x, bf16);
+    ops::embedding(w.embed, w.embed_packed, ids, N, x, bf16);
     ops::rms_norm(x, N, H, w.layers[0].input_norm, c.rms_eps, hm, bf16);
     int gi = 0, ai = 0;
     for (int l = 0; l < c.n_layers; ++l) {

@@ -45,11 +45,9 @@ public:
     template <typename F>
     Result<const float*> get_f32(const std::string& name, std::initializer_list<int64_t> dims, F transform) {
         GDN_ASSIGN_OR_RETURN(TensorView t, get(name, dims));
-        Buffer b(t.numel() * sizeof(float));
-        convert_to_f32(t.dtype, t.data, b.as<float>(), t.numel());
-        for (int64_t i = 0; i < t.numel(); ++i) b.as<float>()[i] = transform(b.as<float>()[i]);
-        const float* p = b.as<float>();
-        w_->owned.push_back(std::move(b));
+        float* p = w_->small.alloc_f32(t.numel());
+        convert_to_f32(t.dtype, t.data, p, t.numel());
+        for (int64_t i = 0; i < t.numel(); ++i) p[i] = transform(p[i]);
         return p;
     }
     Result<const float*> get_norm1p(const std::string& name, int64_t n) {
@@ -191,7 +189,7 @@ Mlp pack_mlp(const MlpWeights& v) {
 }
 
 // Packs every matrix of a layer into the kernels' layout, fusing projections that share an input.
-void pack_layer(const ModelConfig& c, LayerWeights* L, std::vector<Buffer>* owned) {
+void pack_layer(const ModelConfig& c, LayerWeights* L, HugePageArena* small) {
     if (L->kind == LayerKind::FULL_ATTENTION) {
         L->attn.qkv = make_linear({L->attn.q_proj, L->attn.k_proj, L->attn.v_proj});
         L->attn.o = make_linear({L->attn.o_proj});
@@ -200,11 +198,10 @@ void pack_layer(const ModelConfig& c, LayerWeights* L, std::vector<Buffer>* owne
         g.in_proj = make_linear({g.in_qkv, g.in_z, g.in_b, g.in_a});
         g.out = make_linear({g.out_proj});
         const int64_t CD = c.gdn_conv_dim(), K = c.conv_kernel;
-        Buffer t(CD * K * sizeof(float));
+        float* t = small->alloc_f32(CD * K);
         for (int64_t ch = 0; ch < CD; ++ch)
-            for (int64_t j = 0; j < K; ++j) t.as<float>()[j * CD + ch] = g.conv[ch * K + j];
-        g.conv_T = t.as<float>();
-        owned->push_back(std::move(t));
+            for (int64_t j = 0; j < K; ++j) t[j * CD + ch] = g.conv[ch * K + j];
+        g.conv_T = t;
     }
 }
 
@@ -251,10 +248,13 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
             GDN_ASSIGN_OR_RETURN(mv, ld.mlp(p + "mlp.", c.intermediate));
             L.mlp = pack_mlp(mv);
         }
-        pack_layer(c, &L, &w->owned);
+        pack_layer(c, &L, &w->small);
         if (progress) progress(i + 1, c.n_layers + 1);
     }
     w->lm_head_packed = make_linear({w->lm_head});
+    // Tied: the embedding rows come from the packed copy (huge pages) at no extra memory. Untied tables
+    // stay on the checkpoint mapping (a packed copy would cost V x H more memory for ~10-50 us a step).
+    if (w->lm_head.data == w->embed.data) w->embed_packed = &w->lm_head_packed.packed;
     if (progress) progress(c.n_layers + 1, c.n_layers + 1);
     int unused = 0;
     for (const auto& [name, t] : ck->tensors()) {

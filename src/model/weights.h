@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/buffer.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -83,10 +84,12 @@ struct ModelWeights {
     const float* final_norm;   // [H], (1 + w)
     TensorView lm_head;        // [V, H] (the embedding when tied)
     LinearWeight lm_head_packed;
+    const PackedWeight* embed_packed = nullptr;  // the embedding packed (tied: lm_head_packed), else null
     std::vector<LayerWeights> layers;
 
     std::shared_ptr<Checkpoint> checkpoint;  // keeps the mapping alive
-    std::vector<Buffer> owned;               // transformed tensors
+    std::vector<Buffer> owned;               // regrouped matrices (Qwen3-Next in_proj)
+    HugePageArena small;                     // the small f32 tensors (norms, conv taps, gates): huge pages
 };
 
 // progress(done, total) is called after each layer is loaded and packed (for a load progress bar).

@@ -235,7 +235,9 @@ std::string kernel_selection_report() {
         const OpId op = static_cast<OpId>(i);
         const Isa isa = op_isa(op);
         if (op == OpId::EMBEDDING) {  // a row gather: there is no faster kernel to choose
-            s += strprintf("  %-13s ref (row gather; no SIMD kernel needed)\n", op_name(op));
+            s += strprintf("  %-13s %s\n", op_name(op),
+                           state().forced[i] ? "ref (forced by GDN_FORCE_REFERENCE: rows from the checkpoint)"
+                                             : "row gather (a tied table from the packed lm_head, on huge pages)");
             continue;
         }
         s += strprintf("  %-13s %s", op_name(op), isa_name(isa));

@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
+#include "ops/linear.h"
 #include "ops/ref/ref_ops.h"
 
 namespace gdn::ops {
@@ -31,9 +32,20 @@ void round_inplace(float* x, int64_t n, bool bf16) {
 
 }  // namespace
 
-void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* out, bool bf16) {
+void embedding(const TensorView& table, const PackedWeight* packed, const int32_t* ids, int64_t n, float* out,
+               bool bf16) {
     GDN_PROFILE("embedding");
-    ref::embedding(table, ids, n, out);
+    if (packed && op_isa(OpId::EMBEDDING) != Isa::REF) {
+        const int64_t V = table.shape[0], H = table.shape[1];
+        GDN_CHECK(packed->N == V && packed->K == H, "embedding: packed table [%lld, %lld] is not [%lld, %lld]",
+                  (long long)packed->N, (long long)packed->K, (long long)V, (long long)H);
+        for (int64_t i = 0; i < n; ++i) {
+            GDN_CHECK(ids[i] >= 0 && ids[i] < V, "token id %d out of range [0, %lld)", ids[i], (long long)V);
+            unpack_row(*packed, ids[i], out + i * H);
+        }
+    } else {
+        ref::embedding(table, ids, n, out);
+    }
     round_inplace(out, n * table.shape[1], bf16);
 }
 

@@ -10,6 +10,10 @@
 #include "core/tensor.h"
 #include "ops/cpu/kernels.h"
 
+namespace gdn {
+struct PackedWeight;
+}
+
 namespace gdn::ops {
 
 // A unit of delta-rule work: (sequence, value head, value-column range [j0, j1)).
@@ -31,7 +35,11 @@ private:
     std::vector<Buffer> f_;  // huge-page backed when large (page faults on first touch cost ~10 us per 4 KiB here)
 };
 
-void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* out, bool bf16);
+// out [n, H] = rows ids of table [V, H]. With `packed` (the same matrix packed: a tied lm_head), the rows
+// are gathered from it: the checkpoint's table is an mmap on 4 KiB pages, where the one row a decode step
+// reads cost a page walk of 10-50 us (the packed copy is on huge pages; see core/arena.h).
+void embedding(const TensorView& table, const PackedWeight* packed, const int32_t* ids, int64_t n, float* out,
+               bool bf16);
 
 // y[r] = rmsnorm(x[r]) * w, rows of n (w holds 1 + weight)
 void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16);

@@ -56,6 +56,17 @@ LinearWeight make_linear(const std::vector<TensorView>& parts) {
     return lw;
 }
 
+void unpack_row(const PackedWeight& p, int64_t n, float* out) {
+    const int64_t panel = n / kPanelCols, col = n % kPanelCols;
+    if (p.dtype == DType::BF16) {
+        const uint16_t* src = p.bf16_panel(panel) + col * 2;  // k-pair kk of the column at kk * 64 + col * 2
+        for (int64_t k = 0; k < p.K; ++k) out[k] = bf16_to_f32(src[(k / 2) * 2 * kPanelCols + (k & 1)]);
+    } else {
+        const float* src = p.f32_panel(panel) + col;
+        for (int64_t k = 0; k < p.K; ++k) out[k] = src[k * kPanelCols];
+    }
+}
+
 namespace {
 
 // Reference path over the packed weight's source: unpack rows (slow, for A/B runs only).
@@ -67,13 +78,7 @@ void linear_ref(const float* x, int64_t M, const LinearWeight& w, float* y) {
     // Fused weights keep only the packed form: rebuild a plain [N, K] f32 copy once per call.
     const PackedWeight& p = w.packed;
     std::vector<float> plain(p.N * p.K);
-    for (int64_t n = 0; n < p.N; ++n)
-        for (int64_t k = 0; k < p.K; ++k) {
-            const int64_t panel = n / kPanelCols, col = n % kPanelCols;
-            plain[n * p.K + k] = p.dtype == DType::BF16
-                                     ? bf16_to_f32(p.bf16_panel(panel)[(k / 2) * 2 * kPanelCols + col * 2 + (k & 1)])
-                                     : p.f32_panel(panel)[k * kPanelCols + col];
-        }
+    for (int64_t n = 0; n < p.N; ++n) unpack_row(p, n, &plain[n * p.K]);
     ref::linear(x, M, TensorView::contiguous(plain.data(), DType::F32, {p.N, p.K}), y);
 }
 

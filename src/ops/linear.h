@@ -47,6 +47,10 @@ LinearWeight make_linear(const std::vector<TensorView>& parts);
 // products are used where the CPU has them). With round_out, y is rounded to bf16 as it is stored.
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
 
+// out [K] = row n of the logical [N, K] matrix, exactly as stored (packing keeps bf16 and f32 values
+// exactly). Reads 4 bytes (a bf16 k-pair or an f32) of every 128 bytes of the row's panel.
+void unpack_row(const PackedWeight& w, int64_t n, float* out);
+
 // A gate|up projection packed for the fused SwiGLU: rows interleaved in blocks of 16 (gate 0..15, up 0..15,
 // gate 16..31, ...), so one 32-column panel holds matching gate and up columns. Needs I % 16 == 0.
 LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up);
