@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/model.h"
+#include "ops/argmax_screen.h"
 #include "ops/dispatch.h"
 #include "ops/ref/ref_ops.h"
 #include "test_util.h"
@@ -249,3 +250,50 @@ TEST(DemoModel, MatchesReferenceLogits) {
 }
 
 }  // namespace
+
+// The greedy lm_head's int8 screen (ops/argmax_screen.h) on trained weights: the ids of 32 greedy
+// steps equal those of the full bf16 argmax pass (the screen off via GDN_FORCE_REFERENCE=argmax) and the
+// argmax of the materialised logits, on every prompt.
+TEST(DemoModel, GreedyLmHeadScreenGivesTheFullPassTokens) {
+    auto m = Model::load(demo_model_dir());
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    if (!argmax_screen_available()) GTEST_SKIP() << "no AVX-512 VNNI here";
+    ASSERT_TRUE((*m)->weights().lm_head_packed.screen);
+    auto tok = Tokenizer::load(demo_model_dir());
+    auto ct = ChatTemplate::create(**tok);
+    const int64_t V = (*m)->config().vocab;
+    ForwardOptions fo;
+    fo.bf16_activations = true;
+    for (const char* p : {"Tell me a fortune.", "Define computer.", "Hello!", "Give me a quote about time.",
+                          "What does kernel mean in hacker jargon?"}) {
+        ChatRequest req;
+        req.messages = Json::array({{{"role", "user"}, {"content", p}}});
+        const auto prompt = (*tok)->encode(*(*ct)->render(req));
+        auto run = [&](bool screen) {
+            force_reference(OpId::ARGMAX, !screen);
+            SequenceState st = (*m)->new_state();
+            std::vector<float> logits;
+            std::vector<int32_t> ids;
+            EXPECT_TRUE((*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits, &ids).is_ok());
+            for (int i = 0; i < 32; ++i) {
+                const int32_t next = ids.back();
+                EXPECT_TRUE((*m)->forward({{&st, &next, 1, false}}, fo, &logits, &ids).is_ok());
+            }
+            force_reference(OpId::ARGMAX, false);
+            return ids;
+        };
+        const uint64_t before = fallback_count(OpId::ARGMAX);
+        const auto screened = run(true), full = run(false);
+        EXPECT_EQ(screened, full) << p;
+        EXPECT_EQ(fallback_count(OpId::ARGMAX), before) << p;
+        // And the argmax of the materialised logits, step by step.
+        SequenceState st = (*m)->new_state();
+        std::vector<float> logits;
+        ASSERT_TRUE((*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits).is_ok());
+        for (size_t i = 0; i < screened.size(); ++i) {
+            ASSERT_EQ(static_cast<int32_t>(ref::argmax(logits.data(), V)), screened[i]) << p << " step " << i;
+            logits.clear();
+            ASSERT_TRUE((*m)->forward({{&st, &screened[i], 1, false}}, fo, &logits).is_ok());
+        }
+    }
+}

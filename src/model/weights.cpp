@@ -5,6 +5,8 @@
 #include <set>
 
 #include "core/log.h"
+#include "ops/argmax_screen.h"
+#include "ops/dispatch.h"
 
 namespace gdn {
 
@@ -252,6 +254,10 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         if (progress) progress(i + 1, c.n_layers + 1);
     }
     w->lm_head_packed = make_linear({w->lm_head});
+    // The exact greedy argmax streams an int8 copy of the lm_head (half its bytes, +25% of its memory)
+    // where the CPU has int8 dot products (ops/argmax_screen.h).
+    if (has_int8_dot() && has_bf16_dot() && w->lm_head_packed.packed.dtype == DType::BF16)
+        w->lm_head_packed.screen = make_int8_screen(w->lm_head_packed.packed);
     // Tied: the embedding rows come from the packed copy (huge pages) at no extra memory. Untied tables
     // stay on the checkpoint mapping (a packed copy would cost V x H more memory for ~10-50 us a step).
     if (w->lm_head.data == w->embed.data) w->embed_packed = &w->lm_head_packed.packed;

@@ -45,7 +45,7 @@ bool os_saves_ymm() {
 
 struct CpuFlags {
     bool avx2 = false, fma = false, f16c = false;
-    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false;
+    bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false, avx512vnni = false;
 };
 CpuFlags detect() {
     CpuFlags f;
@@ -60,12 +60,14 @@ CpuFlags detect() {
         f.avx512dq = b & (1u << 17);
         f.avx512bw = b & (1u << 30);
         f.avx512vl = b & (1u << 31);
+        f.avx512vnni = c & (1u << 11);
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = a & (1u << 5);
     const bool ymm = os_saves_ymm(), zmm = os_saves_zmm();
     f.avx2 = f.avx2 && f.fma && f.f16c && ymm;
     f.avx512f = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx2 && zmm;
     f.avx512bf16 = f.avx512bf16 && f.avx512f;
+    f.avx512vnni = f.avx512vnni && f.avx512f;
     return f;
 }
 const CpuFlags& flags() {
@@ -214,6 +216,7 @@ Isa op_isa(OpId op) {
 }
 
 bool has_bf16_dot() { return active_isa() == Isa::AVX512 && flags().avx512bf16; }
+bool has_int8_dot() { return active_isa() == Isa::AVX512 && flags().avx512vnni; }
 
 void set_active_isa(Isa isa) {
     ensure_configured();
@@ -252,6 +255,8 @@ std::string kernel_selection_report() {
                  : kAutoUsesChunked ? " (prefill: full 64-token chunks in the chunked form, by measurement)"
                                     : " (prefill: recurrent, two tokens per pass; the chunked form measured slower here)";
         } else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
+        else if (op == OpId::ARGMAX && isa == Isa::AVX512 && has_bf16_dot() && has_int8_dot())
+            s += " (greedy lm_head: int8 screen (vpdpbusd), candidates rechecked in bf16)";
         s += "\n";
     }
     return s;

@@ -41,6 +41,8 @@ Isa active_isa();
 Isa op_isa(OpId op);
 // True if AVX-512 BF16 dot products (vdpbf16ps) are available for the active ISA.
 bool has_bf16_dot();
+// True if AVX-512 VNNI int8 dot products (vpdpbusd) are available for the active ISA.
+bool has_int8_dot();
 
 // Re-reads GDN_ISA / GDN_FORCE_REFERENCE (tests change them). Errors name the bad value.
 Status configure_kernels_from_env();

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/buffer.h"
@@ -31,10 +32,14 @@ struct PackedWeight {
     const float* f32_panel(int64_t p) const { return data.as<float>() + p * K * kPanelCols; }
 };
 
+struct Int8Screen;
+
 // A linear layer: the weight as stored (for the reference kernel) and packed (for the fast kernels).
 struct LinearWeight {
     TensorView view;  // [N, K]; may be empty when only the packed form exists (fused weights)
     PackedWeight packed;
+    // The lm_head's int8 copy for the exact greedy argmax (ops/argmax_screen.h); null elsewhere.
+    std::shared_ptr<const Int8Screen> screen;
     int64_t N() const { return packed.N ? packed.N : view.shape[0]; }
     int64_t K() const { return packed.K ? packed.K : view.shape[1]; }
 };
@@ -61,6 +66,8 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
 
 // ids[m] = argmax_n (x @ W^T)[m, n] (the first on ties), without materialising the [M, N] products where
 // the kernel allows (greedy decoding over a large vocabulary). Equal to argmax over linear()'s output.
+// With w.screen (bf16 mode, one row, AVX-512 VNNI) it streams the int8 copy and rechecks the few
+// panels that can hold the maximum in bf16: the same id, half the bytes (ops/argmax_screen.h).
 void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act);
 
 

@@ -1,0 +1,194 @@
+#include "ops/argmax_screen.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/profiler.h"
+#include "core/thread_pool.h"
+#include "ops/cpu/linear_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/linear.h"
+
+namespace gdn {
+
+namespace {
+
+constexpr double kUnit = 0x1p-24;  // f32 unit roundoff
+
+// ~32 KiB of int8 panel per claim, as the bf16 passes (ops/linear.cpp min_panels).
+int64_t min_screen_panels(const Int8Screen& s) { return std::max<int64_t>(1, (int64_t{32} << 10) / (s.K4 * 128)); }
+
+// (v, i) beats (bv, bi): a larger value, or the same value at a lower column (the reference's first
+// maximum); i < 0 is "nothing yet".
+bool better(float v, int64_t i, float bv, int64_t bi) { return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi)); }
+
+}  // namespace
+
+std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w) {
+    GDN_CHECK(w.dtype == DType::BF16, "the argmax screen is built from a bf16 packed weight");
+    auto s = std::make_shared<Int8Screen>();
+    s->N = w.N;
+    s->K = w.K;
+    s->K4 = (w.K + 3) / 4;
+    s->n_panels = w.n_panels;
+    s->q.allocate(s->n_panels * s->K4 * 128, true);  // zero padding: k >= K and columns >= N add nothing
+    s->meta.allocate(5 * s->cols() * sizeof(float), true);
+    float* scale = s->meta.as<float>();
+    float* err_norm = scale + s->cols();
+    float* wq_norm = err_norm + s->cols();
+    float* wmax = wq_norm + s->cols();
+    int32_t* qsum = reinterpret_cast<int32_t*>(wmax + s->cols());
+    std::atomic<bool> finite{true};
+    global_pool().parallel_for(s->n_panels, [&](int64_t p0, int64_t p1) {
+        std::vector<float> row(w.K);
+        for (int64_t n = p0 * kPanelCols; n < std::min(w.N, p1 * kPanelCols); ++n) {
+            unpack_row(w, n, row.data());
+            float amax = 0.0f;
+            bool row_finite = true;
+            for (float v : row) {
+                amax = std::max(amax, std::abs(v));
+                row_finite &= std::isfinite(v);
+            }
+            if (!row_finite) finite = false;
+            const float sc = amax / 127.0f;
+            double e2 = 0.0, w2 = 0.0;
+            int32_t sum = 0;
+            int8_t* col = s->q.as<int8_t>() + (n / kPanelCols) * s->K4 * 128 + (n % kPanelCols) * 4;
+            for (int64_t k = 0; k < w.K; ++k) {
+                const int q = sc > 0.0f ? static_cast<int>(std::clamp(std::nearbyint(row[k] / sc), -127.0f, 127.0f)) : 0;
+                col[(k / 4) * 128 + (k % 4)] = static_cast<int8_t>(q);
+                sum += q;
+                // Exact in double: an f32 times a small integer, and a bf16 value minus it.
+                const double W = static_cast<double>(sc) * q, e = static_cast<double>(row[k]) - W;
+                e2 += e * e;
+                w2 += W * W;
+            }
+            scale[n] = sc;
+            // Rounded up so the bound stays a bound (the sums' and sqrt's rounding, f32 of a double).
+            err_norm[n] = static_cast<float>(std::sqrt(e2) * (1.0 + 1e-9 * w.K + 8 * kUnit));
+            wq_norm[n] = static_cast<float>(std::sqrt(w2) * (1.0 + 1e-9 * w.K + 8 * kUnit));
+            wmax[n] = amax;
+            qsum[n] = sum;
+        }
+    });
+    if (!finite) return nullptr;  // the exact pass's NaN / inf outputs have no bound
+    return s;
+}
+
+bool argmax_screen_available() {
+    return op_isa(OpId::ARGMAX) == Isa::AVX512 && op_isa(OpId::LINEAR) == Isa::AVX512 && has_bf16_dot() &&
+           has_int8_dot();
+}
+
+bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
+    if (!w.screen || !argmax_screen_available()) return false;
+    const Int8Screen& s = *w.screen;
+    const PackedWeight& pw = w.packed;
+    const int64_t K = s.K;
+    // The row as the exact kernel multiplies it (bf16 values), its int8 quantisation and the bound's
+    // per-row terms, accumulated in double.
+    thread_local std::vector<float> xf;
+    thread_local std::vector<uint32_t> xq;
+    xf.resize(K);
+    xq.assign(s.K4, 0x80808080u);  // xq = 0 (stored + 128) in the padding
+    double amax = 0.0, xabs = 0.0;
+    for (int64_t k = 0; k < K; ++k) {
+        xf[k] = bf16_to_f32(static_cast<uint16_t>(xp[k / 2] >> (16 * (k & 1))));
+        amax = std::max(amax, static_cast<double>(std::abs(xf[k])));
+        xabs += std::abs(xf[k]);
+    }
+    if (!std::isfinite(xabs)) return false;
+    const float sx = static_cast<float>(amax / 127.0);
+    double x2 = 0.0, ex2 = 0.0;
+    for (int64_t k = 0; k < K; ++k) {
+        const int q = sx > 0.0f ? static_cast<int>(std::clamp(std::nearbyint(xf[k] / sx), -127.0f, 127.0f)) : 0;
+        const double X = static_cast<double>(sx) * q, e = static_cast<double>(xf[k]) - X;
+        x2 += X * X;
+        ex2 += e * e;
+        const uint32_t byte = static_cast<uint32_t>(q + 128);
+        xq[k / 4] = (xq[k / 4] & ~(0xffu << (8 * (k % 4)))) | byte << (8 * (k % 4));
+    }
+    const double gamma = K * kUnit / (1.0 - K * kUnit);
+    const double up = 1.0 + 1e-9 * K + 8 * kUnit;  // the double sums, sqrt and f32 conversion, rounded up
+    const double xn = std::sqrt(x2), exn = std::sqrt(ex2);
+    // c_wmax also covers inputs below 2^-126, which the exact kernel flushes to zero.
+    const ScreenRow r{sx, static_cast<float>((xn + exn) * up), static_cast<float>(exn * up),
+                      static_cast<float>((gamma * xabs + K * 0x1p-126) * up)};
+
+    // Pass 1: the screen, balanced over the threads like the bf16 pass it replaces.
+    ThreadPool& pool = global_pool();
+    const int nth = pool.size();
+    constexpr int64_t kCap = 4096;  // candidates per thread; more means near-flat outputs
+    thread_local std::vector<int32_t> cand;
+    thread_local std::vector<float> cand_hi;
+    cand.resize(static_cast<size_t>(nth) * kCap);
+    cand_hi.resize(static_cast<size_t>(nth) * kCap);
+    float lo[64];
+    int64_t n_cand[64];
+    GDN_CHECK(nth <= 64, "argmax screen: at most 64 threads");
+    for (int t = 0; t < nth; ++t) {
+        lo[t] = -INFINITY;
+        n_cand[t] = 0;
+    }
+    {
+        GDN_PROFILE("lm_head screen");
+        // Plain pointers: inside the job, a thread_local name would be the worker's own (empty) vector.
+        const uint32_t* xq_p = xq.data();
+        int32_t* cand_p = cand.data();
+        float* cand_hi_p = cand_hi.data();
+        pool.parallel_for_balanced(s.n_panels, min_screen_panels(s), [&](int ith, int64_t p0, int64_t p1) {
+            if (n_cand[ith] < 0) return;
+            n_cand[ith] = cpu::avx512::screen_i8(xq_p, s, r, p0, p1, &lo[ith], cand_p + ith * kCap,
+                                                 cand_hi_p + ith * kCap, n_cand[ith], kCap);
+        });
+    }
+    float thr = -INFINITY;
+    for (int t = 0; t < nth; ++t) {
+        if (n_cand[t] < 0) {
+            count_fallback(OpId::ARGMAX, "screen overflow (near-flat outputs): the lm_head ran in full bf16");
+            return false;
+        }
+        thr = std::max(thr, lo[t]);
+    }
+    // Pass 2: the panels of the columns that can still reach the threshold, exactly.
+    thread_local std::vector<int64_t> panels;
+    panels.clear();
+    for (int t = 0; t < nth; ++t)
+        for (int64_t i = 0; i < n_cand[t]; ++i)
+            if (cand_hi[t * kCap + i] >= thr) panels.push_back(cand[t * kCap + i] / kPanelCols);
+    GDN_CHECK(!panels.empty(), "argmax screen: no candidate (bound arithmetic broken)");
+    std::sort(panels.begin(), panels.end());
+    panels.erase(std::unique(panels.begin(), panels.end()), panels.end());
+    GDN_PROFILE("lm_head exact");
+    // Per thread: the best (value, column) of its panels; ties to the lowest column, so the id does
+    // not depend on which thread took which panel.
+    float best_v[64];
+    int64_t best_ix[64];
+    for (int t = 0; t < nth; ++t) best_ix[t] = -1;
+    const int64_t* panels_p = panels.data();
+    pool.parallel_for_balanced(static_cast<int64_t>(panels.size()), 1, [&](int ith, int64_t i0, int64_t i1) {
+        for (int64_t j = i0; j < i1; ++j) {
+            float v;
+            int64_t i;
+            cpu::avx512::linear_bf16dot_argmax(xp, 1, pw.K2, pw, panels_p[j], panels_p[j] + 1, &v, &i);
+            if (better(v, i, best_v[ith], best_ix[ith])) {
+                best_v[ith] = v;
+                best_ix[ith] = i;
+            }
+        }
+    });
+    float bv = 0.0f;
+    int64_t best_i = -1;
+    for (int t = 0; t < nth; ++t)
+        if (better(best_v[t], best_ix[t], bv, best_i)) {
+            bv = best_v[t];
+            best_i = best_ix[t];
+        }
+    *id = static_cast<int32_t>(best_i);
+    return true;
+}
+
+}  // namespace gdn

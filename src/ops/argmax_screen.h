@@ -1,0 +1,69 @@
+// Exact greedy argmax over a large output (the lm_head: a third of a 0.8B model's decode bytes) that
+// streams an int8 copy of the weight instead of the bf16 one, then recomputes exactly, with the bf16
+// kernel, only the panels of columns that could still hold the maximum.
+//
+// For a row x (the bf16 values the exact kernel multiplies) and column n with bf16 weights w_n:
+//   exact kernel  L_n = fl(sum_k x_k w_nk)            (f32 accumulation of exact bf16 products)
+//   screen        A_n = s_x s_n I_n,  I_n = sum_k xq_k q_nk exactly in int32,
+//                 xq = round(x / s_x) in [-127, 127],  q_n = round(w_n / s_n) in [-127, 127]
+// With X = s_x xq, W_n = s_n q_n and the quantisation errors ex = x - X, ew_n = w_n - W_n,
+// x.w_n - X.W_n = X.ew_n + ex.W_n + ex.ew_n, so by Cauchy-Schwarz |A_n - L_n| <= B_n with
+//   B_n = (|X| + |ex|) |ew_n| + |ex| |W_n|     (2-norms; |ew_n| and |W_n| stored per column)
+//       + gamma_K Xabs wmax_n                  (f32 rounding of the exact kernel: K roundings, Xabs =
+//                                               sum |x_k|, wmax_n = max |w_nk|; gamma_K = K u / (1 - K u))
+//       + 4 u |A_n|                            (the screen's own f32 scaling)
+// inflated by 0.1% plus a tiny absolute term for the bound's own rounding and flushed denormals. The
+// true argmax n* satisfies A_n* + B_n* >= L_n* >= L_m >= A_m - B_m for every m, so every column with
+// A_n + B_n >= max_m (A_m - B_m) is a candidate and n* is among them. The candidates' panels run
+// through the exact kernel (the same code as the full pass, so bitwise the same values), ties to the
+// lowest column. The greedy ids are therefore exactly those of the full bf16 pass.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/buffer.h"
+
+namespace gdn {
+
+struct PackedWeight;
+struct LinearWeight;
+
+struct Int8Screen {
+    int64_t N = 0, K = 0;
+    int64_t K4 = 0;        // k-quads: ceil(K / 4)
+    int64_t n_panels = 0;  // panels of 32 columns, as the bf16 packing
+    Buffer q;              // [panel][K4][32 columns][4] int8 (a column's k-quad is one 32-bit lane: vpdpbusd)
+    Buffer meta;           // per column (padded to whole panels), 5 arrays of n_panels * 32:
+                           // s_n, |ew_n|, |W_n|, wmax_n (f32) and sum_k q_nk (int32)
+    const float* scale() const { return meta.as<float>(); }
+    const float* err_norm() const { return meta.as<float>() + cols(); }
+    const float* wq_norm() const { return meta.as<float>() + 2 * cols(); }
+    const float* wmax() const { return meta.as<float>() + 3 * cols(); }
+    const int32_t* qsum() const { return meta.as<int32_t>() + 4 * cols(); }
+    int64_t cols() const { return n_panels * 32; }
+    const int8_t* panel(int64_t p) const { return q.as<int8_t>() + p * K4 * 128; }
+};
+
+// Per-call constants of the screen (from the row x), shared by every panel.
+struct ScreenRow {
+    float sx;     // x scale
+    float c_err;  // multiplies |ew_n|:  |X| + |ex|
+    float c_wq;   // multiplies |W_n|:   |ex|
+    float c_wmax; // multiplies wmax_n:  gamma_K Xabs
+};
+
+// The screen of a BF16 packed weight (threaded over panels). Needs AVX-512 VNNI to be used.
+std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w);
+
+// True and *id = argmax_n (x @ W^T) for one row given as bf16 pairs [K2] (the exact kernel's input),
+// when w has a screen and this CPU runs it; false (nothing written) otherwise or when the row is not
+// finite, so the caller runs the full pass. Counts a fallback when the candidates overflow (near-flat
+// outputs: then the full pass is cheaper).
+bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id);
+
+// Whether screened_argmax can run here (AVX-512 with VNNI and bf16 dot products, not forced to the
+// reference).
+bool argmax_screen_available();
+
+}  // namespace gdn
