@@ -114,9 +114,9 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
     const double gamma = K * kUnit / (1.0 - K * kUnit);
     const double up = 1.0 + 1e-9 * K + 8 * kUnit;  // the double sums, sqrt and f32 conversion, rounded up
     const double xn = std::sqrt(x2), exn = std::sqrt(ex2);
-    // c_wmax also covers inputs below 2^-126, which the exact kernel flushes to zero.
     const ScreenRow r{sx, static_cast<float>((xn + exn) * up), static_cast<float>(exn * up),
-                      static_cast<float>((gamma * xabs + K * 0x1p-126) * up)};
+                      static_cast<float>((gamma * xabs + K * 0x1p-126) * up),
+                      static_cast<float>((xabs + K) * 0x1p-126 * up + 1e-30)};
 
     // Pass 1: the screen, balanced over the threads like the bf16 pass it replaces.
     ThreadPool& pool = global_pool();
@@ -126,13 +126,12 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
     thread_local std::vector<float> cand_hi;
     cand.resize(static_cast<size_t>(nth) * kCap);
     cand_hi.resize(static_cast<size_t>(nth) * kCap);
-    float lo[64];
-    int64_t n_cand[64];
-    GDN_CHECK(nth <= 64, "argmax screen: at most 64 threads");
-    for (int t = 0; t < nth; ++t) {
-        lo[t] = -INFINITY;
-        n_cand[t] = 0;
-    }
+    thread_local std::vector<float> lo_buf;
+    thread_local std::vector<int64_t> n_cand_buf;
+    lo_buf.assign(nth, -INFINITY);
+    n_cand_buf.assign(nth, 0);
+    float* lo = lo_buf.data();
+    int64_t* n_cand = n_cand_buf.data();
     {
         GDN_PROFILE("lm_head screen");
         // Plain pointers: inside the job, a thread_local name would be the worker's own (empty) vector.
@@ -165,9 +164,12 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
     GDN_PROFILE("lm_head exact");
     // Per thread: the best (value, column) of its panels; ties to the lowest column, so the id does
     // not depend on which thread took which panel.
-    float best_v[64];
-    int64_t best_ix[64];
-    for (int t = 0; t < nth; ++t) best_ix[t] = -1;
+    thread_local std::vector<float> best_v_buf;
+    thread_local std::vector<int64_t> best_ix_buf;
+    best_v_buf.assign(nth, 0.0f);
+    best_ix_buf.assign(nth, -1);
+    float* best_v = best_v_buf.data();
+    int64_t* best_ix = best_ix_buf.data();
     const int64_t* panels_p = panels.data();
     pool.parallel_for_balanced(static_cast<int64_t>(panels.size()), 1, [&](int ith, int64_t i0, int64_t i1) {
         for (int64_t j = i0; j < i1; ++j) {

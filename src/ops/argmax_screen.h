@@ -11,8 +11,9 @@
 //   B_n = (|X| + |ex|) |ew_n| + |ex| |W_n|     (2-norms; |ew_n| and |W_n| stored per column)
 //       + gamma_K Xabs wmax_n                  (f32 rounding of the exact kernel: K roundings, Xabs =
 //                                               sum |x_k|, wmax_n = max |w_nk|; gamma_K = K u / (1 - K u))
-//       + 4 u |A_n|                            (the screen's own f32 scaling)
-// inflated by 0.1% plus a tiny absolute term for the bound's own rounding and flushed denormals. The
+//       + 8 u |A_n|                            (the screen's own f32 scaling, and rounding A_n +- B_n)
+// inflated by 0.1% (the bound's own f32 rounding) plus an absolute term for the denormals the exact
+// kernel flushes (weights and partial sums below 2^-126: (Xabs + K) 2^-126). The
 // true argmax n* satisfies A_n* + B_n* >= L_n* >= L_m >= A_m - B_m for every m, so every column with
 // A_n + B_n >= max_m (A_m - B_m) is a candidate and n* is among them. The candidates' panels run
 // through the exact kernel (the same code as the full pass, so bitwise the same values), ties to the
@@ -50,7 +51,8 @@ struct ScreenRow {
     float sx;     // x scale
     float c_err;  // multiplies |ew_n|:  |X| + |ex|
     float c_wq;   // multiplies |W_n|:   |ex|
-    float c_wmax; // multiplies wmax_n:  gamma_K Xabs
+    float c_wmax; // multiplies wmax_n:  gamma_K Xabs (+ inputs below 2^-126, flushed by the exact kernel)
+    float c_abs;  // absolute: weights below 2^-126 (flushed), denormal partial sums (flushed), bound rounding
 };
 
 // The screen of a BF16 packed weight (threaded over panels). Needs AVX-512 VNNI to be used.

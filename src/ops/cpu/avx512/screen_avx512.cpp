@@ -29,8 +29,8 @@ int64_t screen_i8(const uint32_t* xq, const Int8Screen& s, const ScreenRow& r, i
                   int32_t* cand, float* cand_hi, int64_t n_cand, int64_t cap) {
     const __m512 sx = _mm512_set1_ps(r.sx), c_err = _mm512_set1_ps(r.c_err), c_wq = _mm512_set1_ps(r.c_wq),
                  c_wmax = _mm512_set1_ps(r.c_wmax);
-    const __m512 four_u = _mm512_set1_ps(4.0f * 0x1p-24f), inflate = _mm512_set1_ps(1.001f),
-                 tiny = _mm512_set1_ps(1e-30f);
+    const __m512 eight_u = _mm512_set1_ps(8.0f * 0x1p-24f), inflate = _mm512_set1_ps(1.001f),
+                 c_abs = _mm512_set1_ps(r.c_abs);
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     float lm = *lo_max;
     for (int64_t p = p0; p < p1; ++p) {
@@ -59,11 +59,11 @@ int64_t screen_i8(const uint32_t* xq, const Int8Screen& s, const ScreenRow& r, i
             // x is stored as xq + 128 (vpdpbusd's unsigned operand): I = acc - 128 sum_k q_nk, exactly.
             const __m512i I = _mm512_sub_epi32(acc[h], _mm512_slli_epi32(_mm512_loadu_si512(s.qsum() + n0), 7));
             const __m512 A = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_loadu_ps(s.scale() + n0), sx));
-            __m512 B = _mm512_mul_ps(_mm512_abs_ps(A), four_u);
+            __m512 B = _mm512_mul_ps(_mm512_abs_ps(A), eight_u);
             B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wmax() + n0), c_wmax, B);
             B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wq_norm() + n0), c_wq, B);
             B = _mm512_fmadd_ps(_mm512_loadu_ps(s.err_norm() + n0), c_err, B);
-            B = _mm512_fmadd_ps(B, inflate, tiny);
+            B = _mm512_fmadd_ps(B, inflate, c_abs);
             const __m512 lo = _mm512_sub_ps(A, B), hi = _mm512_add_ps(A, B);
             lm = std::max(lm, _mm512_mask_reduce_max_ps(valid, lo));
             const __mmask16 c = valid & _mm512_cmp_ps_mask(hi, _mm512_set1_ps(lm), _CMP_GE_OQ);
