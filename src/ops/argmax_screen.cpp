@@ -111,7 +111,8 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
         const uint32_t byte = static_cast<uint32_t>(q + 128);
         xq[k / 4] = (xq[k / 4] & ~(0xffu << (8 * (k % 4)))) | byte << (8 * (k % 4));
     }
-    const double gamma = K * kUnit / (1.0 - K * kUnit);
+    // K + 2 roundings bound the exact kernel's chain (two adds per k-pair, an odd K padded to a pair).
+    const double gamma = (K + 2) * kUnit / (1.0 - (K + 2) * kUnit);
     const double up = 1.0 + 1e-9 * K + 8 * kUnit;  // the double sums, sqrt and f32 conversion, rounded up
     const double xn = std::sqrt(x2), exn = std::sqrt(ex2);
     const ScreenRow r{sx, static_cast<float>((xn + exn) * up), static_cast<float>(exn * up),
