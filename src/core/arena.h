@@ -38,8 +38,6 @@ public:
         return p;
     }
 
-    size_t n_chunks() const { return chunks_.size(); }
-
 private:
     std::vector<Buffer> chunks_, large_;
     size_t used_ = 0;

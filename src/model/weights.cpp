@@ -254,7 +254,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         if (progress) progress(i + 1, c.n_layers + 1);
     }
     w->lm_head_packed = make_linear({w->lm_head});
-    // The exact greedy argmax streams an int8 copy of the lm_head (half its bytes, +25% of its memory)
+    // The exact greedy argmax streams an int8 copy of the lm_head (half its bytes; +50% of its memory)
     // where the CPU has int8 dot products (ops/argmax_screen.h).
     if (has_int8_dot() && has_bf16_dot() && w->lm_head_packed.packed.dtype == DType::BF16)
         w->lm_head_packed.screen = make_int8_screen(w->lm_head_packed.packed);

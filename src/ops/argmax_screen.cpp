@@ -18,12 +18,14 @@ namespace {
 
 constexpr double kUnit = 0x1p-24;  // f32 unit roundoff
 
-// ~32 KiB of int8 panel per claim, as the bf16 passes (ops/linear.cpp min_panels).
-int64_t min_screen_panels(const Int8Screen& s) { return std::max<int64_t>(1, (int64_t{32} << 10) / (s.K4 * 128)); }
+// |value| of a bound term computed in double (sums of squares, sqrt) and stored in f32, rounded up by
+// more than those roundings can take away, so the bound stays a bound.
+double round_up_factor(int64_t K) { return 1.0 + 1e-9 * K + 8 * kUnit; }
 
-// (v, i) beats (bv, bi): a larger value, or the same value at a lower column (the reference's first
-// maximum); i < 0 is "nothing yet".
-bool better(float v, int64_t i, float bv, int64_t bi) { return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi)); }
+// round(v / scale) in [-127, 127]; 0 for a zero scale (an all-zero row).
+int quantize_i8(float v, float scale) {
+    return scale > 0.0f ? static_cast<int>(std::clamp(std::nearbyint(v / scale), -127.0f, 127.0f)) : 0;
+}
 
 }  // namespace
 
@@ -58,7 +60,7 @@ std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w) {
             int32_t sum = 0;
             int8_t* col = s->q.as<int8_t>() + (n / kPanelCols) * s->K4 * 128 + (n % kPanelCols) * 4;
             for (int64_t k = 0; k < w.K; ++k) {
-                const int q = sc > 0.0f ? static_cast<int>(std::clamp(std::nearbyint(row[k] / sc), -127.0f, 127.0f)) : 0;
+                const int q = quantize_i8(row[k], sc);
                 col[(k / 4) * 128 + (k % 4)] = static_cast<int8_t>(q);
                 sum += q;
                 // Exact in double: an f32 times a small integer, and a bf16 value minus it.
@@ -67,9 +69,8 @@ std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w) {
                 w2 += W * W;
             }
             scale[n] = sc;
-            // Rounded up so the bound stays a bound (the sums' and sqrt's rounding, f32 of a double).
-            err_norm[n] = static_cast<float>(std::sqrt(e2) * (1.0 + 1e-9 * w.K + 8 * kUnit));
-            wq_norm[n] = static_cast<float>(std::sqrt(w2) * (1.0 + 1e-9 * w.K + 8 * kUnit));
+            err_norm[n] = static_cast<float>(std::sqrt(e2) * round_up_factor(w.K));
+            wq_norm[n] = static_cast<float>(std::sqrt(w2) * round_up_factor(w.K));
             wmax[n] = amax;
             qsum[n] = sum;
         }
@@ -104,7 +105,7 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
     const float sx = static_cast<float>(amax / 127.0);
     double x2 = 0.0, ex2 = 0.0;
     for (int64_t k = 0; k < K; ++k) {
-        const int q = sx > 0.0f ? static_cast<int>(std::clamp(std::nearbyint(xf[k] / sx), -127.0f, 127.0f)) : 0;
+        const int q = quantize_i8(xf[k], sx);
         const double X = static_cast<double>(sx) * q, e = static_cast<double>(xf[k]) - X;
         x2 += X * X;
         ex2 += e * e;
@@ -113,7 +114,7 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
     }
     // K + 2 roundings bound the exact kernel's chain (two adds per k-pair, an odd K padded to a pair).
     const double gamma = (K + 2) * kUnit / (1.0 - (K + 2) * kUnit);
-    const double up = 1.0 + 1e-9 * K + 8 * kUnit;  // the double sums, sqrt and f32 conversion, rounded up
+    const double up = round_up_factor(K);
     const double xn = std::sqrt(x2), exn = std::sqrt(ex2);
     const ScreenRow r{sx, static_cast<float>((xn + exn) * up), static_cast<float>(exn * up),
                       static_cast<float>((gamma * xabs + K * 0x1p-126) * up),
@@ -139,7 +140,7 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
         const uint32_t* xq_p = xq.data();
         int32_t* cand_p = cand.data();
         float* cand_hi_p = cand_hi.data();
-        pool.parallel_for_balanced(s.n_panels, min_screen_panels(s), [&](int ith, int64_t p0, int64_t p1) {
+        pool.parallel_for_balanced(s.n_panels, min_stream_panels(s.K4 * 128), [&](int ith, int64_t p0, int64_t p1) {
             if (n_cand[ith] < 0) return;
             n_cand[ith] = cpu::avx512::screen_i8(xq_p, s, r, p0, p1, &lo[ith], cand_p + ith * kCap,
                                                  cand_hi_p + ith * kCap, n_cand[ith], kCap);
@@ -177,7 +178,7 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
             float v;
             int64_t i;
             cpu::avx512::linear_bf16dot_argmax(xp, 1, pw.K2, pw, panels_p[j], panels_p[j] + 1, &v, &i);
-            if (better(v, i, best_v[ith], best_ix[ith])) {
+            if (argmax_better(v, i, best_v[ith], best_ix[ith])) {
                 best_v[ith] = v;
                 best_ix[ith] = i;
             }
@@ -186,7 +187,7 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
     float bv = 0.0f;
     int64_t best_i = -1;
     for (int t = 0; t < nth; ++t)
-        if (better(best_v[t], best_ix[t], bv, best_i)) {
+        if (argmax_better(best_v[t], best_ix[t], bv, best_i)) {
             bv = best_v[t];
             best_i = best_ix[t];
         }

@@ -99,13 +99,7 @@ float* products_scratch(size_t n) {
     return buf.data();
 }
 
-// The smallest parallel_for_balanced claim, in panels: ~32 KiB of weights (~1 us of one core's stream),
-// so the threads end within ~1 us of each other. Claims start at a quarter of a share (guided), so
-// streams stay long. Paired decode-step A/Bs: 2.5-3% faster than fixed 256 KiB claims, which were 2-5%
-// faster than fixed halves; a quarter, a half or an eighth per claim measured the same.
-int64_t min_panels(const PackedWeight& p) {
-    return std::max<int64_t>(1, (int64_t{32} << 10) / std::max<int64_t>(p.panel_bytes(), 1));
-}
+int64_t min_panels(const PackedWeight& p) { return min_stream_panels(p.panel_bytes()); }
 
 }  // namespace
 
@@ -217,15 +211,12 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     if (idx_buf.size() < static_cast<size_t>(2 * nth) * M) idx_buf.resize(static_cast<size_t>(2 * nth) * M);
     int64_t* idx = idx_buf.data();
     for (int64_t i = 0; i < nth * M; ++i) idx[i] = -1;
-    auto better = [](float v, int64_t i, float bv, int64_t bi) {
-        return i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi));
-    };
     pool.parallel_for_balanced(p.n_panels, min_panels(p), [&](int ith, int64_t p0, int64_t p1) {
         float* cv = vals + (nth + ith) * M;
         int64_t* ci = idx + (nth + ith) * M;
         cpu::avx512::linear_bf16dot_argmax(xp, M, p.K2, p, p0, p1, cv, ci);
         for (int64_t m = 0; m < M; ++m)
-            if (better(cv[m], ci[m], vals[ith * M + m], idx[ith * M + m])) {
+            if (argmax_better(cv[m], ci[m], vals[ith * M + m], idx[ith * M + m])) {
                 vals[ith * M + m] = cv[m];
                 idx[ith * M + m] = ci[m];
             }
@@ -234,7 +225,7 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
         float bv = 0.0f;
         int64_t bi = -1;
         for (int t = 0; t < nth; ++t)
-            if (better(vals[t * M + m], idx[t * M + m], bv, bi)) {
+            if (argmax_better(vals[t * M + m], idx[t * M + m], bv, bi)) {
                 bv = vals[t * M + m];
                 bi = idx[t * M + m];
             }
