@@ -107,6 +107,9 @@ public:
     // Test hook: pre-empt a running request now (recompute).
     bool force_preempt(int64_t id) { return scheduler_->preempt(id); }
     const Tokenizer& tokenizer() const { return *tok_; }
+    // The checkpoint's chat template (null when it has none), for callers that render before add_request.
+    const ChatTemplate* chat_template() const { return chat_.get(); }
+    const ModelConfig& model_config() const { return model_->config(); }
     double last_step_host_seconds() const { return host_seconds_; }
     double last_step_forward_seconds() const { return forward_seconds_; }
 

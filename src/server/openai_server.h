@@ -1,6 +1,8 @@
-// OpenAI-compatible HTTP server: HTTP threads only parse and enqueue; one engine thread owns the model
-// and steps. Streaming uses Server-Sent Events; a client that disconnects mid-stream aborts its request
-// (its blocks and slot are freed within one step).
+// OpenAI-compatible HTTP server over HttpServer (event-driven, hard limits): worker threads parse,
+// validate, template and tokenize a request, so everything that can be wrong with it is answered
+// before its response starts and nothing heavy runs on the engine thread; one engine thread owns the
+// model and steps. Streaming uses Server-Sent Events; a client that disconnects (streaming or not)
+// aborts its request (its blocks and slot are freed within one step).
 #pragma once
 
 #include <memory>
@@ -14,10 +16,15 @@ namespace gdn {
 struct ServerConfig {
     std::string host = "127.0.0.1";
     int port = 8000;
-    std::string api_key;             // empty: no authentication
+    std::string api_key;             // empty: no authentication (/health is always open)
+    bool metrics_public = false;     // /metrics without the API key
     std::string served_model_name;   // the name /v1/models lists and requests must use
     size_t max_body_bytes = 8u << 20;
-    int http_threads = 16;
+    int http_threads = 4;            // request-preparing workers (JSON, template, tokenizer); not per connection
+    size_t max_connections = 1024;
+    // Requests admitted beyond the engine's running ones (--max-num-seqs); more get 503 + Retry-After.
+    int max_queue = 1024;
+    double header_timeout_s = 10, request_timeout_s = 60, idle_timeout_s = 15, write_timeout_s = 60;
 };
 
 class OpenAIServer {

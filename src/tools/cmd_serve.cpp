@@ -18,14 +18,17 @@ int cmd_serve(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
                             {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
                              "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype", "--kv-cache-dtype",
-                             "--block-size"},
-                            {"--help"});
+                             "--block-size", "--max-queue", "--max-connections", "--http-threads"},
+                            {"--help", "--metrics-public"});
     if (!args || args->has("--help") || !args->has("--model")) {
         std::fprintf(stderr,
                      "usage: gdn serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
                      "                 [--served-model-name NAME] [--max-model-len 4096] [--max-num-seqs 16]\n"
                      "                 [--max-num-batched-tokens 512] [--cache-memory MiB (1024)] [--threads N]\n"
                      "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--block-size 16]\n"
+                     "                 [--max-queue 1024] [--max-connections 1024] [--http-threads 4] [--metrics-public]\n"
+                     "  --max-queue: requests admitted beyond --max-num-seqs; more get 503 with Retry-After.\n"
+                     "  With --api-key, /metrics needs the key too unless --metrics-public; /health is always open.\n"
                      "  Endpoints: POST /v1/completions, /v1/chat/completions (stream: true for SSE), GET /v1/models,\n"
                      "  /health, /metrics (Prometheus), POST /tokenize, /detokenize. SIGINT/SIGTERM shut down cleanly.\n");
         if (!args) std::fprintf(stderr, "gdn serve: %s\n", args.message().c_str());
@@ -34,14 +37,18 @@ int cmd_serve(int argc, char** argv) {
     auto port = args->get_int("--port", 8000), mml = args->get_int("--max-model-len", 4096),
          mns = args->get_int("--max-num-seqs", 16), mnbt = args->get_int("--max-num-batched-tokens", 512),
          mem = args->get_int("--cache-memory", 1024), threads = args->get_int("--threads", default_thread_count()),
-         bs = args->get_int("--block-size", 16);
-    for (auto* r : {&port, &mml, &mns, &mnbt, &mem, &threads, &bs})
+         bs = args->get_int("--block-size", 16), mq = args->get_int("--max-queue", 1024),
+         mc = args->get_int("--max-connections", 1024), ht = args->get_int("--http-threads", 4);
+    for (auto* r : {&port, &mml, &mns, &mnbt, &mem, &threads, &bs, &mq, &mc, &ht})
         if (!*r) {
             std::fprintf(stderr, "gdn serve: %s\n", r->message().c_str());
             return 2;
         }
-    if (*port < 0 || *port > 65535 || *mem < 1 || *threads < 1) {
-        std::fprintf(stderr, "gdn serve: --port must be 0..65535, --cache-memory and --threads positive\n");
+    if (*port < 0 || *port > 65535 || *mem < 1 || *threads < 1 || *mq < 0 || *mq > (1 << 20) || *mc < 1 ||
+        *mc > (1 << 20) || *ht < 1 || *ht > 256) {
+        std::fprintf(stderr,
+                     "gdn serve: --port must be 0..65535, --cache-memory and --threads positive, --max-queue 0..1048576, "
+                     "--max-connections 1..1048576, --http-threads 1..256\n");
         return 2;
     }
     if (Status ks = configure_kernels_from_env(); !ks) {
@@ -91,6 +98,10 @@ int cmd_serve(int argc, char** argv) {
     sc.host = args->get("--host", "127.0.0.1");
     sc.port = static_cast<int>(*port);
     sc.api_key = args->get("--api-key");
+    sc.metrics_public = args->has("--metrics-public");
+    sc.max_queue = static_cast<int>(*mq);
+    sc.max_connections = static_cast<size_t>(*mc);
+    sc.http_threads = static_cast<int>(*ht);
     std::string name = args->get("--served-model-name");
     if (name.empty()) {
         name = dir;

@@ -24,12 +24,56 @@ Result<std::string> read_text_file(const std::string& path) {
     return ss.str();
 }
 
-Result<Json> parse_json(const std::string& text, const std::string& what) {
+std::string printable(std::string_view s) {
+    std::string r;
+    r.reserve(s.size());
+    for (unsigned char c : s) {
+        if (c >= 0x20 && c < 0x7f) r += static_cast<char>(c);
+        else r += strprintf("\\x%02x", c);
+    }
+    return r;
+}
+
+std::string to_json_text(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+namespace {
+
+// The byte offset where nesting first exceeds max_depth, or npos. Brackets inside strings do not
+// count. The scan needs no validity: a document it passes is parsed by nlohmann, which rejects
+// malformed ones, and any partial value it builds is no deeper than the scan allowed.
+size_t too_deep_at(const std::string& text, int max_depth) {
+    int depth = 0;
+    bool in_string = false, escaped = false;
+    for (size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (escaped) escaped = false;
+            else if (c == '\\') escaped = true;
+            else if (c == '"') in_string = false;
+            continue;
+        }
+        if (c == '"') in_string = true;
+        else if (c == '[' || c == '{') {
+            if (++depth > max_depth) return i;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return std::string::npos;
+}
+
+}  // namespace
+
+Result<Json> parse_json(const std::string& text, const std::string& what, int max_depth) {
+    if (const size_t at = too_deep_at(text, max_depth); at != std::string::npos)
+        return Status::error(strprintf("%s: JSON nested deeper than %d levels (at byte %zu)", what.c_str(), max_depth, at));
     try {
         return Json::parse(text);
     } catch (const Json::parse_error& e) {
         return Status::error(strprintf("%s: malformed JSON at byte %zu: %s", what.c_str(),
-                                       static_cast<size_t>(e.byte), e.what()));
+                                       static_cast<size_t>(e.byte), printable(e.what()).c_str()));
+    } catch (const Json::exception& e) {  // out_of_range: a number too large for a double (1e400)
+        return Status::error(strprintf("%s: invalid JSON: %s", what.c_str(), printable(e.what()).c_str()));
     }
 }
 

@@ -10,9 +10,20 @@ namespace gdn {
 
 using Json = nlohmann::json;
 
+// The deepest nesting of arrays and objects any document may have. nlohmann::json copies and destroys
+// values recursively (and so does every walker of a document, the Jinja renderer's included): a
+// 30000-deep request body overflowed the stack. Real requests, configs and tokenizers nest < 20 deep.
+inline constexpr int kMaxJsonDepth = 128;
+
 Result<std::string> read_text_file(const std::string& path);
-// Parses a JSON document; a syntax error names the file and the byte offset.
-Result<Json> parse_json(const std::string& text, const std::string& what);
+// Parses a JSON document; a syntax error names the file and the byte offset. Any failure is an error
+// value, never an exception: nesting deeper than max_depth, numbers out of range (1e400), invalid
+// UTF-8 (the message shows such bytes escaped, so it is valid UTF-8 itself).
+Result<Json> parse_json(const std::string& text, const std::string& what, int max_depth = kMaxJsonDepth);
+// Serialises for a client or a log: invalid UTF-8 in strings is replaced by U+FFFD instead of throwing.
+std::string to_json_text(const Json& j);
+// `s` with every byte outside printable ASCII written as \xNN (safe inside any message).
+std::string printable(std::string_view s);
 Result<Json> read_json_file(const std::string& path);
 bool file_exists(const std::string& path);
 

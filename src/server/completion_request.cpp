@@ -1,0 +1,262 @@
+#include "server/completion_request.h"
+
+#include <limits>
+
+#include "core/log.h"
+#include "tokenizer/chat_template.h"
+
+namespace gdn {
+
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int kDefaultCompletionTokens = 16;  // /v1/completions without max_tokens (OpenAI's default)
+// Bounds on what one request may ask the engine to check at every generated token.
+constexpr size_t kMaxStopStrings = 64, kMaxStopBytes = 4096, kMaxStopTokenIds = 1024;
+constexpr int64_t kMaxLogprobs = 20;
+
+std::string got(const Json& v) {
+    std::string s = to_json_text(v);
+    return s.size() > 40 ? s.substr(0, 40) + "..." : s;
+}
+
+std::optional<ApiError> read_number(const Json& b, const char* key, double* out) {
+    auto it = b.find(key);
+    if (it == b.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) return ApiError::invalid(strprintf("'%s' must be a number", key), key);
+    *out = it->get<double>();
+    return std::nullopt;
+}
+
+std::optional<ApiError> read_bool(const Json& b, const char* key, bool* out) {
+    auto it = b.find(key);
+    if (it == b.end() || it->is_null()) return std::nullopt;
+    if (!it->is_boolean()) return ApiError::invalid(strprintf("'%s' must be a boolean", key), key);
+    *out = it->get<bool>();
+    return std::nullopt;
+}
+
+#define GDN_RETURN_IF_API_ERROR(expr)        \
+    do {                                     \
+        if (auto _e = (expr)) return _e;     \
+    } while (0)
+
+std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLimits& lim, CompletionRequest* r) {
+    SamplingParams& sp = r->params;
+    double temperature = 1.0, top_p = 1.0, min_p = 0.0, rep = 1.0, pres = 0.0, freq = 0.0;
+    int64_t top_k = -1, max_tokens = -1, min_tokens = 0, n = 1;
+    GDN_RETURN_IF_API_ERROR(read_number(b, "temperature", &temperature));
+    GDN_RETURN_IF_API_ERROR(read_number(b, "top_p", &top_p));
+    GDN_RETURN_IF_API_ERROR(read_int(b, "top_k", -1, lim.vocab, &top_k));
+    GDN_RETURN_IF_API_ERROR(read_number(b, "min_p", &min_p));
+    GDN_RETURN_IF_API_ERROR(read_number(b, "repetition_penalty", &rep));
+    GDN_RETURN_IF_API_ERROR(read_number(b, "presence_penalty", &pres));
+    GDN_RETURN_IF_API_ERROR(read_number(b, "frequency_penalty", &freq));
+    GDN_RETURN_IF_API_ERROR(read_int(b, "max_tokens", 1, kInt32Max, &max_tokens));
+    GDN_RETURN_IF_API_ERROR(read_int(b, "max_completion_tokens", 1, kInt32Max, &max_tokens));
+    GDN_RETURN_IF_API_ERROR(read_int(b, "min_tokens", 0, kInt32Max, &min_tokens));
+    GDN_RETURN_IF_API_ERROR(read_int(b, "n", 1, kInt32Max, &n));
+    GDN_RETURN_IF_API_ERROR(read_bool(b, "ignore_eos", &sp.ignore_eos));
+    GDN_RETURN_IF_API_ERROR(read_bool(b, "skip_special_tokens", &sp.skip_special_tokens));
+    if (n != 1) return ApiError::invalid(strprintf("only n = 1 is supported (got n = %lld)", (long long)n), "n");
+    sp.temperature = static_cast<float>(temperature);
+    sp.top_p = static_cast<float>(top_p);
+    sp.top_k = static_cast<int>(top_k == -1 ? 0 : top_k);
+    sp.min_p = static_cast<float>(min_p);
+    sp.repetition_penalty = static_cast<float>(rep);
+    sp.presence_penalty = static_cast<float>(pres);
+    sp.frequency_penalty = static_cast<float>(freq);
+    r->max_tokens_given = max_tokens > 0;
+    sp.max_tokens = r->max_tokens_given ? static_cast<int>(max_tokens) : (chat ? lim.max_model_len : kDefaultCompletionTokens);
+    sp.min_tokens = static_cast<int>(min_tokens);
+    if (auto it = b.find("seed"); it != b.end() && !it->is_null()) {
+        // Any 64-bit integer, signed or not, names a seed (its bits).
+        if (it->is_number_unsigned()) sp.seed = it->get<uint64_t>();
+        else if (it->is_number_integer()) sp.seed = static_cast<uint64_t>(it->get<int64_t>());
+        else return ApiError::invalid("'seed' must be an integer", "seed");
+    }
+    if (auto it = b.find("stop"); it != b.end() && !it->is_null()) {
+        const auto bad = ApiError::invalid("'stop' must be a string or a list of strings", "stop");
+        if (it->is_string()) sp.stop = {it->get<std::string>()};
+        else if (it->is_array()) {
+            if (it->size() > kMaxStopStrings)
+                return ApiError::invalid(strprintf("'stop' holds at most %zu strings (got %zu)", kMaxStopStrings, it->size()), "stop");
+            for (const Json& s : *it) {
+                if (!s.is_string()) return bad;
+                sp.stop.push_back(s.get<std::string>());
+            }
+        } else {
+            return bad;
+        }
+        for (const auto& s : sp.stop)
+            if (s.size() > kMaxStopBytes)
+                return ApiError::invalid(strprintf("'stop' strings are at most %zu bytes (got %zu)", kMaxStopBytes, s.size()), "stop");
+    }
+    if (auto it = b.find("stop_token_ids"); it != b.end() && !it->is_null()) {
+        if (it->is_array() && it->size() > kMaxStopTokenIds)
+            return ApiError::invalid(strprintf("'stop_token_ids' holds at most %zu ids (got %zu)", kMaxStopTokenIds, it->size()),
+                                     "stop_token_ids");
+        GDN_RETURN_IF_API_ERROR(read_token_ids(*it, "stop_token_ids", lim.vocab, &sp.stop_token_ids));
+    }
+    r->want_logprobs = false;
+    if (chat) {
+        bool lp = false;
+        int64_t top = 0;
+        GDN_RETURN_IF_API_ERROR(read_bool(b, "logprobs", &lp));
+        GDN_RETURN_IF_API_ERROR(read_int(b, "top_logprobs", 0, kMaxLogprobs, &top));
+        if (top > 0 && !lp) return ApiError::invalid("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+        if (lp) sp.logprobs = static_cast<int>(top);
+        r->want_logprobs = lp;
+    } else {
+        int64_t lp = -1;
+        GDN_RETURN_IF_API_ERROR(read_int(b, "logprobs", 0, kMaxLogprobs, &lp));
+        sp.logprobs = static_cast<int>(lp);
+        r->want_logprobs = lp >= 0;
+    }
+    GDN_RETURN_IF_API_ERROR(read_bool(b, "stream", &r->stream));
+    if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
+        if (!so->is_object()) return ApiError::invalid("'stream_options' must be an object", "stream_options");
+        GDN_RETURN_IF_API_ERROR(read_bool(*so, "include_usage", &r->include_usage));
+    }
+    return std::nullopt;
+}
+
+std::optional<ApiError> read_prompt(const Json& b, bool chat, const RequestLimits& lim, CompletionRequest* r) {
+    if (chat) {
+        auto m = b.find("messages");
+        if (m == b.end()) return ApiError::invalid("'messages' is required", "messages");
+        if (Status st = validate_messages(*m); !st) return ApiError::invalid(st.message(), "messages");
+        r->prompt = Prompt::from_messages(*m);
+        if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
+            if (!k->is_object()) return ApiError::invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+            r->prompt.chat_template_kwargs = *k;
+            if (auto et = k->find("enable_thinking"); et != k->end()) {
+                if (!et->is_boolean())
+                    return ApiError::invalid("'chat_template_kwargs.enable_thinking' must be a boolean", "chat_template_kwargs");
+                r->prompt.enable_thinking = et->get<bool>();
+            }
+        }
+        return std::nullopt;
+    }
+    auto p = b.find("prompt");
+    if (p == b.end() || p->is_null()) return ApiError::invalid("'prompt' is required", "prompt");
+    if (p->is_string()) {
+        r->prompt = Prompt::from_text(p->get<std::string>());
+    } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+        r->prompt = Prompt::from_text((*p)[0].get<std::string>());
+    } else if (p->is_array() && !p->empty() && (*p)[0].is_number()) {
+        std::vector<int32_t> ids;
+        GDN_RETURN_IF_API_ERROR(read_token_ids(*p, "prompt", lim.vocab, &ids));
+        r->prompt = Prompt::from_ids(std::move(ids));
+    } else {
+        return ApiError::invalid("'prompt' must be a string, a list with one string, or a list of token ids", "prompt");
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+Json ApiError::to_json() const {
+    return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? Json(nullptr) : Json(param)}, {"code", nullptr}}}};
+}
+
+std::optional<ApiError> read_int(const Json& b, const char* key, int64_t lo, int64_t hi, int64_t* out) {
+    auto it = b.find(key);
+    if (it == b.end() || it->is_null()) return std::nullopt;
+    const auto range = [&] {
+        return ApiError::invalid(strprintf("'%s' must be an integer in [%lld, %lld] (got %s)", key, (long long)lo, (long long)hi,
+                                           got(*it).c_str()),
+                                 key);
+    };
+    if (it->is_number_unsigned()) {  // nlohmann keeps non-negative integers unsigned: > INT64_MAX fits only here
+        const uint64_t v = it->get<uint64_t>();
+        if (hi < 0 || v > static_cast<uint64_t>(hi) || static_cast<int64_t>(v) < lo) return range();
+        *out = static_cast<int64_t>(v);
+        return std::nullopt;
+    }
+    if (!it->is_number_integer()) return range();
+    const int64_t v = it->get<int64_t>();
+    if (v < lo || v > hi) return range();
+    *out = v;
+    return std::nullopt;
+}
+
+std::optional<ApiError> read_token_ids(const Json& list, const char* key, int32_t vocab, std::vector<int32_t>* out) {
+    if (!list.is_array()) return ApiError::invalid(strprintf("'%s' must be a list of token ids", key), key);
+    out->clear();
+    out->reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+        const Json& x = list[i];
+        const bool in_range = (x.is_number_unsigned() && x.get<uint64_t>() < static_cast<uint64_t>(vocab)) ||
+                              (x.is_number_integer() && !x.is_number_unsigned() && x.get<int64_t>() >= 0 &&
+                               x.get<int64_t>() < vocab);
+        if (!x.is_number_integer())
+            return ApiError::invalid(strprintf("'%s' token lists must hold integers (item %zu is %s)", key, i, got(x).c_str()), key);
+        if (!in_range)
+            return ApiError::invalid(strprintf("'%s': token id %s (item %zu) is out of range [0, %d)", key, got(x).c_str(), i, vocab),
+                                     key);
+        out->push_back(static_cast<int32_t>(x.get<int64_t>()));
+    }
+    return std::nullopt;
+}
+
+std::optional<ApiError> parse_completion_request(const Json& b, bool chat, const RequestLimits& lim, CompletionRequest* r) {
+    r->chat = chat;
+    if (auto it = b.find("model"); it != b.end() && !it->is_null()) {
+        if (!it->is_string()) return ApiError::invalid("'model' must be a string", "model");
+        if (it->get<std::string>() != lim.served_model_name)
+            return ApiError{404,
+                            "The model '" + it->get<std::string>() + "' does not exist (this server serves '" +
+                                lim.served_model_name + "')",
+                            "invalid_request_error", "model"};
+    }
+    GDN_RETURN_IF_API_ERROR(read_prompt(b, chat, lim, r));
+    GDN_RETURN_IF_API_ERROR(read_sampling(b, chat, lim, r));
+    // The checks that need no prompt length (ranges of the float fields, min_tokens <= max_tokens).
+    if (Status st = r->params.validate(lim.vocab); !st) return ApiError::invalid(st.message());
+    return std::nullopt;
+}
+
+std::optional<ApiError> tokenize_prompt(CompletionRequest* r, const Tokenizer& tok, const ChatTemplate* chat,
+                                        const RequestLimits& lim, std::vector<int32_t>* ids) {
+    const Prompt& p = r->prompt;
+    if (!p.messages.is_null()) {
+        if (!chat) return ApiError::invalid("this model has no chat template; send a prompt to /v1/completions instead", "messages");
+        ChatRequest cr;
+        cr.messages = p.messages;
+        cr.enable_thinking = p.enable_thinking;
+        cr.extra = p.chat_template_kwargs;
+        auto text = chat->render(cr);
+        if (!text) return ApiError::invalid("the chat template failed on these messages: " + text.message(), "messages");
+        *ids = tok.encode(*text);
+    } else if (!p.ids.empty()) {
+        *ids = p.ids;
+    } else {
+        *ids = tok.encode(p.text);
+    }
+    if (ids->empty()) return ApiError::invalid("the prompt is empty", chat ? "messages" : "prompt");
+    const int64_t n = static_cast<int64_t>(ids->size()), ctx = lim.max_model_len;
+    SamplingParams& sp = r->params;
+    if (n >= ctx)
+        return ApiError::invalid(strprintf("This model's maximum context length is %lld tokens. However, your prompt is %lld "
+                                           "tokens, which leaves no room for a completion. Please reduce the length of the %s.",
+                                           (long long)ctx, (long long)n, chat ? "messages" : "prompt"),
+                                 chat ? "messages" : "prompt");
+    if (r->max_tokens_given && n + sp.max_tokens > ctx)
+        return ApiError::invalid(strprintf("This model's maximum context length is %lld tokens. However, you requested %lld "
+                                           "tokens (%lld in the %s, %d in the completion). Please reduce the length of the "
+                                           "%s or completion.",
+                                           (long long)ctx, (long long)(n + sp.max_tokens), (long long)n,
+                                           chat ? "messages" : "prompt", sp.max_tokens, chat ? "messages" : "prompt"),
+                                 "max_tokens");
+    if (!r->max_tokens_given) sp.max_tokens = static_cast<int>(std::min<int64_t>(sp.max_tokens, ctx - n));
+    if (sp.min_tokens > sp.max_tokens) {
+        if (r->max_tokens_given) return ApiError::invalid(strprintf("min_tokens (%d) must be <= max_tokens (%d)", sp.min_tokens, sp.max_tokens), "min_tokens");
+        return ApiError::invalid(strprintf("min_tokens (%d) is more than the %lld tokens the context leaves after the prompt",
+                                           sp.min_tokens, (long long)(ctx - n)),
+                                 "min_tokens");
+    }
+    return std::nullopt;
+}
+
+}  // namespace gdn

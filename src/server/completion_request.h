@@ -1,0 +1,59 @@
+// OpenAI request bodies -> engine requests, with every field checked before anything is queued: types,
+// integer ranges (never a silent wrap), token ids against the vocabulary, and the prompt's length after
+// templating and tokenizing against the context. Pure functions of the body and the model's limits, so
+// the fuzz target drives exactly what the server runs.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "util/json_file.h"
+
+namespace gdn {
+
+// A client error in the OpenAI shape: HTTP status, message, type, and the request field concerned.
+struct ApiError {
+    int status = 400;
+    std::string message;
+    std::string type = "invalid_request_error";
+    std::string param;  // empty: null
+    static ApiError invalid(std::string message, std::string param = "") { return {400, std::move(message), "invalid_request_error", std::move(param)}; }
+    // {"error": {"message", "type", "param", "code"}}
+    Json to_json() const;
+};
+
+struct RequestLimits {
+    std::string served_model_name;
+    int32_t vocab = 0;        // the tokenizer's ids: [0, vocab)
+    int max_model_len = 0;
+};
+
+// One /v1/completions or /v1/chat/completions request, validated.
+struct CompletionRequest {
+    bool chat = false;
+    Prompt prompt;                     // as sent: text, ids, or messages (+ template options)
+    SamplingParams params;
+    bool max_tokens_given = false;     // false: max_tokens becomes what the context leaves
+    bool stream = false, include_usage = false, want_logprobs = false;
+};
+
+// Checks and converts the body (an object already). Unknown fields are ignored (as before).
+std::optional<ApiError> parse_completion_request(const Json& body, bool chat, const RequestLimits& lim,
+                                                 CompletionRequest* out);
+
+// Renders (chat) and tokenizes the prompt, then checks its length against the context: the prompt and
+// max_tokens must fit (vLLM's rule and message); an unset max_tokens becomes the room that is left
+// (chat) or min(16, room) (completions). Fills *ids and finalises req->params.
+std::optional<ApiError> tokenize_prompt(CompletionRequest* req, const Tokenizer& tok, const ChatTemplate* chat,
+                                        const RequestLimits& lim, std::vector<int32_t>* ids);
+
+// An integer field in [lo, hi]; absent or null leaves *out. A wrong type or a value outside the range
+// (also one beyond 64 bits) is an error that names the field and the range.
+std::optional<ApiError> read_int(const Json& body, const char* key, int64_t lo, int64_t hi, int64_t* out);
+// A list of token ids, each in [0, vocab).
+std::optional<ApiError> read_token_ids(const Json& list, const char* key, int32_t vocab, std::vector<int32_t>* out);
+
+}  // namespace gdn
