@@ -137,6 +137,19 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     static const uint8_t kEmpty[1] = {0};
     const uint8_t* base = f->map_ ? static_cast<const uint8_t*>(f->map_) : kEmpty;
     GDN_ASSIGN_OR_RETURN(f->entries_, parse_safetensors_header(base, f->size_, path));
+    size_t moved = 0;
+    for (Entry& e : f->entries_) {
+        const size_t align = dtype_size(e.view.dtype), bytes = e.end - e.begin;
+        if (reinterpret_cast<uintptr_t>(e.view.data) % align == 0 || bytes == 0) continue;
+        Buffer& b = f->realigned_.emplace_back(bytes, false);
+        std::memcpy(b.data(), e.view.data, bytes);
+        e.view.data = b.data();
+        moved += bytes;
+    }
+    if (moved)
+        GDN_LOG_WARN("%s: %zu tensors (%.1f MiB) are not aligned to their element size in the file (header length "
+                     "not a multiple of 8?): copied to aligned memory",
+                     path.c_str(), f->realigned_.size(), moved / 1048576.0);
     return f;
 }
 

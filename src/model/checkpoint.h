@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -37,6 +38,9 @@ private:
     void* map_ = nullptr;
     size_t size_ = 0;
     std::vector<Entry> entries_;
+    // Copies of tensors whose bytes in the file are not aligned to their element size (a header length
+    // that is not a multiple of 8, odd data offsets): every view is read through aligned memory.
+    std::vector<Buffer> realigned_;
 };
 
 // Parses and validates a safetensors header against a file of `file_size` bytes whose bytes are at

@@ -148,7 +148,22 @@ Status rope_value(const Json& dec, const char* key, float def, float* out, const
 
 }  // namespace
 
+namespace {
+Result<ModelConfig> parse_model_config_checked(const std::string& json_text, const std::string& path);
+}  // namespace
+
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path) {
+    // Typed reads check their types first; this catches any nlohmann type_error / out_of_range a
+    // hostile file still finds, so a corrupt config is an error message, never an abort.
+    try {
+        return parse_model_config_checked(json_text, path);
+    } catch (const Json::exception& e) {
+        return Status::error(path + ": unexpected JSON value: " + printable(e.what()));
+    }
+}
+
+namespace {
+Result<ModelConfig> parse_model_config_checked(const std::string& json_text, const std::string& path) {
     GDN_ASSIGN_OR_RETURN(Json top, parse_json(json_text, path));
     if (!top.is_object()) return Status::error(path + ": top level must be a JSON object");
     auto mt = top.find("model_type");
@@ -193,6 +208,15 @@ Result<ModelConfig> parse_model_config(const std::string& json_text, const std::
     GDN_RETURN_IF_ERROR(r.get_float("rms_norm_eps", &c.rms_eps, 1e-6f));
     GDN_RETURN_IF_ERROR(r.get_int("max_position_embeddings", &c.max_position, false, 0));
     GDN_RETURN_IF_ERROR(r.get_bool("attn_output_gate", &c.attn_output_gate, true));
+    // The MLP / expert activation: only SiLU is implemented, so anything else is refused by name
+    // rather than run as SiLU.
+    if (const Json* act = r.find("hidden_act")) {
+        if (!act->is_string()) return r.wrong_type("hidden_act", "a string");
+        const std::string a = act->get<std::string>();
+        if (a != "silu" && a != "swish")
+            return Status::error(strprintf("%s: unsupported '%shidden_act' '%s' (implemented: silu)", path.c_str(),
+                                           prefix.c_str(), a.c_str()));
+    }
 
     // tie_word_embeddings: decoder level first, then top level (both appear in real Qwen3.5 configs).
     {
@@ -314,6 +338,8 @@ dtype_done:
     if (c.n_attention_layers() == 0 && c.n_gdn_layers() == 0) return bad("no layers");
     return c;
 }
+
+}  // namespace
 
 Result<ModelConfig> load_model_config(const std::string& dir) {
     std::string path = dir + "/config.json";

@@ -23,8 +23,11 @@ constexpr double kUnit = 0x1p-24;  // f32 unit roundoff
 double round_up_factor(int64_t K) { return 1.0 + 1e-9 * K + 8 * kUnit; }
 
 // round(v / scale) in [-127, 127]; 0 for a zero scale (an all-zero row).
+// Non-finite weights (a corrupt checkpoint) quantise to 0: the screen is then refused for the weight
+// anyway, and a NaN must never reach the float -> int conversion (undefined behaviour).
 int quantize_i8(float v, float scale) {
-    return scale > 0.0f ? static_cast<int>(std::clamp(std::nearbyint(v / scale), -127.0f, 127.0f)) : 0;
+    const float q = scale > 0.0f ? std::nearbyint(v / scale) : 0.0f;
+    return std::isfinite(q) ? static_cast<int>(std::clamp(q, -127.0f, 127.0f)) : 0;
 }
 
 }  // namespace

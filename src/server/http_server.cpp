@@ -32,7 +32,7 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 
 constexpr uint64_t kListenTag = ~0ull, kWakeTag = ~0ull - 1;
 constexpr double kLingerSeconds = 2.0;     // after an error answer: drain what the client still sends
-constexpr size_t kLingerMaxBytes = 64u << 20;
+constexpr size_t kLingerMaxBytes = 4u << 20;
 constexpr size_t kReadBytes = 64 * 1024;
 
 // The I/O thread's mailbox: connection ids to poll again and finished handler results, with an

@@ -446,6 +446,17 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& dir)
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string& tokenizer_json,
                                                              const std::string& config_json,
                                                              const std::string& origin) {
+    // Every typed read below checks its type first; this catches the ones a hostile file still finds
+    // (nlohmann's type_error / out_of_range), so a corrupt tokenizer is an error, never an abort.
+    try {
+        return parse(tokenizer_json, config_json, origin);
+    } catch (const Json::exception& e) {
+        return Status::error(origin + ": unexpected JSON value: " + printable(e.what()));
+    }
+}
+
+Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tokenizer_json, const std::string& config_json,
+                                                         const std::string& origin) {
     GDN_ASSIGN_OR_RETURN(Json j, parse_json(tokenizer_json, origin));
     auto fail = [&](const std::string& what) { return Status::error(origin + ": " + what); };
     if (!j.is_object()) return fail("not a JSON object");
@@ -479,6 +490,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
             AddedToken t;
             if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
                 return fail("added_tokens entries need 'id' and 'content'");
+            if (a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() > (1 << 30))
+                return fail("added token '" + printable(a["content"].get<std::string>()) + "' has an invalid id");
             t.id = a["id"].get<int32_t>();
             t.content = a["content"].get<std::string>();
             t.special = a.value("special", false);
@@ -491,6 +504,12 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
             im.added.push_back(t);
         }
     }
+    // Ids are dense in real files (a vocabulary, then the added tokens); the table is sized by the
+    // largest id, so an id far beyond the file's own entry count (10^9) would allocate gigabytes.
+    const int64_t n_entries = static_cast<int64_t>(im.token_to_id.size() + im.added.size());
+    if (max_id >= 2 * n_entries + 1024)
+        return fail(strprintf("token id %d is implausible for a file of %lld tokens (ids must be < %lld)", max_id,
+                              (long long)n_entries, (long long)(2 * n_entries + 1024)));
     tok->id_to_token_.assign(max_id + 1, std::string());
     tok->kind_.assign(max_id + 1, 0);
     for (const auto& [s, id] : im.token_to_id) tok->id_to_token_[id] = s;

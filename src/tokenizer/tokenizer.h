@@ -57,6 +57,8 @@ public:
     struct Impl;
 
 private:
+    static Result<std::shared_ptr<const Tokenizer>> parse(const std::string& tokenizer_json, const std::string& config_json,
+                                                          const std::string& origin);
     Tokenizer();
     friend class StreamDecoder;
     // Bytes of a BPE token (inverse byte mapping); for added tokens returns nullopt.
