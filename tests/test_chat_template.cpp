@@ -93,3 +93,41 @@ TEST(Jinja, ExpressionsAndStatements) {
 }
 
 }  // namespace
+
+namespace {
+std::string render_error(const std::string& src) {
+    auto t = gdn::jinja::Template::parse(src);
+    if (!t) return t.message();
+    auto r = t->render(gdn::jinja::Value::from_json(gdn::Json::object()));
+    return r ? "" : r.message();
+}
+}  // namespace
+
+// Templates found by fuzzing the renderer: each is an error, not a stack overflow, a wrap-around or an
+// exhausted machine.
+TEST(Jinja, HostileTemplatesAreErrors) {
+    auto has = [](const std::string& msg, const std::string& needle) {
+        EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    };
+    has(render_error("{{ " + std::string(50000, '(') + "1" + std::string(50000, ')') + " }}"), "nested more than");
+    has(render_error("{{ " + std::string(50000, '[') + std::string(50000, ']') + " }}"), "nested more than");
+    has(render_error("{{ " + std::string(50000, '-') + "1 }}"), "nested more than");
+    std::string blocks;
+    for (int i = 0; i < 20000; ++i) blocks += "{% if 1 %}";
+    has(render_error(blocks + "x"), "nested more than");
+    has(render_error("{% for i in range(100000000) %}x{% endfor %}"), "range() of more than");
+    has(render_error("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(2) %}{% endfor %}{% endfor %}{% endfor %}"),
+        "loop iterations");
+    has(render_error("{{ 9223372036854775807 + 1 }}"), "integer overflow");
+    has(render_error("{{ -9223372036854775807 - 1 - 1 }}"), "integer overflow");
+    has(render_error("{{ 99999999999999999999999 }}"), "number out of range");
+    has(render_error("{{ 'ab' * 100000000000 }}"), "repeated string");
+    // range() near the int64 ends and a float far out of int range do not wrap.
+    auto t = gdn::jinja::Template::parse("{% for i in range(9223372036854775805, 9223372036854775807) %}{{ i }},{% endfor %}");
+    ASSERT_TRUE(t.is_ok());
+    EXPECT_EQ(*t->render(gdn::jinja::Value::from_json(gdn::Json::object())), "9223372036854775805,9223372036854775806,");
+    // A long run of spaces before a block (std::regex recursed per space here).
+    auto sp = gdn::jinja::Template::parse(std::string(300000, ' ') + "{% if 1 %}x{% endif %}");
+    ASSERT_TRUE(sp.is_ok()) << sp.message();
+    EXPECT_EQ(*sp->render(gdn::jinja::Value::from_json(gdn::Json::object())), "x");
+}

@@ -285,9 +285,17 @@ TEST_F(ServerTest, Soak) {
     post("/v1/completions", R"({"prompt":"still alive","max_tokens":1})", &st);
     EXPECT_EQ(st, 200);
     // Memory back to its level after warm-up (slack for allocator arenas of the 32 client threads).
+    // Under ASan freed blocks wait in its quarantine (256 MiB by default) instead of returning to the
+    // allocator, so RSS grows by up to that much without any leak: the bound is relaxed there only
+    // (LeakSanitizer checks for real leaks at exit).
+#if defined(__SANITIZE_ADDRESS__)
+    const size_t slack = 320u << 20;
+#else
+    const size_t slack = 48u << 20;
+#endif
     const size_t rss_after = rss_bytes();
     std::printf("soak: rss %.1f MiB -> %.1f MiB\n", rss_before / 1048576.0, rss_after / 1048576.0);
-    EXPECT_LT(rss_after, rss_before + (48u << 20));
+    EXPECT_LT(rss_after, rss_before + slack);
 }
 
 TEST_F(ServerTest, ModelsHealthTokenize) {

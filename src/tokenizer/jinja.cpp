@@ -1,10 +1,13 @@
 // Jinja lexer, parser and evaluator (see jinja.h for the supported subset).
 #include "tokenizer/jinja.h"
 
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <regex>
 
 #include "core/log.h"
 #include "tokenizer/unicode.h"
@@ -93,6 +96,26 @@ Result<std::vector<Token>> lex_expression(const std::string& s) {
 }  // namespace
 
 // ------------------------------------------------------------------------------------------------
+// Limits. A template comes from the checkpoint, but a corrupt or hostile one must be an error, not a
+// stack overflow (parser and evaluator recurse on nesting) or an exhausted machine (loops).
+constexpr int kMaxNesting = 200;                 // nested expressions, and nested blocks
+constexpr int64_t kMaxRange = 1 << 20;           // items one range() may make
+constexpr int64_t kMaxLoopIterations = 1 << 20;  // all loop iterations of one rendering
+constexpr size_t kMaxOutputBytes = 64u << 20;    // rendered text
+
+// Counts one level of nesting for as long as it lives.
+struct NestingGuard {
+    int& depth;
+    explicit NestingGuard(int& d) : depth(++d) {}
+    ~NestingGuard() { --depth; }
+    bool too_deep() const { return depth > kMaxNesting; }
+};
+
+Status too_deep_error() {
+    return Status::error(strprintf("chat template: nested more than %d levels deep", kMaxNesting));
+}
+
+// ------------------------------------------------------------------------------------------------
 // AST
 
 struct Env;
@@ -121,6 +144,7 @@ struct Env {
     std::vector<std::map<std::string, Value>> scopes;
     std::string* out = nullptr;
     int depth = 0;
+    int64_t iterations = 0;  // loop iterations so far (kMaxLoopIterations)
     Value lookup(const std::string& name) const {
         for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
             auto f = it->find(name);
@@ -479,9 +503,18 @@ struct Binary : Expr {
         if (a.is_number() && b.is_number()) {
             const bool ints = a.kind() == Value::INT && b.kind() == Value::INT;
             const double x = a.as_double(), y = b.as_double();
-            if (op == "+") return ints ? Value(a.as_int() + b.as_int()) : Value(x + y);
-            if (op == "-") return ints ? Value(a.as_int() - b.as_int()) : Value(x - y);
-            if (op == "*") return ints ? Value(a.as_int() * b.as_int()) : Value(x * y);
+            if (ints && (op == "+" || op == "-" || op == "*")) {
+                // Python's ints do not overflow; ours are 64-bit, so an overflow is an error, never a wrap.
+                int64_t r = 0;
+                const bool over = op == "+"   ? __builtin_add_overflow(a.as_int(), b.as_int(), &r)
+                                  : op == "-" ? __builtin_sub_overflow(a.as_int(), b.as_int(), &r)
+                                              : __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+                if (over) return type_error("integer overflow in " + op);
+                return Value(r);
+            }
+            if (op == "+") return Value(x + y);
+            if (op == "-") return Value(x - y);
+            if (op == "*") return Value(x * y);
             if (op == "/") {
                 if (y == 0) return type_error("division by zero");
                 return Value(x / y);
@@ -489,6 +522,7 @@ struct Binary : Expr {
             if (op == "//" || op == "%") {
                 if (y == 0) return type_error("division by zero");
                 if (ints) {
+                    if (b.as_int() == -1 && a.as_int() == INT64_MIN) return type_error("integer overflow in " + op);
                     int64_t q = a.as_int() / b.as_int(), m = a.as_int() % b.as_int();
                     if (m != 0 && ((m < 0) != (b.as_int() < 0))) { --q; m += b.as_int(); }
                     return op == "//" ? Value(q) : Value(m);
@@ -498,6 +532,8 @@ struct Binary : Expr {
             }
         }
         if (op == "*" && a.is_string() && b.kind() == Value::INT) {
+            if (b.as_int() > 0 && a.str().size() * static_cast<double>(b.as_int()) > kMaxOutputBytes)
+                return type_error(strprintf("a repeated string of more than %zu MiB", kMaxOutputBytes >> 20));
             std::string s;
             for (int64_t i = 0; i < b.as_int(); ++i) s += a.str();
             return Value(s);
@@ -640,7 +676,12 @@ struct Test : Expr {
 class Parser {
 public:
     explicit Parser(std::vector<Token> t) : t_(std::move(t)) {}
-    Result<ExprPtr> expression() { return ternary(); }
+    int depth_ = 0;  // expression nesting (NestingGuard)
+    Result<ExprPtr> expression() {
+        NestingGuard g(depth_);
+        if (g.too_deep()) return too_deep_error();
+        return ternary();
+    }
     bool at_end() const { return t_[p_].type == Tok::END; }
     const Token& peek(size_t k = 0) const { return t_[std::min(p_ + k, t_.size() - 1)]; }
     bool accept_op(const char* op) {
@@ -698,6 +739,8 @@ private:
         return e;
     }
     Result<ExprPtr> not_expr() {
+        NestingGuard g(depth_);
+        if (g.too_deep()) return too_deep_error();
         if (accept_word("not")) {
             auto u = std::make_shared<Unary>();
             u->op = "not";
@@ -757,6 +800,8 @@ private:
         return e;
     }
     Result<ExprPtr> unary() {
+        NestingGuard g(depth_);
+        if (g.too_deep()) return too_deep_error();
         if (accept_op("-")) {
             auto u = std::make_shared<Unary>();
             u->op = "-";
@@ -866,8 +911,17 @@ private:
                 while (t_[p_].type == Tok::STRING) s += t_[p_++].text;  // adjacent literals concatenate
                 return ExprPtr(std::make_shared<Literal>(Value(s)));
             }
-            case Tok::INT: ++p_; return ExprPtr(std::make_shared<Literal>(Value(static_cast<int64_t>(std::stoll(t.text)))));
-            case Tok::FLOAT: ++p_; return ExprPtr(std::make_shared<Literal>(Value(std::stod(t.text))));
+            case Tok::INT:
+            case Tok::FLOAT: {
+                ++p_;
+                errno = 0;
+                char* end = nullptr;
+                const bool is_int = t.type == Tok::INT;
+                const long long i = is_int ? std::strtoll(t.text.c_str(), &end, 10) : 0;
+                const double f = is_int ? 0.0 : std::strtod(t.text.c_str(), &end);
+                if (errno == ERANGE) return Status::error("chat template: number out of range '" + t.text + "'");
+                return ExprPtr(std::make_shared<Literal>(is_int ? Value(static_cast<int64_t>(i)) : Value(f)));
+            }
             case Tok::IDENT: {
                 ++p_;
                 if (t.text == "true" || t.text == "True") return ExprPtr(std::make_shared<Literal>(Value(true)));
@@ -936,12 +990,49 @@ struct RawPiece {
     std::string s;
 };
 
+// lstrip_blocks, as the regular expression /^[ \t]*(\{[#%-])/gm -> "$1" (a line starts after \n or \r).
+// Written as a loop: std::regex matches repetitions recursively and overflowed the stack on a long
+// run of spaces.
+std::string lstrip_blocks(const std::string& src) {
+    std::string out;
+    out.reserve(src.size());
+    size_t i = 0;
+    while (i < src.size()) {
+        const bool line_start = i == 0 || src[i - 1] == '\n' || src[i - 1] == '\r';
+        if (line_start) {
+            size_t j = i;
+            while (j < src.size() && (src[j] == ' ' || src[j] == '\t')) ++j;
+            if (j > i && j + 1 < src.size() && src[j] == '{' && (src[j + 1] == '#' || src[j + 1] == '%' || src[j + 1] == '-')) {
+                out += src.substr(j, 2);
+                i = j + 2;
+                continue;
+            }
+        }
+        out += src[i++];
+    }
+    return out;
+}
+
+// trim_blocks, as /([#%-]\})\n/g -> "$1".
+std::string trim_blocks(const std::string& src) {
+    std::string out;
+    out.reserve(src.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+        out += src[i];
+        if ((src[i] == '#' || src[i] == '%' || src[i] == '-') && i + 2 < src.size() && src[i + 1] == '}' && src[i + 2] == '\n') {
+            out += '}';
+            i += 2;
+        }
+    }
+    return out;
+}
+
 // Whitespace handling of @huggingface/jinja: a trailing newline is dropped, then lstrip_blocks and
 // trim_blocks are applied with its regular expressions, then {%- / -%} strip adjacent whitespace.
 Result<std::vector<RawPiece>> split_source(std::string src) {
     if (!src.empty() && src.back() == '\n') src.pop_back();
-    src = std::regex_replace(src, std::regex(R"(^[ \t]*(\{[#%-]))", std::regex::multiline), "$1");
-    src = std::regex_replace(src, std::regex(R"(([#%-]\})\n)"), "$1");
+    src = lstrip_blocks(src);
+    src = trim_blocks(src);
     std::vector<RawPiece> out;
     size_t i = 0;
     bool trim_next = false;
@@ -998,10 +1089,13 @@ Result<std::vector<RawPiece>> split_source(std::string src) {
 class TreeBuilder {
 public:
     explicit TreeBuilder(std::vector<RawPiece> p) : p_(std::move(p)) {}
+    int depth_ = 0;  // block nesting (NestingGuard)
 
     // Parses nodes until a statement whose first word is in `stops` (returned in *stop_word).
     Status block(std::vector<NodePtr>* out, const std::vector<std::string>& stops, std::string* stop_word,
                  Parser** stop_parser) {
+        NestingGuard g(depth_);
+        if (g.too_deep()) return too_deep_error();
         while (i_ < p_.size()) {
             RawPiece& rp = p_[i_++];
             if (rp.kind == RawPiece::TEXT) {
@@ -1125,6 +1219,8 @@ enum Control { NONE = 0, BREAK = 1, CONTINUE = 2 };
 
 Status render_nodes(const std::vector<NodePtr>& nodes, Env& env, int* control) {
     for (const NodePtr& n : nodes) {
+        if (env.out->size() > kMaxOutputBytes)
+            return Status::error(strprintf("chat template: the rendered text exceeds %zu MiB", kMaxOutputBytes >> 20));
         switch (n->kind) {
             case Node::TEXT: *env.out += n->text; break;
             case Node::OUTPUT: {
@@ -1182,6 +1278,9 @@ Status render_nodes(const std::vector<NodePtr>& nodes, Env& env, int* control) {
                 env.scopes.emplace_back();
                 const int64_t len = static_cast<int64_t>(items.size());
                 for (int64_t k = 0; k < len; ++k) {
+                    if (++env.iterations > kMaxLoopIterations)
+                        return Status::error(strprintf("chat template: more than %lld loop iterations",
+                                                       (long long)kMaxLoopIterations));
                     bind(items[k]);
                     Value loop{Object{}};
                     loop.set("index0", Value(k));
@@ -1290,8 +1389,12 @@ Result<std::string> Template::render(const Value& context) const {
             if (a.positional.size() > 2) step = a.positional[2].as_int();
         }
         if (step == 0) return type_error("range() step cannot be zero");
+        // The item count in 128 bits: start + k * step never overflows (no signed wrap-around).
+        const __int128 span = static_cast<__int128>(stop) - start, st = step;
+        const __int128 count = st > 0 ? (span > 0 ? (span + st - 1) / st : 0) : (span < 0 ? (-span + -st - 1) / -st : 0);
+        if (count > kMaxRange) return type_error(strprintf("range() of more than %lld items", (long long)kMaxRange));
         Array r;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) r.push_back(Value(i));
+        for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) r.push_back(Value(static_cast<int64_t>(start + st * k)));
         return Value(std::move(r));
     }));
     if (context.is_object())

@@ -4,6 +4,8 @@
 // Rendering follows that library, the reference our tests compare against.
 #pragma once
 
+#include <cstdint>
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,7 +50,14 @@ public:
     bool is_function() const { return kind_ == FUNCTION; }
     bool truthy() const;
     bool as_bool() const { return b_; }
-    int64_t as_int() const { return kind_ == FLOAT ? static_cast<int64_t>(f_) : i_; }
+    // A float converts saturating (NaN: 0): the plain cast of an out-of-range double is undefined.
+    int64_t as_int() const {
+        if (kind_ != FLOAT) return i_;
+        if (!(f_ == f_)) return 0;
+        if (f_ >= 9.2233720368547758e18) return INT64_MAX;
+        if (f_ <= -9.2233720368547758e18) return INT64_MIN;
+        return static_cast<int64_t>(f_);
+    }
     double as_double() const { return kind_ == INT ? static_cast<double>(i_) : f_; }
     const std::string& str() const { return s_; }
     Array& arr() const { return *arr_; }

@@ -506,7 +506,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     }
     // Ids are dense in real files (a vocabulary, then the added tokens); the table is sized by the
     // largest id, so an id far beyond the file's own entry count (10^9) would allocate gigabytes.
-    const int64_t n_entries = static_cast<int64_t>(im.token_to_id.size() + im.added.size());
+    const int64_t n_entries = static_cast<int64_t>(im.token_to_id.size());  // vocabulary + added tokens
     if (max_id >= 2 * n_entries + 1024)
         return fail(strprintf("token id %d is implausible for a file of %lld tokens (ids must be < %lld)", max_id,
                               (long long)n_entries, (long long)(2 * n_entries + 1024)));

@@ -1,0 +1,99 @@
+// Corrupt checkpoints found by fuzzing the loader: each is an error that says what is wrong (or, for a
+// legal but unusual layout, loads exactly), never an abort, a huge allocation or a misaligned read.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+#define EXPECT_HAS(msg, needle) EXPECT_NE((msg).find(needle), std::string::npos) << (msg)
+
+std::string tiny_tokenizer(const std::string& added_id) {
+    return R"({"version":"1.0","added_tokens":[{"id":)" + added_id +
+           R"(,"content":"<|x|>","special":true}],"normalizer":null,
+        "pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false,"use_regex":true},"decoder":{"type":"ByteLevel"},
+        "model":{"type":"BPE","vocab":{"a":0,"b":1,"ab":2},"merges":["a b"]}})";
+}
+
+TEST(LoaderHostile, TokenizerIdsAreBoundedByTheFile) {
+    auto big = Tokenizer::from_json(tiny_tokenizer("1000000000"), "", "tok.json");
+    ASSERT_FALSE(big.is_ok());
+    EXPECT_HAS(big.message(), "token id 1000000000 is implausible for a file of 4 tokens");
+    auto wrapped = Tokenizer::from_json(tiny_tokenizer("4294967299"), "", "tok.json");
+    ASSERT_FALSE(wrapped.is_ok());
+    EXPECT_HAS(wrapped.message(), "invalid id");
+    auto ok = Tokenizer::from_json(tiny_tokenizer("3"), "", "tok.json");
+    ASSERT_TRUE(ok.is_ok()) << ok.message();
+    EXPECT_EQ((*ok)->vocab_size(), 4);
+}
+
+TEST(LoaderHostile, WrongJsonTypesAreErrorsNotExceptions) {
+    // Values of the wrong type deep inside the files (nlohmann would throw type_error on a blind get).
+    std::string t = tiny_tokenizer("3");
+    t.replace(t.find("\"model\":{"), 9, "\"model\":{\"dropout\":\"x\",\"byte_fallback\":7,");
+    auto tok = Tokenizer::from_json(t, "", "tok.json");
+    ASSERT_FALSE(tok.is_ok());
+    EXPECT_HAS(tok.message(), "tok.json");
+    auto cfg = parse_model_config(R"({"model_type":"qwen3_5","text_config":{"hidden_size":"big"}})", "cfg.json");
+    ASSERT_FALSE(cfg.is_ok());
+    EXPECT_HAS(cfg.message(), "cfg.json");
+    auto deep = parse_model_config(std::string(100000, '[') + std::string(100000, ']'), "cfg.json");
+    EXPECT_HAS(deep.message(), "nested deeper than");
+}
+
+TEST(LoaderHostile, UnsupportedActivationIsRefusedByName) {
+    auto dir = make_preset("qwen3_5-tiny", 1);
+    std::string cfg = read_bytes(dir->path() + "/config.json");
+    const size_t p = cfg.find("\"silu\"");
+    ASSERT_NE(p, std::string::npos);
+    cfg.replace(p, 6, "\"gelu\"");
+    write_bytes(dir->path() + "/config.json", cfg);
+    auto m = Model::load(dir->path());
+    ASSERT_FALSE(m.is_ok());
+    EXPECT_HAS(m.message(), "unsupported 'text_config.hidden_act' 'gelu' (implemented: silu)");
+}
+
+// A header whose length is not a multiple of 8 puts every tensor at an odd address in the mapping. The
+// file is legal; it loads, through aligned copies, to exactly the same model.
+TEST(LoaderHostile, MisalignedTensorsLoadThroughAlignedCopies) {
+    auto dir = make_preset("qwen3_5-tiny", 1);
+    const std::string path = dir->path() + "/model.safetensors";
+    const std::string orig = read_bytes(path);
+    auto ref = Model::load(dir->path());
+    ASSERT_TRUE(ref.is_ok()) << ref.message();
+    uint64_t n = 0;
+    std::memcpy(&n, orig.data(), 8);
+    std::string header = orig.substr(8, n);
+    header += " ";  // JSON allows trailing whitespace: the data section now starts 1 byte later
+    const uint64_t n2 = header.size();
+    std::string moved(8, '\0');
+    std::memcpy(moved.data(), &n2, 8);
+    moved += header + orig.substr(8 + n);
+    TempDir odd;
+    for (const char* f : {"config.json", "generation_config.json"})
+        write_bytes(odd.path() + "/" + f, read_bytes(dir->path() + "/" + f));
+    write_bytes(odd.path() + "/model.safetensors", moved);
+    auto file = SafetensorsFile::open(odd.path() + "/model.safetensors");
+    ASSERT_TRUE(file.is_ok()) << file.message();
+    for (const auto& e : (*file)->entries())
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(e.view.data) % dtype_size(e.view.dtype), 0u) << e.name;
+    auto m = Model::load(odd.path());
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    const std::vector<int32_t> prompt = {1, 7, 42, 3};
+    std::vector<float> a, b;
+    SequenceState sa = (*ref)->new_state(), sb = (*m)->new_state();
+    ASSERT_TRUE((*ref)->forward({{&sa, prompt.data(), 4, false}}, ForwardOptions(), &a).is_ok());
+    ASSERT_TRUE((*m)->forward({{&sb, prompt.data(), 4, false}}, ForwardOptions(), &b).is_ok());
+    EXPECT_EQ(a, b);
+}
+
+}  // namespace
