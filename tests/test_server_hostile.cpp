@@ -314,6 +314,21 @@ TEST_F(Hostile, ProtocolDetails) {
         }
         ::close(fd);
     }
+    {  // 3000 pipelined requests sent before any answer is read: all answered, in order, while the server
+       // stops parsing whenever too many answers wait unread
+        const int fd = raw_connect(port());
+        std::string all;
+        for (int i = 0; i < 3000; ++i) all += "GET /health HTTP/1.1\r\nX-N: " + std::to_string(i) + "\r\n\r\n";
+        std::thread writer([&] { raw_send(fd, all); });
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        EXPECT_LT(normal_request_seconds(), 5.0);
+        std::string buf;
+        int ok = 0;
+        for (int i = 0; i < 3000; ++i) ok += raw_read_response(fd, &buf).status == 200;
+        writer.join();
+        EXPECT_EQ(ok, 3000);
+        ::close(fd);
+    }
     {  // 50 requests on one keep-alive connection
         const int fd = raw_connect(port());
         std::string buf;

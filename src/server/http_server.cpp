@@ -84,7 +84,7 @@ struct Conn {
     bool close_after_write = false;
     bool peer_closed = false;
     bool reading_paused = false;
-    bool want_write = false;
+    bool parsing = false;   // inside process_input (a response completed inline must not re-enter it)
     std::shared_ptr<Deferred> deferred;
     double t_request = 0;   // first byte of the current request
     double t_idle = 0;      // when the connection became idle (accept, or the last response done)
@@ -446,8 +446,12 @@ void HttpServer::Impl::dispatch(Conn& c, HttpRequest req) {
 }
 
 void HttpServer::Impl::process_input(Conn& c) {
+    if (c.parsing) return;  // the caller's loop goes on with the next pipelined request
     const uint64_t id = c.id;
-    while (c.state == ConnState::READING && !c.in.empty()) {
+    c.parsing = true;
+    // A client that pipelines requests but reads no answers gets no more parsed once max_pending_output
+    // bytes of answers wait (on_writable resumes).
+    while (c.state == ConnState::READING && !c.in.empty() && c.pending() < cfg.max_pending_output) {
         if (!c.parser.started()) c.t_request = now_s();
         size_t used = 0;
         const size_t before = c.parser.request().body.size();
@@ -461,12 +465,16 @@ void HttpServer::Impl::process_input(Conn& c) {
             if (held_bytes + grew > cfg.max_buffered_bytes) {
                 GDN_LOG_WARN("http: request bytes of all connections over the budget of %zu MiB: refusing one",
                              cfg.max_buffered_bytes >> 20);
+                c.parsing = false;
                 return send_error(c, 503, "the server holds too many large requests right now; retry later");
             }
             held_bytes += grew;
             c.held += grew;
         }
-        if (st == HttpParser::State::ERROR) return send_error(c, c.parser.error_status(), c.parser.error_message());
+        if (st == HttpParser::State::ERROR) {
+            c.parsing = false;
+            return send_error(c, c.parser.error_status(), c.parser.error_message());
+        }
         if (st == HttpParser::State::HEAD_DONE) {
             if (c.parser.request().expect_continue) {
                 c.out += "HTTP/1.1 100 Continue\r\n\r\n";
@@ -485,9 +493,12 @@ void HttpServer::Impl::process_input(Conn& c) {
         break;  // NEED_MORE
     }
     if (!conns.count(id)) return;
+    c.parsing = false;
     // While a request is being answered, a pipelining client's next bytes wait in `in`; past a head's
-    // worth we stop reading (EPOLLRDHUP still reports a close).
-    const bool pause = c.state != ConnState::READING && c.state != ConnState::LINGER && c.in.size() > cfg.limits.max_header_bytes;
+    // worth we stop reading (EPOLLRDHUP still reports a close). Likewise while its answers are not read.
+    const bool pause = c.state != ConnState::LINGER &&
+                       ((c.state != ConnState::READING && c.in.size() > cfg.limits.max_header_bytes) ||
+                        (c.state == ConnState::READING && c.pending() >= cfg.max_pending_output));
     if (pause != c.reading_paused) {
         c.reading_paused = pause;
         update_events(c);
@@ -528,6 +539,12 @@ void HttpServer::Impl::on_writable(Conn& c) {
     const uint64_t id = c.id;
     flush(c);
     if (!conns.count(id)) return;
+    if (c.state == ConnState::READING && c.pending() < cfg.max_pending_output && (c.reading_paused || !c.in.empty())) {
+        c.reading_paused = false;  // the client reads its answers again: parse on
+        process_input(c);
+        if (!conns.count(id)) return;
+        update_events(c);
+    }
     if (c.state == ConnState::STREAMING && c.pending() < cfg.max_pending_output) poll_deferred(c);
     if (conns.count(id) && c.pending() == 0 && c.peer_closed && c.state == ConnState::READING) close_conn(id);
 }
