@@ -160,6 +160,7 @@ struct HttpServer::Impl {
     }
 
     void worker_loop();
+    HandlerResult call_handler(const HttpHandler& h, const HttpRequest& req, uint64_t conn);
     void loop();
     void accept_all();
     void on_readable(Conn& c);
@@ -182,6 +183,22 @@ struct HttpServer::Impl {
     bool evict_for_new();
 };
 
+// Runs a handler with a waker for its connection; an exception is our bug: logged, answered 500.
+HandlerResult HttpServer::Impl::call_handler(const HttpHandler& h, const HttpRequest& req, uint64_t conn) {
+    std::weak_ptr<Mailbox> wm = mail;
+    const Waker waker = [wm, conn] {
+        if (auto m = wm.lock()) m->wake(conn);
+    };
+    try {
+        return h(req, waker);
+    } catch (const std::exception& e) {
+        GDN_LOG_ERROR("http: handler for %s %s threw: %s", req.method.c_str(), req.path.c_str(), e.what());
+    } catch (...) {
+        GDN_LOG_ERROR("http: handler for %s %s threw a non-standard exception", req.method.c_str(), req.path.c_str());
+    }
+    return error_response(500, "internal error (logged by the server)");
+}
+
 void HttpServer::Impl::worker_loop() {
     while (true) {
         Task t;
@@ -193,24 +210,11 @@ void HttpServer::Impl::worker_loop() {
             tasks.pop_front();
         }
         const uint64_t conn = t.conn;
-        std::weak_ptr<Mailbox> wm = mail;
-        Waker waker = [wm, conn] {
-            if (auto m = wm.lock()) m->wake(conn);
-        };
-        std::optional<HandlerResult> result;
-        try {
-            result.emplace((*t.handler)(t.req, waker));
-        } catch (const std::exception& e) {
-            GDN_LOG_ERROR("http: handler for %s %s threw: %s", t.req.method.c_str(), t.req.path.c_str(), e.what());
-            result.emplace(error_response(500, "internal error (logged by the server)"));
-        } catch (...) {
-            GDN_LOG_ERROR("http: handler for %s %s threw a non-standard exception", t.req.method.c_str(), t.req.path.c_str());
-            result.emplace(error_response(500, "internal error (logged by the server)"));
-        }
+        HandlerResult result = call_handler(*t.handler, t.req, conn);
         t.req = HttpRequest();  // free the body before the I/O thread counts it returned
         {
             std::lock_guard<std::mutex> lock(mail->mu);
-            mail->done.push_back({conn, std::move(*result), t.bytes});
+            mail->done.push_back({conn, std::move(result), t.bytes});
         }
         mail->ring();
     }
@@ -421,21 +425,7 @@ void HttpServer::Impl::dispatch(Conn& c, HttpRequest req) {
         send_response(c, r);
         return response_done(c);
     }
-    if (found->inline_on_io) {
-        const uint64_t conn = c.id;
-        std::weak_ptr<Mailbox> wm = mail;
-        Waker waker = [wm, conn] {
-            if (auto m = wm.lock()) m->wake(conn);
-        };
-        std::optional<HandlerResult> result;
-        try {
-            result.emplace(found->handler(req, waker));
-        } catch (const std::exception& e) {
-            GDN_LOG_ERROR("http: handler for %s %s threw: %s", req.method.c_str(), req.path.c_str(), e.what());
-            result.emplace(error_response(500, "internal error (logged by the server)"));
-        }
-        return install(c, std::move(*result));
-    }
+    if (found->inline_on_io) return install(c, call_handler(found->handler, req, c.id));
     c.state = ConnState::WORKING;
     {
         std::lock_guard<std::mutex> lock(tq_mu);

@@ -137,7 +137,11 @@ void OpenAIServer::Impl::engine_loop() {
         }
         if (stopping && fresh.empty() && active.empty() && !engine->has_unfinished()) break;
         for (auto& job : fresh) {
-            if (job->cancelled || stopping) {
+            if (job->cancelled || stopping) {  // the client left (or we stop) before it reached the engine
+                {
+                    std::lock_guard<std::mutex> ml(m_mu);
+                    requests_aborted++;
+                }
                 finish_job(*job, stopping ? shutting_down() : ApiError::invalid("cancelled"));
                 continue;
             }
