@@ -393,7 +393,14 @@ TEST(HostileQueue, AdmissionLimitAnswers503) {
         socks.push_back(raw_connect(s.port));
         raw_send(socks.back(), long_req);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Both admitted (one running, one queued) before the third arrives, however slow the machine.
+    auto in_flight = [&] {
+        RawResponse m = raw_request(s.port, "GET /metrics HTTP/1.1\r\n\r\n");
+        const size_t p = m.body.find("\ngdn_requests_in_flight ");
+        return p == std::string::npos ? -1.0 : std::stod(m.body.substr(p + 24));
+    };
+    for (int i = 0; i < 200 && in_flight() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ASSERT_EQ(in_flight(), 2.0);
     RawResponse r = raw_request(s.port, long_req);
     EXPECT_EQ(r.status, 503) << r.body;
     EXPECT_EQ(r.headers["retry-after"], "1");
