@@ -102,11 +102,7 @@ TEST(Loader, RejectsMissingTensor) {
 
 TEST(Loader, RejectsTensorShapeThatDisagreesWithConfig) {
     auto dir = make_preset("qwen3_5-tiny", 1);
-    std::string cfg = read_bytes(dir->path() + "/config.json");
-    auto pos = cfg.find("\"intermediate_size\": 128");
-    ASSERT_NE(pos, std::string::npos);
-    cfg.replace(pos, 24, "\"intermediate_size\": 96");
-    write_bytes(dir->path() + "/config.json", cfg);
+    ASSERT_TRUE(edit_config(dir->path(), "\"intermediate_size\": 128", "\"intermediate_size\": 96"));
     auto m = Model::load(dir->path());
     ASSERT_FALSE(m.is_ok());
     EXPECT_HAS(m.message(), "has shape [128, 64], expected [96, 64]");

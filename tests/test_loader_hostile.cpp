@@ -52,11 +52,7 @@ TEST(LoaderHostile, WrongJsonTypesAreErrorsNotExceptions) {
 
 TEST(LoaderHostile, UnsupportedActivationIsRefusedByName) {
     auto dir = make_preset("qwen3_5-tiny", 1);
-    std::string cfg = read_bytes(dir->path() + "/config.json");
-    const size_t p = cfg.find("\"silu\"");
-    ASSERT_NE(p, std::string::npos);
-    cfg.replace(p, 6, "\"gelu\"");
-    write_bytes(dir->path() + "/config.json", cfg);
+    ASSERT_TRUE(edit_config(dir->path(), "\"silu\"", "\"gelu\""));
     auto m = Model::load(dir->path());
     ASSERT_FALSE(m.is_ok());
     EXPECT_HAS(m.message(), "unsupported 'text_config.hidden_act' 'gelu' (implemented: silu)");

@@ -40,6 +40,16 @@ inline void write_bytes(const std::string& path, const std::string& bytes) {
     f << bytes;
 }
 
+// Replaces the first `from` in dir/config.json by `to`; false when `from` is not there.
+inline bool edit_config(const std::string& dir, const std::string& from, const std::string& to) {
+    std::string cfg = read_bytes(dir + "/config.json");
+    const size_t pos = cfg.find(from);
+    if (pos == std::string::npos) return false;
+    cfg.replace(pos, from.size(), to);
+    write_bytes(dir + "/config.json", cfg);
+    return true;
+}
+
 // A fresh temporary folder, removed by the destructor.
 class TempDir {
 public:

@@ -261,15 +261,21 @@ void HttpServer::Impl::close_conn(uint64_t id) {
 }
 
 bool HttpServer::Impl::evict_for_new() {
-    // The victim: a connection still sending its request or idle between requests, the oldest first
-    // (a slow-header client ages; a served client is never evicted).
+    // The victim: a lingering connection if any, else the one still sending its request or idle
+    // between requests for the longest (a slow-header client ages; a served client is never evicted).
     Conn* victim = nullptr;
+    double victim_since = 0;
     for (auto& [id, c] : conns) {
-        if (c->state != ConnState::READING && c->state != ConnState::LINGER) continue;
-        const double t = c->parser.started() ? c->t_request : c->t_idle;
-        const double vt = victim ? (victim->parser.started() ? victim->t_request : victim->t_idle) : 0;
-        if (!victim || c->state == ConnState::LINGER || (victim->state != ConnState::LINGER && t < vt)) victim = c.get();
-        if (victim->state == ConnState::LINGER) break;
+        if (c->state == ConnState::LINGER) {
+            victim = c.get();
+            break;
+        }
+        if (c->state != ConnState::READING) continue;
+        const double since = c->parser.started() ? c->t_request : c->t_idle;
+        if (!victim || since < victim_since) {
+            victim = c.get();
+            victim_since = since;
+        }
     }
     if (!victim) return false;
     close_conn(victim->id);
@@ -399,7 +405,6 @@ void HttpServer::Impl::install(Conn& c, HandlerResult r) {
 }
 
 void HttpServer::Impl::poll_deferred(Conn& c) {
-    const uint64_t id = c.id;
     if (c.state == ConnState::WAITING) {
         std::optional<HttpResponse> h = c.deferred->head();
         if (!h) return;
@@ -420,7 +425,6 @@ void HttpServer::Impl::poll_deferred(Conn& c) {
         if (piece.empty()) break;
     }
     flush(c);
-    (void)id;
 }
 
 void HttpServer::Impl::dispatch(Conn& c, HttpRequest req) {
@@ -458,13 +462,11 @@ void HttpServer::Impl::process_input(Conn& c) {
     while (c.state == ConnState::READING && !c.in.empty() && c.pending() < cfg.max_pending_output) {
         if (!c.parser.started()) c.t_request = now_s();
         size_t used = 0;
-        const size_t before = c.parser.request().body.size();
         const HttpParser::State st = c.parser.feed(c.in, &used);
         c.in.erase(0, used);
         // Budget: the request's stored bytes (decoded body) + what is still unparsed.
         const size_t now_held = c.parser.request().body.size() + c.in.size();
         const size_t grew = now_held > c.held ? now_held - c.held : 0;
-        (void)before;
         if (grew > 0) {
             if (held_bytes + grew > cfg.max_buffered_bytes) {
                 GDN_LOG_WARN("http: request bytes of all connections over the budget of %zu MiB: refusing one",
