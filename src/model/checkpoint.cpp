@@ -234,4 +234,13 @@ size_t Checkpoint::total_bytes() const {
     return n;
 }
 
+void release_pages(const TensorView& t) {
+    if (!t.data) return;
+    const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
+    const uintptr_t end = begin + static_cast<uintptr_t>(t.numel()) * dtype_size(t.dtype);
+    const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;
+    if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 }  // namespace gdn

@@ -65,6 +65,10 @@ private:
     std::map<std::string, TensorView> tensors_;
 };
 
+// Gives the whole pages inside a tensor's bytes back to the kernel (madvise DONTNEED): a file mapping
+// re-reads them if touched again. For loads that keep only a transformed copy (quantization).
+void release_pages(const TensorView& t);
+
 // Maps a stored name to its canonical name; returns false for tensors a text engine ignores.
 bool canonical_tensor_name(const std::string& stored, std::string* canonical);
 

@@ -17,11 +17,13 @@
 
 namespace gdn {
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadProgress& progress) {
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadProgress& progress,
+                                           const LoadOptions& options) {
     auto m = std::unique_ptr<Model>(new Model());
     GDN_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
     GDN_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open(dir));
-    GDN_ASSIGN_OR_RETURN(m->weights_, load_weights(m->config_, std::make_shared<Checkpoint>(std::move(ck)), progress));
+    GDN_ASSIGN_OR_RETURN(m->weights_, load_weights(m->config_, std::make_shared<Checkpoint>(std::move(ck)), progress,
+                                                   options));
     m->ws_ = std::make_unique<ForwardWorkspace>();
     return m;
 }
@@ -230,7 +232,7 @@ void ForwardPass::mlp(const Mlp& m, const float* h, int64_t N, float* out, int s
 
 void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
     const int64_t H = c_.hidden, E = c_.n_experts, k = c_.n_experts_per_tok;
-    if (op_isa(OpId::MOE) == Isa::REF) {
+    if (op_isa(OpId::MOE) == Isa::REF && !w_.quantization) {  // quantized: composed below from packed weights
         ref::moe(m.views, h, N, k, c_.norm_topk_prob, out, bf16_, hf_);
         return;
     }

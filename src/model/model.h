@@ -44,7 +44,8 @@ struct SequenceInput {
 
 class Model {
 public:
-    static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadProgress& progress = nullptr);
+    static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadProgress& progress = nullptr,
+                                               const LoadOptions& options = {});
 
     const ModelConfig& config() const { return config_; }
     const ModelWeights& weights() const { return *weights_; }

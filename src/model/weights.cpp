@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 
 #include "core/log.h"
@@ -41,7 +42,14 @@ public:
                                            ck_->dir().c_str(), name.c_str(), t->shape_str().c_str(),
                                            shape_str(dims).c_str()));
         used_.insert(name);
+        taken_.push_back(*t);
         return *t;
+    }
+    // Drops the resident pages of every tensor taken since the last call (quantized loads: their
+    // values now live in the packed copies; the mapping re-reads from the file if ever touched again).
+    void release_taken() {
+        for (const TensorView& t : taken_) release_pages(t);
+        taken_.clear();
     }
     // A small tensor converted to f32, optionally transformed elementwise.
     template <typename F>
@@ -82,6 +90,7 @@ private:
     std::shared_ptr<Checkpoint> ck_;
     ModelWeights* w_;
     std::set<std::string> used_;
+    std::vector<TensorView> taken_;
 };
 
 // Slice rows [r0, r0+n) of a 2-D view, or the e-th matrix of a 3-D view.
@@ -181,24 +190,28 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
     return Status::ok();
 }
 
-Mlp pack_mlp(const MlpWeights& v) {
+using Quant = std::optional<WeightFormat>;
+
+Mlp pack_mlp(const MlpWeights& v, Quant q) {
     Mlp m;
-    m.views = v;
+    if (!q) m.views = v;  // quantized: the packed weights are the layer (no view into the checkpoint)
     m.fused = v.gate.shape[0] % 16 == 0;
-    m.gate_up = m.fused ? make_swiglu_linear(v.gate, v.up) : make_linear({v.gate, v.up});
-    m.down = make_linear({v.down});
+    m.gate_up = m.fused ? make_swiglu_linear(v.gate, v.up, q) : make_linear({v.gate, v.up}, q);
+    m.down = make_linear({v.down}, q);
     return m;
 }
 
 // Packs every matrix of a layer into the kernels' layout, fusing projections that share an input.
-void pack_layer(const ModelConfig& c, LayerWeights* L, HugePageArena* small) {
+void pack_layer(const ModelConfig& c, LayerWeights* L, HugePageArena* small, Quant q) {
     if (L->kind == LayerKind::FULL_ATTENTION) {
-        L->attn.qkv = make_linear({L->attn.q_proj, L->attn.k_proj, L->attn.v_proj});
-        L->attn.o = make_linear({L->attn.o_proj});
+        L->attn.qkv = make_linear({L->attn.q_proj, L->attn.k_proj, L->attn.v_proj}, q);
+        L->attn.o = make_linear({L->attn.o_proj}, q);
+        if (q) L->attn.q_proj = L->attn.k_proj = L->attn.v_proj = L->attn.o_proj = TensorView();
     } else {
         GdnWeights& g = L->gdn;
-        g.in_proj = make_linear({g.in_qkv, g.in_z, g.in_b, g.in_a});
-        g.out = make_linear({g.out_proj});
+        g.in_proj = make_linear({g.in_qkv, g.in_z, g.in_b, g.in_a}, q);
+        g.out = make_linear({g.out_proj}, q);
+        if (q) g.in_qkv = g.in_z = g.in_b = g.in_a = g.out_proj = TensorView();
         const int64_t CD = c.gdn_conv_dim(), K = c.conv_kernel;
         float* t = small->alloc_f32(CD * K);
         for (int64_t ch = 0; ch < CD; ++ch)
@@ -210,9 +223,11 @@ void pack_layer(const ModelConfig& c, LayerWeights* L, HugePageArena* small) {
 }  // namespace
 
 Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> ck,
-                                                   const LoadProgress& progress) {
+                                                   const LoadProgress& progress, const LoadOptions& opt) {
     auto w = std::make_unique<ModelWeights>();
     w->checkpoint = ck;
+    const Quant q = opt.quantization;
+    w->quantization = q;
     Loader ld(c, ck, w.get());
     GDN_ASSIGN_OR_RETURN(w->embed, ld.get("embed_tokens.weight", {c.vocab, c.hidden}));
     GDN_ASSIGN_OR_RETURN(w->final_norm, ld.get_norm1p("norm.weight", c.hidden));
@@ -226,6 +241,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     w->layers.resize(c.n_layers);
     for (int i = 0; i < c.n_layers; ++i) {
         LayerWeights& L = w->layers[i];
+        const size_t owned_before = w->owned.size();
         const std::string p = "layers." + std::to_string(i) + ".";
         L.kind = c.layer_kinds[i];
         GDN_ASSIGN_OR_RETURN(L.input_norm, ld.get_norm1p(p + "input_layernorm.weight", c.hidden));
@@ -240,27 +256,39 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
             GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe.views));
             const MoeWeights& v = L.moe.views;
             L.moe.router = make_linear({v.router});
-            for (const auto& e : v.experts) L.moe.experts.push_back(pack_mlp(e));
+            for (const auto& e : v.experts) L.moe.experts.push_back(pack_mlp(e, q));
             if (v.has_shared) {
-                L.moe.shared = pack_mlp(v.shared);
+                L.moe.shared = pack_mlp(v.shared, q);
                 L.moe.shared_gate = make_linear({v.shared_gate});
             }
+            if (q) L.moe.views = MoeWeights();  // the forward composes the MoE from the packed weights
         } else {
             MlpWeights mv;
             GDN_ASSIGN_OR_RETURN(mv, ld.mlp(p + "mlp.", c.intermediate));
-            L.mlp = pack_mlp(mv);
+            L.mlp = pack_mlp(mv, q);
         }
-        pack_layer(c, &L, &w->small);
+        pack_layer(c, &L, &w->small, q);
+        if (q) {  // the layer's source bytes are no longer needed: keep memory at quantized size + one layer
+            ld.release_taken();
+            w->owned.erase(w->owned.begin() + static_cast<std::ptrdiff_t>(owned_before), w->owned.end());
+        }
         if (progress) progress(i + 1, c.n_layers + 1);
     }
-    w->lm_head_packed = make_linear({w->lm_head});
+    w->lm_head_packed = make_linear({w->lm_head}, q);
+    const bool tied = w->lm_head.data == w->embed.data;
+    if (q) {
+        if (!tied) w->embed_quantized = make_linear({w->embed}, q).packed;
+        w->embed_packed = tied ? &w->lm_head_packed.packed : &w->embed_quantized;
+        ld.release_taken();
+        w->lm_head.data = w->embed.data = nullptr;  // shapes stay for reports; the rows are the packed ones
+    }
     // The exact greedy argmax streams an int8 copy of the lm_head (half its bytes; +50% of its memory)
     // where the CPU has int8 dot products (ops/argmax_screen.h).
-    if (has_int8_dot() && has_bf16_dot() && w->lm_head_packed.packed.dtype == DType::BF16)
+    if (has_int8_dot() && has_bf16_dot() && w->lm_head_packed.packed.format == WeightFormat::BF16)
         w->lm_head_packed.screen = make_int8_screen(w->lm_head_packed.packed);
     // Tied: the embedding rows come from the packed copy (huge pages) at no extra memory. Untied tables
     // stay on the checkpoint mapping (a packed copy would cost V x H more memory for ~10-50 us a step).
-    if (w->lm_head.data == w->embed.data) w->embed_packed = &w->lm_head_packed.packed;
+    if (tied && !q) w->embed_packed = &w->lm_head_packed.packed;
     if (progress) progress(c.n_layers + 1, c.n_layers + 1);
     int unused = 0;
     for (const auto& [name, t] : ck->tensors()) {
@@ -269,6 +297,60 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     }
     if (unused > 5) GDN_LOG_WARN("%s: %d tensors in total are not used", ck->dir().c_str(), unused);
     return w;
+}
+
+void for_each_linear(const ModelWeights& w, const std::function<void(const std::string&, const PackedWeight&)>& fn) {
+    auto mlp = [&](const std::string& p, const Mlp& m) {
+        fn(p + "gate_up", m.gate_up.packed);
+        fn(p + "down", m.down.packed);
+    };
+    for (size_t i = 0; i < w.layers.size(); ++i) {
+        const LayerWeights& L = w.layers[i];
+        const std::string p = "layers." + std::to_string(i) + ".";
+        if (L.kind == LayerKind::FULL_ATTENTION) {
+            fn(p + "self_attn.qkv", L.attn.qkv.packed);
+            fn(p + "self_attn.o", L.attn.o.packed);
+        } else {
+            fn(p + "linear_attn.in_proj", L.gdn.in_proj.packed);
+            fn(p + "linear_attn.out", L.gdn.out.packed);
+        }
+        if (L.is_moe) {
+            fn(p + "mlp.router", L.moe.router.packed);
+            for (size_t e = 0; e < L.moe.experts.size(); ++e) mlp(p + "mlp.experts." + std::to_string(e) + ".", L.moe.experts[e]);
+            if (L.moe.shared.gate_up.packed.N) {
+                mlp(p + "mlp.shared_expert.", L.moe.shared);
+                fn(p + "mlp.shared_expert_gate", L.moe.shared_gate.packed);
+            }
+        } else {
+            mlp(p + "mlp.", L.mlp);
+        }
+    }
+    fn("lm_head", w.lm_head_packed.packed);
+    if (w.embed_quantized.N) fn("embed_tokens", w.embed_quantized);
+}
+
+std::string weights_summary(const ModelWeights& w) {
+    struct Tally {
+        int64_t bytes = 0, params = 0;
+        int count = 0;
+    };
+    std::map<WeightFormat, Tally> by;
+    for_each_linear(w, [&](const std::string&, const PackedWeight& p) {
+        Tally& t = by[p.format];
+        t.bytes += p.bytes();
+        t.params += p.N * p.K;
+        ++t.count;
+    });
+    std::string s = "weights:";
+    bool first = true;
+    for (const auto& [f, t] : by) {
+        s += strprintf("%s %.1f MB %s (%d matrices, %.2f bits/weight)", first ? "" : ",", t.bytes / 1e6,
+                       weight_format_name(f), t.count, t.params ? 8.0 * t.bytes / t.params : 0.0);
+        first = false;
+    }
+    if (w.embed_packed == nullptr && w.embed.data)
+        s += strprintf(", embedding %.1f MB on the checkpoint mapping", w.embed.numel() * dtype_size(w.embed.dtype) / 1e6);
+    return s;
 }
 
 }  // namespace gdn

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,11 +81,15 @@ struct LayerWeights {
 };
 
 struct ModelWeights {
-    TensorView embed;          // [V, H]
+    // Set when the matrices were quantized at load (--quantization): every LinearWeight is packed in
+    // that format, no view into the checkpoint is kept, and the mapping's pages were released.
+    std::optional<WeightFormat> quantization;
+    TensorView embed;          // [V, H]; data null when quantized (rows come from embed_packed)
     const float* final_norm;   // [H], (1 + w)
     TensorView lm_head;        // [V, H] (the embedding when tied)
     LinearWeight lm_head_packed;
     const PackedWeight* embed_packed = nullptr;  // the embedding packed (tied: lm_head_packed), else null
+    PackedWeight embed_quantized;                // an untied embedding's quantized table
     std::vector<LayerWeights> layers;
 
     std::shared_ptr<Checkpoint> checkpoint;  // keeps the mapping alive
@@ -94,7 +99,25 @@ struct ModelWeights {
 
 // progress(done, total) is called after each layer is loaded and packed (for a load progress bar).
 using LoadProgress = std::function<void(int done, int total)>;
+
+struct LoadOptions {
+    // Quantize every weight matrix (projections, fused or not, MoE experts routed and shared, the
+    // lm_head and the embedding table) to this format, tensor by tensor from the mapping; the source
+    // pages are released after each layer, so peak memory is about the quantized size plus one layer.
+    // The MoE router and the shared-expert gate ([E, H] and [1, H]: <0.1% of the bytes, and they pick
+    // experts) stay in their float format.
+    std::optional<WeightFormat> quantization;
+};
+
 Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> ck,
-                                                   const LoadProgress& progress = nullptr);
+                                                   const LoadProgress& progress = nullptr,
+                                                   const LoadOptions& options = {});
+
+// Every linear layer of the model with a name ("layers.3.mlp.gate_up", "lm_head", ...): for reports.
+void for_each_linear(const ModelWeights& w, const std::function<void(const std::string&, const PackedWeight&)>& fn);
+
+// "weights: 1.02 GB in int8 (186 matrices), 1.3 MB f32 (router ...)": bytes per format of the packed
+// matrices, for the start-up log.
+std::string weights_summary(const ModelWeights& w);
 
 }  // namespace gdn

@@ -33,7 +33,7 @@ int quantize_i8(float v, float scale) {
 }  // namespace
 
 std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w) {
-    GDN_CHECK(w.dtype == DType::BF16, "the argmax screen is built from a bf16 packed weight");
+    GDN_CHECK(w.format == WeightFormat::BF16, "the argmax screen is built from a bf16 packed weight");
     auto s = std::make_shared<Int8Screen>();
     s->N = w.N;
     s->K = w.K;

@@ -35,7 +35,8 @@ void round_inplace(float* x, int64_t n, bool bf16) {
 void embedding(const TensorView& table, const PackedWeight* packed, const int32_t* ids, int64_t n, float* out,
                bool bf16) {
     GDN_PROFILE("embedding");
-    if (packed && op_isa(OpId::EMBEDDING) != Isa::REF) {
+    // A quantized table exists only packed: its dequantized rows are the reference too.
+    if (packed && (op_isa(OpId::EMBEDDING) != Isa::REF || is_quantized(packed->format))) {
         const int64_t V = table.shape[0], H = table.shape[1];
         GDN_CHECK(packed->N == V && packed->K == H, "embedding: packed table [%lld, %lld] is not [%lld, %lld]",
                   (long long)packed->N, (long long)packed->K, (long long)V, (long long)H);

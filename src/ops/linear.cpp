@@ -11,11 +11,12 @@
 #include "ops/cpu/linear_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/layers.h"
+#include "ops/linear_quant.h"
 #include "ops/ref/ref_ops.h"
 
 namespace gdn {
 
-LinearWeight make_linear(const std::vector<TensorView>& parts) {
+LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<WeightFormat> quantize) {
     GDN_CHECK(!parts.empty());
     LinearWeight lw;
     PackedWeight& p = lw.packed;
@@ -26,8 +27,20 @@ LinearWeight make_linear(const std::vector<TensorView>& parts) {
         p.N += t.shape[0];
         all_bf16 &= t.dtype == DType::BF16;
     }
+    if (quantize) {
+        // Row n of the stack, converted to f32 as stored, straight from the parts (a checkpoint mmap).
+        std::vector<std::pair<const TensorView*, int64_t>> src;
+        src.reserve(p.N);
+        for (const auto& t : parts)
+            for (int64_t r = 0; r < t.shape[0]; ++r) src.emplace_back(&t, r);
+        const int64_t K = p.K;
+        quant::pack_quantized(*quantize, p.N, K, [&](int64_t n, float* out) {
+            convert_to_f32(src[n].first->dtype, src[n].first->row(src[n].second), out, K);
+        }, &p);
+        return lw;
+    }
     if (parts.size() == 1) lw.view = parts[0];
-    p.dtype = all_bf16 ? DType::BF16 : DType::F32;
+    p.format = all_bf16 ? WeightFormat::BF16 : WeightFormat::F32;
     p.K2 = (p.K + 1) / 2;
     p.n_panels = (p.N + kPanelCols - 1) / kPanelCols;
     // Row r of the stacked matrix, as f32 or raw bf16.
@@ -36,7 +49,7 @@ LinearWeight make_linear(const std::vector<TensorView>& parts) {
     for (const auto& t : parts)
         for (int64_t r = 0; r < t.shape[0]; ++r) rows.emplace_back(&t, r);
     p.data.allocate(p.n_panels * p.panel_bytes(), true);
-    if (p.dtype == DType::BF16) {
+    if (p.format == WeightFormat::BF16) {
         uint16_t* dst = p.data.as<uint16_t>();
         for (int64_t n = 0; n < p.N; ++n) {
             const uint16_t* src = static_cast<const uint16_t*>(rows[n].first->row(rows[n].second));
@@ -59,7 +72,9 @@ LinearWeight make_linear(const std::vector<TensorView>& parts) {
 
 void unpack_row(const PackedWeight& p, int64_t n, float* out) {
     const int64_t panel = n / kPanelCols, col = n % kPanelCols;
-    if (p.dtype == DType::BF16) {
+    if (is_quantized(p.format)) {
+        quant::dequantize_row(p, n, out);
+    } else if (p.format == WeightFormat::BF16) {
         const uint16_t* src = p.bf16_panel(panel) + col * 2;  // k-pair kk of the column at kk * 64 + col * 2
         for (int64_t k = 0; k < p.K; ++k) out[k] = bf16_to_f32(src[(k / 2) * 2 * kPanelCols + (k & 1)]);
     } else {
@@ -108,6 +123,10 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
+    if (is_quantized(p.format)) {  // activations become int8 whatever bf16_act says (ops/linear_quant.h)
+        linear_quantized(x, M, p, y, round_out);
+        return;
+    }
     const Isa isa = op_isa(OpId::LINEAR);
     auto round_inplace = [&](float* v, int64_t n) {
         if (isa == Isa::AVX512) cpu::avx512::round_bf16_inplace(v, n);
@@ -115,7 +134,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         else
             for (int64_t i = 0; i < n; ++i) v[i] = round_bf16(v[i]);
     };
-    if (isa == Isa::AVX512 && bf16_act && p.dtype == DType::BF16 && p.data.data() && has_bf16_dot()) {
+    if (isa == Isa::AVX512 && bf16_act && p.format == WeightFormat::BF16 && p.data.data() && has_bf16_dot()) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
@@ -143,7 +162,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
     });
 }
 
-LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up) {
+LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up, std::optional<WeightFormat> quantize) {
     const int64_t I = gate.shape[0];
     GDN_CHECK(I % 16 == 0 && up.shape[0] == I, "fused SwiGLU needs I %% 16 == 0");
     auto rows = [](const TensorView& t, int64_t r0, int64_t n) {
@@ -157,7 +176,7 @@ LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up) {
         parts.push_back(rows(gate, r, 16));
         parts.push_back(rows(up, r, 16));
     }
-    LinearWeight lw = make_linear(parts);
+    LinearWeight lw = make_linear(parts, quantize);
     lw.view = TensorView();  // only the packed (interleaved) form exists
     return lw;
 }
@@ -168,7 +187,7 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
     const int64_t N = w.N(), K = w.K(), I = N / 2;
     if (M <= 0) return;
     const bool has_epilogue = op_isa(OpId::LINEAR) == Isa::AVX512 && op_isa(OpId::SWIGLU) == Isa::AVX512 &&
-                              bf16_act && p.dtype == DType::BF16 && has_bf16_dot();
+                              bf16_act && p.format == WeightFormat::BF16 && has_bf16_dot();
     if (has_epilogue && p.K2 > 2048)
         count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
     if (has_epilogue && p.K2 <= 2048) {
@@ -191,7 +210,7 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
-    if (!(op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_act && p.dtype == DType::BF16 && p.data.data() && has_bf16_dot())) {
+    if (!(op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_act && p.format == WeightFormat::BF16 && p.data.data() && has_bf16_dot())) {
         // Other paths materialise the products, then take the argmax of each row.
         float* y = products_scratch(M * N);
         linear(x, M, w, y, bf16_act);

@@ -4,16 +4,20 @@
 //   BF16 weights: [panel][K/2 pairs][32 cols][2]  (a k-pair of a column is one 32-bit lane: the
 //                  operand layout of vdpbf16ps, and two exact f32 values by shift / mask)
 //   F32 weights:  [panel][K][32 cols]
+//   Q8 / Q4:      [panel][K/32 groups] blocks of int8 / int4 values and f16 scales (ops/quant/quant_format.h)
 // F16 weights are widened to F32 at load (exact). The last panel and an odd K are zero-padded.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/buffer.h"
 #include "core/tensor.h"
+#include "ops/quant/quant_format.h"
+#include "ops/weight_format.h"
 
 namespace gdn {
 
@@ -23,14 +27,23 @@ struct PackedWeight {
     int64_t N = 0, K = 0;  // logical [N, K]
     int64_t K2 = 0;        // k-pairs (BF16) = ceil(K / 2)
     int64_t n_panels = 0;  // ceil(N / 32)
-    DType dtype = DType::BF16;
+    int64_t n_groups = 0;  // quantized formats: groups of 32 k = ceil(K / 32) (ops/quant/quant_format.h)
+    WeightFormat format = WeightFormat::BF16;
     Buffer data;
-    // Bytes of one panel: [K2, 32 columns, 2] bf16 or [K, 32 columns] f32.
+    // Bytes of one panel: [K2, 32 columns, 2] bf16, [K, 32 columns] f32, or n_groups quantized blocks.
     int64_t panel_bytes() const {
-        return dtype == DType::BF16 ? K2 * 2 * kPanelCols * int64_t{2} : K * kPanelCols * int64_t{4};
+        switch (format) {
+            case WeightFormat::BF16: return K2 * 2 * kPanelCols * int64_t{2};
+            case WeightFormat::F32: return K * kPanelCols * int64_t{4};
+            default: return n_groups * quant::block_bytes(format);
+        }
     }
+    int64_t bytes() const { return n_panels * panel_bytes(); }
     const uint16_t* bf16_panel(int64_t p) const { return data.as<uint16_t>() + p * K2 * 2 * kPanelCols; }
     const float* f32_panel(int64_t p) const { return data.as<float>() + p * K * kPanelCols; }
+    const uint8_t* quant_block(int64_t p, int64_t g) const {
+        return data.as<uint8_t>() + (p * n_groups + g) * quant::block_bytes(format);
+    }
 };
 
 struct Int8Screen;
@@ -47,7 +60,9 @@ struct LinearWeight {
 
 // Packs one or more [N_i, K] matrices (same K, same dtype class) stacked along N into one layer, so
 // several projections of the same input run as one GEMM (e.g. GDN q|k|v|z|b|a, attention q|k|v).
-LinearWeight make_linear(const std::vector<TensorView>& parts);
+// With `quantize`, the packed form is that format (read from the parts' stored values) and `view` is
+// left empty: the layer is the quantized weight everywhere, reference path included.
+LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<WeightFormat> quantize = std::nullopt);
 
 // The smallest parallel_for_balanced claim of a streaming pass over panels of `panel_bytes`: ~32 KiB
 // of weights (~1 us of one core's stream), so the threads end within ~1 us of each other. Claims start
@@ -70,12 +85,13 @@ inline bool argmax_better(float v, int64_t i, float bv, int64_t bi) {
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
 
 // out [K] = row n of the logical [N, K] matrix, exactly as stored (packing keeps bf16 and f32 values
-// exactly). Reads 4 bytes (a bf16 k-pair or an f32) of every 128 bytes of the row's panel.
+// exactly; quantized rows are dequantized: scale * q). Reads 4 bytes (a bf16 k-pair or an f32) of every 128 bytes of the row's panel.
 void unpack_row(const PackedWeight& w, int64_t n, float* out);
 
 // A gate|up projection packed for the fused SwiGLU: rows interleaved in blocks of 16 (gate 0..15, up 0..15,
 // gate 16..31, ...), so one 32-column panel holds matching gate and up columns. Needs I % 16 == 0.
-LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up);
+LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up,
+                                std::optional<WeightFormat> quantize = std::nullopt);
 // out [M, I] = silu(x @ gate^T) * (x @ up^T) for a make_swiglu_linear weight. The AVX-512 bf16 kernel
 // applies it in the GEMM epilogue (the [M, 2I] products are never stored); other paths compute the
 // products, then the activation.

@@ -12,6 +12,13 @@
 
 #include "core/tensor.h"
 
+namespace gdn {
+struct PackedWeight;
+namespace quant {
+struct QuantizedRows;
+}
+}  // namespace gdn
+
 namespace gdn::ref {
 
 // out[i, :] = table[ids[i], :]          table [V, H], out [n, H]
@@ -19,6 +26,10 @@ void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* ou
 
 // y = x @ W^T                           x [M, K], W [N, K], y [M, N]; f32 accumulation
 void linear(const float* x, int64_t M, const TensorView& W, float* y);
+
+// y [x.M, ldy] = the quantized product of ops/quant/quant_format.h, element by element: for each
+// column, sum over groups of (weight scale * activation scale) * (exact int32 dot of the group).
+void linear_quant(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy);
 
 // Zero-centred RMSNorm with (1 + w) precomputed in w: y = x * rsqrt(mean(x^2) + eps) * w, per row.
 // x, y [rows, n] (may alias), w [n]

@@ -1,0 +1,16 @@
+// Per-ISA kernels of the quantized formats (ops/quant/quant_format.h). Each computes the columns of
+// panels [p0, p1) for all x.M rows into y [M, ldy]; threading is done by the caller (ops/linear_quant.cpp).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/linear.h"
+
+namespace gdn::cpu::avx2 {
+// int8 x int8 with vpmaddubsw: the activation's |x| is the unsigned operand and its sign moves onto
+// the weight (vpsignb), so no pair sum can saturate (2 * 127 * 127 < 2^15).
+void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// int4 (stored q + 8 in [0, 15]) x int8 with vpmaddubsw, the weight unsigned; int16 sums over a whole
+// group of 32 (8 * 2 * 15 * 127 < 2^15), the +8 offset removed once per group with the row's sum.
+void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+}  // namespace gdn::cpu::avx2

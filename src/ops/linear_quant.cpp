@@ -1,0 +1,75 @@
+#include "ops/linear_quant.h"
+
+#include "core/log.h"
+#include "core/profiler.h"
+#include "core/thread_pool.h"
+#include "ops/cpu/linear_quant_kernels.h"
+#include "ops/ref/ref_ops.h"
+
+namespace gdn {
+
+namespace {
+
+// The scalar reference over the same panel range (single threaded by linear_quantized).
+void ref_gemm(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    (void)p0;
+    (void)p1;
+    ref::linear_quant(x, w, y, ldy);
+}
+
+// There is no AVX-512 VNNI kernel yet (this project's CI machine has no AVX-512 to test one on): the
+// AVX-512 rows run the AVX2 kernels, which every AVX-512 CPU executes, and say so.
+const QuantKernelRow kTable[] = {
+    {Isa::REF, WeightFormat::Q8, "reference (scalar)", ref_gemm, false, false},
+    {Isa::REF, WeightFormat::Q4, "reference (scalar)", ref_gemm, false, false},
+    {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", cpu::avx2::linear_q8, false, false},
+    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", cpu::avx2::linear_q4, false, false},
+    {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; no AVX-512 VNNI kernel yet)", cpu::avx2::linear_q8,
+     false, false},
+    {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; no AVX-512 VNNI kernel yet)",
+     cpu::avx2::linear_q4, false, false},
+};
+
+quant::QuantizedRows& activation_scratch() {
+    thread_local quant::QuantizedRows rows;
+    return rows;
+}
+
+}  // namespace
+
+const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format) {
+    for (const QuantKernelRow& r : kTable)
+        if (r.isa == isa && r.format == format) return r;
+    GDN_CHECK(false, "no quantized kernel for %s on %s", weight_format_name(format), isa_name(isa));
+    return kTable[0];
+}
+
+void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out) {
+    const Isa isa = op_isa(OpId::LINEAR);
+    const QuantKernelRow& k = quant_kernel(isa, w.format);
+    quant::QuantizedRows& xq = activation_scratch();
+    {
+        GDN_PROFILE("quantize activations");
+        quant::quantize_activations(x, M, w.K, &xq);
+    }
+    if (isa == Isa::REF) {
+        k.gemm(xq, w, y, w.N, 0, w.n_panels);
+    } else {
+        global_pool().parallel_for_balanced(w.n_panels, min_stream_panels(w.panel_bytes()),
+                                            [&](int, int64_t p0, int64_t p1) { k.gemm(xq, w, y, w.N, p0, p1); });
+    }
+    if (round_out) ref::round_activations(y, M * w.N, true);
+}
+
+std::string quant_kernel_report() {
+    std::string out;
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
+        const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
+        out += strprintf("linear %s: %s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name,
+                         k.fused_swiglu ? "fused epilogue" : "products then activation",
+                         k.fused_argmax ? "fused" : "products then scan");
+    }
+    return out;
+}
+
+}  // namespace gdn

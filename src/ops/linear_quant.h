@@ -1,0 +1,41 @@
+// The kernel table of the quantized weight formats: one row per (ISA, format), naming the kernel that
+// runs. A new format is one file of kernels (ops/cpu/<isa>/) plus one row here; linear() in
+// ops/linear.cpp dispatches to it whenever the packed weight's format is quantized.
+//
+// Rows without a fused SwiGLU epilogue or argmax run those ops as "products, then the activation /
+// the scan" (ops/linear.cpp), which the table reports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ops/dispatch.h"
+#include "ops/linear.h"
+
+namespace gdn {
+
+// y [M, ldy] columns of panels [p0, p1) from quantized activation rows.
+using QuantGemmFn = void (*)(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                             int64_t p1);
+
+struct QuantKernelRow {
+    Isa isa;
+    WeightFormat format;
+    const char* name;  // what runs, e.g. "avx2 vpmaddubsw"
+    QuantGemmFn gemm;
+    bool fused_swiglu;  // false: products, then ops::swiglu
+    bool fused_argmax;  // false: products, then a scan
+};
+
+// The row the kernels of `format` use on `isa` (every pair has one; REF is the scalar reference).
+const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format);
+
+// y [M, N] = x [M, K] @ W^T for a quantized W: x quantized per row and group (quant_format.h), then
+// the table's gemm for op_isa(LINEAR), threaded over panels. round_out rounds y to bf16.
+void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out);
+
+// "linear int8: avx2 vpmaddubsw (swiglu: products then activation; argmax: products then scan)" for
+// every quantized format on the active ISA.
+std::string quant_kernel_report();
+
+}  // namespace gdn

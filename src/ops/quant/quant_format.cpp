@@ -1,0 +1,196 @@
+#include "ops/quant/quant_format.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/log.h"
+#include "ops/linear.h"
+
+namespace gdn::quant {
+
+namespace {
+
+// f16 round trip of a scale: the value the kernels multiply by.
+inline float f16_round(float s) { return f16_to_f32(f32_to_f16(s)); }
+
+inline int clamp_round(float v, int lo, int hi) {
+    return static_cast<int>(std::clamp(std::nearbyint(v), static_cast<float>(lo), static_cast<float>(hi)));
+}
+
+// Squared error of w ~= d * q with q = clamp(round(w / d)) in [lo, hi]; q written out.
+double group_error(const float* w, int n, float d, int lo, int hi, int8_t* q) {
+    double err = 0.0;
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; ++i) {
+        q[i] = static_cast<int8_t>(clamp_round(w[i] * inv, lo, hi));
+        const double e = static_cast<double>(w[i]) - static_cast<double>(d) * q[i];
+        err += e * e;
+    }
+    return err;
+}
+
+}  // namespace
+
+uint16_t quantize_group(WeightFormat f, const float* w, int n, int8_t* q) {
+    float amax = 0.0f, smax = 0.0f;  // largest magnitude, and that value with its sign
+    for (int i = 0; i < n; ++i)
+        if (std::abs(w[i]) > amax) {
+            amax = std::abs(w[i]);
+            smax = w[i];
+        }
+    if (amax == 0.0f || !std::isfinite(amax)) {
+        GDN_CHECK(std::isfinite(amax), "quantize: a weight is not finite");
+        std::fill(q, q + n, 0);
+        return 0;
+    }
+    if (f == WeightFormat::Q8) {
+        const float d = f16_round(amax / 127.0f);
+        group_error(w, n, d, -127, 127, q);
+        return f32_to_f16(d);
+    }
+    GDN_CHECK(f == WeightFormat::Q4, "quantize_group: not a quantized format");
+    // int4 levels are [-8, 7]: the largest magnitude may map to -8 (a scale of -smax / 8 puts it there)
+    // or to +-7, or between when clipping a lone outlier lowers the error of the other 31. Candidates:
+    // -smax / t for t in [6.5, 9] in steps of 1/8 (both signs of the level set), each refined once by
+    // least squares on its q (d = sum w q / sum q q), keeping the lowest error.
+    int8_t cand[kQuantGroup], best_q[kQuantGroup];
+    double best = -1.0;
+    float best_d = 0.0f;
+    auto consider = [&](float d) {
+        if (!(d != 0.0f) || !std::isfinite(d)) return;
+        const double e = group_error(w, n, d, -8, 7, cand);
+        if (best < 0.0 || e < best) {
+            best = e;
+            best_d = d;
+            std::memcpy(best_q, cand, n);
+        }
+    };
+    for (int s = 0; s <= 20; ++s) {
+        const float t = 6.5f + 0.125f * s;
+        for (float sign : {1.0f, -1.0f}) {
+            const float d0 = f16_round(sign * -smax / t);
+            group_error(w, n, d0, -8, 7, cand);
+            double wq = 0.0, qq = 0.0;
+            for (int i = 0; i < n; ++i) {
+                wq += static_cast<double>(w[i]) * cand[i];
+                qq += static_cast<double>(cand[i]) * cand[i];
+            }
+            consider(d0);
+            if (qq > 0.0) consider(f16_round(static_cast<float>(wq / qq)));
+        }
+    }
+    std::memcpy(q, best_q, n);
+    return f32_to_f16(best_d);
+}
+
+void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<void(int64_t n, float* out)>& row,
+                    PackedWeight* w) {
+    GDN_CHECK(is_quantized(f), "pack_quantized: %s is not a quantized format", weight_format_name(f));
+    w->format = f;
+    w->N = N;
+    w->K = K;
+    w->K2 = (K + 1) / 2;
+    w->n_panels = (N + kCols - 1) / kCols;
+    w->n_groups = n_groups(K);
+    w->data.allocate(w->bytes(), true);  // zero: padding columns and k are q = 0 with scale 0
+    std::vector<float> src(w->n_groups * kQuantGroup, 0.0f);
+    int8_t q[kQuantGroup];
+    const int64_t so = scales_offset(f);
+    for (int64_t n = 0; n < N; ++n) {
+        row(n, src.data());
+        const int64_t p = n / kCols, c = n % kCols;
+        for (int64_t g = 0; g < w->n_groups; ++g) {
+            const int len = static_cast<int>(std::min<int64_t>(kQuantGroup, K - g * kQuantGroup));
+            std::fill(q, q + kQuantGroup, 0);
+            const uint16_t s = quantize_group(f, src.data() + g * kQuantGroup, len, q);
+            uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, g));
+            std::memcpy(blk + so + c * 2, &s, 2);
+            if (f == WeightFormat::Q8) {
+                for (int k = 0; k < kQuantGroup; ++k)
+                    blk[((k / 4) * kCols + c) * 4 + (k % 4)] = static_cast<uint8_t>(q[k]);
+            } else {
+                for (int k = 0; k < kQuantGroup; ++k) {
+                    const int j = k / 8, i = k % 4, hi = (k % 8) / 4;
+                    uint8_t& b = blk[(j * kCols + c) * 4 + i];
+                    const uint8_t nib = static_cast<uint8_t>(q[k] + 8);
+                    b = hi ? static_cast<uint8_t>((b & 0x0F) | (nib << 4)) : static_cast<uint8_t>((b & 0xF0) | nib);
+                }
+            }
+        }
+    }
+    if (f == WeightFormat::Q4) {
+        // Padding (k >= K, or columns n >= N) must hold the offset level 8 (q = 0), not a zero nibble (q = -8).
+        for (int64_t p = 0; p < w->n_panels; ++p)
+            for (int64_t g = 0; g < w->n_groups; ++g) {
+                uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, g));
+                for (int64_t c = 0; c < kCols; ++c)
+                    for (int k = 0; k < kQuantGroup; ++k) {
+                        const int64_t n = p * kCols + c, kk = g * kQuantGroup + k;
+                        if (n < N && kk < K) continue;
+                        const int j = k / 8, i = k % 4, hi = (k % 8) / 4;
+                        uint8_t& b = blk[(j * kCols + c) * 4 + i];
+                        b = hi ? static_cast<uint8_t>((b & 0x0F) | (8 << 4)) : static_cast<uint8_t>((b & 0xF0) | 8);
+                    }
+            }
+    }
+}
+
+int q_value(const PackedWeight& w, int64_t n, int64_t k) {
+    if (n >= w.N || k >= w.K) return 0;
+    const int64_t p = n / kCols, c = n % kCols, g = k / kQuantGroup, kg = k % kQuantGroup;
+    const uint8_t* blk = w.quant_block(p, g);
+    if (w.format == WeightFormat::Q8) return static_cast<int8_t>(blk[((kg / 4) * kCols + c) * 4 + (kg % 4)]);
+    const uint8_t b = blk[((kg / 8) * kCols + c) * 4 + (kg % 4)];
+    return ((kg % 8) / 4 ? (b >> 4) : (b & 0x0F)) - 8;
+}
+
+float q_scale(const PackedWeight& w, int64_t n, int64_t g) {
+    if (n >= w.N) return 0.0f;
+    const uint8_t* blk = w.quant_block(n / kCols, g) + scales_offset(w.format);
+    uint16_t s;
+    std::memcpy(&s, blk + (n % kCols) * 2, 2);
+    return f16_to_f32(s);
+}
+
+void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
+    for (int64_t g = 0; g < w.n_groups; ++g) {
+        const float s = q_scale(w, n, g);
+        for (int64_t k = g * kQuantGroup; k < std::min<int64_t>(w.K, (g + 1) * kQuantGroup); ++k)
+            out[k] = s * static_cast<float>(q_value(w, n, k));
+    }
+}
+
+void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows* out) {
+    out->M = M;
+    out->K = K;
+    out->G = n_groups(K);
+    out->Kp = out->G * kQuantGroup;
+    if (out->xq.size() < static_cast<size_t>(M * out->Kp)) out->xq.resize(M * out->Kp);
+    if (out->xs.size() < static_cast<size_t>(M * out->G)) {
+        out->xs.resize(M * out->G);
+        out->xsum.resize(M * out->G);
+    }
+    for (int64_t m = 0; m < M; ++m) {
+        const float* xr = x + m * K;
+        int8_t* q = out->xq.data() + m * out->Kp;
+        for (int64_t g = 0; g < out->G; ++g) {
+            const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, K - k0);
+            float amax = 0.0f;
+            for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::abs(xr[k0 + i]));
+            const float s = amax / 127.0f;
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            int32_t sum = 0;
+            for (int64_t i = 0; i < kQuantGroup; ++i) {
+                const int v = i < len ? static_cast<int>(std::nearbyint(xr[k0 + i] * inv)) : 0;
+                const int c = std::clamp(v, -127, 127);
+                q[k0 + i] = static_cast<int8_t>(c);
+                sum += c;
+            }
+            out->xs[m * out->G + g] = s;
+            out->xsum[m * out->G + g] = sum;
+        }
+    }
+}
+
+}  // namespace gdn::quant

@@ -1,0 +1,166 @@
+// The quantized formats: the scalar definition against float64, every ISA's kernel against the
+// scalar reference on odd shapes, and the quantizers' error.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/dispatch.h"
+#include "ops/layers.h"
+#include "ops/linear.h"
+#include "ops/linear_quant.h"
+#include "ops/ref/ref_ops.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+const WeightFormat kFormats[] = {WeightFormat::Q8, WeightFormat::Q4};
+
+struct Shape {
+    int64_t M, N, K;
+};
+// 1 row; K below, at and past a group; N below, at and past a panel; prefill-sized M.
+const Shape kShapes[] = {{1, 1, 1},    {1, 31, 33},  {1, 33, 64},  {2, 32, 31},   {3, 65, 100}, {5, 100, 37},
+                         {1, 257, 96}, {17, 45, 99}, {64, 70, 130}, {65, 33, 515}, {7, 96, 1024}};
+
+LinearWeight quantized(WeightFormat f, const std::vector<float>& w, int64_t N, int64_t K) {
+    return make_linear({TensorView::contiguous(const_cast<float*>(w.data()), DType::F32, {N, K})}, f);
+}
+
+TEST(Quant, ReferenceEqualsFloat64DequantizedProduct) {
+    for (WeightFormat f : kFormats)
+        for (const Shape& s : kShapes) {
+            auto wf = random_vec(s.N * s.K, 3 + s.N, -0.3f, 0.3f);
+            auto x = random_vec(s.M * s.K, 5 + s.M, -2.0f, 2.0f);
+            LinearWeight lw = quantized(f, wf, s.N, s.K);
+            quant::QuantizedRows xq;
+            quant::quantize_activations(x.data(), s.M, s.K, &xq);
+            std::vector<float> y(s.M * s.N);
+            ref::linear_quant(xq, lw.packed, y.data(), s.N);
+            for (int64_t m = 0; m < s.M; ++m)
+                for (int64_t n = 0; n < s.N; ++n) {
+                    double want = 0.0, mag = 0.0;
+                    for (int64_t k = 0; k < s.K; ++k) {
+                        const double wd = static_cast<double>(quant::q_scale(lw.packed, n, k / kQuantGroup)) *
+                                          quant::q_value(lw.packed, n, k);
+                        const double xd = static_cast<double>(xq.xs[m * xq.G + k / kQuantGroup]) * xq.row(m)[k];
+                        want += wd * xd;
+                        mag += std::abs(wd * xd);
+                    }
+                    // f32: one scale product and one sum per group, on sums of magnitude <= mag.
+                    ASSERT_NEAR(y[m * s.N + n], want, 1e-6 * mag * (2 + xq.G) + 1e-30)
+                        << weight_format_name(f) << " M=" << s.M << " N=" << s.N << " K=" << s.K;
+                }
+        }
+}
+
+TEST(Quant, EveryIsaMatchesReference) {
+    for (WeightFormat f : kFormats)
+        for (const Shape& s : kShapes) {
+            auto wf = random_vec(s.N * s.K, 13 + s.K, -0.5f, 0.5f);
+            auto x = random_vec(s.M * s.K, 17 + s.M);
+            LinearWeight lw = quantized(f, wf, s.N, s.K);
+            EXPECT_FALSE(lw.view.data);
+            set_active_isa(Isa::REF);
+            std::vector<float> want(s.M * s.N);
+            linear(x.data(), s.M, lw, want.data(), false);
+            for (Isa isa : fast_isas()) {
+                set_active_isa(isa);
+                for (bool round_out : {false, true}) {
+                    std::vector<float> got(s.M * s.N, NAN);
+                    linear(x.data(), s.M, lw, got.data(), true, round_out);
+                    for (int64_t i = 0; i < s.M * s.N; ++i) {
+                        // Same integer dots; only the order of the f32 group sums differs (and bf16 output
+                        // rounding when asked).
+                        const float tol = 1e-5f * (1 + std::abs(want[i])) + (round_out ? std::abs(want[i]) * 4e-3f : 0);
+                        ASSERT_NEAR(got[i], want[i], tol) << isa_name(isa) << " " << weight_format_name(f)
+                                                          << " M=" << s.M << " N=" << s.N << " K=" << s.K << " i=" << i;
+                    }
+                }
+            }
+        }
+    set_active_isa(cpu_isa());
+}
+
+// Where the products are used inside other ops: the fused SwiGLU layout and the argmax.
+TEST(Quant, SwigluAndArgmaxOverQuantizedWeights) {
+    const int64_t M = 3, I = 48, K = 70;
+    for (WeightFormat f : kFormats) {
+        auto g = random_vec(I * K, 1), u = random_vec(I * K, 2), x = random_vec(M * K, 3);
+        LinearWeight sw = make_swiglu_linear(TensorView::contiguous(g.data(), DType::F32, {I, K}),
+                                             TensorView::contiguous(u.data(), DType::F32, {I, K}), f);
+        LinearWeight lg = quantized(f, g, I, K), lu = quantized(f, u, I, K);
+        for (Isa isa : fast_isas()) {
+            set_active_isa(isa);
+            std::vector<float> act(M * I), yg(M * I), yu(M * I);
+            linear_swiglu(x.data(), M, sw, act.data(), true);
+            linear(x.data(), M, lg, yg.data(), true);
+            linear(x.data(), M, lu, yu.data(), true);
+            for (int64_t i = 0; i < M * I; ++i) {
+                const float want = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
+                ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want))) << weight_format_name(f) << " " << isa_name(isa);
+            }
+            std::vector<int32_t> ids(M);
+            linear_argmax(x.data(), M, lg, ids.data(), true);
+            for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ops::argmax(yg.data() + m * I, I));
+        }
+    }
+    set_active_isa(cpu_isa());
+}
+
+// Rows gathered from the packed layout (the embedding) are the dequantized values; q and scale obey
+// the format's ranges and error bounds.
+TEST(Quant, QuantizersAndRowGather) {
+    const int64_t N = 37, K = 77;
+    auto wf = random_vec(N * K, 9, -1.0f, 1.0f);
+    wf[5] = 40.0f;  // an outlier: only its own group's scale may grow
+    for (WeightFormat f : kFormats) {
+        LinearWeight lw = quantized(f, wf, N, K);
+        const int lo = f == WeightFormat::Q8 ? -127 : -8, hi = f == WeightFormat::Q8 ? 127 : 7;
+        std::vector<float> row(K);
+        double err2 = 0.0, absmax_err2 = 0.0;
+        for (int64_t n = 0; n < N; ++n) {
+            unpack_row(lw.packed, n, row.data());
+            for (int64_t k = 0; k < K; ++k) {
+                const int q = quant::q_value(lw.packed, n, k);
+                ASSERT_GE(q, lo);
+                ASSERT_LE(q, hi);
+                const float s = quant::q_scale(lw.packed, n, k / kQuantGroup);
+                ASSERT_EQ(row[k], s * q);
+                const double e = row[k] - wf[n * K + k];
+                if (n > 0) err2 += e * e;  // row 0 holds the outlier: its group is all-zero either way
+                if (f == WeightFormat::Q8) ASSERT_LE(std::abs(e), s * 0.5 * (1 + 1e-3)) << n << " " << k;
+            }
+            // Q4's search must beat plain absmax scaling (max|w| / 7, the simplest symmetric choice).
+            for (int64_t g = 0; n > 0 && g * kQuantGroup < K; ++g) {
+                float amax = 0;
+                const int64_t k1 = std::min<int64_t>(K, (g + 1) * kQuantGroup);
+                for (int64_t k = g * kQuantGroup; k < k1; ++k) amax = std::max(amax, std::abs(wf[n * K + k]));
+                const float d = amax / 7.0f;
+                for (int64_t k = g * kQuantGroup; k < k1; ++k) {
+                    const double e = d * std::clamp(std::nearbyint(wf[n * K + k] / d), -8.0f, 7.0f) - wf[n * K + k];
+                    absmax_err2 += e * e;
+                }
+            }
+        }
+        if (f == WeightFormat::Q4) EXPECT_LT(err2, 0.9 * absmax_err2);
+        // Padding is exactly zero: columns past N and k past K contribute nothing.
+        EXPECT_EQ(quant::q_value(lw.packed, N, 0), 0);
+        EXPECT_EQ(quant::q_value(lw.packed, 0, K), 0);
+        const int64_t nb = lw.packed.bytes();
+        EXPECT_EQ(nb, lw.packed.n_panels * lw.packed.n_groups * quant::block_bytes(f));
+    }
+}
+
+TEST(Quant, EveryIsaHasAKernelRow) {
+    for (Isa isa : {Isa::REF, Isa::AVX2, Isa::AVX512})
+        for (WeightFormat f : kFormats) EXPECT_NE(quant_kernel(isa, f).gemm, nullptr);
+    set_active_isa(cpu_isa());
+    const std::string r = quant_kernel_report();
+    EXPECT_NE(r.find("linear int8:"), std::string::npos) << r;
+    EXPECT_NE(r.find("linear int4:"), std::string::npos) << r;
+}
+
+}  // namespace
