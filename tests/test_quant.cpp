@@ -131,7 +131,9 @@ TEST(Quant, QuantizersAndRowGather) {
                 ASSERT_EQ(row[k], s * q);
                 const double e = row[k] - wf[n * K + k];
                 if (n > 0) err2 += e * e;  // row 0 holds the outlier: its group is all-zero either way
-                if (f == WeightFormat::Q8) ASSERT_LE(std::abs(e), s * 0.5 * (1 + 1e-3)) << n << " " << k;
+                if (f == WeightFormat::Q8) {
+                    ASSERT_LE(std::abs(e), s * 0.5 * (1 + 1e-3)) << n << " " << k;
+                }
             }
             // Q4's search must beat plain absmax scaling (max|w| / 7, the simplest symmetric choice).
             for (int64_t g = 0; n > 0 && g * kQuantGroup < K; ++g) {
@@ -145,7 +147,9 @@ TEST(Quant, QuantizersAndRowGather) {
                 }
             }
         }
-        if (f == WeightFormat::Q4) EXPECT_LT(err2, 0.9 * absmax_err2);
+        if (f == WeightFormat::Q4) {
+            EXPECT_LT(err2, 0.9 * absmax_err2);
+        }
         // Padding is exactly zero: columns past N and k past K contribute nothing.
         EXPECT_EQ(quant::q_value(lw.packed, N, 0), 0);
         EXPECT_EQ(quant::q_value(lw.packed, 0, K), 0);

@@ -44,12 +44,13 @@ inline double weight_format_bits(WeightFormat f) {
 }
 
 // --quantization values (vLLM's flag): "int8" | "int4"; "none" means keep the checkpoint's floats.
-// nullopt: not a known value.
-inline std::optional<std::optional<WeightFormat>> parse_quantization(const std::string& s) {
-    if (s == "int8") return std::optional<WeightFormat>(WeightFormat::Q8);
-    if (s == "int4") return std::optional<WeightFormat>(WeightFormat::Q4);
-    if (s == "none" || s.empty()) return std::optional<WeightFormat>();
-    return std::nullopt;
+// Returns false for an unknown value.
+inline bool parse_quantization(const std::string& s, std::optional<WeightFormat>* out) {
+    if (s == "int8") *out = WeightFormat::Q8;
+    else if (s == "int4") *out = WeightFormat::Q4;
+    else if (s == "none" || s.empty()) out->reset();
+    else return false;
+    return true;
 }
 
 }  // namespace gdn

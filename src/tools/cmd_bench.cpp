@@ -17,6 +17,7 @@
 #include "ops/argmax_screen.h"
 #include "ops/dispatch.h"
 #include "tools/args.h"
+#include "tools/model_loading.h"
 #include "tools/commands.h"
 #include "tools/machine_limits.h"
 #include "util/json_file.h"
@@ -87,7 +88,7 @@ int cmd_bench(int argc, char** argv) {
                             {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype", "--kv-cache-dtype", "--concurrency",
                              "--base-url", "--num-prompts", "--input-len", "--output-len", "--range-ratio",
                              "--max-concurrency", "--request-rate", "--num-warmups", "--plot", "--api-key",
-                             "--served-model-name", "--seed", "--cache-memory"},
+                             "--served-model-name", "--seed", "--cache-memory", "--quantization"},
                             {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos"});
     if (args && (args->has("--base-url") || args->has("--num-prompts") || args->has("--max-concurrency") ||
                  args->has("--request-rate")))
@@ -95,7 +96,7 @@ int cmd_bench(int argc, char** argv) {
     if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) {
         std::fprintf(stderr,
                      "usage: gdn bench --model DIR [--pp 512] [--tg 128] [-r 5] [--threads N] [--dtype bf16|f32]\n"
-                     "                 [--kv-cache-dtype f32|bf16] [--json FILE] [--no-limits]\n"
+                     "                 [--kv-cache-dtype f32|bf16] [--quantization int8|int4] [--json FILE] [--no-limits]\n"
                      "       gdn bench --limits [--threads N]     (the machine's own limits only)\n"
                      "       gdn bench --model DIR --concurrency 1,4,8,16 [--tg 64]   (engine decode throughput per\n"
                      "                 concurrency and the host time per step outside the forward)\n"
@@ -137,7 +138,7 @@ int cmd_bench(int argc, char** argv) {
         return 2;
     }
     const DType kv_dtype = *kv;
-    auto model = Model::load(args->get("--model"));
+    auto model = load_model_for_tool(*args);
     if (!model) {
         std::fprintf(stderr, "gdn bench: %s\n", model.message().c_str());
         return 1;

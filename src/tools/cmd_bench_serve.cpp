@@ -23,6 +23,7 @@
 #include "server/openai_server.h"
 #include "server/sse_reader.h"
 #include "tools/args.h"
+#include "tools/model_loading.h"
 #include "tools/commands.h"
 #include "util/json_file.h"
 
@@ -259,7 +260,7 @@ int cmd_bench_serve(Args& a) {
             return 2;
         }
         set_global_threads(static_cast<int>(*threads));
-        auto model = Model::load(a.get("--model"));
+        auto model = load_model_for_tool(a);
         auto tok = Tokenizer::load(a.get("--model"));
         if (!model || !tok) {
             std::fprintf(stderr, "gdn bench: %s%s\n", model.message().c_str(), tok.message().c_str());

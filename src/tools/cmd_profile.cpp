@@ -8,18 +8,19 @@
 #include "model/model.h"
 #include "ops/dispatch.h"
 #include "tools/args.h"
+#include "tools/model_loading.h"
 #include "tools/commands.h"
 
 namespace gdn {
 
 int cmd_profile(int argc, char** argv) {
     auto args = Args::parse(argc, argv, {"--model", "--prompt-len", "--gen-len", "--threads", "--trace", "--dtype",
-                                                "--kv-cache-dtype"},
+                                                "--kv-cache-dtype", "--quantization"},
                             {"--help"});
     if (!args || args->has("--help") || !args->has("--model")) {
         std::fprintf(stderr,
                      "usage: gdn profile --model DIR [--prompt-len 512] [--gen-len 32] [--threads N] [--dtype bf16|f32]\n"
-                     "                   [--kv-cache-dtype f32|bf16] [--trace FILE.json]\n"
+                     "                   [--kv-cache-dtype f32|bf16] [--quantization int8|int4] [--trace FILE.json]\n"
                      "  Prints per-op tables (calls, total, mean, share of step time) for prefill and decode, and\n"
                      "  writes a Chrome trace (chrome://tracing, ui.perfetto.dev) of one decode step.\n");
         if (!args) std::fprintf(stderr, "gdn profile: %s\n", args.message().c_str());
@@ -36,7 +37,7 @@ int cmd_profile(int argc, char** argv) {
         return 2;
     }
     set_global_threads(static_cast<int>(*threads));
-    auto model = Model::load(args->get("--model"));
+    auto model = load_model_for_tool(*args);
     if (!model) {
         std::fprintf(stderr, "gdn profile: %s\n", model.message().c_str());
         return 1;

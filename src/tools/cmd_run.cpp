@@ -15,6 +15,7 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
+#include "tools/model_loading.h"
 #include "tools/commands.h"
 
 namespace gdn {
@@ -35,6 +36,7 @@ void usage() {
                  "  -n              new tokens to generate (default 32)\n"
                  "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
                  "  --kv-cache-dtype f32|bf16   K/V cache elements (bf16: half the memory, K/V rounded; needs --dtype bf16)\n"
+                 "  --quantization int8|int4   quantize every weight matrix at load (int8: 8.5 bits/weight, int4: 4.5)\n"
                  "  --threads       worker threads (default: all cores)\n"
                  "  --dump-logits   write logits of every prompt position, raw little-endian f32 [n_prompt, vocab]\n"
                  "  --ignore-eos    keep generating past an end-of-sequence token\n");
@@ -49,7 +51,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int cmd_run(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
                             {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n", "--dtype", "--kv-cache-dtype",
-                             "--threads", "--dump-logits", "--temperature", "--top-p", "--top-k", "--seed"},
+                             "--threads", "--dump-logits", "--temperature", "--top-p", "--top-k", "--seed", "--quantization"},
                             {"--help", "--ignore-eos", "--print-ids"});
     if (!args) {
         std::fprintf(stderr, "gdn run: %s\n", args.message().c_str());
@@ -113,22 +115,12 @@ int cmd_run(int argc, char** argv) {
         std::fprintf(stderr, "gdn run: %s\n", ks.message().c_str());
         return 2;
     }
-    auto t_load = std::chrono::steady_clock::now();
-    // A progress bar while the checkpoint loads (on a terminal).
-    const bool tty = isatty(2);
-    auto model = Model::load(args->get("--model"), [&](int done, int total) {
-        if (!tty) return;
-        const int width = 30, fill = done * width / total;
-        std::fprintf(stderr, "\rloading %s [%.*s%*s] %d/%d", args->get("--model").c_str(), fill,
-                     "##############################", width - fill, "", done, total);
-        if (done == total) std::fprintf(stderr, "\n");
-    });
+    auto model = load_model_for_tool(*args);
     if (!model) {
         std::fprintf(stderr, "gdn run: %s\n", model.message().c_str());
         return 1;
     }
     const ModelConfig& c = (*model)->config();
-    GDN_LOG_INFO("loaded %s in %.2f s: %s", args->get("--model").c_str(), seconds_since(t_load), c.summary().c_str());
     GDN_LOG_INFO("activations %s, %d threads", dt.c_str(), static_cast<int>(*threads));
     log_kernel_selection();
 

@@ -10,6 +10,7 @@
 #include "ops/dispatch.h"
 #include "server/openai_server.h"
 #include "tools/args.h"
+#include "tools/model_loading.h"
 #include "tools/commands.h"
 
 namespace gdn {
@@ -18,14 +19,14 @@ int cmd_serve(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
                             {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
                              "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype", "--kv-cache-dtype",
-                             "--block-size", "--max-queue", "--max-connections", "--http-threads"},
+                             "--block-size", "--max-queue", "--max-connections", "--http-threads", "--quantization"},
                             {"--help", "--metrics-public"});
     if (!args || args->has("--help") || !args->has("--model")) {
         std::fprintf(stderr,
                      "usage: gdn serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
                      "                 [--served-model-name NAME] [--max-model-len 4096] [--max-num-seqs 16]\n"
                      "                 [--max-num-batched-tokens 512] [--cache-memory MiB (1024)] [--threads N]\n"
-                     "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--block-size 16]\n"
+                     "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4] [--block-size 16]\n"
                      "                 [--max-queue 1024] [--max-connections 1024] [--http-threads 4] [--metrics-public]\n"
                      "  --max-queue: requests admitted beyond --max-num-seqs; more get 503 with Retry-After.\n"
                      "  With --api-key, /metrics needs the key too unless --metrics-public; /health is always open.\n"
@@ -65,7 +66,7 @@ int cmd_serve(int argc, char** argv) {
 
     set_global_threads(static_cast<int>(*threads));
     const std::string dir = args->get("--model");
-    auto model = Model::load(dir);
+    auto model = load_model_for_tool(*args);
     if (!model) {
         std::fprintf(stderr, "gdn serve: %s\n", model.message().c_str());
         return 1;

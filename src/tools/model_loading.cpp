@@ -1,0 +1,65 @@
+#include "tools/model_loading.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "core/log.h"
+#include "ops/linear_quant.h"
+#include "tools/args.h"
+
+namespace gdn {
+
+Result<LoadOptions> load_options(const Args& a) {
+    LoadOptions o;
+    const std::string v = a.get("--quantization", "none");
+    if (!parse_quantization(v, &o.quantization))
+        return Status::error("--quantization must be int8, int4 or none, got '" + v + "'");
+    return o;
+}
+
+int64_t peak_rss_bytes() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+    return 0;
+}
+
+Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a) {
+    GDN_ASSIGN_OR_RETURN(LoadOptions opt, load_options(a));
+    const std::string dir = a.get("--model");
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool tty = isatty(2);
+    const char* what = opt.quantization ? (*opt.quantization == WeightFormat::Q8 ? "quantizing to int8"
+                                                                                  : "quantizing to int4")
+                                        : "loading";
+    auto model = Model::load(
+        dir,
+        [&](int done, int total) {
+            if (!tty) return;
+            const int width = 30, fill = done * width / total;
+            std::fprintf(stderr, "\r%s %s [%.*s%*s] %d/%d", what, dir.c_str(), fill, "##############################",
+                         width - fill, "", done, total);
+            if (done == total) std::fprintf(stderr, "\n");
+        },
+        opt);
+    if (!model) return model.status();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    GDN_LOG_INFO("loaded %s in %.2f s%s: %s", dir.c_str(), s,
+                 opt.quantization ? (std::string(" (quantized at load to ") + weight_format_name(*opt.quantization) + ")").c_str()
+                                  : "",
+                 (*model)->config().summary().c_str());
+    GDN_LOG_INFO("%s; peak RSS %.1f MB", weights_summary((*model)->weights()).c_str(), peak_rss_bytes() / 1e6);
+    if (opt.quantization) {
+        const std::string rep = quant_kernel_report();
+        size_t b = 0;
+        for (size_t e; (e = rep.find('\n', b)) != std::string::npos; b = e + 1)
+            GDN_LOG_INFO("%s", rep.substr(b, e - b).c_str());
+    }
+    return model;
+}
+
+}  // namespace gdn

@@ -1,0 +1,25 @@
+// Loading a model for a CLI subcommand: --quantization parsed, a progress bar on a terminal, and the
+// memory plan logged (load time, bytes per weight format, peak RSS), one implementation for every tool.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "model/model.h"
+
+namespace gdn {
+
+class Args;
+
+// --quantization int8|int4|none (vLLM's flag name). Unknown values are an error naming the choices.
+Result<LoadOptions> load_options(const Args& a);
+
+// Loads --model with load_options(a); logs "loaded DIR in T s", the weights summary and peak RSS.
+// Errors are prefixed with nothing: the caller prints "gdn TOOL: message".
+Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a);
+
+// The process's peak resident set (VmHWM) in bytes, 0 if unknown.
+int64_t peak_rss_bytes();
+
+}  // namespace gdn
