@@ -20,8 +20,10 @@ struct Loaded {
     std::shared_ptr<const Tokenizer> tok;
 };
 
-Loaded load(const std::string& dir) {
-    auto m = Model::load(dir);
+Loaded load(const std::string& dir, std::optional<WeightFormat> quantization = std::nullopt) {
+    LoadOptions lo;
+    lo.quantization = quantization;
+    auto m = Model::load(dir, nullptr, lo);
     EXPECT_TRUE(m.is_ok()) << m.message();
     auto t = Tokenizer::load(dir);
     EXPECT_TRUE(t.is_ok()) << t.message();
@@ -70,10 +72,13 @@ SamplingParams greedy(int n) {
     return s;
 }
 
-class EngineGolden : public ::testing::TestWithParam<std::string> {};
+// Every family, in its checkpoint's floats and quantized at load (the engine must not care).
+class EngineGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
-    Loaded l = load(golden_dir(GetParam()));
+    std::optional<WeightFormat> q;
+    ASSERT_TRUE(parse_quantization(std::get<1>(GetParam()), &q));
+    Loaded l = load(golden_dir(std::get<0>(GetParam())), q);
     auto ps = prompts(32, 5);
     // Alone: one request at a time.
     std::vector<std::vector<int32_t>> alone;
@@ -94,7 +99,20 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
         auto got = run_all(*e, 100000, [&](Engine& en, int64_t step) {
             if (preempt && step % 7 == 3 && en.stats().running > 1) forced += en.force_preempt(ids[(step / 7) % ids.size()]);
         });
-        for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got[ids[i]], alone[i]) << what << " request " << i;
+        // A preempted request is recomputed by a prefill, whose f32 sums differ from the decode steps' in
+        // the last ulps. Quantized formats round every linear's input to int8, which turns such ulps into
+        // visible logit changes now and then, enough to flip a near-tie of these random-weight models; so
+        // with quantized weights and preemption, up to 2 of the 32 requests may diverge (the rest, and
+        // every request without preemption, must be identical).
+        const bool recomputes = preempt || expect_auto_preemption;
+        const size_t allowed = q && recomputes ? 2 : 0;
+        size_t diverged = 0;
+        for (size_t i = 0; i < ids.size(); ++i) {
+            if (got[ids[i]] == alone[i]) continue;
+            ++diverged;
+            EXPECT_EQ(got[ids[i]].size(), alone[i].size()) << what << " request " << i;
+            EXPECT_LE(diverged, allowed) << what << " request " << i;
+        }
         const EngineStats st = e->stats();
         EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total) << what;
         EXPECT_EQ(st.state_slots_free, st.state_slots_total) << what;
@@ -131,7 +149,10 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
     check(tight, false, "out of KV blocks (automatic preemption)", true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, EngineGolden, ::testing::Values("qwen3_next", "qwen3_5", "qwen3_5_moe"));
+INSTANTIATE_TEST_SUITE_P(Families, EngineGolden,
+                         ::testing::Combine(::testing::Values("qwen3_next", "qwen3_5", "qwen3_5_moe"),
+                                            ::testing::Values("none", "int8", "int4")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 TEST(Engine, SeededSamplingIsReproducibleAcrossBatchCompositions) {
     Loaded l = load(golden_dir("qwen3_5"));

@@ -176,6 +176,62 @@ TEST_P(Golden, Bf16WithinEnvelope) {
   }
 }
 
+// Quantized weights against the golden f32 logits (teacher-forced prompt rows). Random weights are harsh
+// on quantization, so the numbers are a report (printed), not tuned: the checks are only that int8 is
+// closer than int4, that int8's error is a small fraction of the logits' spread, and that the quantized
+// fast path equals the quantized reference path (the same integer products; f32 sums in another order).
+TEST_P(Golden, QuantizedLogitsReport) {
+    const auto& p = GetParam();
+    Expected e = load_expected(golden_dir(p.family), p.prompt);
+    const int64_t n = static_cast<int64_t>(e.prompt.size());
+    double rel_rms[2] = {0, 0};
+    int f = 0;
+    for (WeightFormat fmt : {WeightFormat::Q8, WeightFormat::Q4}) {
+        LoadOptions lo;
+        lo.quantization = fmt;
+        auto m = Model::load(golden_dir(p.family), nullptr, lo);
+        ASSERT_TRUE(m.is_ok()) << m.message();
+        const int64_t V = (*m)->config().vocab;
+        auto prompt_logits = [&] {
+            SequenceState st = (*m)->new_state();
+            std::vector<float> logits;
+            EXPECT_TRUE((*m)->forward({{&st, e.prompt.data(), n, true}}, {}, &logits).is_ok());
+            return logits;
+        };
+        const std::vector<float> got = prompt_logits();
+        ASSERT_EQ(static_cast<int64_t>(got.size()), n * V);
+        double err2 = 0, sig2 = 0, mean = 0;
+        float max_d = 0;
+        int same = 0;
+        for (float v : e.logits) mean += v;
+        mean /= static_cast<double>(e.logits.size());
+        for (int64_t i = 0; i < n * V; ++i) {
+            ASSERT_TRUE(std::isfinite(got[i]));
+            err2 += (got[i] - e.logits[i]) * static_cast<double>(got[i] - e.logits[i]);
+            sig2 += (e.logits[i] - mean) * (e.logits[i] - mean);
+            max_d = std::max(max_d, std::abs(got[i] - e.logits[i]));
+        }
+        for (int64_t r = 0; r < n; ++r) same += ref::argmax(got.data() + r * V, V) == ref::argmax(e.logits.data() + r * V, V);
+        rel_rms[f] = std::sqrt(err2 / sig2);
+        std::printf("%s %s %s: logits rms error %.4f of their spread, max |d| %.3f, argmax same %d/%d\n",
+                    p.family.c_str(), p.prompt.c_str(), weight_format_name(fmt), rel_rms[f], max_d, same,
+                    static_cast<int>(n));
+        // The reference path: every op scalar. Its f32 sums differ from the fast ops' in the last ulps, and
+        // int8 activation rounding can turn an ulp into one quantization step, so the two paths agree to a
+        // small fraction of the quantization error itself, not bitwise (the kernels alone are checked
+        // exactly against the reference in test_quant.cpp).
+        force_reference_all(true);
+        const std::vector<float> ref_logits = prompt_logits();
+        force_reference_all(false);
+        double path2 = 0;
+        for (int64_t i = 0; i < n * V; ++i) path2 += (got[i] - ref_logits[i]) * static_cast<double>(got[i] - ref_logits[i]);
+        EXPECT_LT(std::sqrt(path2), 0.25 * std::sqrt(err2)) << weight_format_name(fmt) << ": fast vs reference path";
+        ++f;
+    }
+    EXPECT_LT(rel_rms[0], rel_rms[1]);
+    EXPECT_LT(rel_rms[0], 0.2);
+}
+
 INSTANTIATE_TEST_SUITE_P(AllFamilies, Golden,
                          ::testing::Values(GoldenCase{"qwen3_next", "chat13"}, GoldenCase{"qwen3_next", "text150"},
                                            GoldenCase{"qwen3_5", "chat13"}, GoldenCase{"qwen3_5", "text150"},
