@@ -220,6 +220,10 @@ TEST_P(Golden, QuantizedLogitsReport) {
         // int8 activation rounding can turn an ulp into one quantization step, so the two paths agree to a
         // small fraction of the quantization error itself, not bitwise (the kernels alone are checked
         // exactly against the reference in test_quant.cpp).
+        if (n > 32) {  // the scalar path over 150 tokens costs seconds (minutes under ASan): short prompts only
+            ++f;
+            continue;
+        }
         force_reference_all(true);
         const std::vector<float> ref_logits = prompt_logits();
         force_reference_all(false);

@@ -158,6 +158,29 @@ TEST(Quant, QuantizersAndRowGather) {
     }
 }
 
+// Every ISA's activation quantizer gives the reference's bytes (scales, values and sums), odd K included.
+TEST(Quant, ActivationQuantizersAreBitwiseTheReference) {
+    for (int64_t K : {1, 5, 31, 32, 33, 100, 1024, 1031}) {
+        auto x = random_vec(3 * K, 21 + K, -3.0f, 3.0f);
+        x[0] = 0.0f;
+        if (K >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero group
+        quant::QuantizedRows want;
+        quant::quantize_activations(x.data(), 3, K, &want);
+        for (Isa isa : fast_isas())
+            for (WeightFormat f : kFormats) {
+                const QuantKernelRow& k = quant_kernel(isa, f);
+                quant::QuantizedRows got;
+                got.resize(3, K);
+                for (int64_t m = 0; m < 3; ++m) k.quantize(x.data() + m * K, &got, m);
+                for (int64_t i = 0; i < 3 * want.Kp; ++i) ASSERT_EQ(got.xq[i], want.xq[i]) << isa_name(isa) << " K=" << K << " " << i;
+                for (int64_t i = 0; i < 3 * want.G; ++i) {
+                    ASSERT_EQ(got.xs[i], want.xs[i]) << isa_name(isa) << " K=" << K;
+                    ASSERT_EQ(got.xsum[i], want.xsum[i]) << isa_name(isa) << " K=" << K;
+                }
+            }
+    }
+}
+
 TEST(Quant, EveryIsaHasAKernelRow) {
     for (Isa isa : {Isa::REF, Isa::AVX2, Isa::AVX512})
         for (WeightFormat f : kFormats) EXPECT_NE(quant_kernel(isa, f).gemm, nullptr);

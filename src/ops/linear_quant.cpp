@@ -20,14 +20,15 @@ void ref_gemm(const quant::QuantizedRows& x, const PackedWeight& w, float* y, in
 // There is no AVX-512 VNNI kernel yet (this project's CI machine has no AVX-512 to test one on): the
 // AVX-512 rows run the AVX2 kernels, which every AVX-512 CPU executes, and say so.
 const QuantKernelRow kTable[] = {
-    {Isa::REF, WeightFormat::Q8, "reference (scalar)", ref_gemm, false, false},
-    {Isa::REF, WeightFormat::Q4, "reference (scalar)", ref_gemm, false, false},
-    {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", cpu::avx2::linear_q8, false, false},
-    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", cpu::avx2::linear_q4, false, false},
-    {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; no AVX-512 VNNI kernel yet)", cpu::avx2::linear_q8,
+    {Isa::REF, WeightFormat::Q8, "reference (scalar)", quant::quantize_activation_row, ref_gemm, false, false},
+    {Isa::REF, WeightFormat::Q4, "reference (scalar)", quant::quantize_activation_row, ref_gemm, false, false},
+    {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, false, false},
+    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, false, false},
+    {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; no AVX-512 VNNI kernel yet)",
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8,
      false, false},
     {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; no AVX-512 VNNI kernel yet)",
-     cpu::avx2::linear_q4, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, false, false},
 };
 
 quant::QuantizedRows& activation_scratch() {
@@ -50,7 +51,14 @@ void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y
     quant::QuantizedRows& xq = activation_scratch();
     {
         GDN_PROFILE("quantize activations");
-        quant::quantize_activations(x, M, w.K, &xq);
+        xq.resize(M, w.K);
+        if (isa == Isa::REF || M == 1) {
+            for (int64_t m = 0; m < M; ++m) k.quantize(x + m * w.K, &xq, m);
+        } else {
+            global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
+                for (int64_t m = m0; m < m1; ++m) k.quantize(x + m * w.K, &xq, m);
+            });
+        }
     }
     if (isa == Isa::REF) {
         k.gemm(xq, w, y, w.N, 0, w.n_panels);

@@ -18,10 +18,14 @@ namespace gdn {
 using QuantGemmFn = void (*)(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                              int64_t p1);
 
+// Row m of x quantized into rows (already sized): the activation work of a quantized linear.
+using QuantizeRowFn = void (*)(const float* x_row, quant::QuantizedRows* rows, int64_t m);
+
 struct QuantKernelRow {
     Isa isa;
     WeightFormat format;
     const char* name;  // what runs, e.g. "avx2 vpmaddubsw"
+    QuantizeRowFn quantize;
     QuantGemmFn gemm;
     bool fused_swiglu;  // false: products, then ops::swiglu
     bool fused_argmax;  // false: products, then a scan

@@ -13,4 +13,6 @@ void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, i
 // int4 (stored q + 8 in [0, 15]) x int8 with vpmaddubsw, the weight unsigned; int16 sums over a whole
 // group of 32 (8 * 2 * 15 * 127 < 2^15), the +8 offset removed once per group with the row's sum.
 void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// quant::quantize_activation_row, vectorised: the same bytes (max, one division, RNE conversion).
+void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
 }  // namespace gdn::cpu::avx2

@@ -176,35 +176,41 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
     }
 }
 
-void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows* out) {
-    out->M = M;
-    out->K = K;
-    out->G = n_groups(K);
-    out->Kp = out->G * kQuantGroup;
-    if (out->xq.size() < static_cast<size_t>(M * out->Kp)) out->xq.resize(M * out->Kp);
-    if (out->xs.size() < static_cast<size_t>(M * out->G)) {
-        out->xs.resize(M * out->G);
-        out->xsum.resize(M * out->G);
+void QuantizedRows::resize(int64_t m, int64_t k) {
+    M = m;
+    K = k;
+    G = n_groups(K);
+    Kp = G * kQuantGroup;
+    if (xq.size() < static_cast<size_t>(M * Kp)) xq.resize(M * Kp);
+    if (xs.size() < static_cast<size_t>(M * G)) {
+        xs.resize(M * G);
+        xsum.resize(M * G);
     }
-    for (int64_t m = 0; m < M; ++m) {
-        const float* xr = x + m * K;
-        int8_t* q = out->xq.data() + m * out->Kp;
-        for (int64_t g = 0; g < out->G; ++g) {
-            const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, K - k0);
-            float amax = 0.0f;
-            for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::abs(xr[k0 + i]));
-            const float s = amax / 127.0f;
-            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-            int32_t sum = 0;
-            for (int64_t i = 0; i < kQuantGroup; ++i) {
-                const int v = i < len ? static_cast<int>(std::nearbyint(xr[k0 + i] * inv)) : 0;
-                const int c = std::clamp(v, -127, 127);
-                q[k0 + i] = static_cast<int8_t>(c);
-                sum += c;
-            }
-            out->xs[m * out->G + g] = s;
-            out->xsum[m * out->G + g] = sum;
+}
+
+void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows* out) {
+    out->resize(M, K);
+    for (int64_t m = 0; m < M; ++m) quantize_activation_row(x + m * K, out, m);
+}
+
+void quantize_activation_row(const float* xr, QuantizedRows* out, int64_t m) {
+    const int64_t K = out->K;
+    int8_t* q = out->xq.data() + m * out->Kp;
+    for (int64_t g = 0; g < out->G; ++g) {
+        const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, K - k0);
+        float amax = 0.0f;
+        for (int64_t i = 0; i < len; ++i) amax = std::max(amax, std::abs(xr[k0 + i]));
+        const float s = amax / 127.0f;
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int64_t i = 0; i < kQuantGroup; ++i) {
+            const int v = i < len ? static_cast<int>(std::nearbyint(xr[k0 + i] * inv)) : 0;
+            const int c = std::clamp(v, -127, 127);
+            q[k0 + i] = static_cast<int8_t>(c);
+            sum += c;
         }
+        out->xs[m * out->G + g] = s;
+        out->xsum[m * out->G + g] = sum;
     }
 }
 

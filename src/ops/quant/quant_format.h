@@ -66,10 +66,14 @@ struct QuantizedRows {
     std::vector<float> xs;
     std::vector<int32_t> xsum;
     const int8_t* row(int64_t m) const { return xq.data() + m * Kp; }
+    void resize(int64_t M, int64_t K);  // sets the shape; buffers only grow
 };
 // The one activation quantizer (every ISA): xs = max|x| / 127 of the group, xq = round-to-nearest-even
 // of x / xs (0 for an all-zero group). Buffers only grow (no allocation once warm).
+// Kernels may vectorise it; they must give exactly these bytes (test_quant.cpp checks).
 void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows* out);
+// Row m of a QuantizedRows already resized to [M, K].
+void quantize_activation_row(const float* x_row, QuantizedRows* out, int64_t m);
 
 }  // namespace quant
 }  // namespace gdn
