@@ -123,3 +123,53 @@ TEST(Cli, MakeModelWritesALoadableCheckpoint) {
 }
 
 }  // namespace
+
+namespace {
+double number_after(const std::string& out, const std::string& key) {
+    const size_t at = out.find(key);
+    if (at == std::string::npos) return NAN;
+    return std::atof(out.c_str() + at + key.size());
+}
+}  // namespace
+
+// gdn perplexity: a base written in f32, then the same model against it (KLD 0, same top-1 100%), int8
+// against it (small, positive KLD), and the errors a user can make.
+TEST(Cli, PerplexityAndKlDivergence) {
+    TempDir tmp;
+    const std::string text = source_dir() + "/tests/data/heldout/debian_fortunes.txt";
+    const std::string common = "perplexity --model " + demo_model_dir() + " --file " + text + " --ctx 64 --chunks 6";
+    const std::string base = tmp.path() + "/base.kld";
+    RunResult r = run_gdn(common + " --kl-divergence-base " + base);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("tokens scored: 186 (6 windows of 64)"), std::string::npos) << r.out;
+    const double ppl = number_after(r.out, "PPL = ");
+    EXPECT_GT(ppl, 1.0);
+    EXPECT_LT(ppl, 4160.0);
+
+    r = run_gdn(common + " --kl-divergence " + base);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_EQ(number_after(r.out, "Mean KLD = "), 0.0) << r.out;
+    EXPECT_EQ(number_after(r.out, "Same top-1 = "), 100.0) << r.out;
+    EXPECT_EQ(number_after(r.out, "PPL = "), ppl);
+
+    r = run_gdn(common + " --quantization int8 --kl-divergence " + base);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const double kld = number_after(r.out, "Mean KLD = ");
+    EXPECT_GT(kld, 0.0) << r.out;
+    EXPECT_LT(kld, 0.01) << r.out;
+    EXPECT_NE(r.out.find("int8 (33 matrices"), std::string::npos) << r.out;
+
+    // Another window size, a bogus base, a bad flag value: each an error naming the problem.
+    r = run_gdn("perplexity --model " + demo_model_dir() + " --file " + text + " --ctx 32 --chunks 6 --kl-divergence " + base);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("written with --ctx 64, this run uses 32"), std::string::npos) << r.out;
+    write_bytes(tmp.path() + "/junk.kld", "not a base file");
+    r = run_gdn(common + " --kl-divergence " + tmp.path() + "/junk.kld");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("not a gdn perplexity base file"), std::string::npos) << r.out;
+    r = run_gdn(common + " --quantization int3");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.out.find("--quantization must be int8, int4 or none, got 'int3'"), std::string::npos) << r.out;
+    r = run_gdn(common + " --kl-divergence-base a --kl-divergence b");
+    EXPECT_EQ(r.exit_code, 2);
+}

@@ -234,11 +234,16 @@ size_t Checkpoint::total_bytes() const {
     return n;
 }
 
-void release_pages(const TensorView& t) {
-    if (!t.data) return;
+void Checkpoint::release(const TensorView& t, int64_t r0, int64_t r1) const {
+    if (!t.data || t.rank < 1) return;
+    bool mapped = false;
+    for (const auto& f : files_) mapped = mapped || f->maps(t.data);
+    if (!mapped) return;
+    if (r1 < 0) r1 = t.shape[0];
+    const int64_t row_bytes = t.numel() / std::max<int64_t>(t.shape[0], 1) * static_cast<int64_t>(dtype_size(t.dtype));
     const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data);
-    const uintptr_t end = begin + static_cast<uintptr_t>(t.numel()) * dtype_size(t.dtype);
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(r0 * row_bytes);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(r1 * row_bytes);
     const uintptr_t b = (begin + page - 1) / page * page, e = end / page * page;
     if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }

@@ -29,6 +29,9 @@ public:
     SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
     const std::string& path() const { return path_; }
+    bool maps(const void* p) const {
+        return map_ && p >= map_ && static_cast<const char*>(p) < static_cast<const char*>(map_) + size_;
+    }
     const std::vector<Entry>& entries() const { return entries_; }
     size_t file_size() const { return size_; }
 
@@ -58,16 +61,16 @@ public:
     const std::map<std::string, TensorView>& tensors() const { return tensors_; }
     const std::string& dir() const { return dir_; }
     size_t total_bytes() const;
+    // Gives the resident pages inside rows [r0, r1) of t (all rows by default) back to the kernel
+    // (madvise DONTNEED) when t lies in a file mapping, which re-reads them if they are touched again;
+    // a realigned heap copy is left alone. For loads that keep only a transformed copy (quantization).
+    void release(const TensorView& t, int64_t r0 = 0, int64_t r1 = -1) const;
 
 private:
     std::string dir_;
     std::vector<std::shared_ptr<SafetensorsFile>> files_;
     std::map<std::string, TensorView> tensors_;
 };
-
-// Gives the whole pages inside a tensor's bytes back to the kernel (madvise DONTNEED): a file mapping
-// re-reads them if touched again. For loads that keep only a transformed copy (quantization).
-void release_pages(const TensorView& t);
 
 // Maps a stored name to its canonical name; returns false for tensors a text engine ignores.
 bool canonical_tensor_name(const std::string& stored, std::string* canonical);

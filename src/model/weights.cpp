@@ -48,7 +48,7 @@ public:
     // Drops the resident pages of every tensor taken since the last call (quantized loads: their
     // values now live in the packed copies; the mapping re-reads from the file if ever touched again).
     void release_taken() {
-        for (const TensorView& t : taken_) release_pages(t);
+        for (const TensorView& t : taken_) ck_->release(t);
         taken_.clear();
     }
     // A small tensor converted to f32, optionally transformed elementwise.
@@ -278,10 +278,17 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     // matrix in Q6_K: measured on the demo model (docs/perf.md), an int4 lm_head alone doubles the
     // mean KL divergence against f32 (0.0210 -> 0.0122 with it in int8, for +0.5 bits/weight).
     const Quant q_head = q == WeightFormat::Q4 ? Quant(WeightFormat::Q8) : q;
-    w->lm_head_packed = make_linear({w->lm_head}, q_head);
+    // The vocabulary matrices are the largest single tensors (2.5 GB of bf16 at 27B): their source rows
+    // are dropped every 256 rows while they are quantized, so they never sit in memory whole.
+    auto drop_rows = [&](const TensorView& t) -> std::function<void(int64_t, int64_t)> {
+        return [&ck, t](int64_t n0, int64_t n1) { ck->release(t, n0, n1); };
+    };
     const bool tied = w->lm_head.data == w->embed.data;
+    w->lm_head_packed = make_linear({w->lm_head}, q_head, q ? drop_rows(w->lm_head) : nullptr);
     if (q) {
-        if (!tied) w->embed_quantized = make_linear({w->embed}, q_head).packed;
+        // An untied embedding is only gathered (its error never meets the logits directly): the plain
+        // format, as llama.cpp's Q4_K_M keeps token_embd in Q4_K while its output matrix is Q6_K.
+        if (!tied) w->embed_quantized = make_linear({w->embed}, q, drop_rows(w->embed)).packed;
         w->embed_packed = tied ? &w->lm_head_packed.packed : &w->embed_quantized;
         ld.release_taken();
         w->lm_head.data = w->embed.data = nullptr;  // shapes stay for reports; the rows are the packed ones

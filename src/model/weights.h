@@ -105,8 +105,8 @@ struct LoadOptions {
     // lm_head and the embedding table) to this format, tensor by tensor from the mapping; the source
     // pages are released after each layer, so peak memory is about the quantized size plus one layer.
     // The MoE router and the shared-expert gate ([E, H] and [1, H]: <0.1% of the bytes, and they pick
-    // experts) stay in their float format. With int4, the lm_head and the embedding are int8 (the one
-    // matrix whose error reaches the logits directly; docs/perf.md has the measurement).
+    // experts) stay in their float format. With int4, the lm_head (and a tied embedding with it) is
+    // int8: the one matrix whose error reaches the logits directly (docs/perf.md has the measurement).
     std::optional<WeightFormat> quantization;
 };
 

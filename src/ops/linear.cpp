@@ -16,7 +16,8 @@
 
 namespace gdn {
 
-LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<WeightFormat> quantize) {
+LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<WeightFormat> quantize,
+                         const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
     GDN_CHECK(!parts.empty());
     LinearWeight lw;
     PackedWeight& p = lw.packed;
@@ -36,7 +37,7 @@ LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<Wei
         const int64_t K = p.K;
         quant::pack_quantized(*quantize, p.N, K, [&](int64_t n, float* out) {
             convert_to_f32(src[n].first->dtype, src[n].first->row(src[n].second), out, K);
-        }, &p);
+        }, &p, rows_done);
         return lw;
     }
     if (parts.size() == 1) lw.view = parts[0];

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -62,7 +63,9 @@ struct LinearWeight {
 // several projections of the same input run as one GEMM (e.g. GDN q|k|v|z|b|a, attention q|k|v).
 // With `quantize`, the packed form is that format (read from the parts' stored values) and `view` is
 // left empty: the layer is the quantized weight everywhere, reference path included.
-LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<WeightFormat> quantize = std::nullopt);
+// rows_done: see quant::pack_quantized (quantized packing only; rows of the stack).
+LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<WeightFormat> quantize = std::nullopt,
+                         const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
 
 // The smallest parallel_for_balanced claim of a streaming pass over panels of `panel_bytes`: ~32 KiB
 // of weights (~1 us of one core's stream), so the threads end within ~1 us of each other. Claims start

@@ -285,8 +285,10 @@ int cmd_bench(int argc, char** argv) {
         }
         return 0;
     }
-    std::printf("| model | threads | dtype | test | t/s | roofline t/s | ratio |\n|---|---|---|---|---|---|---|\n");
+    std::printf("| model | threads | dtype | weights | test | t/s | roofline t/s | ratio |\n|---|---|---|---|---|---|---|---|\n");
+    const char* weights_label = m.weights().quantization ? weight_format_name(*m.weights().quantization) : "as stored";
     out["model"] = name;
+    out["weights"] = weights_label;
     out["threads"] = *threads;
     out["dtype"] = fo.bf16_activations ? "bf16" : "f32";
     out["weights_bytes_per_token"] = bytes;
@@ -295,8 +297,8 @@ int cmd_bench(int argc, char** argv) {
     auto row = [&](const char* test, long long n, const std::vector<double>& v, double roof, const char* key) {
         if (v.empty()) return;
         Stats s = stats(v);
-        std::printf("| %s | %lld | %s | %s%lld | %.2f ± %.2f | %.1f | %.2f |\n", name.c_str(), *threads,
-                    fo.bf16_activations ? "bf16" : "f32", test, n, s.mean, s.sd, roof, roof > 0 ? s.mean / roof : 0.0);
+        std::printf("| %s | %lld | %s | %s | %s%lld | %.2f ± %.2f | %.1f | %.2f |\n", name.c_str(), *threads,
+                    fo.bf16_activations ? "bf16" : "f32", weights_label, test, n, s.mean, s.sd, roof, roof > 0 ? s.mean / roof : 0.0);
         out[key] = {{"n_tokens", n}, {"mean_tps", s.mean}, {"sd_tps", s.sd}, {"samples", v}, {"roofline_tps", roof},
                     {"roofline_ratio", roof > 0 ? s.mean / roof : 0.0}};
     };

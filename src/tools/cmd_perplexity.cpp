@@ -66,6 +66,7 @@ int cmd_perplexity(int argc, char** argv) {
     auto kv = kv_cache_dtype(*args, fo.bf16_activations);
     if (!kv) return fail(kv.message(), 2);
     if (Status ks = configure_kernels_from_env(); !ks) return fail(ks.message(), 2);
+    if (auto lo = load_options(*args); !lo) return fail(lo.message(), 2);
     set_global_threads(static_cast<int>(*threads));
 
     std::ifstream in(args->get("--file"), std::ios::binary);

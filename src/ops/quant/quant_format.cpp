@@ -96,7 +96,7 @@ uint16_t quantize_group(WeightFormat f, const float* w_in, int n, int8_t* q) {
 }
 
 void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<void(int64_t n, float* out)>& row,
-                    PackedWeight* w) {
+                    PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
     GDN_CHECK(is_quantized(f), "pack_quantized: %s is not a quantized format", weight_format_name(f));
     w->format = f;
     w->N = N;
@@ -112,6 +112,7 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
         std::vector<float> src(w->n_groups * kQuantGroup, 0.0f);
         int8_t q[kQuantGroup];
         for (int64_t n = n0; n < n1; ++n) {
+            if (rows_done && n > n0 && (n - n0) % 256 == 0) rows_done(n - 256, n);
             row(n, src.data());
             const int64_t p = n / kCols, c = n % kCols;
             for (int64_t g = 0; g < w->n_groups; ++g) {
@@ -133,6 +134,7 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
                 }
             }
         }
+        if (rows_done && n1 > n0) rows_done(n0 + (n1 - n0 - 1) / 256 * 256, n1);
     });
     if (f == WeightFormat::Q4) {
         // Padding (k >= K, or columns n >= N) must hold the offset level 8 (q = 0), not a zero nibble (q = -8).

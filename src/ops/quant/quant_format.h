@@ -49,8 +49,10 @@ uint16_t quantize_group(WeightFormat f, const float* w, int n, int8_t* q);
 
 // Packs rows of a logical [N, K] matrix into `w` (format, shape and data set). row(n, out) writes the
 // K f32 values of row n (the caller's source: a checkpoint tensor of any dtype, or several stacked).
+// rows_done(n0, n1), if set, is called once rows [n0, n1) have been read (in chunks of 256 rows, from
+// the worker threads), so a caller can drop the source rows while the rest is still being packed.
 void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<void(int64_t n, float* out)>& row,
-                    PackedWeight* w);
+                    PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
 
 // Element access for the reference and for gathering rows (embedding) out of the packed layout.
 int q_value(const PackedWeight& w, int64_t n, int64_t k);  // 0 for padding
