@@ -314,3 +314,45 @@ TEST_F(ServerTest, ModelsHealthTokenize) {
 }
 
 }  // namespace
+
+namespace {
+
+// The server over a model quantized at load: chat answers, and streaming equals non-streaming.
+TEST(QuantizedServer, Int4ChatStreamsLikeNonStreaming) {
+    LoadOptions lo;
+    lo.quantization = WeightFormat::Q4;
+    auto m = Model::load(demo_model_dir(), nullptr, lo);
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    auto t = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(t.is_ok());
+    EngineConfig ec;
+    ec.max_model_len = 512;
+    ec.max_num_seqs = 4;
+    ec.cache_memory = 16ull << 20;
+    auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
+    ASSERT_TRUE(e.is_ok()) << e.message();
+    ServerConfig sc;
+    sc.port = 0;
+    sc.served_model_name = "demo";
+    OpenAIServer server(std::move(*e), *t, sc);
+    std::thread th([&] { server.run(); });
+    for (int i = 0; i < 200 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_GT(server.bound_port(), 0);
+    httplib::Client c("127.0.0.1", server.bound_port());
+    c.set_read_timeout(60, 0);
+    const std::string body = R"({"messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":40)";
+    auto r = c.Post("/v1/chat/completions", body + "}", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+    auto j = parse_json(r->body, "response");
+    ASSERT_TRUE(j.is_ok());
+    const std::string text = (*j)["choices"][0]["message"]["content"].get<std::string>();
+    EXPECT_FALSE(text.empty());
+    bool done = false;
+    EXPECT_EQ(stream_text(c, "/v1/chat/completions", body + R"(,"stream":true})", true, &done), text);
+    EXPECT_TRUE(done);
+    server.stop();
+    th.join();
+}
+
+}  // namespace
