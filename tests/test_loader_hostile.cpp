@@ -90,6 +90,47 @@ TEST(LoaderHostile, MisalignedTensorsLoadThroughAlignedCopies) {
     ASSERT_TRUE((*ref)->forward({{&sa, prompt.data(), 4, false}}, ForwardOptions(), &a).is_ok());
     ASSERT_TRUE((*m)->forward({{&sb, prompt.data(), 4, false}}, ForwardOptions(), &b).is_ok());
     EXPECT_EQ(a, b);
+    // Quantized at load, the copies are read the same way (and not released like mapped pages).
+    LoadOptions lo;
+    lo.quantization = WeightFormat::Q8;
+    auto qa = Model::load(dir->path(), nullptr, lo), qb = Model::load(odd.path(), nullptr, lo);
+    ASSERT_TRUE(qa.is_ok() && qb.is_ok());
+    SequenceState qsa = (*qa)->new_state(), qsb = (*qb)->new_state();
+    a.clear();
+    b.clear();
+    ASSERT_TRUE((*qa)->forward({{&qsa, prompt.data(), 4, false}}, ForwardOptions(), &a).is_ok());
+    ASSERT_TRUE((*qb)->forward({{&qsb, prompt.data(), 4, false}}, ForwardOptions(), &b).is_ok());
+    EXPECT_EQ(a, b);
+}
+
+// A NaN in a float checkpoint would just propagate on the float path; quantizing it is refused by name.
+TEST(LoaderHostile, NonFiniteWeightsAreRefusedWhenQuantizing) {
+    auto dir = make_preset("qwen3_5-tiny", 1);
+    const std::string path = dir->path() + "/model.safetensors";
+    std::string bytes = read_bytes(path);
+    uint64_t n = 0;
+    std::memcpy(&n, bytes.data(), 8);
+    auto file = SafetensorsFile::open(path);
+    ASSERT_TRUE(file.is_ok());
+    bool hit = false;
+    for (const auto& e : (*file)->entries())
+        if (e.name.find("layers.1.mlp.down_proj.weight") != std::string::npos) {
+            ASSERT_EQ(e.view.dtype, DType::BF16);
+            const uint16_t nan = 0x7fc0;
+            std::memcpy(&bytes[8 + n + e.begin + 2 * 5], &nan, 2);
+            hit = true;
+        }
+    ASSERT_TRUE(hit);
+    file = Result<std::unique_ptr<SafetensorsFile>>(Status::error("closed"));
+    write_bytes(path, bytes);
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
+        LoadOptions lo;
+        lo.quantization = f;
+        auto m = Model::load(dir->path(), nullptr, lo);
+        ASSERT_FALSE(m.is_ok());
+        EXPECT_HAS(m.message(), "cannot quantize: non-finite weights (NaN or infinity) in layers.1.mlp.down (1 groups of 32)");
+    }
+    EXPECT_TRUE(Model::load(dir->path()).is_ok());  // the float path loads it as it is
 }
 
 }  // namespace

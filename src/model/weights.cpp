@@ -300,6 +300,15 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     // Tied: the embedding rows come from the packed copy (huge pages) at no extra memory. Untied tables
     // stay on the checkpoint mapping (a packed copy would cost V x H more memory for ~10-50 us a step).
     if (tied && !q) w->embed_packed = &w->lm_head_packed.packed;
+    if (q) {  // a float checkpoint may carry NaN / inf (the float path would just propagate them)
+        std::string bad;
+        for_each_linear(*w, [&](const std::string& name, const PackedWeight& p) {
+            if (p.nonfinite_groups && bad.empty())
+                bad = strprintf("%s (%lld groups of 32)", name.c_str(), (long long)p.nonfinite_groups);
+        });
+        if (!bad.empty())
+            return Status::error(ck->dir() + ": cannot quantize: non-finite weights (NaN or infinity) in " + bad);
+    }
     if (progress) progress(c.n_layers + 1, c.n_layers + 1);
     int unused = 0;
     for (const auto& [name, t] : ck->tensors()) {

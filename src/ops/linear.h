@@ -30,6 +30,7 @@ struct PackedWeight {
     int64_t n_panels = 0;  // ceil(N / 32)
     int64_t n_groups = 0;  // quantized formats: groups of 32 k = ceil(K / 32) (ops/quant/quant_format.h)
     WeightFormat format = WeightFormat::BF16;
+    int64_t nonfinite_groups = 0;  // quantized from a source holding NaN / infinity (the loader refuses it)
     Buffer data;
     // Bytes of one panel: [K2, 32 columns, 2] bf16, [K, 32 columns] f32, or n_groups quantized blocks.
     int64_t panel_bytes() const {

@@ -1,6 +1,7 @@
 #include "ops/quant/quant_format.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -46,18 +47,21 @@ float group_error(const float* w, float d, float lo, float hi, int8_t* q, float*
 
 }  // namespace
 
-uint16_t quantize_group(WeightFormat f, const float* w_in, int n, int8_t* q) {
+uint16_t quantize_group(WeightFormat f, const float* w_in, int n, int8_t* q, bool* nonfinite) {
     float w[kQuantGroup] = {};
     std::copy(w_in, w_in + n, w);
     float amax = 0.0f, smax = 0.0f;  // largest magnitude, and that value with its sign
-    for (int i = 0; i < n; ++i)
+    bool finite = true;
+    for (int i = 0; i < n; ++i) {
+        finite = finite && std::isfinite(w[i]);
         if (std::abs(w[i]) > amax) {
             amax = std::abs(w[i]);
             smax = w[i];
         }
+    }
     int8_t full[kQuantGroup];
-    if (amax == 0.0f || !std::isfinite(amax)) {
-        GDN_CHECK(std::isfinite(amax), "quantize: a weight is not finite");
+    if (amax == 0.0f || !finite) {  // a non-finite group becomes zeros and is reported to the caller
+        if (!finite && nonfinite) *nonfinite = true;
         std::fill(q, q + n, 0);
         return 0;
     }
@@ -108,6 +112,7 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
     w->n_groups = n_groups(K);
     w->data.allocate(w->bytes(), true);  // zero: padding columns and k are q = 0 with scale 0
     const int64_t so = scales_offset(f);
+    std::atomic<int64_t> nonfinite{0};
     // Rows in parallel: a row's values and scales are bytes no other row writes (a Q4 byte holds two
     // k of one column).
     global_pool().parallel_for(N, [&](int64_t n0, int64_t n1) {
@@ -120,7 +125,9 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
             for (int64_t g = 0; g < w->n_groups; ++g) {
                 const int len = static_cast<int>(std::min<int64_t>(kQuantGroup, K - g * kQuantGroup));
                 std::fill(q, q + kQuantGroup, 0);
-                const uint16_t s = quantize_group(f, src.data() + g * kQuantGroup, len, q);
+                bool bad = false;
+                const uint16_t s = quantize_group(f, src.data() + g * kQuantGroup, len, q, &bad);
+                if (bad) nonfinite.fetch_add(1, std::memory_order_relaxed);
                 uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, g));
                 std::memcpy(blk + so + c * 2, &s, 2);
                 if (f == WeightFormat::Q8) {
@@ -138,6 +145,7 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
         }
         if (rows_done && n1 > n0) rows_done(n0 + (n1 - n0 - 1) / 256 * 256, n1);
     });
+    w->nonfinite_groups = nonfinite.load();
     if (f == WeightFormat::Q4) {
         // Padding (k >= K, or columns n >= N) must hold the offset level 8 (q = 0), not a zero nibble (q = -8).
         for (int64_t p = 0; p < w->n_panels; ++p)

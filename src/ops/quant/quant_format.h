@@ -44,8 +44,9 @@ constexpr int64_t scales_offset(WeightFormat f) { return block_bytes(f) - kCols 
 inline int64_t n_groups(int64_t K) { return (K + kQuantGroup - 1) / kQuantGroup; }
 
 // Chooses one group's scale and values (n <= 32 real values; the rest of the group is zero padding).
-// Returns the f16 bits of the scale; q gets n values.
-uint16_t quantize_group(WeightFormat f, const float* w, int n, int8_t* q);
+// Returns the f16 bits of the scale; q gets n values. A group holding a NaN or an infinity becomes
+// zeros and sets *nonfinite (pack_quantized counts them in PackedWeight::nonfinite_groups).
+uint16_t quantize_group(WeightFormat f, const float* w, int n, int8_t* q, bool* nonfinite = nullptr);
 
 // Packs rows of a logical [N, K] matrix into `w` (format, shape and data set). row(n, out) writes the
 // K f32 values of row n (the caller's source: a checkpoint tensor of any dtype, or several stacked).
