@@ -73,7 +73,7 @@ SamplingParams greedy(int n) {
 }
 
 // Every family, in its checkpoint's floats and quantized at load (the engine must not care).
-class EngineGolden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+class EngineGolden : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
 
 TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
     std::optional<WeightFormat> q;
@@ -149,10 +149,14 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
     check(tight, false, "out of KV blocks (automatic preemption)", true);
 }
 
+// Every family in its floats, and every family once quantized (int8 on the dense model, int4 on both
+// MoE layouts). All nine pairs passed when this was written; the full cross costs ~6 minutes of the
+// sanitizer run, so CI runs these six.
 INSTANTIATE_TEST_SUITE_P(Families, EngineGolden,
-                         ::testing::Combine(::testing::Values("qwen3_next", "qwen3_5", "qwen3_5_moe"),
-                                            ::testing::Values("none", "int8", "int4")),
-                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+                         ::testing::Values(std::make_tuple("qwen3_next", "none"), std::make_tuple("qwen3_5", "none"),
+                                           std::make_tuple("qwen3_5_moe", "none"), std::make_tuple("qwen3_next", "int4"),
+                                           std::make_tuple("qwen3_5", "int8"), std::make_tuple("qwen3_5_moe", "int4")),
+                         [](const auto& info) { return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
 TEST(Engine, SeededSamplingIsReproducibleAcrossBatchCompositions) {
     Loaded l = load(golden_dir("qwen3_5"));

@@ -293,9 +293,18 @@ TEST_F(Hostile, ContextLengthAndStreamedValidation) {
     // Exactly filling the context is fine.
     RawResponse t = post("/tokenize", R"({"prompt":"The cat"})");
     const int n = (*parse_json(t.body, "t"))["count"].get<int>();
-    RawResponse ok = post("/v1/completions", "{\"prompt\":\"The cat\",\"max_tokens\":" + std::to_string(4096 - n) +
-                                                 ",\"stream\":true,\"ignore_eos\":false}");
-    EXPECT_EQ(ok.status, 200);
+    // Only the head matters (the request was accepted): generating up to ~4000 tokens to the end would
+    // take longer than any read timeout under the sanitizers. Closing the socket aborts the request.
+    const int fd = raw_connect(port());
+    ASSERT_TRUE(raw_send(fd, http_post("/v1/completions", "{\"prompt\":\"The cat\",\"max_tokens\":" +
+                                                              std::to_string(4096 - n) + ",\"stream\":true}",
+                                       kAuth)));
+    std::string head;
+    const double t0 = now_seconds();
+    while (head.find("\r\n\r\n") == std::string::npos && now_seconds() - t0 < 30 && raw_recv_some(fd, &head, 30)) {
+    }
+    ::close(fd);
+    EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
 }
 
 // 10. Protocol details: pipelining, long keep-alive, bodies without Content-Type, what the HTTP layer

@@ -1,6 +1,7 @@
 #include "ops/quant/quant_format.h"
 
 #include <algorithm>
+#include <climits>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -216,7 +217,10 @@ void quantize_activation_row(const float* xr, QuantizedRows* out, int64_t m) {
         const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         int32_t sum = 0;
         for (int64_t i = 0; i < kQuantGroup; ++i) {
-            const int v = i < len ? static_cast<int>(std::nearbyint(xr[k0 + i] * inv)) : 0;
+            // NaN (an inf activation times inv = 0) maps to INT_MIN as vcvtps2dq does, so -127 after the
+            // clamp; |x * inv| <= 127 otherwise.
+            const float r = i < len ? xr[k0 + i] * inv : 0.0f;
+            const int v = std::isnan(r) ? INT32_MIN : static_cast<int>(std::nearbyint(r));
             const int c = std::clamp(v, -127, 127);
             q[k0 + i] = static_cast<int8_t>(c);
             sum += c;
