@@ -28,15 +28,15 @@ LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<Wei
         p.N += t.shape[0];
         all_bf16 &= t.dtype == DType::BF16;
     }
-    if (quantize) {
-        // Row n of the stack, converted to f32 as stored, straight from the parts (a checkpoint mmap).
-        std::vector<std::pair<const TensorView*, int64_t>> src;
-        src.reserve(p.N);
-        for (const auto& t : parts)
-            for (int64_t r = 0; r < t.shape[0]; ++r) src.emplace_back(&t, r);
+    // Row r of the stacked matrix: (part, row in the part).
+    std::vector<std::pair<const TensorView*, int64_t>> rows;
+    rows.reserve(p.N);
+    for (const auto& t : parts)
+        for (int64_t r = 0; r < t.shape[0]; ++r) rows.emplace_back(&t, r);
+    if (quantize) {  // converted to f32 as stored, straight from the parts (a checkpoint mmap)
         const int64_t K = p.K;
         quant::pack_quantized(*quantize, p.N, K, [&](int64_t n, float* out) {
-            convert_to_f32(src[n].first->dtype, src[n].first->row(src[n].second), out, K);
+            convert_to_f32(rows[n].first->dtype, rows[n].first->row(rows[n].second), out, K);
         }, &p, rows_done);
         return lw;
     }
@@ -44,12 +44,7 @@ LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<Wei
     p.format = all_bf16 ? WeightFormat::BF16 : WeightFormat::F32;
     p.K2 = (p.K + 1) / 2;
     p.n_panels = (p.N + kPanelCols - 1) / kPanelCols;
-    // Row r of the stacked matrix, as f32 or raw bf16.
-    std::vector<std::pair<const TensorView*, int64_t>> rows;
-    rows.reserve(p.N);
-    for (const auto& t : parts)
-        for (int64_t r = 0; r < t.shape[0]; ++r) rows.emplace_back(&t, r);
-    p.data.allocate(p.n_panels * p.panel_bytes(), true);
+    p.data.allocate(p.bytes(), true);
     if (p.format == WeightFormat::BF16) {
         uint16_t* dst = p.data.as<uint16_t>();
         for (int64_t n = 0; n < p.N; ++n) {

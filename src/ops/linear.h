@@ -89,7 +89,8 @@ inline bool argmax_better(float v, int64_t i, float bv, int64_t bi) {
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
 
 // out [K] = row n of the logical [N, K] matrix, exactly as stored (packing keeps bf16 and f32 values
-// exactly; quantized rows are dequantized: scale * q). Reads 4 bytes (a bf16 k-pair or an f32) of every 128 bytes of the row's panel.
+// exactly; quantized rows are dequantized: scale * q). Float formats: reads 4 bytes (a bf16 k-pair or
+// an f32) of every 128 bytes of the row's panel.
 void unpack_row(const PackedWeight& w, int64_t n, float* out);
 
 // A gate|up projection packed for the fused SwiGLU: rows interleaved in blocks of 16 (gate 0..15, up 0..15,

@@ -230,6 +230,11 @@ int cmd_bench_serve(Args& a) {
     std::thread server_thread;
     int32_t vocab = 1000;
     if (a.has("--base-url")) {
+        if (a.has("--quantization")) {
+            std::fprintf(stderr, "gdn bench: --quantization applies to a local --model; the server at --base-url "
+                                 "chose its weights when it started\n");
+            return 2;
+        }
         std::string url = a.get("--base-url");
         const std::string scheme = "http://";
         if (url.rfind(scheme, 0) != 0) {

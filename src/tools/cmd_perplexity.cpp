@@ -2,8 +2,6 @@
 // on its second half; PPL +- standard error), optionally as KL divergence against a base run's
 // log-probabilities (tools/perplexity.h). Windows go through the model's batched prefill, several
 // sequences per forward.
-#include <unistd.h>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -106,7 +104,6 @@ int cmd_perplexity(int argc, char** argv) {
     }
     perplexity::Accumulator acc;
     std::vector<float> logits, logp(V), base(V);
-    const bool tty = isatty(2);
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t w0 = 0; w0 < n_windows; w0 += B) {
         const int64_t nb = std::min(B, n_windows - w0);
@@ -138,13 +135,8 @@ int cmd_perplexity(int argc, char** argv) {
         const int64_t done = w0 + nb;
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const perplexity::Summary s = acc.summary();
-        if (tty) {
-            const int width = 30, fill = static_cast<int>(done * width / n_windows);
-            std::fprintf(stderr, "\r[%.*s%*s] %lld/%lld windows, PPL %.4f, %.0f tok/s, ETA %.0f s ", fill,
-                         "##############################", width - fill, "", (long long)done, (long long)n_windows,
-                         s.ppl, done * C / el, el / done * (n_windows - done));
-            if (done == n_windows) std::fprintf(stderr, "\n");
-        }
+        print_progress("windows", done, n_windows,
+                       strprintf(", PPL %.4f, %.0f tok/s, ETA %.0f s ", s.ppl, done * C / el, el / done * (n_windows - done)));
     }
     if (writer)
         if (Status s = writer->close(); !s) return fail(s.message(), 1);

@@ -28,24 +28,22 @@ int64_t peak_rss_bytes() {
     return 0;
 }
 
+void print_progress(const std::string& label, int64_t done, int64_t total, const std::string& suffix) {
+    static const bool tty = isatty(2);
+    if (!tty || total <= 0) return;
+    const int width = 30, fill = static_cast<int>(done * width / total);
+    std::fprintf(stderr, "\r%s [%.*s%*s] %lld/%lld%s", label.c_str(), fill, "##############################",
+                 width - fill, "", (long long)done, (long long)total, suffix.c_str());
+    if (done == total) std::fprintf(stderr, "\n");
+}
+
 Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a) {
     GDN_ASSIGN_OR_RETURN(LoadOptions opt, load_options(a));
     const std::string dir = a.get("--model");
     const auto t0 = std::chrono::steady_clock::now();
-    const bool tty = isatty(2);
-    const char* what = opt.quantization ? (*opt.quantization == WeightFormat::Q8 ? "quantizing to int8"
-                                                                                  : "quantizing to int4")
-                                        : "loading";
-    auto model = Model::load(
-        dir,
-        [&](int done, int total) {
-            if (!tty) return;
-            const int width = 30, fill = done * width / total;
-            std::fprintf(stderr, "\r%s %s [%.*s%*s] %d/%d", what, dir.c_str(), fill, "##############################",
-                         width - fill, "", done, total);
-            if (done == total) std::fprintf(stderr, "\n");
-        },
-        opt);
+    const std::string label = (opt.quantization ? std::string("quantizing to ") + weight_format_name(*opt.quantization)
+                                                : std::string("loading")) + " " + dir;
+    auto model = Model::load(dir, [&](int done, int total) { print_progress(label, done, total); }, opt);
     if (!model) return model.status();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     GDN_LOG_INFO("loaded %s in %.2f s%s: %s", dir.c_str(), s,

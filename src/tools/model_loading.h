@@ -22,4 +22,7 @@ Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a);
 // The process's peak resident set (VmHWM) in bytes, 0 if unknown.
 int64_t peak_rss_bytes();
 
+// "\rLABEL [#####     ] done/total SUFFIX" on stderr when it is a terminal (a newline once done == total).
+void print_progress(const std::string& label, int64_t done, int64_t total, const std::string& suffix = "");
+
 }  // namespace gdn

@@ -1,7 +1,6 @@
 #include "ops/quant/quant_format.h"
 
 #include <algorithm>
-#include <climits>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -13,6 +12,11 @@
 namespace gdn::quant {
 
 namespace {
+
+// Where (column c, k = kg within the group) lives inside a block: quant_format.h's layout, in one place.
+inline int64_t q8_byte(int64_t c, int64_t kg) { return ((kg / 4) * kCols + c) * 4 + kg % 4; }
+inline int64_t q4_byte(int64_t c, int64_t kg) { return ((kg / 8) * kCols + c) * 4 + kg % 4; }
+inline bool q4_high(int64_t kg) { return (kg % 8) / 4 != 0; }
 
 // f16 round trip of a scale: the value the kernels multiply by.
 inline float f16_round(float s) { return f16_to_f32(f32_to_f16(s)); }
@@ -111,8 +115,12 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
     w->K2 = (K + 1) / 2;
     w->n_panels = (N + kCols - 1) / kCols;
     w->n_groups = n_groups(K);
-    w->data.allocate(w->bytes(), true);  // zero: padding columns and k are q = 0 with scale 0
+    // Padding columns and k are q = 0 with scale 0: zero bytes for int8, and for int4 the offset level 8
+    // in every nibble (0x88), not a zero nibble (q = -8).
+    w->data.allocate(w->bytes(), true);
     const int64_t so = scales_offset(f);
+    if (f == WeightFormat::Q4)
+        for (int64_t b = 0; b < w->n_panels * w->n_groups; ++b) std::memset(w->data.as<uint8_t>() + b * block_bytes(f), 0x88, so);
     std::atomic<int64_t> nonfinite{0};
     // Rows in parallel: a row's values and scales are bytes no other row writes (a Q4 byte holds two
     // k of one column).
@@ -131,15 +139,13 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
                 if (bad) nonfinite.fetch_add(1, std::memory_order_relaxed);
                 uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, g));
                 std::memcpy(blk + so + c * 2, &s, 2);
-                if (f == WeightFormat::Q8) {
-                    for (int k = 0; k < kQuantGroup; ++k)
-                        blk[((k / 4) * kCols + c) * 4 + (k % 4)] = static_cast<uint8_t>(q[k]);
-                } else {
-                    for (int k = 0; k < kQuantGroup; ++k) {
-                        const int j = k / 8, i = k % 4, hi = (k % 8) / 4;
-                        uint8_t& b = blk[(j * kCols + c) * 4 + i];
+                for (int k = 0; k < kQuantGroup; ++k) {
+                    if (f == WeightFormat::Q8) {
+                        blk[q8_byte(c, k)] = static_cast<uint8_t>(q[k]);
+                    } else {
+                        uint8_t& b = blk[q4_byte(c, k)];
                         const uint8_t nib = static_cast<uint8_t>(q[k] + 8);
-                        b = hi ? static_cast<uint8_t>((b & 0x0F) | (nib << 4)) : static_cast<uint8_t>((b & 0xF0) | nib);
+                        b = q4_high(k) ? static_cast<uint8_t>((b & 0x0F) | (nib << 4)) : static_cast<uint8_t>((b & 0xF0) | nib);
                     }
                 }
             }
@@ -147,30 +153,15 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
         if (rows_done && n1 > n0) rows_done(n0 + (n1 - n0 - 1) / 256 * 256, n1);
     });
     w->nonfinite_groups = nonfinite.load();
-    if (f == WeightFormat::Q4) {
-        // Padding (k >= K, or columns n >= N) must hold the offset level 8 (q = 0), not a zero nibble (q = -8).
-        for (int64_t p = 0; p < w->n_panels; ++p)
-            for (int64_t g = 0; g < w->n_groups; ++g) {
-                uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, g));
-                for (int64_t c = 0; c < kCols; ++c)
-                    for (int k = 0; k < kQuantGroup; ++k) {
-                        const int64_t n = p * kCols + c, kk = g * kQuantGroup + k;
-                        if (n < N && kk < K) continue;
-                        const int j = k / 8, i = k % 4, hi = (k % 8) / 4;
-                        uint8_t& b = blk[(j * kCols + c) * 4 + i];
-                        b = hi ? static_cast<uint8_t>((b & 0x0F) | (8 << 4)) : static_cast<uint8_t>((b & 0xF0) | 8);
-                    }
-            }
-    }
 }
 
 int q_value(const PackedWeight& w, int64_t n, int64_t k) {
     if (n >= w.N || k >= w.K) return 0;
     const int64_t p = n / kCols, c = n % kCols, g = k / kQuantGroup, kg = k % kQuantGroup;
     const uint8_t* blk = w.quant_block(p, g);
-    if (w.format == WeightFormat::Q8) return static_cast<int8_t>(blk[((kg / 4) * kCols + c) * 4 + (kg % 4)]);
-    const uint8_t b = blk[((kg / 8) * kCols + c) * 4 + (kg % 4)];
-    return ((kg % 8) / 4 ? (b >> 4) : (b & 0x0F)) - 8;
+    if (w.format == WeightFormat::Q8) return static_cast<int8_t>(blk[q8_byte(c, kg)]);
+    const uint8_t b = blk[q4_byte(c, kg)];
+    return (q4_high(kg) ? (b >> 4) : (b & 0x0F)) - 8;
 }
 
 float q_scale(const PackedWeight& w, int64_t n, int64_t g) {
