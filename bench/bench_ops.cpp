@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/buffer.h"
 #include "core/dtype.h"
@@ -67,6 +68,40 @@ void BM_LinearStream(benchmark::State& state) {
 }
 BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({1, 1024, 3584})->Args({1, 1024, 2048})
     ->Args({8, 7168, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The quantized formats (4th arg: 0 = int8, 1 = int4) on the same shapes, weights streamed from DRAM as
+// in BM_LinearStream: GB/s counts the bytes actually packed (values and scales).
+void BM_LinearQuant(benchmark::State& state) {
+    const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+    const gdn::WeightFormat f = state.range(3) ? gdn::WeightFormat::Q4 : gdn::WeightFormat::Q8;
+    auto w = random_bf16(N * K);
+    const gdn::TensorView v = gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K});
+    gdn::LinearWeight first = gdn::make_linear({v}, f);
+    const int64_t bytes = first.packed.bytes(), copies = std::max<int64_t>(1, (512ll << 20) / bytes);
+    std::vector<gdn::LinearWeight> ws;
+    ws.push_back(std::move(first));
+    for (int64_t c = 1; c < copies; ++c) {  // copies of the packed bytes: quantizing each again is slow
+        gdn::LinearWeight lw;
+        lw.packed.N = ws[0].packed.N;
+        lw.packed.K = ws[0].packed.K;
+        lw.packed.K2 = ws[0].packed.K2;
+        lw.packed.n_panels = ws[0].packed.n_panels;
+        lw.packed.n_groups = ws[0].packed.n_groups;
+        lw.packed.format = f;
+        lw.packed.data.allocate(bytes, false);
+        std::memcpy(lw.packed.data.data(), ws[0].packed.data.data(), bytes);
+        ws.push_back(std::move(lw));
+    }
+    std::vector<float> x(M * K, 0.01f), y(M * N);
+    size_t i = 0;
+    for (auto _ : state) gdn::linear(x.data(), M, ws[i++ % ws.size()], y.data(), true);
+    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["read_limit_GB/s"] = limits().read_gbps;
+}
+BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1}})->ArgsProduct({{1}, {1024}, {3584}, {0, 1}})
+    ->ArgsProduct({{1}, {248320}, {1024}, {0, 1}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // One GDN layer of the Qwen3.5-0.8B shape (Hk = Hv = 16, Dk = Dv = 128, conv kernel 4) with constant
 // weights, and T tokens of random input projections [T, ldp] (q | k | v | z | b | a).
