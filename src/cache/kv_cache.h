@@ -28,6 +28,7 @@ public:
     BlockPool& pool() { return pool_; }
     const BlockPool& pool() const { return pool_; }
     int32_t block_size() const { return block_size_; }
+    int n_layers() const { return static_cast<int>(k_.size()); }
     int64_t row_elems() const { return row_; }
     DType dtype() const { return dtype_; }
     void* k(int layer) { return k_[layer].data(); }

@@ -18,6 +18,11 @@ struct BatchPlan {
     int64_t max_blocks = 0;
     std::vector<int64_t> slot_mapping;       // [N] KV arena row for each new token
     std::vector<int64_t> logits_rows;        // rows whose logits are returned, in order
+    // Speculative verification: sequence s's tokens send their GDN states (conv window and recurrent
+    // state after each token) to the slots gdn_out_slot[gdn_out_offset[s] ..] (one per token), so the
+    // state after any accepted prefix survives; an empty range (or empty vectors): in place, as usual.
+    std::vector<int64_t> gdn_out_offset;     // [S + 1] or empty
+    std::vector<int32_t> gdn_out_slot;       // [sum of verified sequences' tokens]
 
     int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
     int64_t n_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int64_t>(cu_seqlens.size()) - 1; }
@@ -30,6 +35,8 @@ struct BatchPlan {
         block_tables.clear();
         slot_mapping.clear();
         logits_rows.clear();
+        gdn_out_offset.clear();
+        gdn_out_slot.clear();
         max_blocks = 0;
     }
 };

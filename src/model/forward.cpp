@@ -43,6 +43,10 @@ public:
     virtual float* conv(int seq, int gdn_layer) = 0;
     virtual float* ssm(int seq, int gdn_layer) = 0;
     virtual bool fresh(int seq) = 0;  // no initial state: its GDN state is zeroed before use
+    // Speculative verification: where token t's GDN states go (null: in place, the sequence's usual case).
+    virtual float* conv_out(int, int, int64_t) { return nullptr; }
+    virtual float* ssm_out(int, int, int64_t) { return nullptr; }
+    virtual bool verified(int) { return false; }
     // Stores the K/V rows of new token t of sequence seq (t counted within this step).
     virtual void write_kv(int seq, int attn_layer, int64_t t, const float* k, const float* v) = 0;
     virtual cpu::KvRows rows(int seq, int attn_layer) = 0;
@@ -52,7 +56,9 @@ namespace {
 
 class SequenceStateAccess final : public CacheAccess {
 public:
-    SequenceStateAccess(const std::vector<SequenceInput>& b, int64_t row) : b_(b), row_(row) {}
+    // spans[s].n_past: the first KV row this step writes (the sequence's n_past, or its mtp_past).
+    SequenceStateAccess(const std::vector<SequenceInput>& b, const std::vector<SeqSpan>& spans, int64_t row)
+        : b_(b), spans_(spans), row_(row) {}
     float* conv(int s, int gi) override { return b_[s].state->conv(gi); }
     float* ssm(int s, int gi) override { return b_[s].state->ssm(gi); }
     bool fresh(int) override { return false; }  // a new SequenceState is zero-initialised
@@ -60,7 +66,7 @@ public:
         SequenceState& st = *b_[s].state;
         std::vector<uint8_t>& kc = st.k_cache[ai];
         std::vector<uint8_t>& vc = st.v_cache[ai];
-        const size_t rb = st.kv_row_bytes(), off = (st.n_past + t) * rb;
+        const size_t rb = st.kv_row_bytes(), off = (spans_[s].n_past + t) * rb;
         if (kc.size() < off + rb) {  // no allocation within reserved capacity
             kc.resize(off + rb);
             vc.resize(off + rb);
@@ -75,15 +81,26 @@ public:
 
 private:
     const std::vector<SequenceInput>& b_;
+    const std::vector<SeqSpan>& spans_;
     int64_t row_;
 };
 
 class PlanAccess final : public CacheAccess {
 public:
-    PlanAccess(const BatchPlan& p, KvCache& kv, StateSlots& slots) : p_(p), kv_(kv), slots_(slots) {}
-    float* conv(int s, int gi) override { return slots_.conv(gi, p_.state_slot[s]); }
-    float* ssm(int s, int gi) override { return slots_.ssm(gi, p_.state_slot[s]); }
+    // slots: null for the MTP layer (no GDN state).
+    PlanAccess(const BatchPlan& p, KvCache& kv, StateSlots* slots) : p_(p), kv_(kv), slots_(slots) {}
+    float* conv(int s, int gi) override { return slots_->conv(gi, p_.state_slot[s]); }
+    float* ssm(int s, int gi) override { return slots_->ssm(gi, p_.state_slot[s]); }
     bool fresh(int s) override { return !p_.has_initial_state[s]; }
+    bool verified(int s) override { return out_slot(s, 0) >= 0; }
+    float* conv_out(int s, int gi, int64_t t) override {
+        const int32_t slot = out_slot(s, t);
+        return slot < 0 ? nullptr : slots_->conv(gi, slot);
+    }
+    float* ssm_out(int s, int gi, int64_t t) override {
+        const int32_t slot = out_slot(s, t);
+        return slot < 0 ? nullptr : slots_->ssm(gi, slot);
+    }
     void write_kv(int s, int ai, int64_t t, const float* k, const float* v) override {
         kv_.write_row(ai, p_.slot_mapping[p_.cu_seqlens[s] + t], k, v);
     }
@@ -93,9 +110,14 @@ public:
     }
 
 private:
+    int32_t out_slot(int s, int64_t t) const {
+        if (p_.gdn_out_offset.empty()) return -1;
+        const int64_t o = p_.gdn_out_offset[s];
+        return o + t < p_.gdn_out_offset[s + 1] ? p_.gdn_out_slot[o + t] : -1;
+    }
     const BatchPlan& p_;
     KvCache& kv_;
-    StateSlots& slots_;
+    StateSlots* slots_;
 };
 }  // namespace
 
@@ -107,6 +129,7 @@ struct ForwardWorkspace {
     std::vector<int64_t> pos, logit_rows;
     std::vector<SeqSpan> spans;
     std::vector<ops::GdnSeq> gdn_seqs;
+    std::vector<float*> gdn_out;  // verified sequences' per-token state pointers (conv, then ssm)
     std::vector<ops::AttnSeq> attn_seqs;
     std::vector<int32_t> route_idx;
     std::vector<float> route_w, rw;
@@ -118,7 +141,10 @@ Model::~Model() = default;
 namespace {
 
 // Scratch slots of the forward (ops::gdn_mixer uses 0..4, ops::attention 10..13).
-enum Slot { X = 30, H_MIX, H_FFN, MIX, FFN, PROJ, ACT, Q, GATE, HF, MOE_X, MOE_Y, MOE_GU, MOE_ACC, ROUTER, SHARED_G };
+enum Slot {
+    X = 30, H_MIX, H_FFN, MIX, FFN, PROJ, ACT, Q, GATE, HF, MOE_X, MOE_Y, MOE_GU, MOE_ACC, ROUTER, SHARED_G,
+    MTP_CAT, MTP_EMB
+};
 
 class ForwardPass {
 public:
@@ -156,6 +182,9 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
     lin(h, N, g.in_proj, proj);
     std::vector<ops::GdnSeq>& gs = ws_.gdn_seqs;
     gs.clear();
+    std::vector<float*>& outs = ws_.gdn_out;
+    outs.clear();
+    outs.reserve(2 * N);  // pointers into it are kept below: no reallocation
     for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
         float* conv = cache_.conv(i, gi);
         float* ssm = cache_.ssm(i, gi);
@@ -163,7 +192,15 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
             std::memset(conv, 0, (c_.conv_kernel - 1) * c_.gdn_conv_dim() * sizeof(float));
             std::memset(ssm, 0, c_.gdn_v_heads * c_.gdn_k_dim * c_.gdn_v_dim * sizeof(float));
         }
-        gs.push_back({seqs[i].t0, seqs[i].T, conv, ssm});
+        ops::GdnSeq g{seqs[i].t0, seqs[i].T, conv, ssm};
+        if (cache_.verified(i)) {
+            const size_t o = outs.size();
+            for (int64_t t = 0; t < seqs[i].T; ++t) outs.push_back(cache_.conv_out(i, gi, t));
+            for (int64_t t = 0; t < seqs[i].T; ++t) outs.push_back(cache_.ssm_out(i, gi, t));
+            g.conv_out = outs.data() + o;
+            g.ssm_out = outs.data() + o + seqs[i].T;
+        }
+        gs.push_back(g);
     }
     ops::GdnParams p{c_.gdn_k_heads, Hv, c_.gdn_k_dim, c_.gdn_v_dim, c_.conv_kernel, c_.rms_eps, g.conv, g.conv_T,
                      g.neg_exp_A, g.dt_bias, g.norm, form_ != GdnForm::RECURRENT};
@@ -203,7 +240,11 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
             const float* kt = qkv + (s.t0 + t) * ld + Hq * 2 * D;
             cache_.write_kv(i, ai, t, kt, kt + row);
         }
-        as.push_back({s.t0, s.T, s.n_past, cache_.rows(i, ai)});
+        if (cache_.verified(i)) {  // each verified row as the decode step it stands for (same kernel, same bits)
+            for (int64_t t = 0; t < s.T; ++t) as.push_back({s.t0 + t, 1, s.n_past + t, cache_.rows(i, ai)});
+        } else {
+            as.push_back({s.t0, s.T, s.n_past, cache_.rows(i, ai)});
+        }
     }
     float* o = sc_.f32(ACT, N * Hq * D);
     ops::attention(q, gate, Hq * D, as, Hq, Hkv, D, o, sc_);
@@ -280,7 +321,7 @@ void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
 }  // namespace
 
 Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits,
-                      std::vector<int32_t>* greedy_ids) const {
+                      std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const {
     const int64_t V = config_.vocab;
     // Validate everything before touching any state.
     for (const auto& s : batch) {
@@ -307,14 +348,14 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
             ws.pos.push_back(s.state->n_past + i);  // M-RoPE with text-only positions == 1-D RoPE
         }
     }
-    SequenceStateAccess access(batch, static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
-    run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits, greedy_ids);
+    SequenceStateAccess access(batch, ws.spans, static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
+    run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits, greedy_ids, hidden);
     for (const auto& s : batch) s.state->n_past += s.n_tokens;
     return Status::ok();
 }
 
 Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
-                      std::vector<float>* logits, std::vector<int32_t>* greedy_ids) const {
+                      std::vector<float>* logits, std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const {
     const int64_t V = config_.vocab;
     if (kv.dtype() == DType::BF16 && !opt.bf16_activations)
         return Status::error("forward: a bf16 KV cache holds K/V exactly only with bf16 activations");
@@ -327,16 +368,81 @@ Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, con
         const int64_t t0 = plan.cu_seqlens[s];
         ws.spans.push_back({t0, plan.cu_seqlens[s + 1] - t0, plan.positions[t0]});
     }
-    PlanAccess access(plan, kv, slots);
-    run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids);
+    PlanAccess access(plan, kv, &slots);
+    run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids, hidden);
     return Status::ok();
 }
 
+Status Model::mtp_forward(const BatchPlan& plan, const float* hidden, KvCache& kv, const ForwardOptions& opt,
+                          std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                          std::vector<float>* hidden_out) const {
+    if (!weights_->mtp) return Status::error("mtp_forward: the model was loaded without its MTP layer");
+    const int64_t V = config_.vocab;
+    if (kv.n_layers() != config_.n_attention_layers() + 1)
+        return Status::error("mtp_forward: the KV cache has no layer for the MTP draft layer");
+    for (int32_t t : plan.token_ids)
+        if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
+    if (plan.n_tokens() == 0) return Status::ok();
+    ForwardWorkspace& ws = *ws_;
+    ws.spans.clear();
+    for (int64_t s = 0; s < plan.n_seqs(); ++s) {
+        const int64_t t0 = plan.cu_seqlens[s];
+        ws.spans.push_back({t0, plan.cu_seqlens[s + 1] - t0, plan.positions[t0]});
+    }
+    PlanAccess access(plan, kv, nullptr);  // the MTP layer has no GDN state
+    run_mtp(plan.token_ids.data(), plan.positions.data(), hidden, plan.logits_rows, access, opt, logits, greedy_ids,
+            hidden_out);
+    return Status::ok();
+}
+
+Status Model::mtp_forward(SequenceState& st, const int32_t* next_tokens, const float* hidden, int64_t n,
+                          const ForwardOptions& opt, std::vector<float>* logits, std::vector<float>* hidden_out) const {
+    if (!weights_->mtp) return Status::error("mtp_forward: the model was loaded without its MTP layer");
+    if (static_cast<int>(st.k_cache.size()) != config_.n_attention_layers() + 1)
+        return Status::error("mtp_forward: the sequence state has no MTP KV cache (Model::new_state of an MTP model)");
+    if (n <= 0) return Status::ok();
+    for (int64_t i = 0; i < n; ++i)
+        if (next_tokens[i] < 0 || next_tokens[i] >= config_.vocab)
+            return Status::error(strprintf("token id %d is out of range [0, %d)", next_tokens[i], config_.vocab));
+    ForwardWorkspace& ws = *ws_;
+    ws.spans.assign(1, {0, n, st.mtp_past});
+    ws.pos.clear();
+    ws.logit_rows.clear();
+    for (int64_t i = 0; i < n; ++i) {
+        ws.pos.push_back(st.mtp_past + i);
+        ws.logit_rows.push_back(i);
+    }
+    std::vector<SequenceInput> one{{&st, next_tokens, n, true}};
+    SequenceStateAccess access(one, ws.spans, static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
+    run_mtp(next_tokens, ws.pos.data(), hidden, ws.logit_rows, access, opt, logits, nullptr, hidden_out);
+    st.mtp_past += n;
+    return Status::ok();
+}
+
+void Model::head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt, std::vector<float>* logits,
+                 std::vector<int32_t>* greedy_ids) const {
+    const int64_t H = config_.hidden, V = config_.vocab;
+    const int64_t R = static_cast<int64_t>(rows.size());
+    float* last = ws_->sc.f32(HF, R * H);
+    for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, h + rows[r] * H, H * sizeof(float));
+    if (greedy_ids) {
+        const size_t off = greedy_ids->size();
+        greedy_ids->resize(off + R);
+        linear_argmax(last, R, weights_->lm_head_packed, greedy_ids->data() + off, opt.bf16_activations);
+    } else {
+        const size_t off = logits->size();
+        logits->resize(off + R * V);
+        linear(last, R, weights_->lm_head_packed, logits->data() + off, opt.bf16_activations,
+               opt.bf16_activations && opt.hf_rounding);
+    }
+}
+
 void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
-                const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids) const {
+                const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                std::vector<float>* hidden) const {
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
-    const int64_t H = c.hidden, V = c.vocab;
+    const int64_t H = c.hidden;
     ForwardWorkspace& ws = *ws_;
     int64_t N = 0;
     bool all_decode = true;
@@ -368,18 +474,54 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
         const float* next_norm = l + 1 < c.n_layers ? w.layers[l + 1].input_norm : w.final_norm;
         ops::add_rms_norm(x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
     }
-    const int64_t R = static_cast<int64_t>(logit_rows.size());
-    float* last = sc.f32(HF, R * H);
-    for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, hm + logit_rows[r] * H, H * sizeof(float));
-    if (greedy_ids) {
-        const size_t off = greedy_ids->size();
-        greedy_ids->resize(off + R);
-        linear_argmax(last, R, w.lm_head_packed, greedy_ids->data() + off, opt.bf16_activations);
-    } else {
-        const size_t off = logits->size();
-        logits->resize(off + R * V);
-        linear(last, R, w.lm_head_packed, logits->data() + off, opt.bf16_activations, bf16);
+    if (hidden) hidden->insert(hidden->end(), hm, hm + N * H);
+    head(hm, logit_rows, opt, logits, greedy_ids);
+    prof.end_step();
+}
+
+void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
+                    CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
+                    std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const {
+    const ModelConfig& c = config_;
+    const ModelWeights& w = *weights_;
+    const MtpWeights& m = *w.mtp;
+    const int64_t H = c.hidden;
+    ForwardWorkspace& ws = *ws_;
+    int64_t N = 0;
+    for (const SeqSpan& s : ws.spans) N += s.T;
+    Profiler& prof = Profiler::get();
+    prof.begin_step("mtp draft");
+    ops::Scratch& sc = ws.sc;
+    ForwardPass fp(c, w, opt, ws, cache);
+    const bool bf16 = opt.bf16_activations && opt.hf_rounding;
+    // u = [RMSNorm1p(e_{t+1}) | RMSNorm1p(h_t)]  [N, 2H], the embedding half first; x = fc(u)  [N, H]
+    float* emb = sc.f32(MTP_EMB, N * H);
+    float* en = sc.f32(H_FFN, N * H);
+    float* hn = sc.f32(MIX, N * H);
+    ops::embedding(w.embed, w.embed_packed, ids, N, emb, bf16);
+    ops::rms_norm(emb, N, H, m.pre_fc_norm_embedding, c.rms_eps, en, bf16);
+    ops::rms_norm(hidden, N, H, m.pre_fc_norm_hidden, c.rms_eps, hn, bf16);
+    float* u = sc.f32(MTP_CAT, N * 2 * H);
+    for (int64_t t = 0; t < N; ++t) {
+        std::memcpy(u + t * 2 * H, en + t * H, H * sizeof(float));
+        std::memcpy(u + t * 2 * H + H, hn + t * H, H * sizeof(float));
     }
+    float* x = sc.f32(X, N * H);
+    fp.lin(u, N, m.fc, x);
+    // One decoder layer (full attention on the MTP layer's own KV cache: the cache's last layer).
+    const LayerWeights& L = m.layer;
+    float* hm = sc.f32(H_MIX, N * H);
+    float* hf = sc.f32(H_FFN, N * H);
+    float* mix = sc.f32(MIX, N * H);
+    float* ffn = sc.f32(FFN, N * H);
+    ops::rms_norm(x, N, H, L.input_norm, c.rms_eps, hm, bf16);
+    fp.attention_block(L, c.n_attention_layers(), hm, N, ws.spans, pos, mix);
+    ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);
+    if (L.is_moe) fp.moe(L.moe, hf, N, ffn);
+    else fp.mlp(L.mlp, hf, N, ffn, PROJ, ACT);
+    ops::add_rms_norm(x, ffn, N, H, m.norm, c.rms_eps, hm, bf16);  // hm = mtp.norm(x): the draft hidden
+    if (hidden_out) hidden_out->insert(hidden_out->end(), hm, hm + N * H);
+    head(hm, logit_rows, opt, logits, greedy_ids);
     prof.end_step();
 }
 

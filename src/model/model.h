@@ -54,25 +54,52 @@ public:
     // ([rows, V], in sequence order). Token ids must be in [0, V) (checked: error, state untouched).
     // With greedy_ids, the argmax of each of those rows is appended to *greedy_ids instead (the lm_head
     // computes it directly; the [rows, V] logits are never written and *logits is left alone).
+    // With hidden, the final-norm output of every token of the batch is appended to it ([N, H], batch
+    // order): the MTP layer's h_t.
     Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits,
-                   std::vector<int32_t>* greedy_ids = nullptr) const;
+                   std::vector<int32_t>* greedy_ids = nullptr, std::vector<float>* hidden = nullptr) const;
 
     // The engine's forward: a host-built plan over the paged KV cache and the GDN state slots. Appends
     // the logits of plan.logits_rows. Token ids are validated; everything else is trusted (built by the
     // engine). Reads nothing back from the compute device.
     // With greedy_ids, the lm_head returns the argmax of each logits row instead (appended to *greedy_ids;
     // nothing is appended to *logits): the vocabulary-sized rows are never materialised.
+    // plan.gdn_outputs (speculative verification) sends sequences' per-token GDN states to other slots.
     Status forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
-                   std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr) const;
+                   std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
+                   std::vector<float>* hidden = nullptr) const;
+
+    // The MTP draft layer (model_spec.md §4.8; loaded with LoadOptions::mtp). Row i of the plan is slot t =
+    // plan.positions[i]: plan.token_ids[i] is token t+1 and hidden row i ([N, H]) the main model's h_t (or,
+    // for a recursive draft, this layer's own output at the slot before). The layer's K/V rows go to the
+    // KV cache's last layer (KvCache built with n_attention_layers() + 1 layers) at plan.slot_mapping.
+    // Appends the logits (or greedy ids) of plan.logits_rows, which predict token t+2, and, with
+    // hidden_out, its output after mtp.norm for every row ([N, H]: the next recursive step's input).
+    Status mtp_forward(const BatchPlan& plan, const float* hidden, KvCache& kv, const ForwardOptions& opt,
+                       std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
+                       std::vector<float>* hidden_out = nullptr) const;
+    // The same over a standalone sequence (its mtp_past slots are in its MTP KV cache): n slots from
+    // mtp_past on; logits for every row ([n, V]).
+    Status mtp_forward(SequenceState& state, const int32_t* next_tokens, const float* hidden, int64_t n,
+                       const ForwardOptions& opt, std::vector<float>* logits,
+                       std::vector<float>* hidden_out = nullptr) const;
+    bool has_mtp() const { return weights_->mtp != nullptr; }
 
     // kv_dtype BF16: a KV cache of half the size, for forwards with bf16 activations (checked).
-    SequenceState new_state(DType kv_dtype = DType::F32) const { return SequenceState(config_, kv_dtype); }
+    SequenceState new_state(DType kv_dtype = DType::F32) const { return SequenceState(config_, kv_dtype, has_mtp()); }
     ~Model();
 
 private:
     Model() = default;
     void run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
-             const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids) const;
+             const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+             std::vector<float>* hidden) const;
+    void run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
+                 CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
+                 std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const;
+    // The lm_head over the rows `rows` of h [*, H]: logits or greedy ids appended.
+    void head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt, std::vector<float>* logits,
+              std::vector<int32_t>* greedy_ids) const;
     ModelConfig config_;
     std::unique_ptr<ModelWeights> weights_;
     // Buffers reused across forward calls. One forward at a time per Model (the engine thread).

@@ -5,13 +5,13 @@
 
 namespace gdn {
 
-SequenceState::SequenceState(const ModelConfig& c, DType kv) : kv_dtype(kv) {
+SequenceState::SequenceState(const ModelConfig& c, DType kv, bool mtp) : kv_dtype(kv) {
     conv_n_ = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
     ssm_n_ = static_cast<size_t>(c.gdn_v_heads) * c.gdn_v_dim * c.gdn_k_dim;
     conv_.allocate(c.n_gdn_layers() * conv_n_ * sizeof(float));  // zeroed
     ssm_.allocate(c.n_gdn_layers() * ssm_n_ * sizeof(float));
-    k_cache.resize(c.n_attention_layers());
-    v_cache.resize(c.n_attention_layers());
+    k_cache.resize(c.n_attention_layers() + (mtp ? 1 : 0));
+    v_cache.resize(c.n_attention_layers() + (mtp ? 1 : 0));
     kv_row_ = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
 }
 
@@ -26,6 +26,7 @@ void SequenceState::reserve(int64_t tokens) {
 
 void SequenceState::reset() {
     n_past = 0;
+    mtp_past = 0;
     if (conv_.data()) std::memset(conv_.data(), 0, conv_.size());
     if (ssm_.data()) std::memset(ssm_.data(), 0, ssm_.size());
     for (auto& v : k_cache) v.clear();

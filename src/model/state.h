@@ -20,7 +20,9 @@ struct SequenceState {
     DType kv_dtype = DType::F32;
     std::vector<std::vector<uint8_t>> k_cache, v_cache;
 
-    explicit SequenceState(const ModelConfig& c, DType kv_dtype = DType::F32);
+    // mtp: one more attention layer's K/V (the last entry), for the MTP draft layer's slots.
+    explicit SequenceState(const ModelConfig& c, DType kv_dtype = DType::F32, bool mtp = false);
+    int64_t mtp_past = 0;  // MTP slots in the MTP KV cache (Model::mtp_forward)
     // Per GDN layer gi (in layer order): conv [K-1, CD] (last K-1 raw inputs, oldest first) and the
     // recurrent state [Hv, Dk, Dv] in f32 (the spec's S per value head, values contiguous). All layers'
     // states are one huge-page Buffer, like the engine's state slots: a decode step streams each layer's

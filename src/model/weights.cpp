@@ -238,12 +238,10 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     } else {
         return Status::error(ck->dir() + ": missing tensor 'lm_head.weight' and tie_word_embeddings is false");
     }
-    w->layers.resize(c.n_layers);
-    for (int i = 0; i < c.n_layers; ++i) {
-        LayerWeights& L = w->layers[i];
+    // One decoder layer (the main stack's, or the MTP layer's: full attention, the family's FFN).
+    auto load_layer = [&](const std::string& p, LayerKind kind, bool is_moe, LayerWeights& L) -> Status {
         const size_t owned_before = w->owned.size();
-        const std::string p = "layers." + std::to_string(i) + ".";
-        L.kind = c.layer_kinds[i];
+        L.kind = kind;
         GDN_ASSIGN_OR_RETURN(L.input_norm, ld.get_norm1p(p + "input_layernorm.weight", c.hidden));
         GDN_ASSIGN_OR_RETURN(L.post_norm, ld.get_norm1p(p + "post_attention_layernorm.weight", c.hidden));
         if (L.kind == LayerKind::FULL_ATTENTION) {
@@ -251,7 +249,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         } else {
             GDN_RETURN_IF_ERROR(ld.load_gdn(p + "linear_attn.", &L.gdn));
         }
-        L.is_moe = c.is_moe_layer(i);
+        L.is_moe = is_moe;
         if (L.is_moe) {
             GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe.views));
             const MoeWeights& v = L.moe.views;
@@ -272,7 +270,33 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
             ld.release_taken();
             w->owned.erase(w->owned.begin() + static_cast<std::ptrdiff_t>(owned_before), w->owned.end());
         }
-        if (progress) progress(i + 1, c.n_layers + 1);
+        return Status::ok();
+    };
+    const int n_steps = c.n_layers + 1 + (opt.mtp ? 1 : 0);
+    w->layers.resize(c.n_layers);
+    for (int i = 0; i < c.n_layers; ++i) {
+        GDN_RETURN_IF_ERROR(
+            load_layer("layers." + std::to_string(i) + ".", c.layer_kinds[i], c.is_moe_layer(i), w->layers[i]));
+        if (progress) progress(i + 1, n_steps);
+    }
+    if (opt.mtp) {
+        // model_spec.md §3.7: mtp.* at the top level for every family; one full-attention layer whose FFN
+        // is the family's (MoE for Qwen3-Next and Qwen3.5-MoE).
+        if (!ck->find("mtp.fc.weight"))
+            return Status::error(ck->dir() + ": this checkpoint has no MTP layer (no 'mtp.fc.weight' tensor): use "
+                                 "n-gram speculation (\"method\": \"ngram\") or none");
+        if (c.mtp_layers > 1)
+            GDN_LOG_WARN("%s: %d MTP layers in config.json; the drafts use mtp.layers.0 only", ck->dir().c_str(),
+                         c.mtp_layers);
+        auto m = std::make_unique<MtpWeights>();
+        GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_embedding, ld.get_norm1p("mtp.pre_fc_norm_embedding.weight", c.hidden));
+        GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_hidden, ld.get_norm1p("mtp.pre_fc_norm_hidden.weight", c.hidden));
+        GDN_ASSIGN_OR_RETURN(m->norm, ld.get_norm1p("mtp.norm.weight", c.hidden));
+        GDN_ASSIGN_OR_RETURN(TensorView fc, ld.get("mtp.fc.weight", {c.hidden, 2 * int64_t{c.hidden}}));
+        m->fc = make_linear({fc}, q);
+        GDN_RETURN_IF_ERROR(load_layer("mtp.layers.0.", LayerKind::FULL_ATTENTION, c.n_experts > 0, m->layer));
+        w->mtp = std::move(m);
+        if (progress) progress(c.n_layers + 1, n_steps);
     }
     // int4 keeps the lm_head (and so a tied embedding) in int8, as llama.cpp's Q4_K_M keeps its output
     // matrix in Q6_K: measured on the demo model (docs/perf.md), an int4 lm_head alone doubles the
@@ -309,10 +333,10 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         if (!bad.empty())
             return Status::error(ck->dir() + ": cannot quantize: non-finite weights (NaN or infinity) in " + bad);
     }
-    if (progress) progress(c.n_layers + 1, c.n_layers + 1);
+    if (progress) progress(n_steps, n_steps);
     int unused = 0;
     for (const auto& [name, t] : ck->tensors()) {
-        if (ld.used().count(name) || name.rfind("mtp.", 0) == 0) continue;
+        if (ld.used().count(name) || (!opt.mtp && name.rfind("mtp.", 0) == 0)) continue;
         if (++unused <= 5) GDN_LOG_WARN("%s: tensor '%s' is not used by the model", ck->dir().c_str(), name.c_str());
     }
     if (unused > 5) GDN_LOG_WARN("%s: %d tensors in total are not used", ck->dir().c_str(), unused);
@@ -324,9 +348,7 @@ void for_each_linear(const ModelWeights& w, const std::function<void(const std::
         fn(p + "gate_up", m.gate_up.packed);
         fn(p + "down", m.down.packed);
     };
-    for (size_t i = 0; i < w.layers.size(); ++i) {
-        const LayerWeights& L = w.layers[i];
-        const std::string p = "layers." + std::to_string(i) + ".";
+    auto layer = [&](const std::string& p, const LayerWeights& L) {
         if (L.kind == LayerKind::FULL_ATTENTION) {
             fn(p + "self_attn.qkv", L.attn.qkv.packed);
             fn(p + "self_attn.o", L.attn.o.packed);
@@ -344,6 +366,11 @@ void for_each_linear(const ModelWeights& w, const std::function<void(const std::
         } else {
             mlp(p + "mlp.", L.mlp);
         }
+    };
+    for (size_t i = 0; i < w.layers.size(); ++i) layer("layers." + std::to_string(i) + ".", w.layers[i]);
+    if (w.mtp) {
+        fn("mtp.fc", w.mtp->fc.packed);
+        layer("mtp.layers.0.", w.mtp->layer);
     }
     fn("lm_head", w.lm_head_packed.packed);
     if (w.embed_quantized.N) fn("embed_tokens", w.embed_quantized);

@@ -80,6 +80,16 @@ struct LayerWeights {
     Moe moe;                  // MoE layers
 };
 
+// The MTP (multi-token prediction) draft layer, model_spec.md §4.8: fc over concat(RMSNorm1p(embed(t+1)),
+// RMSNorm1p(h_t)), one full-attention decoder layer with its own KV cache, a final norm, the shared lm_head.
+struct MtpWeights {
+    const float* pre_fc_norm_embedding;  // [H], (1 + w)
+    const float* pre_fc_norm_hidden;     // [H], (1 + w)
+    LinearWeight fc;                     // [H, 2H]: the embedding half first
+    LayerWeights layer;                  // kind FULL_ATTENTION; MoE when the family's layers are
+    const float* norm;                   // [H], (1 + w)
+};
+
 struct ModelWeights {
     // Set when the matrices were quantized at load (--quantization): every LinearWeight is packed in
     // that format, no view into the checkpoint is kept, and the mapping's pages were released.
@@ -91,6 +101,7 @@ struct ModelWeights {
     const PackedWeight* embed_packed = nullptr;  // the embedding packed (tied: lm_head_packed), else null
     PackedWeight embed_quantized;                // an untied embedding's quantized table
     std::vector<LayerWeights> layers;
+    std::unique_ptr<MtpWeights> mtp;  // loaded with LoadOptions::mtp
 
     std::shared_ptr<Checkpoint> checkpoint;  // keeps the mapping alive
     std::vector<Buffer> owned;               // regrouped matrices (Qwen3-Next in_proj)
@@ -108,6 +119,9 @@ struct LoadOptions {
     // experts) stay in their float format. With int4, the lm_head (and a tied embedding with it) is
     // int8: the one matrix whose error reaches the logits directly (docs/perf.md has the measurement).
     std::optional<WeightFormat> quantization;
+    // Load the MTP draft layer (mtp.*) too, for --speculative-config '{"method": "mtp"}' (an error when the
+    // checkpoint has none). Off, the mtp.* tensors are not read.
+    bool mtp = false;
 };
 
 Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> ck,

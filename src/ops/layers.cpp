@@ -153,13 +153,42 @@ int64_t argmax(const float* x, int64_t n) {
 namespace {
 
 // The reference composition (the oracle): exactly the steps of model_spec.md §4.5, one op each.
-void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
+void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs_in, const GdnParams& p,
                    float* out, bool bf16) {
     const int64_t KD = p.Hk * p.Dk, VD = p.Hv * p.Dv, CD = 2 * KD + VD;
     int64_t N = 0;
-    for (const auto& s : seqs) N = std::max(N, s.t0 + s.T);
+    for (const auto& s : seqs_in) N = std::max(N, s.t0 + s.T);
+    // A sequence with per-token state outputs runs as T one-token sequences, each on a copy of the state
+    // it follows (the recurrent form one token at a time is the definition; the copies are the outputs).
+    std::vector<GdnSeq> seqs;
+    for (const GdnSeq& s : seqs_in) {
+        if (!s.ssm_out) {
+            seqs.push_back(s);
+            continue;
+        }
+        for (int64_t t = 0; t < s.T; ++t) {
+            float* conv = s.conv_out[t];
+            float* ssm = s.ssm_out[t];
+            seqs.push_back({s.t0 + t, 1, conv, ssm});
+        }
+    }
+    std::vector<const float*> src_conv, src_ssm;  // the state each expanded sequence starts from
+    for (const GdnSeq& s : seqs_in) {
+        if (!s.ssm_out) {
+            src_conv.push_back(s.conv);
+            src_ssm.push_back(s.ssm);
+            continue;
+        }
+        for (int64_t t = 0; t < s.T; ++t) {
+            src_conv.push_back(t == 0 ? s.conv : s.conv_out[t - 1]);
+            src_ssm.push_back(t == 0 ? s.ssm : s.ssm_out[t - 1]);
+        }
+    }
     std::vector<float> core(N * VD), z(N * VD);
-    for (const GdnSeq& s : seqs) {
+    for (size_t si = 0; si < seqs.size(); ++si) {
+        const GdnSeq& s = seqs[si];
+        if (src_conv[si] != s.conv) std::memcpy(s.conv, src_conv[si], (p.K - 1) * CD * sizeof(float));
+        if (src_ssm[si] != s.ssm) std::memcpy(s.ssm, src_ssm[si], p.Hv * p.Dk * p.Dv * sizeof(float));
         const int64_t T = s.T;
         std::vector<float> x(T * CD), y(T * CD), a(T * p.Hv), b(T * p.Hv);
         for (int64_t t = 0; t < T; ++t) {
@@ -198,13 +227,15 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
     }
 }
 
-// A decode step (every sequence one token): one pass per (sequence, key head) — the conv of the head's
-// q, k and v channels, the L2 norms, the gates, the delta-rule step of its value heads and their gated
-// norm — so a head's conv state, delta-rule state and outputs are touched while they are in cache, and
-// the mixer takes one barrier instead of four. Same kernels and per-element arithmetic as the staged
-// path below (bitwise equal; the test runs both).
-void gdn_decode_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* y,
-                      float* core, float* out, Isa isa, bool bf16) {
+// Decode steps and speculative verification (GdnSeq::stepwise): one pass per (sequence, key head) — the
+// conv of the head's q, k and v channels, the L2 norms, the gates, the delta-rule step of its value heads
+// and their gated norm — so a head's conv state, delta-rule state and outputs are touched while they are
+// in cache, and the mixer takes one barrier instead of four. Same kernels and per-element arithmetic as
+// the staged path below (bitwise equal; the test runs both). A verified sequence's tokens run one after
+// the other in its unit, each reading the state the previous token left and writing its own output
+// state: each token is exactly a decode step.
+void gdn_stepwise_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* y,
+                        float* core, float* out, Isa isa, bool bf16) {
     const int64_t Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, r = Hv / Hk;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
     const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
@@ -213,28 +244,40 @@ void gdn_decode_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>&
     global_pool().parallel_for_balanced(static_cast<int64_t>(seqs.size()) * Hk, 1, [&](int, int64_t u0, int64_t u1) {
         for (int64_t u = u0; u < u1; ++u) {
             const GdnSeq& s = seqs[u / Hk];
-            const int64_t hk = u % Hk, t = s.t0;
-            const float* x = proj + t * ldp;
-            float* yt = y + t * CD;
-            float* q = yt + hk * Dk;
-            float* k = yt + KD + hk * Dk;
+            const int64_t hk = u % Hk;
             const int64_t v0 = 2 * KD + hk * r * Dv;  // the value channels of this key head's value heads
-            for (int64_t c0 : {hk * Dk, KD + hk * Dk})
-                GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, s.conv, yt, CD, c0, c0 + Dk, bf16);
-            GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, s.conv, yt, CD, v0, v0 + r * Dv, bf16);
-            GDN_KERNEL(isa, l2_norm_scale, q, Dk, 1e-6f, qscale);
-            GDN_KERNEL(isa, l2_norm_scale, k, Dk, 1e-6f, 1.0f);
-            const float kq = GDN_KERNEL(isa, dot, q, k, Dk);
-            const float* bt = x + CD + VD;
-            const float* at = bt + Hv;
-            for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {
-                const float g = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
-                const float bb = ref::sigmoid(bt[h]);
-                float* o = core + t * VD + h * Dv;
-                GDN_KERNEL(isa, gdn_step, s.ssm + h * Dk * Dv, q, k, yt + 2 * KD + h * Dv, std::exp(g),
-                           bf16 ? round_bf16(bb) : bb, kq, Dk, Dv, o);
-                if (bf16) ref::round_activations(o, Dv, true);
-                GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv, bf16);
+            const int64_t chans[3][2] = {{hk * Dk, Dk}, {KD + hk * Dk, Dk}, {v0, r * Dv}};
+            for (int64_t i = 0; i < s.T; ++i) {
+                const int64_t t = s.t0 + i;
+                const float* conv_in = i == 0 ? s.conv : s.conv_out[i - 1];
+                float* conv = s.conv_out ? s.conv_out[i] : s.conv;
+                const float* ssm_in = i == 0 ? s.ssm : s.ssm_out[i - 1];
+                float* ssm = s.ssm_out ? s.ssm_out[i] : s.ssm;
+                if (conv != conv_in)  // this unit's channels of the window, then the conv runs in place
+                    for (int64_t j = 0; j < p.K - 1; ++j)
+                        for (const auto& c : chans)
+                            std::memcpy(conv + j * CD + c[0], conv_in + j * CD + c[0], c[1] * sizeof(float));
+                const float* x = proj + t * ldp;
+                float* yt = y + t * CD;
+                float* q = yt + hk * Dk;
+                float* k = yt + KD + hk * Dk;
+                for (const auto& c : chans)
+                    GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, c[0], c[0] + c[1], bf16);
+                GDN_KERNEL(isa, l2_norm_scale, q, Dk, 1e-6f, qscale);
+                GDN_KERNEL(isa, l2_norm_scale, k, Dk, 1e-6f, 1.0f);
+                const float kq = GDN_KERNEL(isa, dot, q, k, Dk);
+                const float* bt = x + CD + VD;
+                const float* at = bt + Hv;
+                for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {
+                    const float g = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
+                    const float bb = ref::sigmoid(bt[h]);
+                    float* o = core + t * VD + h * Dv;
+                    GDN_KERNEL(isa, gdn_step, ssm_in + h * Dk * Dv, ssm + h * Dk * Dv, q, k, yt + 2 * KD + h * Dv,
+                               std::exp(g), bf16 ? round_bf16(bb) : bb, kq, Dk, Dv, o);
+                    if (bf16) ref::round_activations(o, Dv, true);
+                    GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv,
+                               bf16);
+                }
             }
         }
     });
@@ -242,7 +285,7 @@ void gdn_decode_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>&
 
 }  // namespace
 
-void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
+void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_seqs, const GdnParams& p,
                float* out, Scratch& sc, bool bf16) {
     GDN_PROFILE("gdn_mixer");
     const Isa conv_isa = op_isa(OpId::CONV1D), prep_isa = op_isa(OpId::GDN_PREP),
@@ -250,27 +293,40 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
     if (conv_isa == Isa::REF || prep_isa == Isa::REF || rule_isa == Isa::REF || norm_isa == Isa::REF) {
         // The GDN stages share intermediate layouts; forcing any one of them to the reference runs the
         // whole mixer on the reference composition (A/B granularity: the mixer).
-        gdn_mixer_ref(proj, ldp, seqs, p, out, bf16);
+        gdn_mixer_ref(proj, ldp, all_seqs, p, out, bf16);
         return;
     }
     const Isa isa = conv_isa;
     const int64_t Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, r = Hv / Hk;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
     int64_t N = 0;
-    for (const auto& s : seqs) N = std::max(N, s.t0 + s.T);
+    for (const auto& s : all_seqs) N = std::max(N, s.t0 + s.T);
     float* y = sc.f32(0, N * CD);      // conv output: q | k | v per token
     float* g = sc.f32(1, N * Hv);      // log decay; the recurrent kernels take exp(g), the chunked one sums g
     float* beta = sc.f32(2, N * Hv);
     float* kq = sc.f32(3, N * Hk);    // k . q per key head (shared by its value heads)
     float* core = sc.f32(4, N * VD);  // delta-rule output
     ThreadPool& pool = global_pool();
-    bool all_decode = true;
-    for (const GdnSeq& s : seqs) all_decode &= s.T == 1;
-    if (all_decode && !sc.gdn_staged_decode) {
-        GDN_PROFILE("gdn.decode");
-        gdn_decode_fused(proj, ldp, seqs, p, y, core, out, isa, bf16);
-        return;
+    // Decode steps and verified drafts run fused, token by token; prefill chunks run staged below.
+    std::vector<GdnSeq>& stepwise = sc.gdn_step_seqs;
+    std::vector<GdnSeq>& seqs = sc.gdn_staged_seqs;
+    stepwise.clear();
+    seqs.clear();
+    for (const GdnSeq& s : all_seqs) {
+        if (s.ssm_out || (s.T == 1 && !sc.gdn_staged_decode)) stepwise.push_back(s);
+        else seqs.push_back(s);
     }
+    if (!stepwise.empty()) {
+        GDN_PROFILE("gdn.decode");
+        gdn_stepwise_fused(proj, ldp, stepwise, p, y, core, out, isa, bf16);
+    }
+    if (seqs.empty()) return;
+    // The staged path's token rows (all rows of its sequences; the others are done).
+    std::vector<int64_t>& rows = sc.gdn_rows;
+    rows.clear();
+    for (const GdnSeq& s : seqs)
+        for (int64_t t = s.t0; t < s.t0 + s.T; ++t) rows.push_back(t);
+    const int64_t NR = static_cast<int64_t>(rows.size());
 
     // 1. conv + SiLU: per sequence, channels split over threads.
     {
@@ -291,8 +347,9 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
     {
         GDN_PROFILE("gdn.prep");
         const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
-        pool.parallel_for(N, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t) {
+        pool.parallel_for(NR, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+                const int64_t t = rows[i];
                 float* yt = y + t * CD;
                 for (int64_t h = 0; h < Hk; ++h) {
                     GDN_KERNEL(isa, l2_norm_scale, yt + h * Dk, Dk, 1e-6f, qscale);
@@ -338,7 +395,7 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
                 float* S = s.ssm + un.h * Dk * Dv;
                 if (s.T == 1) {
                     const int64_t gi = s.t0 * Hv + un.h;
-                    GDN_KERNEL(isa, gdn_step, S, y + s.t0 * CD + hk * Dk, y + s.t0 * CD + KD + hk * Dk,
+                    GDN_KERNEL(isa, gdn_step, S, S, y + s.t0 * CD + hk * Dk, y + s.t0 * CD + KD + hk * Dk,
                                y + s.t0 * CD + 2 * KD + un.h * Dv, std::exp(g[gi]), beta[gi], kq[s.t0 * Hk + hk], Dk, Dv,
                                core + s.t0 * VD + un.h * Dv);
                     continue;
@@ -375,9 +432,9 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, 
     }
     // 4. gated RMSNorm with silu(z), per (token, head).
     GDN_PROFILE("gdn.norm");
-    pool.parallel_for(N * Hv, [&](int64_t i0, int64_t i1) {
+    pool.parallel_for(NR * Hv, [&](int64_t i0, int64_t i1) {
         for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = i / Hv, h = i % Hv;
+            const int64_t t = rows[i / Hv], h = i % Hv;
             float* o = core + t * VD + h * Dv;
             if (bf16) ref::round_activations(o, Dv, true);
             GDN_KERNEL(isa, gated_norm_row, o, proj + t * ldp + CD + h * Dv, Dv, p.norm, p.eps,
@@ -418,20 +475,27 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     const int nth = global_pool().size();
-    bool all_decode = GDN_KERNEL(isa, attention_decode_supported, D);  // other head sizes: the path below
-    for (const AttnSeq& s : seqs) all_decode &= s.T == 1;
-    if (all_decode) {
+    // One-token rows (decode steps, and each row of a verified draft, which the forward passes as its own
+    // one-token sequence) take the decode kernel; prefill chunks the tiled one below.
+    std::vector<AttnSeq>& dec = sc.attn_decode_seqs;
+    std::vector<AttnSeq>& pre = sc.attn_prefill_seqs;
+    dec.clear();
+    pre.clear();
+    const bool decode_kernel = GDN_KERNEL(isa, attention_decode_supported, D);  // other head sizes: the path below
+    for (const AttnSeq& s : seqs) (decode_kernel && s.T == 1 ? dec : pre).push_back(s);
+    if (!dec.empty()) {
         // Decode: each unit is (sequence, key range) over all KV heads, reading whole K/V rows in order;
-        // long contexts are split over the threads (flash-decoding), then merged per head.
-        constexpr int64_t kMinKeysPerUnit = 64;
-        const int64_t n_seqs = static_cast<int64_t>(seqs.size());
+        // long contexts are split over the threads (flash-decoding), then merged per head. The ranges
+        // are fixed blocks of keys, so a row's sums never depend on the batch or the thread count (a
+        // verified draft row gives the bits of the decode step it replaces).
+        constexpr int64_t kKeysPerUnit = 256;
+        const int64_t n_seqs = static_cast<int64_t>(dec.size());
         std::vector<int64_t>& first = sc.attn_units;  // first unit of each sequence, then the total
         first.clear();
-        const int64_t want = std::max<int64_t>(1, (2 * nth + n_seqs - 1) / n_seqs);  // key ranges per sequence
         int64_t n_units = 0;
-        for (const AttnSeq& s : seqs) {
+        for (const AttnSeq& s : dec) {
             first.push_back(n_units);
-            n_units += std::clamp<int64_t>((s.n_past + 1) / kMinKeysPerUnit, 1, want);
+            n_units += (s.n_past + kKeysPerUnit) / kKeysPerUnit;  // ceil((n_past + 1) / kKeysPerUnit)
         }
         first.push_back(n_units);
         float* part = sc.f32(11, n_units * Hq * D);
@@ -441,10 +505,9 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
             int64_t si = std::upper_bound(first.begin(), first.end() - 1, u0) - first.begin() - 1;
             for (int64_t u = u0; u < u1; ++u) {
                 while (u >= first[si + 1]) ++si;
-                const AttnSeq& s = seqs[si];
-                int64_t j0, j1;
-                split_range(s.n_past + 1, static_cast<int>(u - first[si]), static_cast<int>(first[si + 1] - first[si]),
-                            &j0, &j1);
+                const AttnSeq& s = dec[si];
+                const int64_t j0 = (u - first[si]) * kKeysPerUnit;
+                const int64_t j1 = std::min(s.n_past + 1, j0 + kKeysPerUnit);
                 const bool done = GDN_KERNEL(isa, attention_decode_range, q + s.t0 * ldq, Hkv, group, D, s.kv, j0, j1,
                                              scale, part + u * Hq * D, mx + u * Hq, sum + u * Hq);
                 GDN_CHECK(done, "attention decode kernel has no instance for D = %lld", (long long)D);
@@ -453,22 +516,22 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         global_pool().parallel_for(n_seqs * Hq, [&](int64_t i0, int64_t i1) {
             for (int64_t i = i0; i < i1; ++i) {
                 const int64_t si = i / Hq, h = i % Hq, u = first[si];
-                const AttnSeq& s = seqs[si];
+                const AttnSeq& s = dec[si];
                 GDN_KERNEL(isa, attention_merge, part + (u * Hq + h) * D, mx + u * Hq + h, sum + u * Hq + h,
                            first[si + 1] - u, Hq, D, gate ? gate + s.t0 * ldq + h * D : nullptr,
                            out + (s.t0 * Hq + h) * D);
             }
         });
-        return;
     }
+    if (pre.empty()) return;
     // Units: (sequence, query token, kv head); each covers its `group` query heads.
     int64_t n_units = 0;
-    for (const AttnSeq& s : seqs) n_units += s.T * Hkv;
+    for (const AttnSeq& s : pre) n_units += s.T * Hkv;
     float* scratch = sc.f32(10, static_cast<size_t>(nth) * 64);
     // Units are dealt round-robin: later queries see more keys, so contiguous ranges would be unbalanced.
     global_pool().run([&](int ith, int nt) {
         int64_t base = 0;
-        for (const AttnSeq& s : seqs) {
+        for (const AttnSeq& s : pre) {
             const int64_t cnt = s.T * Hkv;
             for (int64_t u = (ith - base % nt + nt) % nt; u < cnt; u += nt) {
                 const int64_t t = u / Hkv, g = u % Hkv;

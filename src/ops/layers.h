@@ -22,6 +22,9 @@ struct GdnUnit {
     int64_t h, j0, j1;
 };
 
+struct GdnSeq;
+struct AttnSeq;
+
 // Grow-only scratch buffers reused across calls (no heap allocation once warm).
 class Scratch {
 public:
@@ -30,6 +33,9 @@ public:
     std::vector<uint8_t> gdn_chunked;  // per sequence of a GDN call: full chunks in the chunked form
     bool gdn_staged_decode = false;    // tests: decode steps through the staged path, not the fused one
     std::vector<int64_t> attn_units;   // decode attention: first key-range unit of each sequence
+    std::vector<GdnSeq> gdn_step_seqs, gdn_staged_seqs;  // a GDN call's sequences by path
+    std::vector<int64_t> gdn_rows;                       // the staged path's token rows
+    std::vector<AttnSeq> attn_decode_seqs, attn_prefill_seqs;  // an attention call's by path
 
 private:
     std::vector<Buffer> f_;  // huge-page backed when large (page faults on first touch cost ~10 us per 4 KiB here)
@@ -57,6 +63,13 @@ struct GdnSeq {
     int64_t t0, T;   // rows [t0, t0 + T) of the batch
     float* conv;     // [K-1, CD]
     float* ssm;      // [Hv, Dk, Dv]
+    // Speculative verification: the state after token t goes to conv_out[t] / ssm_out[t] (T pointers
+    // each; an entry may equal the state it follows, i.e. in place), so a rejected suffix leaves the
+    // state after the last accepted token intact. Such a sequence runs token by token with the decode
+    // step's arithmetic: every token is bitwise what a decode step would compute. Null: in place.
+    float* const* conv_out = nullptr;
+    float* const* ssm_out = nullptr;
+    bool stepwise() const { return T == 1 || ssm_out != nullptr; }
 };
 struct GdnParams {
     int64_t Hk, Hv, Dk, Dv, K;

@@ -44,9 +44,9 @@ struct KvRows {
     /* x *= scale / sqrt(sum(x^2) + eps) */                                                                        \
     void l2_norm_scale(float* x, int64_t n, float eps, float scale);                                              \
     float dot(const float* a, const float* b, int64_t n);                                                           \
-    /* one decode step of one head: S [Dk, Dv] in/out; o [Dv] */                                                   \
-    void gdn_step(float* S, const float* q, const float* k, const float* v, float decay, float beta, float kq,     \
-                  int64_t Dk, int64_t Dv, float* o);                                                                \
+    /* one decode step of one head: state S [Dk, Dv] in, the next state to So (So == S: in place); o [Dv] */     \
+    void gdn_step(const float* S, float* So, const float* q, const float* k, const float* v, float decay,          \
+                  float beta, float kq, int64_t Dk, int64_t Dv, float* o);                                          \
     /* T tokens of one head on value columns [j0, j1): the slab of S stays in L1 for all tokens.                 \
        q, k rows of ldqk; v rows of ldv; o rows of ldo; decay/beta per token with stride ldg, kq stride ldkq */    \
     void gdn_slab(float* S, const float* q, const float* k, int64_t ldqk, const float* v, int64_t ldv, float* o,    \
