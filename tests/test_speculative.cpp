@@ -82,3 +82,111 @@ TEST(Mtp, LoadingWithoutMtpTensorsIsAClearError) {
     ASSERT_FALSE(m.is_ok());
     EXPECT_NE(m.message().find("no MTP layer"), std::string::npos) << m.message();
 }
+
+namespace {
+
+struct Loaded {
+    std::shared_ptr<const Model> model;
+    std::shared_ptr<const Tokenizer> tok;
+};
+
+Loaded load_with_mtp(const std::string& dir, bool mtp) {
+    LoadOptions lo;
+    lo.mtp = mtp;
+    auto m = Model::load(dir, nullptr, lo);
+    EXPECT_TRUE(m.is_ok()) << m.message();
+    auto t = Tokenizer::load(dir);
+    EXPECT_TRUE(t.is_ok()) << t.message();
+    return {std::shared_ptr<const Model>(std::move(*m)), *t};
+}
+
+SpeculativeConfig spec_of(const std::string& json) {
+    auto s = SpeculativeConfig::parse(json);
+    EXPECT_TRUE(s.is_ok()) << s.message();
+    return *s;
+}
+
+std::unique_ptr<Engine> make_engine(const Loaded& l, EngineConfig cfg) {
+    if (cfg.cache_memory == EngineConfig{}.cache_memory) cfg.cache_memory = 128ull << 20;
+    auto e = Engine::create(l.model, l.tok, cfg);
+    EXPECT_TRUE(e.is_ok()) << e.message();
+    return std::move(*e);
+}
+
+// Runs every request to completion; id -> tokens. Checks the slot and block pools are whole at the end.
+std::map<int64_t, std::vector<int32_t>> run_all(Engine& e, std::function<void(Engine&, int64_t)> each_step = nullptr) {
+    std::map<int64_t, std::vector<int32_t>> out;
+    for (int64_t step = 0; e.has_unfinished() && step < 200000; ++step) {
+        if (each_step) each_step(e, step);
+        for (const RequestOutput& o : e.step()) {
+            auto& v = out[o.id];
+            v.insert(v.end(), o.new_tokens.begin(), o.new_tokens.end());
+            EXPECT_EQ(o.completion_tokens, static_cast<int64_t>(v.size()));
+        }
+    }
+    EXPECT_FALSE(e.has_unfinished());
+    const EngineStats st = e.stats();
+    EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
+    EXPECT_EQ(st.state_slots_free, st.state_slots_total);
+    return out;
+}
+
+std::vector<Prompt> demo_chat_prompts() {
+    const char* prompts[20] = {"Tell me a fortune.", "Define computer.", "What does love mean?",
+                               "Tell me a riddle.", "Give me a quote about science.", "Define cat.",
+                               "What does the Devil's Dictionary say about money?", "Hello!", "Who are you?",
+                               "Define happiness.", "Tell me a fortune about work.", "What does hack mean in hacker jargon?",
+                               "Give me a quote about time.", "Define river.", "What does freedom mean?",
+                               "Tell me a joke.", "Define music.", "Give me a quote about friendship.",
+                               "What does kernel mean in hacker jargon?", "Thanks, bye!"};
+    std::vector<Prompt> v;
+    for (const char* p : prompts) v.push_back(Prompt::from_messages(Json::array({{{"role", "user"}, {"content", p}}})));
+    return v;
+}
+
+SamplingParams greedy(int n) {
+    SamplingParams s;
+    s.temperature = 0;
+    s.max_tokens = n;
+    s.ignore_eos = true;
+    return s;
+}
+
+}  // namespace
+
+TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
+    for (bool bf16 : {true, false}) {
+        Loaded l = load_with_mtp(demo_model_dir(), true);
+        const auto prompts = demo_chat_prompts();
+        EngineConfig base;
+        base.bf16 = bf16;
+        base.max_num_seqs = 20;
+        std::vector<std::vector<int32_t>> plain;
+        {
+            auto e = make_engine(l, base);
+            std::vector<int64_t> ids;
+            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(128)));
+            auto got = run_all(*e);
+            for (int64_t id : ids) plain.push_back(got[id]);
+        }
+        for (const char* js : {R"({"method":"mtp","num_speculative_tokens":1})", R"({"method":"mtp","num_speculative_tokens":2})",
+                               R"({"method":"mtp","num_speculative_tokens":3})", R"({"method":"mtp","num_speculative_tokens":4})",
+                               R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2,"prompt_lookup_max":4})"}) {
+            EngineConfig cfg = base;
+            cfg.speculative = spec_of(js);
+            auto e = make_engine(l, cfg);
+            std::vector<int64_t> ids;
+            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(128)));
+            auto got = run_all(*e);
+            int same = 0;
+            for (size_t i = 0; i < ids.size(); ++i) {
+                same += got[ids[i]] == plain[i];
+                EXPECT_EQ(got[ids[i]], plain[i]) << js << (bf16 ? " bf16" : " f32") << " prompt " << i;
+            }
+            const EngineStats st = e->stats();
+            std::printf("%s %s: %d/20 identical; drafted %lld accepted %lld (mean acceptance length %.2f); %s\n", js,
+                        bf16 ? "bf16" : "f32", same, (long long)st.spec.drafted, (long long)st.spec.accepted,
+                        st.spec.mean_acceptance_length(), st.spec_cost_model.c_str());
+        }
+    }
+}

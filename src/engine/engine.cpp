@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/log.h"
+#include "engine/engine_request.h"
 
 namespace gdn {
 
@@ -28,28 +29,19 @@ const char* finish_reason_name(FinishReason r) {
     return "";
 }
 
-struct Engine::Request {
-    std::shared_ptr<SchedRequest> sched;
-    SamplingParams params;
-    SamplerState sampler;
-    std::vector<int32_t> prompt;  // a copy for the repetition penalty
-    std::vector<int32_t> output;
-    std::unique_ptr<StreamDecoder> decoder;
-    std::string text;      // generated text so far (decoded)
-    size_t emitted = 0;    // bytes of `text` already returned
-    size_t max_stop = 0;   // longest stop string
-    FinishReason finish = FinishReason::NONE;
-};
 
 Engine::~Engine() = default;
 
-size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size) {
-    const size_t block = KvCache::bytes_per_block(std::max(1, c.n_attention_layers()),
+size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size,
+                               const SpeculativeConfig& spec) {
+    const bool mtp = spec.enabled() && spec.method == SpecMethod::MTP;
+    const int slots_per_seq = 1 + (spec.enabled() ? spec.num_speculative_tokens : 0);
+    const size_t block = KvCache::bytes_per_block(std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0),
                                                   static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size,
                                                   kv_dtype);
     const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), static_cast<int64_t>(c.conv_kernel - 1) * c.gdn_conv_dim(),
                                                    static_cast<int64_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim);
-    return static_cast<size_t>(n_seqs) * (slot + ((max_len + block_size - 1) / block_size + 1) * block);
+    return static_cast<size_t>(n_seqs) * (slots_per_seq * slot + ((max_len + block_size - 1) / block_size + 1) * block);
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tok,
@@ -68,8 +60,15 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     auto e = std::unique_ptr<Engine>(new Engine());
     // Memory plan: state slots first (one per running request), the rest KV blocks.
     const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
-    const int n_attn = std::max(1, c.n_attention_layers());
     if (cfg.kv_dtype != DType::F32 && cfg.kv_dtype != DType::BF16) return bad("the KV cache dtype must be f32 or bf16");
+    const SpeculativeConfig& spec = cfg.speculative;
+    const bool mtp = spec.enabled() && spec.method == SpecMethod::MTP;
+    if (mtp && !model->has_mtp())
+        return bad("MTP speculation needs the model's MTP layer: load it with LoadOptions::mtp (the tools do this "
+                   "for --speculative-config '{\"method\": \"mtp\", ...}')");
+    // Slots per running request: its own, plus one per draft while a step verifies them.
+    const int slots_per_seq = 1 + (spec.enabled() ? spec.num_speculative_tokens : 0);
+    const int n_attn = std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0);  // the MTP layer's KV rides along
     if (cfg.kv_dtype == DType::BF16 && !cfg.bf16)
         return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
     const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, cfg.kv_dtype);
@@ -78,35 +77,43 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     const size_t slot_bytes = std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
     const int64_t blocks_one_seq = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
     const size_t min_kv = blocks_one_seq * block_bytes;
-    if (cfg.cache_memory < min_kv + slot_bytes)
+    if (cfg.cache_memory < min_kv + slots_per_seq * slot_bytes)
         return bad(strprintf("cache memory %.1f MiB cannot hold one sequence of max_model_len %d (%.1f MiB of KV + "
                              "%.1f MiB of GDN state): raise --cache-memory or lower --max-model-len",
-                             cfg.cache_memory / 1048576.0, cfg.max_model_len, min_kv / 1048576.0, slot_bytes / 1048576.0));
+                             cfg.cache_memory / 1048576.0, cfg.max_model_len, min_kv / 1048576.0,
+                             slots_per_seq * slot_bytes / 1048576.0));
     std::string note;
     const int64_t fit_slots = static_cast<int64_t>((cfg.cache_memory - min_kv) / slot_bytes);
-    if (cfg.max_num_seqs > fit_slots) {
+    if (static_cast<int64_t>(cfg.max_num_seqs) * slots_per_seq > fit_slots) {
+        const int64_t fit_seqs = fit_slots / slots_per_seq;
         note = strprintf("max_num_seqs clamped from %d to %lld: only %lld GDN state slots of %.2f MiB fit in "
-                         "--cache-memory beside one max-length sequence's KV",
-                         cfg.max_num_seqs, (long long)fit_slots, (long long)fit_slots, slot_bytes / 1048576.0);
-        cfg.max_num_seqs = static_cast<int>(fit_slots);
+                         "--cache-memory beside one max-length sequence's KV (%d per sequence)",
+                         cfg.max_num_seqs, (long long)fit_seqs, (long long)fit_slots, slot_bytes / 1048576.0,
+                         slots_per_seq);
+        cfg.max_num_seqs = static_cast<int>(fit_seqs);
         GDN_LOG_WARN("%s", note.c_str());
         if (cfg.max_num_batched_tokens < cfg.max_num_seqs + 64) cfg.max_num_batched_tokens = cfg.max_num_seqs + 64;
     }
-    const int32_t n_slots = cfg.max_num_seqs;
+    const int32_t n_slots = cfg.max_num_seqs * slots_per_seq;
     const int32_t n_blocks = static_cast<int32_t>((cfg.cache_memory - n_slots * slot_bytes) / block_bytes);
+    const std::string spec_note =
+        spec.enabled() ? strprintf(" (%d per sequence: speculation %s)", slots_per_seq, spec.describe().c_str()) : "";
     e->memory_plan_ = strprintf(
-        "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers); %d blocks = %lld tokens (%.1f MiB); "
-        "GDN state slot %.2f MiB (%d layers); %d slots (%.1f MiB); max_model_len %d, max_num_seqs %d, "
+        "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens (%.1f MiB); "
+        "GDN state slot %.2f MiB (%d layers); %d slots%s (%.1f MiB); max_model_len %d, max_num_seqs %d, "
         "max_num_batched_tokens %d%s%s",
-        cfg.block_size, block_bytes / 1024.0, dtype_name(cfg.kv_dtype), c.n_attention_layers(), n_blocks, (long long)n_blocks * cfg.block_size,
-        n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0, c.n_gdn_layers(), n_slots,
-        n_slots * slot_bytes / 1048576.0, cfg.max_model_len, cfg.max_num_seqs, cfg.max_num_batched_tokens,
-        note.empty() ? "" : "\n", note.c_str());
+        cfg.block_size, block_bytes / 1024.0, dtype_name(cfg.kv_dtype), n_attn, mtp ? " incl. MTP" : "", n_blocks,
+        (long long)n_blocks * cfg.block_size, n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0,
+        c.n_gdn_layers(), n_slots, spec_note.c_str(), n_slots * slot_bytes / 1048576.0, cfg.max_model_len,
+        cfg.max_num_seqs, cfg.max_num_batched_tokens, note.empty() ? "" : "\n", note.c_str());
     GDN_LOG_INFO("%s", e->memory_plan_.c_str());
     e->cfg_ = cfg;
     e->model_ = std::move(model);
     e->tok_ = std::move(tok);
-    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers(), row, n_blocks, cfg.block_size, cfg.kv_dtype);
+    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers() + (mtp ? 1 : 0), row, n_blocks, cfg.block_size,
+                                       cfg.kv_dtype);
+    e->slot_bytes_ = slot_bytes;
+    e->cost_.reset(spec.enabled() ? spec.num_speculative_tokens : 0);
     e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots);
     SchedulerConfig sc;
     sc.max_num_seqs = cfg.max_num_seqs;
@@ -120,8 +127,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (e->tok_ && !e->tok_->chat_template().empty()) {
         GDN_ASSIGN_OR_RETURN(e->chat_, ChatTemplate::create(*e->tok_));
     }
-    e->logits_.reserve(static_cast<size_t>(cfg.max_num_seqs) * c.vocab);
-    e->greedy_ids_.reserve(cfg.max_num_seqs);
+    e->logits_.reserve(static_cast<size_t>(cfg.max_num_seqs) * slots_per_seq * c.vocab);
+    e->greedy_ids_.reserve(static_cast<size_t>(cfg.max_num_seqs) * slots_per_seq);
     // Plan buffers at their largest, so building a plan never allocates.
     BatchPlan& p = e->plan_;
     const size_t T = cfg.max_num_batched_tokens, S = cfg.max_num_seqs;
@@ -131,7 +138,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     p.cu_seqlens.reserve(S + 1);
     p.state_slot.reserve(S);
     p.has_initial_state.reserve(S);
-    p.logits_rows.reserve(S);
+    p.logits_rows.reserve(S * slots_per_seq);
     p.block_tables.reserve(S * blocks_one_seq);
     return e;
 }
@@ -260,11 +267,14 @@ void Engine::build_plan(const SchedulerOutput& so) {
     for (const auto& c : so.chunks) max_blocks = std::max<int64_t>(max_blocks, c.req->blocks.size());
     p.max_blocks = max_blocks;
     p.cu_seqlens.push_back(0);
+    const bool spec = cfg_.speculative.enabled();
+    if (spec) p.gdn_out_offset.push_back(0);
     for (const auto& c : so.chunks) {
         SchedRequest& r = *c.req;
+        const int64_t n_real = c.num_new - c.num_draft;  // then the drafts
         for (int64_t i = 0; i < c.num_new; ++i) {
             const int64_t pos = r.num_computed + i;
-            p.token_ids.push_back(r.tokens[pos]);
+            p.token_ids.push_back(i < n_real ? r.tokens[pos] : r.drafts[i - n_real]);
             p.positions.push_back(pos);
             p.slot_mapping.push_back(kv_->slot_of(r.blocks.data(), pos));
         }
@@ -273,8 +283,17 @@ void Engine::build_plan(const SchedulerOutput& so) {
         p.has_initial_state.push_back(r.num_computed > 0 ? 1 : 0);
         for (int64_t b = 0; b < max_blocks; ++b)
             p.block_tables.push_back(b < static_cast<int64_t>(r.blocks.size()) ? r.blocks[b] : -1);
-        // Logits only where the chunk reaches the end of the known tokens (a new token is sampled there).
-        if (r.num_computed + c.num_new == static_cast<int64_t>(r.tokens.size())) p.logits_rows.push_back(p.n_tokens() - 1);
+        if (c.num_draft > 0) {
+            // A verification: logits for every row; the state after the real token stays in place, the
+            // state after draft i goes to spare slot i.
+            for (int64_t i = c.num_new; i > 0; --i) p.logits_rows.push_back(p.n_tokens() - i);
+            p.gdn_out_slot.push_back(r.slot);
+            for (int d = 0; d < c.num_draft; ++d) p.gdn_out_slot.push_back(c.spare_slots[d]);
+        } else if (r.num_computed + c.num_new == static_cast<int64_t>(r.tokens.size())) {
+            // Logits only where the chunk reaches the end of the known tokens (a new token is sampled there).
+            p.logits_rows.push_back(p.n_tokens() - 1);
+        }
+        if (spec) p.gdn_out_offset.push_back(static_cast<int64_t>(p.gdn_out_slot.size()));
     }
 }
 
@@ -310,6 +329,9 @@ std::span<const RequestOutput> Engine::step() {
         }
     }
     const SchedulerOutput& so = scheduler_->schedule();
+    const int k_this_step = k_planned_;
+    bool pure_decode = !so.chunks.empty();
+    spec_state_bytes_ = 0;
     if (!so.chunks.empty()) {
         build_plan(so);
         ForwardOptions fo;
@@ -319,18 +341,21 @@ std::span<const RequestOutput> Engine::step() {
         fo.gdn_form = GdnForm::RECURRENT;
         logits_.clear();
         greedy_ids_.clear();
+        hidden_.clear();
         // When every row to sample is plain greedy, the lm_head returns argmaxes, not vocabulary rows.
         bool all_greedy = true;
         for (const auto& c : so.chunks) {
-            if (c.req->num_computed + c.num_new != static_cast<int64_t>(c.req->tokens.size())) continue;
+            if (c.num_draft == 0 && c.req->num_computed + c.num_new != static_cast<int64_t>(c.req->tokens.size())) continue;
             const Request& r = *requests_.at(c.req->id);
             all_greedy &= r.params.greedy() && r.params.logprobs < 0 && r.params.repetition_penalty == 1.0f &&
                           r.params.presence_penalty == 0.0f && r.params.frequency_penalty == 0.0f &&
                           static_cast<int>(r.output.size()) >= r.params.min_tokens;
         }
+        const bool mtp = cfg_.speculative.enabled() && cfg_.speculative.method == SpecMethod::MTP;
         const uint64_t reads_before = device_to_host_reads();  // plan "uploaded"
         const double tf = now_s();
-        Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_, all_greedy ? &greedy_ids_ : nullptr);
+        Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_, all_greedy ? &greedy_ids_ : nullptr,
+                                    mtp ? &hidden_ : nullptr);
         forward_seconds_ = now_s() - tf;
         reads_during_forward_ = device_to_host_reads() - reads_before;
         count_device_to_host_read();  // the download of the logits / sampled tokens
@@ -338,11 +363,26 @@ std::span<const RequestOutput> Engine::step() {
         const int32_t V = model_->config().vocab;
         size_t row = 0;
         std::vector<TokenLogprob> lp;
-        for (const auto& c : so.chunks) {
+        for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
+            const ScheduledChunk& c = so.chunks[ci];
+            Request& r = *requests_.at(c.req->id);
+            const int64_t first_pos = c.req->num_computed;
+            pure_decode &= c.num_new - c.num_draft == 1 && first_pos + 1 == static_cast<int64_t>(c.req->tokens.size());
+            if (c.num_draft > 0) {
+                spec_state_bytes_ += static_cast<int64_t>(c.num_draft) * static_cast<int64_t>(slot_bytes_);
+                RequestOutput& out = next_output(c.req->id);
+                const int64_t before = c.req->num_computed;
+                verify(c, row, all_greedy, out);  // on_verified inside
+                if (mtp && r.finish == FinishReason::NONE)
+                    keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.req->num_computed - before);
+                out.prompt_tokens = c.req->num_prompt;
+                out.completion_tokens = static_cast<int64_t>(r.output.size());
+                continue;
+            }
             const bool sampled = c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
             scheduler_->on_computed(c);
+            if (mtp) keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.num_new);
             if (!sampled) continue;
-            Request& r = *requests_.at(c.req->id);
             RequestOutput& out = next_output(c.req->id);
             const int32_t token = all_greedy ? greedy_ids_[row]
                                              : sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt,
@@ -353,8 +393,11 @@ std::span<const RequestOutput> Engine::step() {
             out.completion_tokens = static_cast<int64_t>(r.output.size());
         }
     }
+    spec_state_bytes_total_ += spec_state_bytes_;
     for (auto it = requests_.begin(); it != requests_.end();)
         it = it->second->finish != FinishReason::NONE ? requests_.erase(it) : std::next(it);
+    propose_drafts();
+    if (pure_decode) cost_.observe_step(static_cast<int>(so.chunks.size()), k_this_step, now_s() - t0);
     host_seconds_ = now_s() - t0 - forward_seconds_;
     return {outputs_.data(), n_outputs_};
 }
@@ -371,6 +414,11 @@ EngineStats Engine::stats() const {
     s.prompt_tokens = prompt_tokens_total_;
     s.generation_tokens = generation_tokens_total_;
     s.finished = finished_total_;
+    s.spec = spec_;
+    s.spec_state_bytes_last_step = spec_state_bytes_;
+    s.spec_state_bytes_total = spec_state_bytes_total_;
+    s.spec_k_last_step = k_planned_;
+    if (cfg_.speculative.enabled()) s.spec_cost_model = cost_.describe();
     return s;
 }
 

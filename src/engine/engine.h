@@ -17,6 +17,7 @@
 #include "core/status.h"
 #include "engine/sampling.h"
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +36,10 @@ struct EngineConfig {
     // memory, half the bytes read by decode attention) at the cost of rounding K and V, as HF's bf16
     // forward does; it needs bf16 activations. F32 (default) keeps them as computed.
     DType kv_dtype = DType::F32;
+    // Speculative decoding (--speculative-config): drafts from the MTP layer (the model must be loaded
+    // with LoadOptions::mtp) or from prompt lookup, verified k + 1 tokens per step. Each running request
+    // may hold up to 1 + k GDN state slots during a step (the memory plan counts them).
+    SpeculativeConfig speculative;
 };
 
 // What the user asks for: text, token ids, or chat messages (rendered with the checkpoint's template).
@@ -79,12 +84,18 @@ struct EngineStats {
     int32_t state_slots_total = 0, state_slots_free = 0;
     int64_t preemptions = 0;
     int64_t prompt_tokens = 0, generation_tokens = 0, finished = 0;
+    SpecCounters spec;                       // drafts verified and accepted, per position
+    int64_t spec_state_bytes_last_step = 0;  // GDN state bytes written to spare slots by the last step's verifications
+    int64_t spec_state_bytes_total = 0;
+    int spec_k_last_step = 0;                // drafts per sequence the cost model chose for the last step
+    std::string spec_cost_model;             // SpecCostModel::describe()
 };
 
 class Engine {
 public:
     // Cache memory (KV blocks + GDN state slots) that holds n_seqs sequences of max_len tokens.
-    static size_t cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size = 16);
+    static size_t cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size = 16,
+                                  const SpeculativeConfig& spec = {});
 
     static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model,
                                                   std::shared_ptr<const Tokenizer> tok, const EngineConfig& cfg);
@@ -119,6 +130,16 @@ private:
     bool pending_aborts_empty() const;
     void build_plan(const SchedulerOutput& so);
     void emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, RequestOutput& out);
+    // Speculative decoding (engine_speculative.cpp).
+    // Accepts the longest verified prefix of a chunk's drafts plus one token from the target distribution
+    // (greedy: its argmax; sampling: rejection sampling), then emits them. `row` is the chunk's first
+    // logits row and advances past its rows.
+    void verify(const ScheduledChunk& c, size_t& row, bool all_greedy, RequestOutput& out);
+    // The hidden rows of a chunk's computed tokens, kept for the MTP layer's catch-up.
+    void keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int64_t n_rows);
+    // After a step: drafts for the next one, as many per request as the cost model chooses.
+    void propose_drafts();
+    void mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int>& k_of);
     void finish(Request& r, FinishReason why, RequestOutput& out);
 
     EngineConfig cfg_;
@@ -141,6 +162,17 @@ private:
     size_t n_outputs_ = 0;
     mutable std::mutex abort_mu_;
     std::vector<int64_t> aborts_;
+    // Speculative decoding state.
+    SpecCostModel cost_;
+    SpecCounters spec_;
+    int k_planned_ = 0;                  // drafts per sequence chosen for the coming step
+    int64_t spec_state_bytes_ = 0, spec_state_bytes_total_ = 0;
+    size_t slot_bytes_ = 0;
+    std::vector<float> hidden_;          // the forward's final-norm rows (MTP)
+    BatchPlan mtp_plan_;
+    std::vector<float> mtp_in_, mtp_out_;
+    std::vector<int32_t> mtp_ids_;
+    std::vector<float> verify_logits_;   // one row, modified by the sampler
     uint64_t reads_during_forward_ = 0;
     double host_seconds_ = 0, forward_seconds_ = 0;
     int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;

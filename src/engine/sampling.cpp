@@ -12,6 +12,18 @@ namespace gdn {
 int32_t Sampler::sample(float* logits, int32_t V, const SamplingParams& p, SamplerState& st,
                         const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
                         const std::vector<int32_t>& eos, std::vector<TokenLogprob>* lp) {
+    prepare(logits, V, p, st, prompt, output, eos);
+    const int32_t chosen = draw(st);
+    if (lp && p.logprobs >= 0) logprobs(chosen, lp);
+    return chosen;
+}
+
+void Sampler::prepare(float* logits, int32_t V, const SamplingParams& p, SamplerState& st,
+                      const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                      const std::vector<int32_t>& eos) {
+    logits_ = logits;
+    V_ = V;
+    logprobs_n_ = p.logprobs;
     // Penalties (vLLM semantics): repetition on prompt + output tokens, presence / frequency on output.
     if (p.repetition_penalty != 1.0f) {
         if (seen_.size() < static_cast<size_t>(V)) seen_.assign(V, 0);
@@ -38,10 +50,9 @@ int32_t Sampler::sample(float* logits, int32_t V, const SamplingParams& p, Sampl
     if (static_cast<int>(output.size()) < p.min_tokens)
         for (int32_t t : eos) logits[t] = -INFINITY;
 
-    auto log_softmax_of = [&](int32_t t, float mx, double lse) { return static_cast<float>(logits[t] - mx - lse); };
-    int32_t chosen;
+    greedy_id_ = -1;
     if (p.greedy()) {
-        chosen = static_cast<int32_t>(ops::argmax(logits, V));  // no softmax, no copy of the vocabulary
+        greedy_id_ = static_cast<int32_t>(ops::argmax(logits, V));  // no softmax, no copy of the vocabulary
     } else {
         // temperature -> top-k -> top-p -> min-p, then one draw from the request's RNG. Candidates are
         // sorted only as far as the filters need (a partial sort that widens), never the whole vocabulary
@@ -90,37 +101,62 @@ int32_t Sampler::sample(float* logits, int32_t V, const SamplingParams& p, Sampl
         }
         double total = 0;
         for (int32_t i = 0; i < n; ++i) total += probs_[idx_[i]];
-        const double u = std::uniform_real_distribution<double>(0.0, total)(st.rng);
-        double c = 0;
-        chosen = idx_[n - 1];
-        for (int32_t i = 0; i < n; ++i) {
-            c += probs_[idx_[i]];
-            if (u < c) {
-                chosen = idx_[i];
-                break;
-            }
-        }
+        n_ = n;
+        total_ = total;
     }
-    if (lp && p.logprobs >= 0) {
-        // Log-probabilities of the (penalised) model distribution at temperature 1.
-        float mx = -INFINITY;
-        for (int32_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
-        double s = 0;
-        for (int32_t i = 0; i < V; ++i) s += std::exp(static_cast<double>(logits[i] - mx));
-        const double lse = std::log(s);
-        lp->clear();
-        lp->push_back({chosen, log_softmax_of(chosen, mx, lse)});
-        if (p.logprobs > 0) {
-            idx_.resize(V);
-            std::iota(idx_.begin(), idx_.end(), 0);
-            const int32_t k = std::min(p.logprobs, V);
-            std::partial_sort(idx_.begin(), idx_.begin() + k, idx_.end(), [&](int32_t a, int32_t b) {
-                return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-            });
-            for (int32_t i = 0; i < k; ++i) lp->push_back({idx_[i], log_softmax_of(idx_[i], mx, lse)});
-        }
+}
+
+double Sampler::prob(int32_t t) const {
+    if (greedy_id_ >= 0) return t == greedy_id_ ? 1.0 : 0.0;
+    if (t < 0 || t >= V_ || total_ <= 0) return 0.0;
+    if (n_ < V_) {  // filtered: t must be a candidate
+        bool in = false;
+        for (int32_t i = 0; i < n_ && !in; ++i) in = idx_[i] == t;
+        if (!in) return 0.0;
+    }
+    return probs_[t] / total_;
+}
+
+int32_t Sampler::draw(SamplerState& st, int32_t exclude) {
+    if (greedy_id_ >= 0) return greedy_id_;
+    double total = total_;
+    if (exclude >= 0) total -= prob(exclude) * total_;
+    if (!(total > 0)) return exclude;  // the excluded token held all the mass (cannot be rejected)
+    const double u = std::uniform_real_distribution<double>(0.0, total)(st.rng);
+    double c = 0;
+    int32_t chosen = -1;
+    for (int32_t i = 0; i < n_; ++i) {
+        if (idx_[i] == exclude) continue;
+        c += probs_[idx_[i]];
+        chosen = idx_[i];
+        if (u < c) break;
     }
     return chosen;
+}
+
+void Sampler::logprobs(int32_t chosen, std::vector<TokenLogprob>* lp) {
+    // Log-probabilities of the (penalised) model distribution at temperature 1.
+    const float* logits = logits_;
+    const int32_t V = V_;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
+    double s = 0;
+    for (int32_t i = 0; i < V; ++i) s += std::exp(static_cast<double>(logits[i] - mx));
+    const double lse = std::log(s);
+    auto log_softmax_of = [&](int32_t t) { return static_cast<float>(logits[t] - mx - lse); };
+    lp->clear();
+    lp->push_back({chosen, log_softmax_of(chosen)});
+    if (logprobs_n_ > 0) {
+        // Sorts its own index list: idx_ holds the prepared distribution.
+        std::vector<int32_t>& order = order_;
+        order.resize(V);
+        std::iota(order.begin(), order.end(), 0);
+        const int32_t k = std::min(logprobs_n_, V);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+            return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+        });
+        for (int32_t i = 0; i < k; ++i) lp->push_back({order[i], log_softmax_of(order[i])});
+    }
 }
 
 }  // namespace gdn

@@ -49,13 +49,31 @@ public:
     // Samples from `logits` ([V], modified in place by penalties and masks). `prompt` and `output` are
     // the request's tokens so far; `eos` are the ids masked while output.size() < min_tokens.
     // Fills `lp` (when params.logprobs >= 0) with the sampled token first, then the top-n.
+    // Equals prepare(), draw(), logprobs().
     int32_t sample(float* logits, int32_t V, const SamplingParams& p, SamplerState& st, const std::vector<int32_t>& prompt,
                    const std::vector<int32_t>& output, const std::vector<int32_t>& eos, std::vector<TokenLogprob>* lp);
 
+    // The steps of sample(), for verifying speculative drafts against the target distribution:
+    // prepare() applies penalties and masks to `logits` (kept until the next prepare) and builds the
+    // distribution that sample() draws from (temperature, top-k, top-p, min-p; greedy: the argmax).
+    void prepare(float* logits, int32_t V, const SamplingParams& p, SamplerState& st, const std::vector<int32_t>& prompt,
+                 const std::vector<int32_t>& output, const std::vector<int32_t>& eos);
+    // Probability of token t under the prepared distribution (greedy: 1 for the argmax, else 0).
+    double prob(int32_t t) const;
+    // One draw from the prepared distribution, leaving out token `exclude` when >= 0 (the normalised
+    // residual p - p(d) of a rejected deterministic draft d). One uniform from st.rng (none when greedy).
+    int32_t draw(SamplerState& st, int32_t exclude = -1);
+    // The chosen token's logprob and the top-n of the prepared (penalised) logits at temperature 1.
+    void logprobs(int32_t chosen, std::vector<TokenLogprob>* lp);
+
 private:
-    std::vector<int32_t> idx_;
+    std::vector<int32_t> idx_, order_;
     std::vector<float> probs_;
     std::vector<uint8_t> seen_;
+    // The prepared distribution: candidates idx_[0, n_) with weights probs_[.], summing to total_.
+    const float* logits_ = nullptr;
+    int32_t V_ = 0, n_ = 0, greedy_id_ = -1, logprobs_n_ = -1;
+    double total_ = 0;
 };
 
 }  // namespace gdn

@@ -54,9 +54,22 @@ void Scheduler::release(SchedRequest& r) {
     r.slot = -1;
 }
 
+void Scheduler::on_verified(const ScheduledChunk& c, int n_accepted) {
+    SchedRequest& r = *c.req;
+    GDN_CHECK(n_accepted >= 0 && n_accepted <= c.num_draft);
+    r.num_computed += c.num_new - c.num_draft + n_accepted;
+    const int32_t keep = n_accepted == 0 ? r.slot : c.spare_slots[n_accepted - 1];
+    if (r.slot != keep) release_slot(r.slot);
+    for (int i = 0; i < c.num_draft; ++i)
+        if (c.spare_slots[i] != keep) release_slot(c.spare_slots[i]);
+    r.slot = keep;
+    r.drafts.clear();
+}
+
 void Scheduler::preempt_request(std::shared_ptr<SchedRequest> r) {
     // Recompute: drop its caches and progress; it goes back to the front of the queue with its tokens.
     release(*r);
+    r->drafts.clear();
     r->num_computed = 0;
     r->status = RequestStatus::WAITING;
     r->num_preemptions++;
@@ -123,15 +136,35 @@ const SchedulerOutput& Scheduler::schedule() {
                 if (out_.chunks[c].req == victim.get()) {
                     budget += out_.chunks[c].num_new;
                     out_.n_tokens -= out_.chunks[c].num_new;
+                    for (int d = 0; d < out_.chunks[c].num_draft; ++d) release_slot(out_.chunks[c].spare_slots[d]);
                     out_.chunks.erase(out_.chunks.begin() + c);
                     break;
                 }
             preempt_request(victim);
             continue;  // same i: r (if not the victim) retries with the freed blocks
         }
-        out_.chunks.push_back({r.get(), n});
-        out_.n_tokens += n;
-        budget -= n;
+        ScheduledChunk c{r.get(), n};
+        // A decode step carries the request's drafts as far as the budget, its KV blocks and the free
+        // state slots allow (never pre-empting anyone for a draft).
+        if (n == 1 && r->num_computed + 1 == static_cast<int64_t>(r->tokens.size()) && !r->drafts.empty()) {
+            int64_t nd = std::min<int64_t>({static_cast<int64_t>(r->drafts.size()), budget - 1, kMaxScheduledDrafts,
+                                            r->max_total_tokens - 1 - r->num_computed});
+            if (nd > 0 && !ensure_blocks(*r, r->num_computed + 1 + nd))
+                nd = static_cast<int64_t>(r->blocks.size()) * block_size_ - r->num_computed - 1;
+            for (int64_t d = 0; d < nd; ++d) {
+                const int32_t s = free_slots() > 0 ? alloc_slot() : -1;
+                if (s < 0) {
+                    nd = d;
+                    break;
+                }
+                c.spare_slots[d] = s;
+            }
+            c.num_draft = static_cast<int>(std::max<int64_t>(0, nd));
+            c.num_new += c.num_draft;
+        }
+        out_.chunks.push_back(c);
+        out_.n_tokens += c.num_new;
+        budget -= c.num_new;
         ++i;
     }
     // 2. Waiting requests, first come first served, while a slot, blocks and budget remain.

@@ -33,11 +33,20 @@ struct SchedRequest {
     RequestStatus status = RequestStatus::WAITING;
     int64_t num_preemptions = 0;
     int64_t max_total_tokens = 0;  // prompt + max_tokens: blocks are never needed beyond this
+    // Speculative decoding: draft tokens proposed after the last token (not part of `tokens`); a decode
+    // step verifies those it is given (cleared when the request is pre-empted).
+    std::vector<int32_t> drafts;
 };
+
+constexpr int kMaxScheduledDrafts = 8;
 
 struct ScheduledChunk {
     SchedRequest* req;
-    int64_t num_new;  // tokens [num_computed, num_computed + num_new) run this step
+    int64_t num_new;  // tokens [num_computed, num_computed + num_new) run this step (drafts included)
+    int num_draft = 0;  // the last num_draft of them are drafts[0, num_draft): a verification
+    // GDN state slots for the states after each draft (state after draft i in spare_slots[i]); the state
+    // after the last real token stays in req->slot.
+    int32_t spare_slots[kMaxScheduledDrafts] = {};
 };
 
 struct SchedulerOutput {
@@ -55,6 +64,13 @@ public:
     const SchedulerOutput& schedule();
     // After the step ran: the chunk's tokens are now computed.
     void on_computed(const ScheduledChunk& c) { c.req->num_computed += c.num_new; }
+    // After a verification: the real token and the first n_accepted drafts are computed; the request
+    // continues from the state after them (its slot, or spare n_accepted - 1); the other slots are freed.
+    void on_verified(const ScheduledChunk& c, int n_accepted);
+    // KV blocks for the first n_tokens positions of a running request if the pool has them (no
+    // preemption); false when only some could be taken (they stay with the request).
+    bool reserve_blocks(SchedRequest& r, int64_t n_tokens) { return ensure_blocks(r, std::min(n_tokens, r.max_total_tokens)); }
+    int32_t block_size() const { return block_size_; }
     // Finished or aborted: releases its blocks and slot, removes it.
     void finish(int64_t id);
     // Pre-empts a running request by recompute (also used by tests to force preemption).

@@ -1,0 +1,30 @@
+// The engine's record of one request (private to engine*.cpp): what it asked for, what it produced, and
+// the state its sampler, detokenizer and MTP drafts carry between steps.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace gdn {
+
+struct Engine::Request {
+    std::shared_ptr<SchedRequest> sched;
+    SamplingParams params;
+    SamplerState sampler;
+    std::vector<int32_t> prompt;  // a copy for the repetition penalty
+    std::vector<int32_t> output;
+    std::unique_ptr<StreamDecoder> decoder;
+    std::string text;      // generated text so far (decoded)
+    size_t emitted = 0;    // bytes of `text` already returned
+    size_t max_stop = 0;   // longest stop string
+    FinishReason finish = FinishReason::NONE;
+    // MTP: its KV holds slots [0, mtp_done); mtp_hidden holds h_t of the following slots (rows of H) that
+    // the MTP layer has yet to see.
+    int64_t mtp_done = 0;
+    std::vector<float> mtp_hidden;
+};
+
+}  // namespace gdn

@@ -1,0 +1,186 @@
+#include "engine/speculative.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/log.h"
+#include "util/json_file.h"
+
+namespace gdn {
+
+const char* spec_method_name(SpecMethod m) {
+    switch (m) {
+        case SpecMethod::NONE: return "none";
+        case SpecMethod::MTP: return "mtp";
+        case SpecMethod::NGRAM: return "ngram";
+    }
+    return "?";
+}
+
+Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
+    auto bad = [](const std::string& m) { return Status::error("--speculative-config: " + m); };
+    GDN_ASSIGN_OR_RETURN(Json j, parse_json(text, "--speculative-config"));
+    if (!j.is_object()) return bad("must be a JSON object, e.g. {\"method\": \"mtp\", \"num_speculative_tokens\": 2}");
+    SpeculativeConfig c;
+    bool has_k = false, has_min = false, has_max = false;
+    for (const auto& [key, v] : j.items()) {
+        auto int_in = [&](int lo, int hi, int* out) -> Status {
+            if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+                return bad(strprintf("\"%s\" must be an integer in [%d, %d]", key.c_str(), lo, hi));
+            *out = static_cast<int>(v.get<int64_t>());
+            return Status::ok();
+        };
+        if (key == "method") {
+            if (!v.is_string()) return bad("\"method\" must be a string");
+            const std::string m = v.get<std::string>();
+            if (m == "mtp" || m == "qwen3_next_mtp" || m == "qwen3_5_mtp") c.method = SpecMethod::MTP;
+            else if (m == "ngram") c.method = SpecMethod::NGRAM;
+            else return bad("unknown method \"" + m + "\" (supported: \"mtp\", \"qwen3_next_mtp\", \"ngram\")");
+        } else if (key == "num_speculative_tokens") {
+            GDN_RETURN_IF_ERROR(int_in(1, kMaxDrafts, &c.num_speculative_tokens));
+            has_k = true;
+        } else if (key == "prompt_lookup_min") {
+            GDN_RETURN_IF_ERROR(int_in(1, 1024, &c.prompt_lookup_min));
+            has_min = true;
+        } else if (key == "prompt_lookup_max") {
+            GDN_RETURN_IF_ERROR(int_in(1, 1024, &c.prompt_lookup_max));
+            has_max = true;
+        } else {
+            return bad("unsupported key \"" + key +
+                       "\" (supported: method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)");
+        }
+    }
+    if (c.method == SpecMethod::NONE) return bad("\"method\" is required");
+    if (!has_k) return bad("\"num_speculative_tokens\" is required");
+    if (c.method == SpecMethod::NGRAM) {
+        if (!has_min && !has_max) c.prompt_lookup_min = c.prompt_lookup_max = 5;
+        else if (!has_min) c.prompt_lookup_min = c.prompt_lookup_max;
+        else if (!has_max) c.prompt_lookup_max = c.prompt_lookup_min;
+        if (c.prompt_lookup_min > c.prompt_lookup_max)
+            return bad(strprintf("prompt_lookup_min (%d) must be <= prompt_lookup_max (%d)", c.prompt_lookup_min,
+                                 c.prompt_lookup_max));
+    } else if (has_min || has_max) {
+        return bad("prompt_lookup_min / prompt_lookup_max apply to \"method\": \"ngram\" only");
+    }
+    return c;
+}
+
+std::string SpeculativeConfig::describe() const {
+    if (!enabled()) return "off";
+    if (method == SpecMethod::NGRAM)
+        return strprintf("ngram, up to %d drafts, suffixes of %d..%d tokens", num_speculative_tokens, prompt_lookup_min,
+                         prompt_lookup_max);
+    return strprintf("mtp, up to %d drafts", num_speculative_tokens);
+}
+
+void ngram_propose(const std::vector<int32_t>& tokens, int min_n, int max_n, int k, std::vector<int32_t>* out) {
+    const int64_t L = static_cast<int64_t>(tokens.size());
+    for (int n = std::min<int64_t>(max_n, L - 1); n >= min_n; --n) {
+        const int32_t* suffix = tokens.data() + L - n;
+        // The most recent earlier occurrence: start positions s < L - n, newest first.
+        for (int64_t s = L - n - 1; s >= 0; --s) {
+            if (!std::equal(suffix, suffix + n, tokens.data() + s)) continue;
+            const int64_t from = s + n, to = std::min<int64_t>(L, from + k);
+            out->insert(out->end(), tokens.begin() + from, tokens.begin() + to);
+            return;
+        }
+    }
+}
+
+void SpecCounters::count(int n_drafted, int n_accepted) {
+    if (n_drafted <= 0) return;
+    verify_steps++;
+    drafted += n_drafted;
+    accepted += n_accepted;
+    if (static_cast<int>(drafted_at.size()) < n_drafted) {
+        drafted_at.resize(n_drafted);
+        accepted_at.resize(n_drafted);
+    }
+    // Position i is reached when drafts 0..i-1 were accepted.
+    for (int i = 0; i < n_drafted && i <= n_accepted; ++i) {
+        drafted_at[i]++;
+        if (i < n_accepted) accepted_at[i]++;
+    }
+}
+
+namespace {
+constexpr double kEma = 0.1;       // weight of a new step time
+constexpr double kDecay = 0.995;   // per observation, for the acceptance counts (~200 recent drafts)
+constexpr double kPriorSeen = 4.0, kPriorAcc = 2.0;  // an acceptance prior of 0.5 until measured
+}  // namespace
+
+void SpecCostModel::reset(int max_k) {
+    max_k_ = max_k;
+    for (auto& v : step_s_) v.assign(max_k + 1, 0.0);
+    for (auto& s : steps_) s = 0;
+    acc_.assign(max_k, kPriorAcc);
+    seen_.assign(max_k, kPriorSeen);
+}
+
+int SpecCostModel::bucket(int batch) {
+    int b = 0;
+    for (int cap = 1; b < kBuckets - 1 && batch > cap; cap *= 2) ++b;
+    return b;
+}
+
+double SpecCostModel::acceptance(int i) const { return i < max_k_ && seen_[i] > 0 ? acc_[i] / seen_[i] : 0.0; }
+
+double SpecCostModel::expected_tokens(int k) const {
+    double e = 1.0, reach = 1.0;
+    for (int i = 0; i < k; ++i) {
+        reach *= acceptance(i);
+        e += reach;
+    }
+    return e;
+}
+
+int SpecCostModel::choose(int batch) {
+    if (max_k_ == 0) return 0;
+    const int b = bucket(batch);
+    const std::vector<double>& t = step_s_[b];
+    for (int k = 0; k <= max_k_; ++k)
+        if (t[k] == 0.0) return k;  // measure every cell once
+    int best = 0;
+    double best_rate = 0;
+    for (int k = 0; k <= max_k_; ++k) {
+        const double rate = expected_tokens(k) / t[k];
+        if (rate > best_rate) {
+            best_rate = rate;
+            best = k;
+        }
+    }
+    if (++steps_[b] % kExplorePeriod == 0) {  // re-measure one other k now and then (round robin)
+        const int other = static_cast<int>((steps_[b] / kExplorePeriod) % max_k_);
+        return other >= best ? other + 1 : other;
+    }
+    return best;
+}
+
+void SpecCostModel::observe_step(int batch, int k, double seconds) {
+    if (k < 0 || k > max_k_ || !(seconds > 0)) return;
+    double& t = step_s_[bucket(batch)][k];
+    t = t == 0.0 ? seconds : (1 - kEma) * t + kEma * seconds;
+}
+
+void SpecCostModel::observe_acceptance(int i, bool accepted) {
+    if (i < 0 || i >= max_k_) return;
+    acc_[i] = acc_[i] * kDecay + (accepted ? 1.0 : 0.0);
+    seen_[i] = seen_[i] * kDecay + 1.0;
+}
+
+std::string SpecCostModel::describe() const {
+    std::string s = "acceptance";
+    for (int i = 0; i < max_k_; ++i) s += strprintf(" %.2f", acceptance(i));
+    static const char* names[kBuckets] = {"1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
+    for (int b = 0; b < kBuckets; ++b) {
+        bool any = false;
+        for (double t : step_s_[b]) any |= t > 0;
+        if (!any) continue;
+        s += strprintf("; B=%s:", names[b]);
+        for (int k = 0; k <= max_k_; ++k)
+            if (step_s_[b][k] > 0) s += strprintf(" k%d %.1f ms", k, step_s_[b][k] * 1e3);
+    }
+    return s;
+}
+
+}  // namespace gdn

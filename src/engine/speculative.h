@@ -1,0 +1,77 @@
+// Speculative decoding, the parts that need no model: vLLM's --speculative-config JSON, the n-gram
+// (prompt lookup) proposer, the acceptance counters, and the measured cost model that decides how many
+// drafts a step verifies. The draft-verify loop itself is in engine_speculative.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace gdn {
+
+enum class SpecMethod { NONE, MTP, NGRAM };
+const char* spec_method_name(SpecMethod m);
+
+struct SpeculativeConfig {
+    SpecMethod method = SpecMethod::NONE;
+    int num_speculative_tokens = 0;  // k: drafts per sequence and step, at most
+    int prompt_lookup_min = 0;       // n-gram: shortest suffix matched
+    int prompt_lookup_max = 0;       // n-gram: longest suffix matched (tried first)
+    bool enabled() const { return method != SpecMethod::NONE && num_speculative_tokens > 0; }
+
+    static constexpr int kMaxDrafts = 8;
+    // '{"method": "mtp" | "qwen3_next_mtp" | "ngram", "num_speculative_tokens": k, "prompt_lookup_min": m,
+    // "prompt_lookup_max": M}' (vLLM's keys and n-gram defaults: both 5 when neither is given, else the
+    // one given). Unknown keys are an error, never ignored.
+    static Result<SpeculativeConfig> parse(const std::string& json);
+    std::string describe() const;
+};
+
+// Prompt lookup: the longest suffix of `tokens` (prompt_lookup_max down to prompt_lookup_min tokens) that
+// occurred earlier in `tokens`; the up to k tokens that followed its most recent earlier occurrence are
+// appended to *out. Nothing when no suffix recurs.
+void ngram_propose(const std::vector<int32_t>& tokens, int min_n, int max_n, int k, std::vector<int32_t>* out);
+
+// Counters of drafts and acceptances, per draft position (position i: the (i+1)-th draft of a step,
+// counted when the drafts before it were all accepted).
+struct SpecCounters {
+    int64_t verify_steps = 0;           // sequence-steps that verified at least one draft
+    int64_t drafted = 0, accepted = 0;  // draft tokens verified / accepted
+    std::vector<int64_t> drafted_at, accepted_at;  // [k]
+    void count(int n_drafted, int n_accepted);
+    // 1 + accepted / verify_steps: tokens a verifying sequence-step yields.
+    double mean_acceptance_length() const { return verify_steps ? 1.0 + double(accepted) / verify_steps : 1.0; }
+};
+
+// How many drafts a decode step of B sequences should verify, from measurements on this machine and
+// model: the step time T(B, k) (verify forward plus drafting, an average per batch-size bucket and k)
+// and the per-position acceptance a_i (recent average). It picks the k that maximises the expected
+// tokens per second B (1 + a_0 + a_0 a_1 + ...) / T(B, k); k = 0 is plain decoding, so speculation is
+// used only where it measured faster. Untried (B, k) cells are tried once each; every kExplorePeriod
+// steps of a bucket one other k is re-measured, so a change in acceptance or cost is noticed.
+class SpecCostModel {
+public:
+    static constexpr int kBuckets = 7;           // B = 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
+    static constexpr int kExplorePeriod = 64;
+
+    explicit SpecCostModel(int max_k = 0) { reset(max_k); }
+    void reset(int max_k);
+    int choose(int batch);
+    void observe_step(int batch, int k, double seconds);
+    void observe_acceptance(int position, bool accepted);
+    double acceptance(int position) const;
+    double expected_tokens(int k) const;  // 1 + a_0 + a_0 a_1 + ... (k terms)
+    // "B=1: k=3 (2.41 tok/step, 31.0 ms) ..." for the logs and bench.
+    std::string describe() const;
+    static int bucket(int batch);
+
+private:
+    int max_k_ = 0;
+    std::vector<double> step_s_[kBuckets];  // [k + 1]: EMA of step seconds; 0 = unmeasured
+    int64_t steps_[kBuckets] = {};
+    std::vector<double> acc_, seen_;        // per position: decayed accepted / reached counts
+};
+
+}  // namespace gdn
