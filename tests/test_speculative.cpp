@@ -95,9 +95,13 @@ Loaded load_with_mtp(const std::string& dir, bool mtp) {
     lo.mtp = mtp;
     auto m = Model::load(dir, nullptr, lo);
     EXPECT_TRUE(m.is_ok()) << m.message();
-    auto t = Tokenizer::load(dir);
-    EXPECT_TRUE(t.is_ok()) << t.message();
-    return {std::shared_ptr<const Model>(std::move(*m)), *t};
+    std::shared_ptr<const Tokenizer> tok;  // presets have none: token ids only
+    if (file_exists(dir + "/tokenizer.json")) {
+        auto t = Tokenizer::load(dir);
+        EXPECT_TRUE(t.is_ok()) << t.message();
+        tok = *t;
+    }
+    return {std::shared_ptr<const Model>(std::move(*m)), tok};
 }
 
 SpeculativeConfig spec_of(const std::string& json) {
@@ -190,3 +194,120 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
         }
     }
 }
+
+namespace {
+
+std::vector<std::vector<int32_t>> random_prompts(int n, uint32_t seed, int32_t V) {
+    std::mt19937 rng(seed);
+    std::vector<std::vector<int32_t>> p(n);
+    for (auto& v : p) {
+        v.resize(1 + rng() % 150);
+        for (auto& t : v) t = static_cast<int32_t>(rng() % (V - 64));
+    }
+    return p;
+}
+
+// What a configuration does to the run besides speculation.
+enum class Stress { NONE, CHUNKED, PREEMPT, ABORT };
+
+// Runs the prompts with the given engine config; returns the tokens per prompt, and which were aborted.
+std::vector<std::vector<int32_t>> run_prompts(const Loaded& l, EngineConfig cfg, const std::vector<std::vector<int32_t>>& ps,
+                                              int n_tokens, Stress stress, std::vector<bool>* aborted,
+                                              const std::vector<std::vector<int32_t>>* oracle, uint32_t seed,
+                                              EngineStats* stats = nullptr) {
+    if (stress == Stress::CHUNKED) {
+        cfg.max_num_batched_tokens = 96;
+        cfg.max_prefill_chunk = 64;
+    }
+    auto e = make_engine(l, cfg);
+    std::vector<int64_t> ids;
+    for (const auto& p : ps) ids.push_back(*e->add_request(Prompt::from_ids(p), greedy(n_tokens)));
+    std::mt19937 rng(seed);
+    const int32_t V = l.model->config().vocab;
+    if (oracle) {
+        // Drafts from the true continuation, of random length, each token wrong with probability 1/4: every
+        // accept / reject pattern and every draft length appear, batched together.
+        e->set_draft_hook([&](int64_t id, const std::vector<int32_t>& tokens, int k, std::vector<int32_t>* drafts) {
+            const size_t i = static_cast<size_t>(id - ids[0]);
+            const std::vector<int32_t>& want = (*oracle)[i];
+            const size_t done = tokens.size() - ps[i].size();
+            drafts->clear();
+            const int n = k > 0 ? static_cast<int>(rng() % (k + 1)) : 0;
+            for (int j = 0; j < n && done + j < want.size(); ++j) {
+                const int32_t t = want[done + j];
+                drafts->push_back(rng() % 4 == 0 ? (t + 1 + static_cast<int32_t>(rng() % 50)) % V : t);
+            }
+        });
+    }
+    aborted->assign(ps.size(), false);
+    int64_t forced = 0;
+    auto got = run_all(*e, [&](Engine& en, int64_t step) {
+        if (stress == Stress::PREEMPT && step % 7 == 3 && en.stats().running > 1)
+            forced += en.force_preempt(ids[(step / 7) % ids.size()]);
+        if (stress == Stress::ABORT && step % 9 == 4) {
+            const size_t i = (step / 9) % ids.size();
+            en.abort(ids[i]);
+            (*aborted)[i] = true;
+        }
+    });
+    if (stress == Stress::PREEMPT) EXPECT_GT(forced, 0);
+    if (stats) *stats = e->stats();
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t id : ids) out.push_back(got[id]);
+    return out;
+}
+
+}  // namespace
+
+// Every family (make-model presets with their MTP layer): greedy tokens are exactly those of plain
+// decoding, with MTP and n-gram drafts, in bf16 and f32, under batching with mixed draft lengths and
+// random accept / reject patterns, chunked prefill, preemption and aborts; no slot or block is leaked.
+class SpeculativeFamilies : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SpeculativeFamilies, GreedyIsExactAndLeakFree) {
+    auto dir = make_preset(GetParam(), 11);
+    for (bool bf16 : {true, false}) {
+        Loaded l = load_with_mtp(dir->path(), true);
+        const int32_t V = l.model->config().vocab;
+        const auto ps = random_prompts(12, 3, V);
+        EngineConfig base;
+        base.bf16 = bf16;
+        base.max_num_seqs = 12;
+        base.cache_memory = 64ull << 20;
+        std::vector<bool> ab;
+        const auto want = run_prompts(l, base, ps, 20, Stress::NONE, &ab, nullptr, 0);
+        for (const char* js : {R"({"method":"mtp","num_speculative_tokens":4,"adaptive":false})",
+                               R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3,"adaptive":false})"}) {
+            for (Stress stress : {Stress::NONE, Stress::CHUNKED, Stress::PREEMPT, Stress::ABORT}) {
+                for (bool hook : {false, true}) {
+                    EngineConfig cfg = base;
+                    cfg.speculative = spec_of(js);
+                    EngineStats st;
+                    const auto got = run_prompts(l, cfg, ps, 20, stress, &ab, hook ? &want : nullptr, 7, &st);
+                    const std::string what = std::string(js) + (bf16 ? " bf16" : " f32") + " stress " +
+                                             std::to_string(static_cast<int>(stress)) + (hook ? " oracle drafts" : "");
+                    for (size_t i = 0; i < ps.size(); ++i) {
+                        if (ab[i]) {  // aborted: a prefix of the plain output
+                            ASSERT_LE(got[i].size(), want[i].size()) << what;
+                            EXPECT_TRUE(std::equal(got[i].begin(), got[i].end(), want[i].begin())) << what << " prompt " << i;
+                        } else {
+                            EXPECT_EQ(got[i], want[i]) << what << " prompt " << i;
+                        }
+                    }
+                    if (hook) {
+                        EXPECT_GT(st.spec.accepted, 0) << what;
+                        EXPECT_LT(st.spec.accepted, st.spec.drafted) << what;
+                    }
+                }
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, SpeculativeFamilies, ::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
+                         [](const auto& info) {
+                             std::string s = info.param;
+                             for (auto& ch : s)
+                                 if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             return s;
+                         });

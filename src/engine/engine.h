@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -115,6 +116,11 @@ public:
     // Device-to-host reads performed between plan upload and sampled-token download in the last step
     // (must be 0: the forward never reads back to decide anything).
     uint64_t last_step_reads_during_forward() const { return reads_during_forward_; }
+    // Test hook: after each step's drafting, may replace a request's drafts (at most k of them) given its
+    // tokens so far: drives verification through chosen accept / reject patterns.
+    using DraftHook = std::function<void(int64_t id, const std::vector<int32_t>& tokens, int k,
+                                         std::vector<int32_t>* drafts)>;
+    void set_draft_hook(DraftHook h) { draft_hook_ = std::move(h); }
     // Test hook: pre-empt a running request now (recompute).
     bool force_preempt(int64_t id) { return scheduler_->preempt(id); }
     const Tokenizer& tokenizer() const { return *tok_; }
@@ -172,7 +178,7 @@ private:
     BatchPlan mtp_plan_;
     std::vector<float> mtp_in_, mtp_out_;
     std::vector<int32_t> mtp_ids_;
-    std::vector<float> verify_logits_;   // one row, modified by the sampler
+    DraftHook draft_hook_;
     uint64_t reads_during_forward_ = 0;
     double host_seconds_ = 0, forward_seconds_ = 0;
     int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;

@@ -99,7 +99,7 @@ void Engine::propose_drafts() {
         if (s.num_computed + 1 != static_cast<int64_t>(s.tokens.size())) continue;
         reqs.push_back(&r);
     }
-    const int k = reqs.empty() ? 0 : cost_.choose(static_cast<int>(reqs.size()));
+    const int k = reqs.empty() ? 0 : spec.adaptive ? cost_.choose(static_cast<int>(reqs.size())) : spec.num_speculative_tokens;
     k_planned_ = k;
     for (Request* rp : reqs) {
         SchedRequest& s = *rp->sched;
@@ -118,9 +118,15 @@ void Engine::propose_drafts() {
             s.drafts.clear();
             if (k_of[i] > 0) ngram_propose(s.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, k_of[i], &s.drafts);
         }
-        return;
+    } else {
+        mtp_drafts(reqs, k_of);
     }
-    mtp_drafts(reqs, k_of);
+    if (draft_hook_)
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            SchedRequest& s = *reqs[i]->sched;
+            draft_hook_(s.id, s.tokens, k_of[i], &s.drafts);
+            if (static_cast<int>(s.drafts.size()) > k_of[i]) s.drafts.resize(k_of[i]);
+        }
 }
 
 void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int>& k_of) {

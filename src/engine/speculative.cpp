@@ -45,9 +45,13 @@ Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
         } else if (key == "prompt_lookup_max") {
             GDN_RETURN_IF_ERROR(int_in(1, 1024, &c.prompt_lookup_max));
             has_max = true;
+        } else if (key == "adaptive") {
+            if (!v.is_boolean()) return bad("\"adaptive\" must be true or false");
+            c.adaptive = v.get<bool>();
         } else {
             return bad("unsupported key \"" + key +
-                       "\" (supported: method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max)");
+                       "\" (supported: method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, "
+                       "adaptive)");
         }
     }
     if (c.method == SpecMethod::NONE) return bad("\"method\" is required");
@@ -67,10 +71,11 @@ Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
 
 std::string SpeculativeConfig::describe() const {
     if (!enabled()) return "off";
+    const char* how = adaptive ? "up to" : "always";
     if (method == SpecMethod::NGRAM)
-        return strprintf("ngram, up to %d drafts, suffixes of %d..%d tokens", num_speculative_tokens, prompt_lookup_min,
-                         prompt_lookup_max);
-    return strprintf("mtp, up to %d drafts", num_speculative_tokens);
+        return strprintf("ngram, %s %d drafts, suffixes of %d..%d tokens", how, num_speculative_tokens,
+                         prompt_lookup_min, prompt_lookup_max);
+    return strprintf("mtp, %s %d drafts", how, num_speculative_tokens);
 }
 
 void ngram_propose(const std::vector<int32_t>& tokens, int min_n, int max_n, int k, std::vector<int32_t>* out) {
@@ -112,6 +117,7 @@ constexpr double kPriorSeen = 4.0, kPriorAcc = 2.0;  // an acceptance prior of 0
 void SpecCostModel::reset(int max_k) {
     max_k_ = max_k;
     for (auto& v : step_s_) v.assign(max_k + 1, 0.0);
+    for (auto& v : samples_) v.assign(max_k + 1, 0);
     for (auto& s : steps_) s = 0;
     acc_.assign(max_k, kPriorAcc);
     seen_.assign(max_k, kPriorSeen);
@@ -139,7 +145,7 @@ int SpecCostModel::choose(int batch) {
     const int b = bucket(batch);
     const std::vector<double>& t = step_s_[b];
     for (int k = 0; k <= max_k_; ++k)
-        if (t[k] == 0.0) return k;  // measure every cell once
+        if (samples_[b][k] < 2) return k;  // measure every cell (twice: the first step after a prefill is slow)
     int best = 0;
     double best_rate = 0;
     for (int k = 0; k <= max_k_; ++k) {
@@ -158,8 +164,11 @@ int SpecCostModel::choose(int batch) {
 
 void SpecCostModel::observe_step(int batch, int k, double seconds) {
     if (k < 0 || k > max_k_ || !(seconds > 0)) return;
-    double& t = step_s_[bucket(batch)][k];
-    t = t == 0.0 ? seconds : (1 - kEma) * t + kEma * seconds;
+    const int b = bucket(batch);
+    double& t = step_s_[b][k];
+    // The second sample replaces the first (which often carries a prefill's page faults), then an EMA.
+    t = samples_[b][k] < 2 ? seconds : (1 - kEma) * t + kEma * seconds;
+    samples_[b][k]++;
 }
 
 void SpecCostModel::observe_acceptance(int i, bool accepted) {

@@ -19,12 +19,15 @@ struct SpeculativeConfig {
     int num_speculative_tokens = 0;  // k: drafts per sequence and step, at most
     int prompt_lookup_min = 0;       // n-gram: shortest suffix matched
     int prompt_lookup_max = 0;       // n-gram: longest suffix matched (tried first)
+    // gdn's key "adaptive" (default true): the cost model picks k per step; false drafts k every step
+    // (for measuring verify costs, and for tests).
+    bool adaptive = true;
     bool enabled() const { return method != SpecMethod::NONE && num_speculative_tokens > 0; }
 
     static constexpr int kMaxDrafts = 8;
     // '{"method": "mtp" | "qwen3_next_mtp" | "ngram", "num_speculative_tokens": k, "prompt_lookup_min": m,
-    // "prompt_lookup_max": M}' (vLLM's keys and n-gram defaults: both 5 when neither is given, else the
-    // one given). Unknown keys are an error, never ignored.
+    // "prompt_lookup_max": M, "adaptive": true}' (vLLM's keys and n-gram defaults: both 5 when neither is
+    // given, else the one given). Unknown keys are an error, never ignored.
     static Result<SpeculativeConfig> parse(const std::string& json);
     std::string describe() const;
 };
@@ -49,7 +52,7 @@ struct SpecCounters {
 // model: the step time T(B, k) (verify forward plus drafting, an average per batch-size bucket and k)
 // and the per-position acceptance a_i (recent average). It picks the k that maximises the expected
 // tokens per second B (1 + a_0 + a_0 a_1 + ...) / T(B, k); k = 0 is plain decoding, so speculation is
-// used only where it measured faster. Untried (B, k) cells are tried once each; every kExplorePeriod
+// used only where it measured faster. Untried (B, k) cells are measured twice each; every kExplorePeriod
 // steps of a bucket one other k is re-measured, so a change in acceptance or cost is noticed.
 class SpecCostModel {
 public:
@@ -70,6 +73,7 @@ public:
 private:
     int max_k_ = 0;
     std::vector<double> step_s_[kBuckets];  // [k + 1]: EMA of step seconds; 0 = unmeasured
+    std::vector<int> samples_[kBuckets];    // [k + 1]: measurements so far
     int64_t steps_[kBuckets] = {};
     std::vector<double> acc_, seen_;        // per position: decayed accepted / reached counts
 };

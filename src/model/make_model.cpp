@@ -146,7 +146,7 @@ Json config_json(const Geometry& g) {
     const int half = g.D / 8, s0 = (half + 2) / 3, s1 = (half + 1) / 3, s2 = half - s0 - s1;
     dec["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", g.theta}, {"partial_rotary_factor", 0.25},
                               {"mrope_section", {s0, s1, s2}}, {"mrope_interleaved", true}};
-    dec["mtp_num_hidden_layers"] = 0;
+    dec["mtp_num_hidden_layers"] = 1;  // every preset writes one MTP layer (mtp.*), as the releases do
     dec["mamba_ssm_dtype"] = "float32";
     if (g.family == "qwen3_5") dec["mlp_only_layers"] = Json::array();
     return {{"architectures", {g.family == "qwen3_5" ? "Qwen3_5ForConditionalGeneration"
@@ -177,17 +177,37 @@ void add_tensors(const Geometry& g, uint64_t seed, DType dt, SafetensorsWriter* 
     norm(P + "norm.weight", g.H);
     if (!g.tied)
         w->add("lm_head.weight", dt, {g.V, g.H}, normal_fill(seed, "lm_head.weight", 0.0, 2.0 / std::sqrt(double(g.H))));
+    auto attention = [&](const std::string& p) {
+        lin(p + "self_attn.q_proj.weight", int64_t(g.Hq) * 2 * g.D, g.H);
+        lin(p + "self_attn.k_proj.weight", int64_t(g.Hkv) * g.D, g.H);
+        lin(p + "self_attn.v_proj.weight", int64_t(g.Hkv) * g.D, g.H);
+        lin(p + "self_attn.o_proj.weight", g.H, int64_t(g.Hq) * g.D);
+        norm(p + "self_attn.q_norm.weight", g.D);
+        norm(p + "self_attn.k_norm.weight", g.D);
+    };
+    auto ffn = [&](const std::string& m) {
+        if (g.E > 0) {
+            w->add(m + "gate.weight", dt, {g.E, g.H}, normal_fill(seed, m + "gate.weight", 0.0, 1.5 / std::sqrt(double(g.H))));
+            if (next) {
+                for (int e = 0; e < g.E; ++e) mlp(m + "experts." + std::to_string(e) + ".", g.Ie);
+            } else {
+                w->add(m + "experts.gate_up_proj", dt, {g.E, 2 * int64_t(g.Ie), g.H},
+                       normal_fill(seed, m + "experts.gate_up_proj", 0.0, 1.0 / std::sqrt(double(g.H))));
+                w->add(m + "experts.down_proj", dt, {g.E, g.H, g.Ie},
+                       normal_fill(seed, m + "experts.down_proj", 0.0, 1.0 / std::sqrt(double(g.Ie))));
+            }
+            mlp(m + "shared_expert.", g.Is);
+            lin(m + "shared_expert_gate.weight", 1, g.H);
+        } else {
+            mlp(m, g.I);
+        }
+    };
     for (int i = 0; i < g.L; ++i) {
         const std::string p = P + "layers." + std::to_string(i) + ".";
         norm(p + "input_layernorm.weight", g.H);
         norm(p + "post_attention_layernorm.weight", g.H);
         if ((i + 1) % g.interval == 0) {
-            lin(p + "self_attn.q_proj.weight", int64_t(g.Hq) * 2 * g.D, g.H);
-            lin(p + "self_attn.k_proj.weight", int64_t(g.Hkv) * g.D, g.H);
-            lin(p + "self_attn.v_proj.weight", int64_t(g.Hkv) * g.D, g.H);
-            lin(p + "self_attn.o_proj.weight", g.H, int64_t(g.Hq) * g.D);
-            norm(p + "self_attn.q_norm.weight", g.D);
-            norm(p + "self_attn.k_norm.weight", g.D);
+            attention(p);
         } else {
             const std::string a = p + "linear_attn.";
             if (next) {
@@ -216,23 +236,18 @@ void add_tensors(const Geometry& g, uint64_t seed, DType dt, SafetensorsWriter* 
             w->add(a + "norm.weight", small, {g.Dv}, normal_fill(seed, a + "norm.weight", 1.0, 0.1));
             lin(a + "out_proj.weight", g.H, VD);
         }
-        const std::string m = p + "mlp.";
-        if (g.E > 0) {
-            w->add(m + "gate.weight", dt, {g.E, g.H}, normal_fill(seed, m + "gate.weight", 0.0, 1.5 / std::sqrt(double(g.H))));
-            if (next) {
-                for (int e = 0; e < g.E; ++e) mlp(m + "experts." + std::to_string(e) + ".", g.Ie);
-            } else {
-                w->add(m + "experts.gate_up_proj", dt, {g.E, 2 * int64_t(g.Ie), g.H},
-                       normal_fill(seed, m + "experts.gate_up_proj", 0.0, 1.0 / std::sqrt(double(g.H))));
-                w->add(m + "experts.down_proj", dt, {g.E, g.H, g.Ie},
-                       normal_fill(seed, m + "experts.down_proj", 0.0, 1.0 / std::sqrt(double(g.Ie))));
-            }
-            mlp(m + "shared_expert.", g.Is);
-            lin(m + "shared_expert_gate.weight", 1, g.H);
-        } else {
-            mlp(m, g.I);
-        }
+        ffn(p + "mlp.");
     }
+    // The MTP layer (model_spec.md §3.7), at the top level for every family: random like the rest, so its
+    // drafts are mostly rejected; it exercises the MTP forward and the verify loop of each family.
+    norm("mtp.pre_fc_norm_embedding.weight", g.H);
+    norm("mtp.pre_fc_norm_hidden.weight", g.H);
+    lin("mtp.fc.weight", g.H, 2 * int64_t(g.H));
+    norm("mtp.layers.0.input_layernorm.weight", g.H);
+    norm("mtp.layers.0.post_attention_layernorm.weight", g.H);
+    attention("mtp.layers.0.");
+    ffn("mtp.layers.0.mlp.");
+    norm("mtp.norm.weight", g.H);
 }
 
 }  // namespace
