@@ -19,6 +19,13 @@ using namespace gdn::test;
 
 namespace {
 
+// The sanitizer run executes the same tests on smaller sizes (it is ~10x slower; CI runs both builds).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 std::shared_ptr<const Model> load_mtp(const std::string& dir) {
     LoadOptions lo;
     lo.mtp = true;
@@ -159,9 +166,13 @@ SamplingParams greedy(int n) {
 }  // namespace
 
 TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
+    // 20 chat prompts x 128 tokens, MTP k = 1..4 and n-gram, bf16 and f32 (sanitized: 6 prompts x 40
+    // tokens, k = 1 and 3, n-gram).
+    const int n_tokens = kSanitized ? 40 : 128;
     for (bool bf16 : {true, false}) {
         Loaded l = load_with_mtp(demo_model_dir(), true);
-        const auto prompts = demo_chat_prompts();
+        auto prompts = demo_chat_prompts();
+        if (kSanitized) prompts.resize(6);
         EngineConfig base;
         base.bf16 = bf16;
         base.max_num_seqs = 20;
@@ -169,18 +180,21 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
         {
             auto e = make_engine(l, base);
             std::vector<int64_t> ids;
-            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(128)));
+            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
             auto got = run_all(*e);
             for (int64_t id : ids) plain.push_back(got[id]);
         }
         for (const char* js : {R"({"method":"mtp","num_speculative_tokens":1})", R"({"method":"mtp","num_speculative_tokens":2})",
                                R"({"method":"mtp","num_speculative_tokens":3})", R"({"method":"mtp","num_speculative_tokens":4})",
                                R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2,"prompt_lookup_max":4})"}) {
+            if (kSanitized && (std::string(js).find("\"num_speculative_tokens\":2") != std::string::npos ||
+                               std::string(js).find("\"num_speculative_tokens\":4") != std::string::npos))
+                continue;
             EngineConfig cfg = base;
             cfg.speculative = spec_of(js);
             auto e = make_engine(l, cfg);
             std::vector<int64_t> ids;
-            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(128)));
+            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
             auto got = run_all(*e);
             int same = 0;
             for (size_t i = 0; i < ids.size(); ++i) {
@@ -188,8 +202,8 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
                 EXPECT_EQ(got[ids[i]], plain[i]) << js << (bf16 ? " bf16" : " f32") << " prompt " << i;
             }
             const EngineStats st = e->stats();
-            std::printf("%s %s: %d/20 identical; drafted %lld accepted %lld (mean acceptance length %.2f); %s\n", js,
-                        bf16 ? "bf16" : "f32", same, (long long)st.spec.drafted, (long long)st.spec.accepted,
+            std::printf("%s %s: %d/%zu identical; drafted %lld accepted %lld (mean acceptance length %.2f); %s\n", js,
+                        bf16 ? "bf16" : "f32", same, prompts.size(), (long long)st.spec.drafted, (long long)st.spec.accepted,
                         st.spec.mean_acceptance_length(), st.spec_cost_model.c_str());
         }
     }
@@ -311,3 +325,218 @@ INSTANTIATE_TEST_SUITE_P(Presets, SpeculativeFamilies, ::testing::Values("qwen3_
                                  if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
                              return s;
                          });
+
+namespace {
+
+// Upper critical value of the chi-square distribution with df degrees of freedom at the standard-normal
+// quantile z (Wilson-Hilferty).
+double chi2_critical(int df, double z) {
+    const double a = 2.0 / (9.0 * df);
+    return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+}  // namespace
+
+// Rejection sampling keeps the target distribution: the first two generated tokens (the second comes
+// from verifying an MTP draft: accepted with p(d), else drawn from the residual) follow the exact joint
+// distribution of plain sampling, with penalties, top-k and temperature, over many seeds.
+TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
+    Loaded l = load_with_mtp(demo_model_dir(), true);
+    const Model& m = *l.model;
+    const int32_t V = m.config().vocab;
+    SamplingParams sp;
+    sp.temperature = 1.0f;
+    sp.top_k = 6;
+    sp.repetition_penalty = 1.3f;
+    sp.presence_penalty = 0.4f;
+    sp.max_tokens = 3;  // token 2 is verified against a draft (token 3 may be a bonus)
+    sp.ignore_eos = true;
+    const std::vector<int32_t> prompt = l.tok->encode("A fortune:");  // short: thousands of requests
+    // The exact joint distribution of (t1, t2), from the model's logits and the sampler's own filters.
+    std::map<std::pair<int32_t, int32_t>, double> exact;
+    {
+        ForwardOptions fo;
+        fo.bf16_activations = true;
+        Sampler smp;
+        SamplerState ss;
+        SequenceState st = m.new_state();
+        std::vector<float> logits;
+        ASSERT_TRUE(m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits).is_ok());
+        std::vector<float> row = logits;
+        smp.prepare(row.data(), V, sp, ss, prompt, {}, {});
+        std::vector<std::pair<int32_t, double>> first;
+        for (int32_t t = 0; t < V; ++t)
+            if (smp.prob(t) > 0) first.push_back({t, smp.prob(t)});
+        ASSERT_EQ(first.size(), 6u);
+        for (auto [t1, p1] : first) {
+            SequenceState s2 = m.new_state();
+            std::vector<int32_t> ids = prompt;
+            ids.push_back(t1);
+            std::vector<float> l2;
+            ASSERT_TRUE(m.forward({{&s2, ids.data(), static_cast<int64_t>(ids.size()), false}}, fo, &l2).is_ok());
+            smp.prepare(l2.data(), V, sp, ss, prompt, {t1}, {});
+            for (int32_t t = 0; t < V; ++t)
+                if (smp.prob(t) > 0) exact[{t1, t}] = p1 * smp.prob(t);
+        }
+    }
+    const int n = kSanitized ? 600 : 2000;
+    for (bool speculate : {false, true}) {
+        EngineConfig cfg;
+        cfg.max_num_seqs = 64;
+        cfg.cache_memory = 128ull << 20;
+        if (speculate) cfg.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":2,"adaptive":false})");
+        auto e = make_engine(l, cfg);
+        std::vector<int64_t> ids;
+        for (int i = 0; i < n; ++i) {
+            SamplingParams s = sp;
+            s.seed = 1000 + i;
+            ids.push_back(*e->add_request(Prompt::from_ids(prompt), s));
+        }
+        auto got = run_all(*e);
+        std::map<std::pair<int32_t, int32_t>, int> count;
+        for (int64_t id : ids) {
+            ASSERT_GE(got[id].size(), 2u);
+            count[{got[id][0], got[id][1]}]++;
+        }
+        // Pearson's chi-square over the cells, those expecting < 5 draws pooled into one.
+        double chi2 = 0, pooled_e = 0, pooled_o = 0;
+        int cells = 0;
+        for (const auto& [cell, p] : exact) {
+            const double ex = p * n;
+            const int ob = count.count(cell) ? count[cell] : 0;
+            if (ex < 5) {
+                pooled_e += ex;
+                pooled_o += ob;
+                continue;
+            }
+            chi2 += (ob - ex) * (ob - ex) / ex;
+            ++cells;
+        }
+        if (pooled_e > 0) {
+            chi2 += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+            ++cells;
+        }
+        int outside = 0;  // draws outside the support: impossible
+        for (const auto& [cell, c] : count) outside += exact.count(cell) ? 0 : c;
+        EXPECT_EQ(outside, 0);
+        const double crit = chi2_critical(cells - 1, 3.09);  // p = 0.001
+        const EngineStats st = e->stats();
+        std::printf("%s: chi2 %.1f over %d cells (critical %.1f at p = 0.001); drafted %lld, accepted %lld\n",
+                    speculate ? "MTP k=2" : "plain", chi2, cells, crit, (long long)st.spec.drafted,
+                    (long long)st.spec.accepted);
+        EXPECT_LT(chi2, crit) << (speculate ? "with speculation" : "plain");
+        if (speculate) {
+            EXPECT_GT(st.spec.accepted, n / 10);                      // drafts were accepted ...
+            EXPECT_LT(st.spec.accepted, st.spec.drafted - n / 10);   // ... and rejected, often
+        }
+    }
+}
+
+// Every sampling parameter holds on the accepted tokens: greedy with a repetition penalty, min_tokens,
+// stop strings and ids, max_tokens and logprobs gives the same tokens, text, finish reasons and
+// logprobs with and without drafts.
+TEST(Speculative, SamplingParametersHoldOnAcceptedTokens) {
+    Loaded l = load_with_mtp(demo_model_dir(), true);
+    auto prompts = demo_chat_prompts();
+    prompts.resize(kSanitized ? 4 : 10);
+    struct Result {
+        std::vector<int32_t> tokens;
+        std::string text;
+        std::vector<std::vector<TokenLogprob>> lp;
+        FinishReason finish = FinishReason::NONE;
+    };
+    auto run = [&](const char* spec, int variant) {
+        EngineConfig cfg;
+        cfg.cache_memory = 128ull << 20;
+        if (spec) cfg.speculative = spec_of(spec);
+        auto e = make_engine(l, cfg);
+        std::map<int64_t, Result> res;
+        std::vector<int64_t> ids;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            SamplingParams s;
+            s.temperature = 0;
+            s.max_tokens = 17 + 7 * static_cast<int>(i);
+            s.logprobs = 2;
+            if (variant == 0) {
+                s.repetition_penalty = 1.15f;
+                s.min_tokens = 6;
+                s.stop = {"\n\n", " the "};
+            } else {
+                s.frequency_penalty = 0.2f;
+                s.stop_token_ids = {l.tok->encode(".")[0]};
+            }
+            ids.push_back(*e->add_request(prompts[i], s));
+        }
+        while (e->has_unfinished())
+            for (const RequestOutput& o : e->step()) {
+                Result& r = res[o.id];
+                r.tokens.insert(r.tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+                r.text += o.text_delta;
+                r.lp.insert(r.lp.end(), o.logprobs.begin(), o.logprobs.end());
+                if (o.finish != FinishReason::NONE) r.finish = o.finish;
+            }
+        std::vector<Result> out;
+        for (int64_t id : ids) out.push_back(res[id]);
+        const EngineStats st = e->stats();
+        EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
+        EXPECT_EQ(st.state_slots_free, st.state_slots_total);
+        if (spec) EXPECT_GT(st.spec.accepted, 0) << spec;
+        return out;
+    };
+    for (int variant : {0, 1}) {
+        const auto want = run(nullptr, variant);
+        int stopped = 0;
+        for (const auto& r : want) stopped += r.finish == FinishReason::STOP;
+        EXPECT_GT(stopped, 0);  // the stop conditions are exercised
+        for (const char* spec : {R"({"method":"mtp","num_speculative_tokens":3,"adaptive":false})",
+                                 R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1,"adaptive":false})"}) {
+            const auto got = run(spec, variant);
+            for (size_t i = 0; i < want.size(); ++i) {
+                EXPECT_EQ(got[i].tokens, want[i].tokens) << spec << " prompt " << i;
+                EXPECT_EQ(got[i].text, want[i].text) << spec << " prompt " << i;
+                EXPECT_EQ(got[i].finish, want[i].finish) << spec << " prompt " << i;
+                ASSERT_EQ(got[i].lp.size(), want[i].lp.size()) << spec;
+                for (size_t t = 0; t < want[i].lp.size(); ++t) {
+                    ASSERT_EQ(got[i].lp[t].size(), 3u);
+                    for (size_t j = 0; j < 3; ++j) {
+                        EXPECT_EQ(got[i].lp[t][j].token, want[i].lp[t][j].token);
+                        EXPECT_NEAR(got[i].lp[t][j].logprob, want[i].lp[t][j].logprob, 1e-4);
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST(Speculative, ConfigParsingAndErrors) {
+    auto ok = SpeculativeConfig::parse(R"({"method":"ngram","num_speculative_tokens":3})");
+    ASSERT_TRUE(ok.is_ok()) << ok.message();
+    EXPECT_EQ(ok->prompt_lookup_min, 5);
+    EXPECT_EQ(ok->prompt_lookup_max, 5);
+    ok = SpeculativeConfig::parse(R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":4})");
+    EXPECT_EQ(ok->prompt_lookup_min, 4);
+    ok = SpeculativeConfig::parse(R"({"method":"qwen3_next_mtp","num_speculative_tokens":2})");
+    ASSERT_TRUE(ok.is_ok());
+    EXPECT_EQ(ok->method, SpecMethod::MTP);
+    const std::pair<const char*, const char*> bad[] = {
+        {R"({"method":"eagle","num_speculative_tokens":2})", "unknown method"},
+        {R"({"method":"mtp"})", "num_speculative_tokens"},
+        {R"({"method":"mtp","num_speculative_tokens":0})", "[1, 8]"},
+        {R"({"method":"mtp","num_speculative_tokens":2,"model":"x"})", "unsupported key \"model\""},
+        {R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":5,"prompt_lookup_max":3})", "<= prompt_lookup_max"},
+        {R"({"method":"mtp","num_speculative_tokens":2,"prompt_lookup_min":2})", "\"ngram\" only"},
+        {R"([1,2])", "JSON object"},
+        {R"({"method":)", "malformed JSON"},
+    };
+    for (auto [js, msg] : bad) {
+        auto r = SpeculativeConfig::parse(js);
+        ASSERT_FALSE(r.is_ok()) << js;
+        EXPECT_NE(r.message().find(msg), std::string::npos) << js << ": " << r.message();
+    }
+    std::vector<int32_t> d;
+    ngram_propose({1, 2, 3, 4, 9, 2, 3, 4, 8, 2, 3}, 1, 3, 3, &d);  // "2 3" last seen before 4 8
+    EXPECT_EQ(d, (std::vector<int32_t>{4, 8, 2}));
+    d.clear();
+    ngram_propose({5, 6, 7}, 1, 3, 3, &d);
+    EXPECT_TRUE(d.empty());
+}
