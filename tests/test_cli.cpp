@@ -91,6 +91,27 @@ TEST(Cli, RunChatStreamsText) {
     ASSERT_EQ(r.exit_code, 0) << r.out;
 }
 
+TEST(Cli, RunWithSpeculativeDecodingGivesTheSameTextAndReportsAcceptance) {
+    for (const char* spec : {R"('{"method":"mtp","num_speculative_tokens":2}')",
+                             R"('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1}')"}) {
+        RunResult r = run_gdn("run --model " + demo_model_dir() + " --chat 'Tell me a fortune.' -n 100 --speculative-config " +
+                              spec);
+        ASSERT_EQ(r.exit_code, 0) << r.out;
+        EXPECT_NE(r.out.find("The only thing about the world is that it is the best thing that you can\nhave a good "
+                             "thing.\n                -- Mae West\n"),
+                  std::string::npos)
+            << r.out;
+        EXPECT_NE(r.out.find("speculation: "), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("mean acceptance length"), std::string::npos) << r.out;
+    }
+    RunResult bad = run_gdn("run --model " + demo_model_dir() + R"( --chat hi --speculative-config '{"method":"mtp"}')");
+    EXPECT_EQ(bad.exit_code, 2);
+    EXPECT_NE(bad.out.find("num_speculative_tokens"), std::string::npos) << bad.out;
+    bad = run_gdn("run --model " + golden_dir("qwen3_5") + R"( --prompt-ids 1,2 --speculative-config '{"method":"mtp","num_speculative_tokens":1}')");
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_NE(bad.out.find("no MTP layer"), std::string::npos) << bad.out;
+}
+
 TEST(Cli, TokenizeAndDetokenize) {
     TempDir tmp;
     write_bytes(tmp.path() + "/in.txt", "Hello, my name is");

@@ -8,7 +8,12 @@
 #include <map>
 #include <random>
 
+#include <httplib.h>
+
+#include <thread>
+
 #include "engine/engine.h"
+#include "server/openai_server.h"
 #include "ops/dispatch.h"
 #include "ops/ref/ref_ops.h"
 #include "test_util.h"
@@ -539,4 +544,52 @@ TEST(Speculative, ConfigParsingAndErrors) {
     d.clear();
     ngram_propose({5, 6, 7}, 1, 3, 3, &d);
     EXPECT_TRUE(d.empty());
+}
+
+// The server with MTP drafts: greedy chat text as without them, and the counters in /metrics.
+TEST(Speculative, ServerReportsAcceptanceInMetrics) {
+    Loaded l = load_with_mtp(demo_model_dir(), true);
+    std::string plain_text;
+    for (bool speculate : {false, true}) {
+        EngineConfig ec;
+        ec.max_model_len = 512;
+        ec.max_num_seqs = 4;
+        ec.cache_memory = 32ull << 20;
+        if (speculate) ec.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":3})");
+        auto e = Engine::create(l.model, l.tok, ec);
+        ASSERT_TRUE(e.is_ok()) << e.message();
+        ServerConfig sc;
+        sc.port = 0;
+        sc.served_model_name = "demo";
+        OpenAIServer server(std::move(*e), l.tok, sc);
+        std::thread th([&] { server.run(); });
+        for (int i = 0; i < 200 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ASSERT_GT(server.bound_port(), 0);
+        httplib::Client c("127.0.0.1", server.bound_port());
+        c.set_read_timeout(60, 0);
+        auto r = c.Post("/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":60})",
+                        "application/json");
+        ASSERT_TRUE(r);
+        EXPECT_EQ(r->status, 200) << r->body;
+        auto j = parse_json(r->body, "response");
+        ASSERT_TRUE(j.is_ok());
+        const std::string text = (*j)["choices"][0]["message"]["content"].get<std::string>();
+        if (!speculate) plain_text = text;
+        else EXPECT_EQ(text, plain_text);
+        auto m = c.Get("/metrics");
+        ASSERT_TRUE(m);
+        const std::string key = "\ngdn_spec_decode_num_accepted_tokens_total ";  // the sample line, not # HELP
+        const size_t at = m->body.find(key);
+        ASSERT_NE(at, std::string::npos) << m->body;
+        const double accepted = std::atof(m->body.c_str() + at + key.size());
+        if (speculate) {
+            EXPECT_GT(accepted, 0);
+            EXPECT_NE(m->body.find("gdn_spec_decode_num_accepted_tokens_per_pos{position=\"0\"}"), std::string::npos);
+        } else {
+            EXPECT_EQ(accepted, 0);
+        }
+        server.stop();
+        th.join();
+    }
 }

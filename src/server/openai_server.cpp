@@ -440,6 +440,33 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
         gauge("gdn_state_slots_total", "GDN state slots", st.state_slots_total);
         gauge("gdn_state_slots_free", "free GDN state slots", st.state_slots_free);
         gauge("gdn_preemptions_total", "requests pre-empted (recompute)", double(st.preemptions), "counter");
+        // Speculative decoding (vLLM's spec_decode counters): a "draft" is one sequence-step that verified
+        // drafts; mean acceptance length = 1 + accepted tokens / drafts.
+        const SpecCounters& sc = st.spec;
+        gauge("gdn_spec_decode_num_drafts_total", "sequence-steps that verified draft tokens", double(sc.verify_steps),
+              "counter");
+        gauge("gdn_spec_decode_num_draft_tokens_total", "draft tokens verified", double(sc.drafted), "counter");
+        gauge("gdn_spec_decode_num_accepted_tokens_total", "draft tokens accepted", double(sc.accepted), "counter");
+        gauge("gdn_spec_decode_mean_acceptance_length", "1 + accepted draft tokens per verifying sequence-step",
+              sc.mean_acceptance_length());
+        if (!sc.drafted_at.empty()) {
+            t += "# HELP gdn_spec_decode_num_accepted_tokens_per_pos draft tokens accepted at each draft position\n"
+                 "# TYPE gdn_spec_decode_num_accepted_tokens_per_pos counter\n";
+            for (size_t i = 0; i < sc.accepted_at.size(); ++i)
+                t += strprintf("gdn_spec_decode_num_accepted_tokens_per_pos{position=\"%zu\"} %lld\n", i,
+                               (long long)sc.accepted_at[i]);
+            t += "# HELP gdn_spec_decode_num_drafted_tokens_per_pos draft tokens verified at each draft position\n"
+                 "# TYPE gdn_spec_decode_num_drafted_tokens_per_pos counter\n";
+            for (size_t i = 0; i < sc.drafted_at.size(); ++i)
+                t += strprintf("gdn_spec_decode_num_drafted_tokens_per_pos{position=\"%zu\"} %lld\n", i,
+                               (long long)sc.drafted_at[i]);
+        }
+        gauge("gdn_spec_decode_draft_tokens_per_seq", "drafts per sequence the cost model chose for the last step",
+              st.spec_k_last_step);
+        gauge("gdn_spec_decode_state_bytes_last_step", "GDN state bytes the last step wrote to spare slots",
+              double(st.spec_state_bytes_last_step));
+        gauge("gdn_spec_decode_state_bytes_total", "GDN state bytes written to spare slots by verifications",
+              double(st.spec_state_bytes_total), "counter");
         t += ttft.text("gdn_time_to_first_token_seconds", "time to first token");
         t += tpot.text("gdn_time_per_output_token_seconds", "time per output token after the first");
         t += e2e.text("gdn_e2e_request_latency_seconds", "end-to-end request latency");

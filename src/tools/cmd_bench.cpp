@@ -20,6 +20,7 @@
 #include "tools/model_loading.h"
 #include "tools/commands.h"
 #include "tools/machine_limits.h"
+#include "tokenizer/chat_template.h"
 #include "util/json_file.h"
 
 namespace gdn {
@@ -88,7 +89,8 @@ int cmd_bench(int argc, char** argv) {
                             {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype", "--kv-cache-dtype", "--concurrency",
                              "--base-url", "--num-prompts", "--input-len", "--output-len", "--range-ratio",
                              "--max-concurrency", "--request-rate", "--num-warmups", "--plot", "--api-key",
-                             "--served-model-name", "--seed", "--cache-memory", "--quantization"},
+                             "--served-model-name", "--seed", "--cache-memory", "--quantization",
+                             "--speculative-config", "--prompts-file"},
                             {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos"});
     if (args && (args->has("--base-url") || args->has("--num-prompts") || args->has("--max-concurrency") ||
                  args->has("--request-rate")))
@@ -100,6 +102,9 @@ int cmd_bench(int argc, char** argv) {
                      "       gdn bench --limits [--threads N]     (the machine's own limits only)\n"
                      "       gdn bench --model DIR --concurrency 1,4,8,16 [--tg 64]   (engine decode throughput per\n"
                      "                 concurrency and the host time per step outside the forward)\n"
+                     "                 [--speculative-config JSON] [--prompts-file FILE]: with drafts (acceptance per\n"
+                     "                 position, forward ms per step = the verify cost); FILE: one chat message per line,\n"
+                     "                 greedy until end of turn (or --tg tokens), C requests at a time\n"
                      "  pp: prefill of a random prompt of that many tokens; tg: that many single-token decode steps.\n"
                      "serving mode (vllm bench serve style):\n"
                      "       gdn bench (--base-url http://127.0.0.1:8000/v1 | --model DIR) [--num-prompts 64]\n"
@@ -225,8 +230,50 @@ int cmd_bench(int argc, char** argv) {
             return 2;
         }
         std::shared_ptr<const Model> shared(std::move(*model));
-        std::printf("| concurrency | decode t/s | per-sequence t/s | step ms | host ms outside forward | host share |\n"
-                    "|---|---|---|---|---|---|\n");
+        auto spec = speculative_config(*args);
+        if (!spec) {
+            std::fprintf(stderr, "gdn bench: %s\n", spec.message().c_str());
+            return 2;
+        }
+        // Chat prompts from a file (rendered with the checkpoint's template), else random 32-token prompts.
+        std::vector<std::vector<int32_t>> chat_prompts;
+        std::shared_ptr<const Tokenizer> tok;
+        if (args->has("--prompts-file")) {
+            auto t = Tokenizer::load(name);
+            auto text = read_text_file(args->get("--prompts-file"));
+            if (!t || !text) {
+                std::fprintf(stderr, "gdn bench: %s%s\n", t.message().c_str(), text.message().c_str());
+                return 1;
+            }
+            tok = *t;
+            auto ct = ChatTemplate::create(*tok);
+            if (!ct) {
+                std::fprintf(stderr, "gdn bench: %s\n", ct.message().c_str());
+                return 1;
+            }
+            size_t b = 0;
+            for (size_t e; b < text->size(); b = e + 1) {
+                e = text->find('\n', b);
+                if (e == std::string::npos) e = text->size();
+                if (e == b) continue;
+                ChatRequest req;
+                req.messages = Json::array({{{"role", "user"}, {"content", text->substr(b, e - b)}}});
+                auto r = (*ct)->render(req);
+                if (!r) {
+                    std::fprintf(stderr, "gdn bench: %s\n", r.message().c_str());
+                    return 1;
+                }
+                chat_prompts.push_back(tok->encode(*r));
+            }
+            if (chat_prompts.empty()) {
+                std::fprintf(stderr, "gdn bench: %s holds no prompts\n", args->get("--prompts-file").c_str());
+                return 2;
+            }
+        }
+        std::printf("speculation: %s\n", spec->describe().c_str());
+        std::printf("| concurrency | decode t/s | per-sequence t/s | step ms | forward ms | host ms outside forward | "
+                    "host share | mean acceptance length | acceptance per position |\n"
+                    "|---|---|---|---|---|---|---|---|---|\n");
         Json rows = Json::array();
         double single = 0;
         for (int C : *levels) {
@@ -235,48 +282,83 @@ int cmd_bench(int argc, char** argv) {
             ec.bf16 = fo.bf16_activations;
             ec.kv_dtype = kv_dtype;
             ec.max_num_seqs = C;
-            ec.max_num_batched_tokens = std::max(512, C + 64);
-            ec.max_model_len = 64 + static_cast<int>(*tg) + 2;
-            ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len, ec.kv_dtype);
-            auto engine = Engine::create(shared, nullptr, ec);
+            ec.max_num_batched_tokens = std::max(512, C * (1 + spec->num_speculative_tokens) + 64);
+            int64_t longest = 32;
+            for (const auto& p : chat_prompts) longest = std::max<int64_t>(longest, p.size());
+            ec.max_model_len = static_cast<int>(longest + *tg + 2 + spec->num_speculative_tokens);
+            ec.speculative = *spec;
+            ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len, ec.kv_dtype, ec.block_size, *spec);
+            auto engine = Engine::create(shared, tok, ec);
             if (!engine) {
                 std::fprintf(stderr, "gdn bench: %s\n", engine.message().c_str());
                 return 1;
             }
             SamplingParams sp;
             sp.temperature = 0;
-            sp.ignore_eos = true;
-            sp.max_tokens = static_cast<int>(*tg) + 4;
-            for (int i = 0; i < C; ++i) {
-                std::vector<int32_t> p(32);
-                for (auto& t : p) t = static_cast<int32_t>(rng() % V);
-                (*engine)->add_request(Prompt::from_ids(p), sp);
-            }
+            sp.ignore_eos = chat_prompts.empty();
+            sp.max_tokens = static_cast<int>(*tg) + (chat_prompts.empty() ? 4 : 0);
+            // Random prompts: C requests, prefilled first, then --tg steps timed. Chat prompts: all of them,
+            // C at a time, timed from the first decode to the end (prefills of later prompts included).
+            size_t next_prompt = 0;
+            auto add = [&]() {
+                if (chat_prompts.empty()) {
+                    std::vector<int32_t> p(32);
+                    for (auto& t : p) t = static_cast<int32_t>(rng() % V);
+                    (*engine)->add_request(Prompt::from_ids(p), sp);
+                } else if (next_prompt < chat_prompts.size()) {
+                    (*engine)->add_request(Prompt::from_ids(chat_prompts[next_prompt++]), sp);
+                }
+            };
+            for (int i = 0; i < C; ++i) add();
+            int64_t tokens = 0, steps = 0;
+            auto count = [&](std::span<const RequestOutput> outs) {
+                for (const RequestOutput& o : outs) {
+                    tokens += static_cast<int64_t>(o.new_tokens.size());
+                    if (o.finish != FinishReason::NONE) add();
+                }
+            };
             for (int i = 0; i < 3; ++i) (*engine)->step();  // prefills (32 tokens each) + first decodes
             if (args->has("--profile")) {
                 Profiler::get().clear();
                 Profiler::get().enable(true);
             }
-            double total = 0, host = 0;
-            int64_t steps = 0;
-            for (long long s = 0; s < *tg && (*engine)->has_unfinished(); ++s) {
+            double total = 0, host = 0, fwd = 0;
+            const EngineStats before = (*engine)->stats();
+            for (long long s = 0; (chat_prompts.empty() ? s < *tg : true) && (*engine)->has_unfinished(); ++s) {
                 const double t0 = now_s();
-                (*engine)->step();
+                auto outs = (*engine)->step();
                 total += now_s() - t0;
                 host += (*engine)->last_step_host_seconds();
+                fwd += (*engine)->last_step_forward_seconds();
+                count(outs);
                 ++steps;
             }
             if (args->has("--profile")) {
                 Profiler::get().enable(false);
                 std::printf("concurrency %d:\n%s", C, Profiler::get().report().c_str());
             }
-            const double tps = C * steps / total;
+            const EngineStats after = (*engine)->stats();
+            SpecCounters d = after.spec;  // this level's counters (the warm-up steps excluded)
+            d.verify_steps -= before.spec.verify_steps;
+            d.drafted -= before.spec.drafted;
+            d.accepted -= before.spec.accepted;
+            std::string per;
+            for (size_t i = 0; i < d.drafted_at.size(); ++i) {
+                const int64_t dr = d.drafted_at[i] - (i < before.spec.drafted_at.size() ? before.spec.drafted_at[i] : 0);
+                const int64_t ac = d.accepted_at[i] - (i < before.spec.accepted_at.size() ? before.spec.accepted_at[i] : 0);
+                per += strprintf("%s%.2f", per.empty() ? "" : " ", dr ? double(ac) / dr : 0.0);
+            }
+            const double tps = tokens / total;
             if (C == 1) single = tps;
-            std::printf("| %d | %.1f | %.1f | %.2f | %.3f | %.2f%% |\n", C, tps, tps / C, 1e3 * total / steps,
-                        1e3 * host / steps, 100.0 * host / total);
+            std::printf("| %d | %.1f | %.1f | %.2f | %.2f | %.3f | %.2f%% | %.2f | %s |\n", C, tps, tps / C,
+                        1e3 * total / steps, 1e3 * fwd / steps, 1e3 * host / steps, 100.0 * host / total,
+                        d.mean_acceptance_length(), per.empty() ? "-" : per.c_str());
+            if (spec->enabled()) std::printf("cost model: %s\n", after.spec_cost_model.c_str());
             rows.push_back({{"concurrency", C}, {"decode_tps", tps}, {"step_ms", 1e3 * total / steps},
-                            {"host_ms_per_step", 1e3 * host / steps}, {"host_share", host / total},
-                            {"speedup_vs_1", single > 0 ? tps / single : 0.0}});
+                            {"forward_ms", 1e3 * fwd / steps}, {"host_ms_per_step", 1e3 * host / steps},
+                            {"host_share", host / total}, {"speedup_vs_1", single > 0 ? tps / single : 0.0},
+                            {"tokens", tokens}, {"drafted", d.drafted}, {"accepted", d.accepted},
+                            {"mean_acceptance_length", d.mean_acceptance_length()}});
         }
         out["concurrency"] = rows;
         if (args->has("--json")) {

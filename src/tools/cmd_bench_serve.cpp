@@ -230,9 +230,9 @@ int cmd_bench_serve(Args& a) {
     std::thread server_thread;
     int32_t vocab = 1000;
     if (a.has("--base-url")) {
-        if (a.has("--quantization")) {
-            std::fprintf(stderr, "gdn bench: --quantization applies to a local --model; the server at --base-url "
-                                 "chose its weights when it started\n");
+        if (a.has("--quantization") || a.has("--speculative-config")) {
+            std::fprintf(stderr, "gdn bench: --quantization and --speculative-config apply to a local --model; the "
+                                 "server at --base-url chose them when it started\n");
             return 2;
         }
         std::string url = a.get("--base-url");
@@ -277,6 +277,12 @@ int cmd_bench_serve(Args& a) {
         ec.max_model_len = static_cast<int>(*in_len * (1 + *ratio) + *out_len + 8);
         ec.max_num_batched_tokens = std::max(512, ec.max_num_seqs + 64);
         ec.cache_memory = static_cast<size_t>(a.get_int("--cache-memory", 2048).value()) << 20;
+        auto spec = speculative_config(a);
+        if (!spec) {
+            std::fprintf(stderr, "gdn bench: %s\n", spec.message().c_str());
+            return 2;
+        }
+        ec.speculative = *spec;
         auto engine = Engine::create(std::shared_ptr<const Model>(std::move(*model)), *tok, ec);
         if (!engine) {
             std::fprintf(stderr, "gdn bench: %s\n", engine.message().c_str());

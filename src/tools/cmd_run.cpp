@@ -37,6 +37,8 @@ void usage() {
                  "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
                  "  --kv-cache-dtype f32|bf16   K/V cache elements (bf16: half the memory, K/V rounded; needs --dtype bf16)\n"
                  "  --quantization int8|int4   quantize every weight matrix at load (int8: 8.5 bits/weight, int4: 4.5)\n"
+                 "  --speculative-config JSON  speculative decoding, vLLM's JSON: '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'\n"
+                 "                  or '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_max\": 4}'\n"
                  "  --threads       worker threads (default: all cores)\n"
                  "  --dump-logits   write logits of every prompt position, raw little-endian f32 [n_prompt, vocab]\n"
                  "  --ignore-eos    keep generating past an end-of-sequence token\n");
@@ -51,7 +53,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int cmd_run(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
                             {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n", "--dtype", "--kv-cache-dtype",
-                             "--threads", "--dump-logits", "--temperature", "--top-p", "--top-k", "--seed", "--quantization"},
+                             "--threads", "--dump-logits", "--temperature", "--top-p", "--top-k", "--seed", "--quantization",
+                             "--speculative-config"},
                             {"--help", "--ignore-eos", "--print-ids"});
     if (!args) {
         std::fprintf(stderr, "gdn run: %s\n", args.message().c_str());
@@ -107,6 +110,11 @@ int cmd_run(int argc, char** argv) {
     auto kv_dtype = kv_cache_dtype(*args, fo.bf16_activations);
     if (!kv_dtype) {
         std::fprintf(stderr, "gdn run: %s\n", kv_dtype.message().c_str());
+        return 2;
+    }
+    auto spec = speculative_config(*args);
+    if (!spec) {
+        std::fprintf(stderr, "gdn run: %s\n", spec.message().c_str());
         return 2;
     }
     set_global_threads(static_cast<int>(*threads));
@@ -185,7 +193,9 @@ int cmd_run(int argc, char** argv) {
     ec.max_num_seqs = 1;
     ec.max_num_batched_tokens = 512 + 1;
     ec.max_model_len = static_cast<int>(std::min<int64_t>(prompt.size() + *n_new + 1, 1 << 30));
-    ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len, ec.kv_dtype);
+    ec.speculative = *spec;
+    ec.max_num_batched_tokens += spec->num_speculative_tokens;
+    ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len, ec.kv_dtype, ec.block_size, *spec);
     std::shared_ptr<const Model> shared(std::move(*model));
     auto engine = Engine::create(shared, tok, ec);
     if (!engine) {
@@ -228,6 +238,8 @@ int cmd_run(int argc, char** argv) {
     std::fprintf(stderr, "prompt %zu tokens, time to first token %.3f s; generated %zu tokens in %.3f s (%.1f tok/s)\n",
                  prompt.size(), ttft < 0 ? 0.0 : ttft, out.size(), t_gen,
                  out.size() > 1 ? (out.size() - 1) / std::max(t_gen - first_gen, 1e-9) : 0.0);
+    if (const std::string sp_line = speculation_summary((*engine)->stats()); !sp_line.empty())
+        std::fprintf(stderr, "%s\n", sp_line.c_str());
     return 0;
 }
 

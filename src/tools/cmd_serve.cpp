@@ -19,7 +19,8 @@ int cmd_serve(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
                             {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
                              "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype", "--kv-cache-dtype",
-                             "--block-size", "--max-queue", "--max-connections", "--http-threads", "--quantization"},
+                             "--block-size", "--max-queue", "--max-connections", "--http-threads", "--quantization",
+                             "--speculative-config"},
                             {"--help", "--metrics-public"});
     if (!args || args->has("--help") || !args->has("--model")) {
         std::fprintf(stderr,
@@ -28,6 +29,8 @@ int cmd_serve(int argc, char** argv) {
                      "                 [--max-num-batched-tokens 512] [--cache-memory MiB (1024)] [--threads N]\n"
                      "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4] [--block-size 16]\n"
                      "                 [--max-queue 1024] [--max-connections 1024] [--http-threads 4] [--metrics-public]\n"
+                     "                 [--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}']\n"
+                     "  --speculative-config: vLLM's JSON; methods mtp (qwen3_next_mtp) and ngram (prompt_lookup_min/max).\n"
                      "  --max-queue: requests admitted beyond --max-num-seqs; more get 503 with Retry-After.\n"
                      "  With --api-key, /metrics needs the key too unless --metrics-public; /health is always open.\n"
                      "  Endpoints: POST /v1/completions, /v1/chat/completions (stream: true for SSE), GET /v1/models,\n"
@@ -90,6 +93,12 @@ int cmd_serve(int argc, char** argv) {
         return 2;
     }
     ec.kv_dtype = *kv;
+    auto spec = speculative_config(*args);
+    if (!spec) {
+        std::fprintf(stderr, "gdn serve: %s\n", spec.message().c_str());
+        return 2;
+    }
+    ec.speculative = *spec;
     auto engine = Engine::create(std::shared_ptr<const Model>(std::move(*model)), *tok, ec);
     if (!engine) {
         std::fprintf(stderr, "gdn serve: %s\n", engine.message().c_str());

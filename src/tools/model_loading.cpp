@@ -17,7 +17,26 @@ Result<LoadOptions> load_options(const Args& a) {
     const std::string v = a.get("--quantization", "none");
     if (!parse_quantization(v, &o.quantization))
         return Status::error("--quantization must be int8, int4 or none, got '" + v + "'");
+    GDN_ASSIGN_OR_RETURN(SpeculativeConfig spec, speculative_config(a));
+    o.mtp = spec.enabled() && spec.method == SpecMethod::MTP;
     return o;
+}
+
+Result<SpeculativeConfig> speculative_config(const Args& a) {
+    if (!a.has("--speculative-config")) return SpeculativeConfig{};
+    return SpeculativeConfig::parse(a.get("--speculative-config"));
+}
+
+std::string speculation_summary(const EngineStats& st) {
+    const SpecCounters& c = st.spec;
+    if (c.drafted == 0) return "";
+    std::string per;
+    for (size_t i = 0; i < c.drafted_at.size(); ++i)
+        per += strprintf(" %.2f", c.drafted_at[i] ? double(c.accepted_at[i]) / c.drafted_at[i] : 0.0);
+    return strprintf("speculation: %lld drafts verified in %lld sequence-steps, %lld accepted (%.1f%%), per position%s, "
+                     "mean acceptance length %.2f",
+                     (long long)c.drafted, (long long)c.verify_steps, (long long)c.accepted, 100.0 * c.accepted / c.drafted,
+                     per.c_str(), c.mean_acceptance_length());
 }
 
 int64_t peak_rss_bytes() {
