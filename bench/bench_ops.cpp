@@ -67,7 +67,8 @@ void BM_LinearStream(benchmark::State& state) {
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
 BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({1, 1024, 3584})->Args({1, 1024, 2048})
-    ->Args({8, 7168, 1024})->Unit(benchmark::kMicrosecond)->UseRealTime();
+    ->Args({2, 7168, 1024})->Args({3, 7168, 1024})->Args({4, 7168, 1024})->Args({5, 7168, 1024})->Args({8, 7168, 1024})
+    ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The quantized formats (4th arg: 0 = int8, 1 = int4) on the same shapes, weights streamed from DRAM as
 // in BM_LinearStream: GB/s counts the bytes actually packed (values and scales).

@@ -45,13 +45,16 @@ Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
         } else if (key == "prompt_lookup_max") {
             GDN_RETURN_IF_ERROR(int_in(1, 1024, &c.prompt_lookup_max));
             has_max = true;
+        } else if (key == "draft_head") {
+            if (!v.is_string() || !parse_quantization(v.get<std::string>(), &c.draft_head))
+                return bad("\"draft_head\" must be \"int8\", \"int4\" or \"none\"");
         } else if (key == "adaptive") {
             if (!v.is_boolean()) return bad("\"adaptive\" must be true or false");
             c.adaptive = v.get<bool>();
         } else {
             return bad("unsupported key \"" + key +
                        "\" (supported: method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, "
-                       "adaptive)");
+                       "adaptive, draft_head)");
         }
     }
     if (c.method == SpecMethod::NONE) return bad("\"method\" is required");
@@ -111,7 +114,7 @@ void SpecCounters::count(int n_drafted, int n_accepted) {
 namespace {
 constexpr double kEma = 0.1;       // weight of a new step time
 constexpr double kDecay = 0.995;   // per observation, for the acceptance counts (~200 recent drafts)
-constexpr double kPriorSeen = 4.0, kPriorAcc = 2.0;  // an acceptance prior of 0.5 until measured
+constexpr double kPriorSeen = 2.0;  // weight of the acceptance prior, in drafts
 }  // namespace
 
 void SpecCostModel::reset(int max_k) {
@@ -119,8 +122,8 @@ void SpecCostModel::reset(int max_k) {
     for (auto& v : step_s_) v.assign(max_k + 1, 0.0);
     for (auto& v : samples_) v.assign(max_k + 1, 0);
     for (auto& s : steps_) s = 0;
-    acc_.assign(max_k, kPriorAcc);
-    seen_.assign(max_k, kPriorSeen);
+    acc_.assign(max_k, 0.0);
+    seen_.assign(max_k, 0.0);
 }
 
 int SpecCostModel::bucket(int batch) {
@@ -129,7 +132,13 @@ int SpecCostModel::bucket(int batch) {
     return b;
 }
 
-double SpecCostModel::acceptance(int i) const { return i < max_k_ && seen_[i] > 0 ? acc_[i] / seen_[i] : 0.0; }
+// Position i's acceptance with a prior of position i-1's (0.5 for position 0) worth kPriorSeen drafts:
+// a position rarely reached is assumed no better than the one before it.
+double SpecCostModel::acceptance(int i) const {
+    if (i >= max_k_) return 0.0;
+    const double prior = i == 0 ? 0.5 : acceptance(i - 1);
+    return (acc_[i] + prior * kPriorSeen) / (seen_[i] + kPriorSeen);
+}
 
 double SpecCostModel::expected_tokens(int k) const {
     double e = 1.0, reach = 1.0;
@@ -144,20 +153,27 @@ int SpecCostModel::choose(int batch) {
     if (max_k_ == 0) return 0;
     const int b = bucket(batch);
     const std::vector<double>& t = step_s_[b];
-    for (int k = 0; k <= max_k_; ++k)
-        if (samples_[b][k] < 2) return k;  // measure every cell (twice: the first step after a prefill is slow)
+    const std::vector<int>& n = samples_[b];
+    if (n[0] < 2) return 0;  // plain decoding first: the baseline every other k is judged against
+    // Measured cells by their expected rate; an unmeasured k only when even at the plain step's cost (a
+    // verify never costs less) it could beat the best measured one: with low acceptance nothing is tried.
     int best = 0;
-    double best_rate = 0;
-    for (int k = 0; k <= max_k_; ++k) {
-        const double rate = expected_tokens(k) / t[k];
-        if (rate > best_rate) {
-            best_rate = rate;
+    double best_rate = expected_tokens(0) / t[0];
+    for (int k = 1; k <= max_k_; ++k)
+        if (n[k] >= 2 && expected_tokens(k) / t[k] > best_rate) {
+            best_rate = expected_tokens(k) / t[k];
             best = k;
         }
+    double floor_t = t[0];  // a verify of more drafts costs at least what fewer cost
+    for (int k = 1; k <= max_k_; ++k) {
+        if (n[k] >= 2) floor_t = std::max(floor_t, t[k]);
+        else if (expected_tokens(k) / floor_t > best_rate) return k;
     }
-    if (++steps_[b] % kExplorePeriod == 0) {  // re-measure one other k now and then (round robin)
-        const int other = static_cast<int>((steps_[b] / kExplorePeriod) % max_k_);
-        return other >= best ? other + 1 : other;
+    // Now and then a neighbour of the best k is re-measured (its acceptance and cost drift with the
+    // text and the context length): k = 1 when plain decoding is best, so acceptance stays known.
+    if (++steps_[b] % kExplorePeriod == 0) {
+        const int other = best == 0 ? 1 : (steps_[b] / kExplorePeriod) % 2 == 0 || best == max_k_ ? best - 1 : best + 1;
+        return other;
     }
     return best;
 }

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <optional>
+
 #include "core/status.h"
+#include "ops/weight_format.h"
 
 namespace gdn {
 
@@ -22,6 +25,9 @@ struct SpeculativeConfig {
     // gdn's key "adaptive" (default true): the cost model picks k per step; false drafts k every step
     // (for measuring verify costs, and for tests).
     bool adaptive = true;
+    // gdn's key "draft_head": "int8" (default) | "int4" | "none": the format of the copy of the lm_head the
+    // MTP drafts take their argmax from (none: the lm_head itself; see LoadOptions::mtp_draft_head).
+    std::optional<WeightFormat> draft_head = WeightFormat::Q8;
     bool enabled() const { return method != SpecMethod::NONE && num_speculative_tokens > 0; }
 
     static constexpr int kMaxDrafts = 8;
@@ -52,8 +58,10 @@ struct SpecCounters {
 // model: the step time T(B, k) (verify forward plus drafting, an average per batch-size bucket and k)
 // and the per-position acceptance a_i (recent average). It picks the k that maximises the expected
 // tokens per second B (1 + a_0 + a_0 a_1 + ...) / T(B, k); k = 0 is plain decoding, so speculation is
-// used only where it measured faster. Untried (B, k) cells are measured twice each; every kExplorePeriod
-// steps of a bucket one other k is re-measured, so a change in acceptance or cost is noticed.
+// used only where it measured faster. Plain decoding is measured first; another k is measured only while
+// its rate at the plain step's cost (a lower bound on its own) would beat the best measured rate, so
+// with low acceptance the costly cells are never tried. Every kExplorePeriod steps of a bucket a
+// neighbour of the best k (k = 1 after plain) is re-measured, so a change in acceptance or cost is noticed.
 class SpecCostModel {
 public:
     static constexpr int kBuckets = 7;           // B = 1, 2, 3-4, 5-8, 9-16, 17-32, 33+

@@ -420,7 +420,7 @@ Status Model::mtp_forward(SequenceState& st, const int32_t* next_tokens, const f
 }
 
 void Model::head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt, std::vector<float>* logits,
-                 std::vector<int32_t>* greedy_ids) const {
+                 std::vector<int32_t>* greedy_ids, const LinearWeight* argmax_head) const {
     const int64_t H = config_.hidden, V = config_.vocab;
     const int64_t R = static_cast<int64_t>(rows.size());
     float* last = ws_->sc.f32(HF, R * H);
@@ -428,7 +428,8 @@ void Model::head(const float* h, const std::vector<int64_t>& rows, const Forward
     if (greedy_ids) {
         const size_t off = greedy_ids->size();
         greedy_ids->resize(off + R);
-        linear_argmax(last, R, weights_->lm_head_packed, greedy_ids->data() + off, opt.bf16_activations);
+        linear_argmax(last, R, argmax_head ? *argmax_head : weights_->lm_head_packed, greedy_ids->data() + off,
+                      opt.bf16_activations);
     } else {
         const size_t off = logits->size();
         logits->resize(off + R * V);
@@ -521,7 +522,9 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
     else fp.mlp(L.mlp, hf, N, ffn, PROJ, ACT);
     ops::add_rms_norm(x, ffn, N, H, m.norm, c.rms_eps, hm, bf16);  // hm = mtp.norm(x): the draft hidden
     if (hidden_out) hidden_out->insert(hidden_out->end(), hm, hm + N * H);
-    head(hm, logit_rows, opt, logits, greedy_ids);
+    // Draft ids come from the quantized copy of the lm_head when there is one (a draft needs no exact
+    // argmax: verification decides); logits (the reference checks) from the lm_head itself.
+    head(hm, logit_rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
     prof.end_step();
 }
 

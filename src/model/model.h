@@ -99,7 +99,7 @@ private:
                  std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const;
     // The lm_head over the rows `rows` of h [*, H]: logits or greedy ids appended.
     void head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt, std::vector<float>* logits,
-              std::vector<int32_t>* greedy_ids) const;
+              std::vector<int32_t>* greedy_ids, const LinearWeight* argmax_head = nullptr) const;
     ModelConfig config_;
     std::unique_ptr<ModelWeights> weights_;
     // Buffers reused across forward calls. One forward at a time per Model (the engine thread).

@@ -333,6 +333,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         if (!bad.empty())
             return Status::error(ck->dir() + ": cannot quantize: non-finite weights (NaN or infinity) in " + bad);
     }
+    if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data)
+        w->mtp->draft_head = make_linear({w->lm_head}, opt.mtp_draft_head);
     if (progress) progress(n_steps, n_steps);
     int unused = 0;
     for (const auto& [name, t] : ck->tensors()) {
@@ -371,6 +373,7 @@ void for_each_linear(const ModelWeights& w, const std::function<void(const std::
     if (w.mtp) {
         fn("mtp.fc", w.mtp->fc.packed);
         layer("mtp.layers.0.", w.mtp->layer);
+        if (w.mtp->draft_head.packed.N) fn("mtp.draft_head", w.mtp->draft_head.packed);
     }
     fn("lm_head", w.lm_head_packed.packed);
     if (w.embed_quantized.N) fn("embed_tokens", w.embed_quantized);

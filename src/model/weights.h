@@ -88,6 +88,10 @@ struct MtpWeights {
     LinearWeight fc;                     // [H, 2H]: the embedding half first
     LayerWeights layer;                  // kind FULL_ATTENTION; MoE when the family's layers are
     const float* norm;                   // [H], (1 + w)
+    // The lm_head quantized for the drafts' argmax (LoadOptions::mtp_draft_head): drafting streams it k
+    // times a step, and on the CPU it is most of an MTP step's bytes (0.5 of 0.56 GB at the 0.8B shape).
+    // Empty when the lm_head itself is quantized already or the option is off.
+    LinearWeight draft_head;
 };
 
 struct ModelWeights {
@@ -122,6 +126,9 @@ struct LoadOptions {
     // Load the MTP draft layer (mtp.*) too, for --speculative-config '{"method": "mtp"}' (an error when the
     // checkpoint has none). Off, the mtp.* tensors are not read.
     bool mtp = false;
+    // The format of the MTP drafts' copy of the lm_head (none: the lm_head itself). Measured on the demo
+    // model and the 0.8B shape in docs/perf.md.
+    std::optional<WeightFormat> mtp_draft_head = WeightFormat::Q8;
 };
 
 Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> ck,

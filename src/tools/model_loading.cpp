@@ -19,6 +19,7 @@ Result<LoadOptions> load_options(const Args& a) {
         return Status::error("--quantization must be int8, int4 or none, got '" + v + "'");
     GDN_ASSIGN_OR_RETURN(SpeculativeConfig spec, speculative_config(a));
     o.mtp = spec.enabled() && spec.method == SpecMethod::MTP;
+    o.mtp_draft_head = spec.draft_head;
     return o;
 }
 
