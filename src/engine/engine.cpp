@@ -397,7 +397,7 @@ std::span<const RequestOutput> Engine::step() {
     for (auto it = requests_.begin(); it != requests_.end();)
         it = it->second->finish != FinishReason::NONE ? requests_.erase(it) : std::next(it);
     propose_drafts();
-    if (pure_decode) cost_.observe_step(static_cast<int>(so.chunks.size()), k_this_step, now_s() - t0);
+    if (pure_decode && k_this_step >= 0) cost_.observe_step(static_cast<int>(so.chunks.size()), k_this_step, now_s() - t0);
     host_seconds_ = now_s() - t0 - forward_seconds_;
     return {outputs_.data(), n_outputs_};
 }
@@ -417,7 +417,7 @@ EngineStats Engine::stats() const {
     s.spec = spec_;
     s.spec_state_bytes_last_step = spec_state_bytes_;
     s.spec_state_bytes_total = spec_state_bytes_total_;
-    s.spec_k_last_step = k_planned_;
+    s.spec_k_last_step = std::max(k_planned_, 0);
     if (cfg_.speculative.enabled()) s.spec_cost_model = cost_.describe();
     return s;
 }

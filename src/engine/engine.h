@@ -171,7 +171,10 @@ private:
     // Speculative decoding state.
     SpecCostModel cost_;
     SpecCounters spec_;
-    int k_planned_ = 0;                  // drafts per sequence chosen for the coming step
+    int k_planned_ = 0;                  // drafts per sequence chosen for the coming step (-1: a probe)
+    uint64_t probe_turn_ = 0;            // which sequence drafts in an n-gram acceptance probe
+    int64_t mtp_keeper_ = -1;            // the request that probes MTP acceptance while k = 0 wins
+    bool speculating_ = false;           // the last step's choice drafted (k > 0, not a probe)
     int64_t spec_state_bytes_ = 0, spec_state_bytes_total_ = 0;
     size_t slot_bytes_ = 0;
     std::vector<float> hidden_;          // the forward's final-norm rows (MTP)

@@ -1,6 +1,7 @@
 // The engine's draft-verify loop (engine.h): verifying a chunk's drafts against the target model,
 // keeping the MTP layer's inputs, and proposing the next step's drafts (MTP or prompt lookup).
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -11,9 +12,18 @@
 namespace gdn {
 
 namespace {
-// A request's pending MTP rows are run once this many have gathered even when it drafts nothing (a
-// prefill chunk, or steps where the cost model chose plain decoding), so they stay few.
+double now_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// While the engine speculates, a request's pending MTP rows are run once this many have gathered even
+// when it drafts nothing (a prefill chunk), so they stay few.
 constexpr int64_t kMtpCatchUpRows = 64;
+// While plain decoding wins (the cost model chose k = 0), the MTP layer is run for the probing request
+// only: the others keep up to this many pending rows (4 KiB each at H = 1024), caught up when drafting
+// resumes; beyond it their MTP cache goes stale and they never draft again (the catch-up costs about one
+// decoder layer per token: ~4% of a c = 16 step at the 0.8B shape, measured).
+constexpr int64_t kMaxPendingMtpRows = 1024;
 }  // namespace
 
 void Engine::verify(const ScheduledChunk& c, size_t& row, bool all_greedy, RequestOutput& out) {
@@ -81,6 +91,13 @@ void Engine::keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int6
         have = 0;
     }
     r.mtp_hidden.resize(have * H);
+    if (r.mtp_stale) return;
+    if (have + n_rows > kMaxPendingMtpRows) {  // see kMaxPendingMtpRows
+        r.mtp_stale = true;
+        r.mtp_hidden.clear();
+        r.mtp_hidden.shrink_to_fit();
+        return;
+    }
     r.mtp_hidden.insert(r.mtp_hidden.end(), hidden_.begin() + plan_row * H, hidden_.begin() + (plan_row + n_rows) * H);
 }
 
@@ -100,9 +117,28 @@ void Engine::propose_drafts() {
         reqs.push_back(&r);
     }
     const int k = reqs.empty() ? 0 : spec.adaptive ? cost_.choose(static_cast<int>(reqs.size())) : spec.num_speculative_tokens;
-    k_planned_ = k;
-    for (Request* rp : reqs) {
+    const bool probe = spec.adaptive && cost_.probing();
+    k_planned_ = probe ? -1 : k;  // a probe step is not timed
+    speculating_ = k > 0 && !probe;
+    // The probing request: the same one while it runs (its MTP cache is kept current), else the running
+    // request with the fewest pending MTP rows whose cache is not stale.
+    if (spec.method == SpecMethod::MTP) {
+        const Request* keeper = nullptr;
+        for (Request* rp : reqs)
+            if (rp->sched->id == mtp_keeper_ && !rp->mtp_stale) keeper = rp;
+        if (!keeper)
+            for (Request* rp : reqs)
+                if (!rp->mtp_stale && (!keeper || rp->mtp_hidden.size() < keeper->mtp_hidden.size())) keeper = rp;
+        mtp_keeper_ = keeper ? keeper->sched->id : -1;
+    }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        Request* rp = reqs[i];
         SchedRequest& s = *rp->sched;
+        const bool prober = spec.method == SpecMethod::MTP ? s.id == mtp_keeper_ : i == probe_turn_ % reqs.size();
+        if ((probe && !prober) || rp->mtp_stale) {
+            k_of.push_back(0);
+            continue;
+        }
         // Never beyond max_tokens: the step emits at most 1 + k tokens. KV blocks for every position the
         // drafts touch are taken now if the pool has them (no preemption for a draft).
         int kr = std::max(0, std::min(k, rp->params.max_tokens - static_cast<int>(rp->output.size()) - 1));
@@ -112,6 +148,7 @@ void Engine::propose_drafts() {
         kr = std::min(kr, k);
         k_of.push_back(kr);
     }
+    if (probe) ++probe_turn_;
     if (spec.method == SpecMethod::NGRAM) {
         for (size_t i = 0; i < reqs.size(); ++i) {
             SchedRequest& s = *reqs[i]->sched;
@@ -156,7 +193,8 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
         const int kr = drafts_for(&r);
         if (kr == 0) s.drafts.clear();
         if (n == 0) continue;  // unchanged since its drafts were made: they still hold
-        if (kr == 0 && n < kMtpCatchUpRows) continue;
+        // Catch up: to draft; or every kMtpCatchUpRows rows while speculating; the probing request always.
+        if (kr == 0 && !((speculating_ || s.id == mtp_keeper_) && n >= kMtpCatchUpRows)) continue;
         rows_of.push_back(&r);
     }
     if (rows_of.empty()) return;
@@ -188,7 +226,10 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
     }
     mtp_ids_.clear();
     mtp_out_.clear();
+    const double t_catch_up = now_seconds();
     Status st = model_->mtp_forward(p, mtp_in_.data(), *kv_, fo, nullptr, &mtp_ids_, &mtp_out_);
+    if (!drafting.empty() && p.n_tokens() == static_cast<int64_t>(drafting.size()))
+        cost_.observe_draft(now_seconds() - t_catch_up);  // one row per drafting request: a clean draft step
     GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
     // Each drafting request's last hidden row: the next recursive step's input.
     thread_local std::vector<float> last;
@@ -235,7 +276,9 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
         }
         mtp_ids_.clear();
         mtp_out_.clear();
+        const double t_step = now_seconds();
         st = model_->mtp_forward(p, mtp_in_.data(), *kv_, fo, nullptr, &mtp_ids_, &mtp_out_);
+        cost_.observe_draft(now_seconds() - t_step);
         GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
         for (size_t j = 0; j < idx.size(); ++j) {
             drafting[idx[j]]->sched->drafts.push_back(mtp_ids_[j]);

@@ -122,6 +122,7 @@ void SpecCostModel::reset(int max_k) {
     for (auto& v : step_s_) v.assign(max_k + 1, 0.0);
     for (auto& v : samples_) v.assign(max_k + 1, 0);
     for (auto& s : steps_) s = 0;
+    draft_s_ = 0;
     acc_.assign(max_k, 0.0);
     seen_.assign(max_k, 0.0);
 }
@@ -150,11 +151,16 @@ double SpecCostModel::expected_tokens(int k) const {
 }
 
 int SpecCostModel::choose(int batch) {
+    probe_ = false;
     if (max_k_ == 0) return 0;
     const int b = bucket(batch);
     const std::vector<double>& t = step_s_[b];
     const std::vector<int>& n = samples_[b];
     if (n[0] < 2) return 0;  // plain decoding first: the baseline every other k is judged against
+    if (seen_[0] < 4) {      // then the acceptance, from a few one-sequence probes (almost free)
+        probe_ = batch > 1;
+        return 1;
+    }
     // Measured cells by their expected rate; an unmeasured k only when even at the plain step's cost (a
     // verify never costs less) it could beat the best measured one: with low acceptance nothing is tried.
     int best = 0;
@@ -164,16 +170,22 @@ int SpecCostModel::choose(int batch) {
             best_rate = expected_tokens(k) / t[k];
             best = k;
         }
-    double floor_t = t[0];  // a verify of more drafts costs at least what fewer cost
+    // A verify of more drafts costs at least what fewer cost, plus their drafting.
+    double floor_t = t[0];
     for (int k = 1; k <= max_k_; ++k) {
+        floor_t += draft_s_;
         if (n[k] >= 2) floor_t = std::max(floor_t, t[k]);
         else if (expected_tokens(k) / floor_t > best_rate) return k;
     }
     // Now and then a neighbour of the best k is re-measured (its acceptance and cost drift with the
     // text and the context length): k = 1 when plain decoding is best, so acceptance stays known.
+    probe_ = false;
     if (++steps_[b] % kExplorePeriod == 0) {
-        const int other = best == 0 ? 1 : (steps_[b] / kExplorePeriod) % 2 == 0 || best == max_k_ ? best - 1 : best + 1;
-        return other;
+        if (best == 0) {  // one sequence drafts one token: the acceptance stays known for almost nothing
+            probe_ = true;
+            return 1;
+        }
+        return (steps_[b] / kExplorePeriod) % 2 == 0 || best == max_k_ ? best - 1 : best + 1;
     }
     return best;
 }
@@ -187,6 +199,10 @@ void SpecCostModel::observe_step(int batch, int k, double seconds) {
     samples_[b][k]++;
 }
 
+void SpecCostModel::observe_draft(double seconds) {
+    if (seconds > 0) draft_s_ = draft_s_ == 0 ? seconds : (1 - kEma) * draft_s_ + kEma * seconds;
+}
+
 void SpecCostModel::observe_acceptance(int i, bool accepted) {
     if (i < 0 || i >= max_k_) return;
     acc_[i] = acc_[i] * kDecay + (accepted ? 1.0 : 0.0);
@@ -196,6 +212,7 @@ void SpecCostModel::observe_acceptance(int i, bool accepted) {
 std::string SpecCostModel::describe() const {
     std::string s = "acceptance";
     for (int i = 0; i < max_k_; ++i) s += strprintf(" %.2f", acceptance(i));
+    if (draft_s_ > 0) s += strprintf("; draft step %.1f ms", draft_s_ * 1e3);
     static const char* names[kBuckets] = {"1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
     for (int b = 0; b < kBuckets; ++b) {
         bool any = false;

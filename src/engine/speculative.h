@@ -70,8 +70,14 @@ public:
     explicit SpecCostModel(int max_k = 0) { reset(max_k); }
     void reset(int max_k);
     int choose(int batch);
+    // The last choose() was an acceptance probe while plain decoding wins: draft 1 token for one
+    // sequence only, and do not time the step as k = 1.
+    bool probing() const { return probe_; }
     void observe_step(int batch, int k, double seconds);
     void observe_acceptance(int position, bool accepted);
+    // Seconds of one drafting forward (one more draft token for every drafting sequence): with it a
+    // verify of k drafts is known to cost at least T(B, 0) + k x that before it is ever measured.
+    void observe_draft(double seconds);
     double acceptance(int position) const;
     double expected_tokens(int k) const;  // 1 + a_0 + a_0 a_1 + ... (k terms)
     // "B=1: k=3 (2.41 tok/step, 31.0 ms) ..." for the logs and bench.
@@ -84,6 +90,8 @@ private:
     std::vector<int> samples_[kBuckets];    // [k + 1]: measurements so far
     int64_t steps_[kBuckets] = {};
     std::vector<double> acc_, seen_;        // per position: decayed accepted / reached counts
+    bool probe_ = false;
+    double draft_s_ = 0;  // EMA of observe_draft()
 };
 
 }  // namespace gdn

@@ -91,7 +91,7 @@ int cmd_bench(int argc, char** argv) {
                              "--max-concurrency", "--request-rate", "--num-warmups", "--plot", "--api-key",
                              "--served-model-name", "--seed", "--cache-memory", "--quantization",
                              "--speculative-config", "--prompts-file"},
-                            {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos"});
+                            {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos", "--speculation-ab"});
     if (args && (args->has("--base-url") || args->has("--num-prompts") || args->has("--max-concurrency") ||
                  args->has("--request-rate")))
         return cmd_bench_serve(*args);
@@ -105,6 +105,8 @@ int cmd_bench(int argc, char** argv) {
                      "                 [--speculative-config JSON] [--prompts-file FILE]: with drafts (acceptance per\n"
                      "                 position, forward ms per step = the verify cost); FILE: one chat message per line,\n"
                      "                 greedy until end of turn (or --tg tokens), C requests at a time\n"
+                     "                 [--speculation-ab]: plain and speculative engines on the same prompts, steps\n"
+                     "                 interleaved A B B A, and the tokens/s ratio\n"
                      "  pp: prefill of a random prompt of that many tokens; tg: that many single-token decode steps.\n"
                      "serving mode (vllm bench serve style):\n"
                      "       gdn bench (--base-url http://127.0.0.1:8000/v1 | --model DIR) [--num-prompts 64]\n"
@@ -276,89 +278,140 @@ int cmd_bench(int argc, char** argv) {
                     "|---|---|---|---|---|---|---|---|---|\n");
         Json rows = Json::array();
         double single = 0;
+        // One engine at one concurrency: its requests, and what its timed steps produced.
+        struct Run {
+            std::unique_ptr<Engine> engine;
+            size_t next_prompt = 0;
+            int64_t tokens = 0, steps = 0;
+            double total = 0, host = 0, fwd = 0;
+            EngineStats before;
+        };
+        const bool ab = args->has("--speculation-ab");
+        if (ab && !spec->enabled()) {
+            std::fprintf(stderr, "gdn bench: --speculation-ab compares against --speculative-config: give one\n");
+            return 2;
+        }
         for (int C : *levels) {
             if (C < 1) continue;
-            EngineConfig ec;
-            ec.bf16 = fo.bf16_activations;
-            ec.kv_dtype = kv_dtype;
-            ec.max_num_seqs = C;
-            ec.max_num_batched_tokens = std::max(512, C * (1 + spec->num_speculative_tokens) + 64);
-            int64_t longest = 32;
-            for (const auto& p : chat_prompts) longest = std::max<int64_t>(longest, p.size());
-            ec.max_model_len = static_cast<int>(longest + *tg + 2 + spec->num_speculative_tokens);
-            ec.speculative = *spec;
-            ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len, ec.kv_dtype, ec.block_size, *spec);
-            auto engine = Engine::create(shared, tok, ec);
-            if (!engine) {
-                std::fprintf(stderr, "gdn bench: %s\n", engine.message().c_str());
-                return 1;
-            }
             SamplingParams sp;
             sp.temperature = 0;
             sp.ignore_eos = chat_prompts.empty();
-            sp.max_tokens = static_cast<int>(*tg) + (chat_prompts.empty() ? 4 : 0);
+            sp.max_tokens = static_cast<int>(*tg) * (1 + spec->num_speculative_tokens) + 4;
+            if (!chat_prompts.empty()) sp.max_tokens = static_cast<int>(*tg);
+            auto make_run = [&](const SpeculativeConfig& sc, Run* r) -> Status {
+                EngineConfig ec;
+                ec.bf16 = fo.bf16_activations;
+                ec.kv_dtype = kv_dtype;
+                ec.max_num_seqs = C;
+                ec.max_num_batched_tokens = std::max(512, C * (1 + sc.num_speculative_tokens) + 64);
+                int64_t longest = 32;
+                for (const auto& p : chat_prompts) longest = std::max<int64_t>(longest, p.size());
+                ec.max_model_len = static_cast<int>(longest + sp.max_tokens + 2 + sc.num_speculative_tokens);
+                ec.speculative = sc;
+                ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len, ec.kv_dtype,
+                                                          ec.block_size, sc);
+                GDN_ASSIGN_OR_RETURN(r->engine, Engine::create(shared, tok, ec));
+                return Status::ok();
+            };
             // Random prompts: C requests, prefilled first, then --tg steps timed. Chat prompts: all of them,
             // C at a time, timed from the first decode to the end (prefills of later prompts included).
-            size_t next_prompt = 0;
-            auto add = [&]() {
+            auto add = [&](Run& r) {
                 if (chat_prompts.empty()) {
                     std::vector<int32_t> p(32);
                     for (auto& t : p) t = static_cast<int32_t>(rng() % V);
-                    (*engine)->add_request(Prompt::from_ids(p), sp);
-                } else if (next_prompt < chat_prompts.size()) {
-                    (*engine)->add_request(Prompt::from_ids(chat_prompts[next_prompt++]), sp);
+                    r.engine->add_request(Prompt::from_ids(p), sp);
+                } else if (r.next_prompt < chat_prompts.size()) {
+                    r.engine->add_request(Prompt::from_ids(chat_prompts[r.next_prompt++]), sp);
                 }
             };
-            for (int i = 0; i < C; ++i) add();
-            int64_t tokens = 0, steps = 0;
-            auto count = [&](std::span<const RequestOutput> outs) {
+            auto start = [&](Run& r) {
+                const uint32_t seed = static_cast<uint32_t>(C);  // both runs of an A/B pair get the same prompts
+                rng.seed(seed);
+                for (int i = 0; i < C; ++i) add(r);
+                for (int i = 0; i < 3; ++i) r.engine->step();  // prefills (32 tokens each) + first decodes
+                r.before = r.engine->stats();
+            };
+            auto timed_step = [&](Run& r) {
+                const double t0 = now_s();
+                auto outs = r.engine->step();
+                r.total += now_s() - t0;
+                r.host += r.engine->last_step_host_seconds();
+                r.fwd += r.engine->last_step_forward_seconds();
+                ++r.steps;
                 for (const RequestOutput& o : outs) {
-                    tokens += static_cast<int64_t>(o.new_tokens.size());
-                    if (o.finish != FinishReason::NONE) add();
+                    r.tokens += static_cast<int64_t>(o.new_tokens.size());
+                    if (o.finish != FinishReason::NONE) add(r);
                 }
             };
-            for (int i = 0; i < 3; ++i) (*engine)->step();  // prefills (32 tokens each) + first decodes
+            auto more = [&](const Run& r) {
+                return (chat_prompts.empty() ? r.steps < *tg : true) && r.engine->has_unfinished();
+            };
+            auto report = [&](Run& r, const char* label) {
+                const EngineStats after = r.engine->stats();
+                SpecCounters d = after.spec;  // this run's counters (the warm-up steps excluded)
+                d.verify_steps -= r.before.spec.verify_steps;
+                d.drafted -= r.before.spec.drafted;
+                d.accepted -= r.before.spec.accepted;
+                std::string per;
+                for (size_t i = 0; i < d.drafted_at.size(); ++i) {
+                    const auto& b = r.before.spec;
+                    const int64_t dr = d.drafted_at[i] - (i < b.drafted_at.size() ? b.drafted_at[i] : 0);
+                    const int64_t ac = d.accepted_at[i] - (i < b.accepted_at.size() ? b.accepted_at[i] : 0);
+                    per += strprintf("%s%.2f", per.empty() ? "" : " ", dr ? double(ac) / dr : 0.0);
+                }
+                const double tps = r.tokens / r.total;
+                std::printf("| %d%s | %.1f | %.1f | %.2f | %.2f | %.3f | %.2f%% | %.2f | %s |\n", C, label, tps, tps / C,
+                            1e3 * r.total / r.steps, 1e3 * r.fwd / r.steps, 1e3 * r.host / r.steps,
+                            100.0 * r.host / r.total, d.mean_acceptance_length(), per.empty() ? "-" : per.c_str());
+                if (!after.spec_cost_model.empty()) std::printf("cost model: %s\n", after.spec_cost_model.c_str());
+                return Json{{"concurrency", C}, {"decode_tps", tps}, {"step_ms", 1e3 * r.total / r.steps},
+                            {"forward_ms", 1e3 * r.fwd / r.steps}, {"host_ms_per_step", 1e3 * r.host / r.steps},
+                            {"host_share", r.host / r.total}, {"tokens", r.tokens}, {"drafted", d.drafted},
+                            {"accepted", d.accepted}, {"mean_acceptance_length", d.mean_acceptance_length()}};
+            };
             if (args->has("--profile")) {
                 Profiler::get().clear();
                 Profiler::get().enable(true);
             }
-            double total = 0, host = 0, fwd = 0;
-            const EngineStats before = (*engine)->stats();
-            for (long long s = 0; (chat_prompts.empty() ? s < *tg : true) && (*engine)->has_unfinished(); ++s) {
-                const double t0 = now_s();
-                auto outs = (*engine)->step();
-                total += now_s() - t0;
-                host += (*engine)->last_step_host_seconds();
-                fwd += (*engine)->last_step_forward_seconds();
-                count(outs);
-                ++steps;
+            if (!ab) {
+                Run r;
+                if (Status st = make_run(*spec, &r); !st) {
+                    std::fprintf(stderr, "gdn bench: %s\n", st.message().c_str());
+                    return 1;
+                }
+                start(r);
+                while (more(r)) timed_step(r);
+                Json row = report(r, "");
+                const double tps = row["decode_tps"].get<double>();
+                if (C == 1) single = tps;
+                row["speedup_vs_1"] = single > 0 ? tps / single : 0.0;
+                rows.push_back(row);
+            } else {
+                // Plain (A) and speculative (B) engines on the same prompts, their steps interleaved A B B A:
+                // the VM's bandwidth drifts over seconds, so only a paired ratio means anything.
+                Run a, b;
+                for (auto [sc, r] : {std::pair{SpeculativeConfig{}, &a}, std::pair{*spec, &b}})
+                    if (Status st = make_run(sc, r); !st) {
+                        std::fprintf(stderr, "gdn bench: %s\n", st.message().c_str());
+                        return 1;
+                    }
+                start(a);
+                start(b);
+                for (int64_t i = 0; more(a) || more(b); ++i) {
+                    Run& first = i % 2 == 0 ? a : b;
+                    Run& second = i % 2 == 0 ? b : a;
+                    if (more(first)) timed_step(first);
+                    if (more(second)) timed_step(second);
+                }
+                Json ra = report(a, " plain"), rb = report(b, " spec");
+                const double ratio = rb["decode_tps"].get<double>() / ra["decode_tps"].get<double>();
+                std::printf("| %d | speculation / plain tokens/s: **%.3f** | | | | | | | |\n", C, ratio);
+                rows.push_back({{"concurrency", C}, {"plain", ra}, {"speculative", rb}, {"ratio", ratio}});
             }
             if (args->has("--profile")) {
                 Profiler::get().enable(false);
                 std::printf("concurrency %d:\n%s", C, Profiler::get().report().c_str());
             }
-            const EngineStats after = (*engine)->stats();
-            SpecCounters d = after.spec;  // this level's counters (the warm-up steps excluded)
-            d.verify_steps -= before.spec.verify_steps;
-            d.drafted -= before.spec.drafted;
-            d.accepted -= before.spec.accepted;
-            std::string per;
-            for (size_t i = 0; i < d.drafted_at.size(); ++i) {
-                const int64_t dr = d.drafted_at[i] - (i < before.spec.drafted_at.size() ? before.spec.drafted_at[i] : 0);
-                const int64_t ac = d.accepted_at[i] - (i < before.spec.accepted_at.size() ? before.spec.accepted_at[i] : 0);
-                per += strprintf("%s%.2f", per.empty() ? "" : " ", dr ? double(ac) / dr : 0.0);
-            }
-            const double tps = tokens / total;
-            if (C == 1) single = tps;
-            std::printf("| %d | %.1f | %.1f | %.2f | %.2f | %.3f | %.2f%% | %.2f | %s |\n", C, tps, tps / C,
-                        1e3 * total / steps, 1e3 * fwd / steps, 1e3 * host / steps, 100.0 * host / total,
-                        d.mean_acceptance_length(), per.empty() ? "-" : per.c_str());
-            if (spec->enabled()) std::printf("cost model: %s\n", after.spec_cost_model.c_str());
-            rows.push_back({{"concurrency", C}, {"decode_tps", tps}, {"step_ms", 1e3 * total / steps},
-                            {"forward_ms", 1e3 * fwd / steps}, {"host_ms_per_step", 1e3 * host / steps},
-                            {"host_share", host / total}, {"speedup_vs_1", single > 0 ? tps / single : 0.0},
-                            {"tokens", tokens}, {"drafted", d.drafted}, {"accepted", d.accepted},
-                            {"mean_acceptance_length", d.mean_acceptance_length()}});
         }
         out["concurrency"] = rows;
         if (args->has("--json")) {
