@@ -122,6 +122,8 @@ void SpecCostModel::reset(int max_k) {
     for (auto& v : step_s_) v.assign(max_k + 1, 0.0);
     for (auto& v : samples_) v.assign(max_k + 1, 0);
     for (auto& s : steps_) s = 0;
+    for (auto& p : period_) p = kExplorePeriod / 2;
+    for (auto& n : next_explore_) n = kExplorePeriod;
     draft_s_ = 0;
     acc_.assign(max_k, 0.0);
     seen_.assign(max_k, 0.0);
@@ -157,7 +159,7 @@ int SpecCostModel::choose(int batch) {
     const std::vector<double>& t = step_s_[b];
     const std::vector<int>& n = samples_[b];
     if (n[0] < 2) return 0;  // plain decoding first: the baseline every other k is judged against
-    if (seen_[0] < 4) {      // then the acceptance, from a few one-sequence probes (almost free)
+    if (seen_[0] < 2) {      // then the acceptance, from one-sequence probes (almost free)
         probe_ = batch > 1;
         return 1;
     }
@@ -175,16 +177,22 @@ int SpecCostModel::choose(int batch) {
     for (int k = 1; k <= max_k_; ++k) {
         floor_t += draft_s_;
         if (n[k] >= 2) floor_t = std::max(floor_t, t[k]);
-        else if (expected_tokens(k) / floor_t > best_rate) return k;
+        else if (expected_tokens(k) / floor_t > kTryMargin * best_rate) return k;
     }
     // Now and then a neighbour of the best k is re-measured (its acceptance and cost drift with the
     // text and the context length): k = 1 when plain decoding is best, so acceptance stays known.
     probe_ = false;
-    if (++steps_[b] % kExplorePeriod == 0) {
-        if (best == 0) {  // one sequence drafts one token: the acceptance stays known for almost nothing
+    if (++steps_[b] >= next_explore_[b]) {
+        if (best == 0) {
+            // One sequence drafts one token: the acceptance stays known for almost nothing. While plain
+            // decoding keeps winning the probes come at doubling intervals (up to kMaxExplorePeriod).
+            period_[b] = std::min(period_[b] * 2, kMaxExplorePeriod);
+            next_explore_[b] = steps_[b] + period_[b];
             probe_ = true;
             return 1;
         }
+        period_[b] = kExplorePeriod;
+        next_explore_[b] = steps_[b] + period_[b];
         return (steps_[b] / kExplorePeriod) % 2 == 0 || best == max_k_ ? best - 1 : best + 1;
     }
     return best;

@@ -59,13 +59,18 @@ struct SpecCounters {
 // and the per-position acceptance a_i (recent average). It picks the k that maximises the expected
 // tokens per second B (1 + a_0 + a_0 a_1 + ...) / T(B, k); k = 0 is plain decoding, so speculation is
 // used only where it measured faster. Plain decoding is measured first; another k is measured only while
-// its rate at the plain step's cost (a lower bound on its own) would beat the best measured rate, so
-// with low acceptance the costly cells are never tried. Every kExplorePeriod steps of a bucket a
-// neighbour of the best k (k = 1 after plain) is re-measured, so a change in acceptance or cost is noticed.
+// its rate at a floor of its cost (the plain step plus its drafting) would beat the best measured rate
+// by kTryMargin, so with low acceptance the costly cells are never tried. Every kExplorePeriod steps of
+// a bucket a neighbour of the best k is re-measured; when plain decoding is best, one sequence drafts
+// one token instead (a probe of the acceptance), at doubling intervals while plain keeps winning.
 class SpecCostModel {
 public:
     static constexpr int kBuckets = 7;           // B = 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
     static constexpr int kExplorePeriod = 64;
+    static constexpr int64_t kMaxExplorePeriod = 1024;
+    // An unmeasured k is tried only if its optimistic rate beats the best measured one by this factor:
+    // measuring a bad k costs whole steps at its price.
+    static constexpr double kTryMargin = 1.25;
 
     explicit SpecCostModel(int max_k = 0) { reset(max_k); }
     void reset(int max_k);
@@ -89,6 +94,7 @@ private:
     std::vector<double> step_s_[kBuckets];  // [k + 1]: EMA of step seconds; 0 = unmeasured
     std::vector<int> samples_[kBuckets];    // [k + 1]: measurements so far
     int64_t steps_[kBuckets] = {};
+    int64_t period_[kBuckets] = {}, next_explore_[kBuckets] = {};  // exploration schedule per bucket
     std::vector<double> acc_, seen_;        // per position: decayed accepted / reached counts
     bool probe_ = false;
     double draft_s_ = 0;  // EMA of observe_draft()
