@@ -112,7 +112,8 @@ void SpecCounters::count(int n_drafted, int n_accepted) {
 }
 
 namespace {
-constexpr double kEma = 0.1;       // weight of a new step time
+constexpr double kEma = 0.1;       // weight of a new draft-step time
+constexpr int kWindow = 8;         // step-time samples kept per (bucket, k)
 constexpr double kDecay = 0.995;   // per observation, for the acceptance counts (~200 recent drafts)
 constexpr double kPriorSeen = 2.0;  // weight of the acceptance prior, in drafts
 }  // namespace
@@ -121,6 +122,7 @@ void SpecCostModel::reset(int max_k) {
     max_k_ = max_k;
     for (auto& v : step_s_) v.assign(max_k + 1, 0.0);
     for (auto& v : samples_) v.assign(max_k + 1, 0);
+    for (auto& v : recent_) v.assign(max_k + 1, {});
     for (auto& s : steps_) s = 0;
     for (auto& p : period_) p = kExplorePeriod / 2;
     for (auto& n : next_explore_) n = kExplorePeriod;
@@ -201,9 +203,12 @@ int SpecCostModel::choose(int batch) {
 void SpecCostModel::observe_step(int batch, int k, double seconds) {
     if (k < 0 || k > max_k_ || !(seconds > 0)) return;
     const int b = bucket(batch);
-    double& t = step_s_[b][k];
-    // The second sample replaces the first (which often carries a prefill's page faults), then an EMA.
-    t = samples_[b][k] < 2 ? seconds : (1 - kEma) * t + kEma * seconds;
+    // The minimum of the cell's last kWindow samples: noise on a shared machine (other processes, the
+    // first step after a prefill) only ever adds time, and old samples roll out as the context grows.
+    std::vector<double>& ring = recent_[b][k];
+    if (static_cast<int>(ring.size()) < kWindow) ring.push_back(seconds);
+    else ring[samples_[b][k] % kWindow] = seconds;
+    step_s_[b][k] = *std::min_element(ring.begin(), ring.end());
     samples_[b][k]++;
 }
 

@@ -91,7 +91,8 @@ public:
 
 private:
     int max_k_ = 0;
-    std::vector<double> step_s_[kBuckets];  // [k + 1]: EMA of step seconds; 0 = unmeasured
+    std::vector<double> step_s_[kBuckets];  // [k + 1]: step seconds (recent minimum); 0 = unmeasured
+    std::vector<std::vector<double>> recent_[kBuckets];  // [k + 1]: the last samples
     std::vector<int> samples_[kBuckets];    // [k + 1]: measurements so far
     int64_t steps_[kBuckets] = {};
     int64_t period_[kBuckets] = {}, next_explore_[kBuckets] = {};  // exploration schedule per bucket
