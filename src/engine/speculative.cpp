@@ -122,7 +122,10 @@ void SpecCostModel::reset(int max_k) {
     max_k_ = max_k;
     for (auto& v : step_s_) v.assign(max_k + 1, 0.0);
     for (auto& v : samples_) v.assign(max_k + 1, 0);
-    for (auto& v : recent_) v.assign(max_k + 1, {});
+    for (auto& v : recent_) {
+        v.assign(max_k + 1, {});
+        for (auto& ring : v) ring.reserve(kWindow);  // no allocation in a step
+    }
     for (auto& s : steps_) s = 0;
     for (auto& p : period_) p = kExplorePeriod / 2;
     for (auto& n : next_explore_) n = kExplorePeriod;
@@ -201,7 +204,7 @@ int SpecCostModel::choose(int batch) {
 }
 
 void SpecCostModel::observe_step(int batch, int k, double seconds) {
-    if (k < 0 || k > max_k_ || !(seconds > 0)) return;
+    if (max_k_ == 0 || k < 0 || k > max_k_ || !(seconds > 0)) return;
     const int b = bucket(batch);
     // The minimum of the cell's last kWindow samples: noise on a shared machine (other processes, the
     // first step after a prefill) only ever adds time, and old samples roll out as the context grows.
