@@ -252,13 +252,7 @@ TEST(DemoModel, Bf16FastMatchesF32ReferenceOnChatPrompts) {
     ASSERT_TRUE(m.is_ok()) << m.message();
     auto tok = Tokenizer::load(demo_model_dir());
     auto ct = ChatTemplate::create(**tok);
-    const char* prompts[20] = {"Tell me a fortune.", "Define computer.", "What does love mean?",
-                               "Tell me a riddle.", "Give me a quote about science.", "Define cat.",
-                               "What does the Devil's Dictionary say about money?", "Hello!", "Who are you?",
-                               "Define happiness.", "Tell me a fortune about work.", "What does hack mean in hacker jargon?",
-                               "Give me a quote about time.", "Define river.", "What does freedom mean?",
-                               "Tell me a joke.", "Define music.", "Give me a quote about friendship.",
-                               "What does kernel mean in hacker jargon?", "Thanks, bye!"};
+    const std::vector<std::string>& prompts = demo_chat_messages();
     const int64_t V = (*m)->config().vocab;
     auto greedy = [&](const std::vector<int32_t>& prompt, bool bf16) {
         ForwardOptions fo;
@@ -276,7 +270,7 @@ TEST(DemoModel, Bf16FastMatchesF32ReferenceOnChatPrompts) {
         return out;
     };
     int identical = 0;
-    for (const char* p : prompts) {
+    for (const std::string& p : prompts) {
         ChatRequest req;
         req.messages = Json::array({{{"role", "user"}, {"content", p}}});
         auto ids = (*tok)->encode(*(*ct)->render(req));

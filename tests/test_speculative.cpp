@@ -157,15 +157,9 @@ std::map<int64_t, std::vector<int32_t>> run_all(Engine& e, std::function<void(En
 }
 
 std::vector<Prompt> demo_chat_prompts() {
-    const char* prompts[20] = {"Tell me a fortune.", "Define computer.", "What does love mean?",
-                               "Tell me a riddle.", "Give me a quote about science.", "Define cat.",
-                               "What does the Devil's Dictionary say about money?", "Hello!", "Who are you?",
-                               "Define happiness.", "Tell me a fortune about work.", "What does hack mean in hacker jargon?",
-                               "Give me a quote about time.", "Define river.", "What does freedom mean?",
-                               "Tell me a joke.", "Define music.", "Give me a quote about friendship.",
-                               "What does kernel mean in hacker jargon?", "Thanks, bye!"};
     std::vector<Prompt> v;
-    for (const char* p : prompts) v.push_back(Prompt::from_messages(Json::array({{{"role", "user"}, {"content", p}}})));
+    for (const std::string& p : demo_chat_messages())
+        v.push_back(Prompt::from_messages(Json::array({{{"role", "user"}, {"content", p}}})));
     return v;
 }
 
@@ -397,7 +391,7 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
                 if (smp.prob(t) > 0) exact[{t1, t}] = p1 * smp.prob(t);
         }
     }
-    const int n = kSanitized ? 600 : 1200;
+    const int n = kSanitized ? 250 : 1200;  // the sanitized run: a smoke test of the same code
     for (bool speculate : {false, true}) {
         EngineConfig cfg;
         cfg.max_num_seqs = 64;

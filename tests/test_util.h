@@ -21,6 +21,18 @@ inline std::string source_dir() { return GDN_SOURCE_DIR; }
 inline std::string golden_dir(const std::string& family) { return source_dir() + "/tests/data/golden/" + family; }
 inline std::string demo_model_dir() { return source_dir() + "/models/demo"; }
 
+// The demo model's 20 chat prompts of the golden and speculative tests (also bench/demo_chat_prompts.txt).
+inline const std::vector<std::string>& demo_chat_messages() {
+    static const std::vector<std::string> m = {
+        "Tell me a fortune.", "Define computer.", "What does love mean?", "Tell me a riddle.",
+        "Give me a quote about science.", "Define cat.", "What does the Devil's Dictionary say about money?",
+        "Hello!", "Who are you?", "Define happiness.", "Tell me a fortune about work.",
+        "What does hack mean in hacker jargon?", "Give me a quote about time.", "Define river.",
+        "What does freedom mean?", "Tell me a joke.", "Define music.", "Give me a quote about friendship.",
+        "What does kernel mean in hacker jargon?", "Thanks, bye!"};
+    return m;
+}
+
 inline std::vector<float> read_f32(const std::string& path) {
     std::ifstream f(path, std::ios::binary | std::ios::ate);
     EXPECT_TRUE(f.good()) << path;

@@ -158,12 +158,12 @@ void Engine::propose_drafts() {
     } else {
         mtp_drafts(reqs, k_of);
     }
-    if (draft_hook_)
-        for (size_t i = 0; i < reqs.size(); ++i) {
-            SchedRequest& s = *reqs[i]->sched;
-            draft_hook_(s.id, s.tokens, k_of[i], &s.drafts);
-            if (static_cast<int>(s.drafts.size()) > k_of[i]) s.drafts.resize(k_of[i]);
-        }
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        SchedRequest& s = *reqs[i]->sched;
+        if (draft_hook_) draft_hook_(s.id, s.tokens, k_of[i], &s.drafts);
+        // Drafts kept from an earlier step (the request was not scheduled since) obey this step's k too.
+        if (static_cast<int>(s.drafts.size()) > k_of[i]) s.drafts.resize(k_of[i]);
+    }
 }
 
 void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int>& k_of) {

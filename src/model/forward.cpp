@@ -33,6 +33,15 @@ struct SeqSpan {
     int64_t t0, T, n_past;
 };
 
+// A plan's sequences as row spans (the first position of each is its n_past).
+void spans_of(const BatchPlan& plan, std::vector<SeqSpan>* spans) {
+    spans->clear();
+    for (int64_t s = 0; s < plan.n_seqs(); ++s) {
+        const int64_t t0 = plan.cu_seqlens[s];
+        spans->push_back({t0, plan.cu_seqlens[s + 1] - t0, plan.positions[t0]});
+    }
+}
+
 }  // namespace
 
 // Where a forward finds each sequence's caches: a standalone SequenceState, or the engine's KV block
@@ -362,12 +371,7 @@ Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, con
     for (int32_t t : plan.token_ids)
         if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
     if (plan.n_tokens() == 0) return Status::ok();
-    ForwardWorkspace& ws = *ws_;
-    ws.spans.clear();
-    for (int64_t s = 0; s < plan.n_seqs(); ++s) {
-        const int64_t t0 = plan.cu_seqlens[s];
-        ws.spans.push_back({t0, plan.cu_seqlens[s + 1] - t0, plan.positions[t0]});
-    }
+    spans_of(plan, &ws_->spans);
     PlanAccess access(plan, kv, &slots);
     run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids, hidden);
     return Status::ok();
@@ -383,12 +387,7 @@ Status Model::mtp_forward(const BatchPlan& plan, const float* hidden, KvCache& k
     for (int32_t t : plan.token_ids)
         if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
     if (plan.n_tokens() == 0) return Status::ok();
-    ForwardWorkspace& ws = *ws_;
-    ws.spans.clear();
-    for (int64_t s = 0; s < plan.n_seqs(); ++s) {
-        const int64_t t0 = plan.cu_seqlens[s];
-        ws.spans.push_back({t0, plan.cu_seqlens[s + 1] - t0, plan.positions[t0]});
-    }
+    spans_of(plan, &ws_->spans);
     PlanAccess access(plan, kv, nullptr);  // the MTP layer has no GDN state
     run_mtp(plan.token_ids.data(), plan.positions.data(), hidden, plan.logits_rows, access, opt, logits, greedy_ids,
             hidden_out);
