@@ -19,10 +19,11 @@ double now_seconds() {
 // While the engine speculates, a request's pending MTP rows are run once this many have gathered even
 // when it drafts nothing (a prefill chunk), so they stay few.
 constexpr int64_t kMtpCatchUpRows = 64;
-// While plain decoding wins (the cost model chose k = 0), the MTP layer is run for the probing request
-// only: the others keep up to this many pending rows (4 KiB each at H = 1024), caught up when drafting
-// resumes; beyond it their MTP cache goes stale and they never draft again (the catch-up costs about one
-// decoder layer per token: ~4% of a c = 16 step at the 0.8B shape, measured).
+// While plain decoding wins (the cost model chose k = 0), the MTP layer runs only for a probe: every
+// request keeps up to this many pending rows (4 KiB each at H = 1024), caught up when it drafts again;
+// beyond it its MTP cache goes stale and it never drafts again (the catch-up costs about one decoder
+// layer per token: ~4% of a c = 16 step at the 0.8B shape, measured). The probe interval stays below it
+// (SpecCostModel::kMaxExplorePeriod), so the probing request never goes stale.
 constexpr int64_t kMaxPendingMtpRows = 1024;
 }  // namespace
 
@@ -193,8 +194,9 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
         const int kr = drafts_for(&r);
         if (kr == 0) s.drafts.clear();
         if (n == 0) continue;  // unchanged since its drafts were made: they still hold
-        // Catch up: to draft; or every kMtpCatchUpRows rows while speculating; the probing request always.
-        if (kr == 0 && !((speculating_ || s.id == mtp_keeper_) && n >= kMtpCatchUpRows)) continue;
+        // Catch up: to draft (a probe included: the probing request's rows wait for its next probe, and
+        // are never run if it finishes first); or every kMtpCatchUpRows rows while speculating.
+        if (kr == 0 && !(speculating_ && n >= kMtpCatchUpRows)) continue;
         rows_of.push_back(&r);
     }
     if (rows_of.empty()) return;

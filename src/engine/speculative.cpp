@@ -115,7 +115,7 @@ namespace {
 constexpr double kEma = 0.1;       // weight of a new draft-step time
 constexpr int kWindow = 8;         // step-time samples kept per (bucket, k)
 constexpr double kDecay = 0.995;   // per observation, for the acceptance counts (~200 recent drafts)
-constexpr double kPriorSeen = 2.0;  // weight of the acceptance prior, in drafts
+constexpr double kPriorSeen = 1.0;  // weight of the acceptance prior, in drafts
 }  // namespace
 
 void SpecCostModel::reset(int max_k) {
@@ -164,7 +164,7 @@ int SpecCostModel::choose(int batch) {
     const std::vector<double>& t = step_s_[b];
     const std::vector<int>& n = samples_[b];
     if (n[0] < 2) return 0;  // plain decoding first: the baseline every other k is judged against
-    if (seen_[0] < 2) {      // then the acceptance, from one-sequence probes (almost free)
+    if (seen_[0] < 4) {      // then the acceptance, from one-sequence probes (almost free)
         probe_ = batch > 1;
         return 1;
     }
