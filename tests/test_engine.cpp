@@ -76,6 +76,7 @@ SamplingParams greedy(int n) {
 class EngineGolden : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
 
 TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
+    OneThread one_thread;  // test_util.h: logic, not speed
     std::optional<WeightFormat> q;
     ASSERT_TRUE(parse_quantization(std::get<1>(GetParam()), &q));
     Loaded l = load(golden_dir(std::get<0>(GetParam())), q);

@@ -248,6 +248,7 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, Golden,
 // with AVX2: its bf16 dot products are f32 FMAs in another order, and on an AVX2-only EPYC VM 17 prompts
 // were identical (measured at 679b5ec, before the hardening work, which changes no numerics).
 TEST(DemoModel, Bf16FastMatchesF32ReferenceOnChatPrompts) {
+    OneThread one_thread;  // test_util.h: logic, not speed
     auto m = Model::load(demo_model_dir());
     ASSERT_TRUE(m.is_ok()) << m.message();
     auto tok = Tokenizer::load(demo_model_dir());

@@ -23,6 +23,7 @@ namespace {
 class ServerTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
+        set_global_threads(1);  // test_util.h OneThread: the engine's logic under load, not its speed
         auto m = Model::load(demo_model_dir());
         ASSERT_TRUE(m.is_ok()) << m.message();
         auto t = Tokenizer::load(demo_model_dir());
@@ -49,6 +50,7 @@ protected:
         thread_->join();
         delete thread_;
         delete server_;
+        set_global_threads(default_thread_count());
     }
     static httplib::Client client() {
         httplib::Client c("127.0.0.1", server_->bound_port());

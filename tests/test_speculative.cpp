@@ -32,14 +32,6 @@ constexpr bool kSanitized = true;
 constexpr bool kSanitized = false;
 #endif
 
-// These tests run one worker thread: ctest runs two test processes at once on this 2-core machine, and
-// two spinning 2-thread pools slowed each other 10-30x (they are bandwidth- and latency-bound tests of
-// logic, not of speed).
-struct OneThread {
-    OneThread() { set_global_threads(1); }
-    ~OneThread() { set_global_threads(default_thread_count()); }
-};
-
 std::shared_ptr<const Model> load_mtp(const std::string& dir) {
     LoadOptions lo;
     lo.mtp = true;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/thread_pool.h"
 #include "model/make_model.h"
 #include "ops/dispatch.h"
 #include "util/json_file.h"
@@ -20,6 +21,14 @@ namespace gdn::test {
 inline std::string source_dir() { return GDN_SOURCE_DIR; }
 inline std::string golden_dir(const std::string& family) { return source_dir() + "/tests/data/golden/" + family; }
 inline std::string demo_model_dir() { return source_dir() + "/models/demo"; }
+
+// Runs a test body on one worker thread. ctest runs two test processes at once on the 2-core CI machine,
+// and two spinning 2-thread pools slowed each other 10-30x; tests of engine logic (results never depend
+// on the thread count) take this, the kernel tests keep the default pool.
+struct OneThread {
+    OneThread() { set_global_threads(1); }
+    ~OneThread() { set_global_threads(default_thread_count()); }
+};
 
 // The demo model's 20 chat prompts of the golden and speculative tests (also bench/demo_chat_prompts.txt).
 inline const std::vector<std::string>& demo_chat_messages() {

@@ -93,7 +93,7 @@ void Engine::keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int6
     }
     r.mtp_hidden.resize(have * H);
     if (r.mtp_stale) return;
-    if (have + n_rows > kMaxPendingMtpRows) {  // see kMaxPendingMtpRows
+    if (!speculating_ && have + n_rows > kMaxPendingMtpRows) {  // see kMaxPendingMtpRows (speculating: caught up this step)
         r.mtp_stale = true;
         r.mtp_hidden.clear();
         r.mtp_hidden.shrink_to_fit();
