@@ -64,14 +64,6 @@ std::vector<std::vector<int32_t>> prompts(int n, uint32_t seed) {
     return p;
 }
 
-SamplingParams greedy(int n) {
-    SamplingParams s;
-    s.temperature = 0;
-    s.max_tokens = n;
-    s.ignore_eos = true;
-    return s;
-}
-
 // Every family, in its checkpoint's floats and quantized at load (the engine must not care).
 class EngineGolden : public ::testing::TestWithParam<std::tuple<const char*, const char*>> {};
 

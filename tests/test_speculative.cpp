@@ -155,13 +155,6 @@ std::vector<Prompt> demo_chat_prompts() {
     return v;
 }
 
-SamplingParams greedy(int n) {
-    SamplingParams s;
-    s.temperature = 0;
-    s.max_tokens = n;
-    s.ignore_eos = true;
-    return s;
-}
 
 }  // namespace
 

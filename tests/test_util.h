@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/sampling.h"
 #include "model/make_model.h"
 #include "ops/dispatch.h"
 #include "util/json_file.h"
@@ -21,6 +22,15 @@ namespace gdn::test {
 inline std::string source_dir() { return GDN_SOURCE_DIR; }
 inline std::string golden_dir(const std::string& family) { return source_dir() + "/tests/data/golden/" + family; }
 inline std::string demo_model_dir() { return source_dir() + "/models/demo"; }
+
+// Greedy decoding of exactly n tokens (end-of-sequence ids do not stop it).
+inline SamplingParams greedy(int n) {
+    SamplingParams s;
+    s.temperature = 0;
+    s.max_tokens = n;
+    s.ignore_eos = true;
+    return s;
+}
 
 // Runs a test body on one worker thread. ctest runs two test processes at once on the 2-core CI machine,
 // and two spinning 2-thread pools slowed each other 10-30x; tests of engine logic (results never depend

@@ -34,8 +34,8 @@ Engine::~Engine() = default;
 
 size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size,
                                const SpeculativeConfig& spec) {
-    const bool mtp = spec.enabled() && spec.method == SpecMethod::MTP;
-    const int slots_per_seq = 1 + (spec.enabled() ? spec.num_speculative_tokens : 0);
+    const bool mtp = spec.uses_mtp();
+    const int slots_per_seq = spec.state_slots_per_sequence();
     const size_t block = KvCache::bytes_per_block(std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0),
                                                   static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size,
                                                   kv_dtype);
@@ -62,12 +62,11 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
     if (cfg.kv_dtype != DType::F32 && cfg.kv_dtype != DType::BF16) return bad("the KV cache dtype must be f32 or bf16");
     const SpeculativeConfig& spec = cfg.speculative;
-    const bool mtp = spec.enabled() && spec.method == SpecMethod::MTP;
+    const bool mtp = spec.uses_mtp();
     if (mtp && !model->has_mtp())
         return bad("MTP speculation needs the model's MTP layer: load it with LoadOptions::mtp (the tools do this "
                    "for --speculative-config '{\"method\": \"mtp\", ...}')");
-    // Slots per running request: its own, plus one per draft while a step verifies them.
-    const int slots_per_seq = 1 + (spec.enabled() ? spec.num_speculative_tokens : 0);
+    const int slots_per_seq = spec.state_slots_per_sequence();
     const int n_attn = std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0);  // the MTP layer's KV rides along
     if (cfg.kv_dtype == DType::BF16 && !cfg.bf16)
         return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
@@ -113,7 +112,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     e->kv_ = std::make_unique<KvCache>(c.n_attention_layers() + (mtp ? 1 : 0), row, n_blocks, cfg.block_size,
                                        cfg.kv_dtype);
     e->slot_bytes_ = slot_bytes;
-    e->cost_.reset(spec.enabled() ? spec.num_speculative_tokens : 0);
+    e->cost_.reset(spec.max_drafts());
     e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots);
     SchedulerConfig sc;
     sc.max_num_seqs = cfg.max_num_seqs;
@@ -281,8 +280,7 @@ void Engine::build_plan(const SchedulerOutput& so) {
         p.cu_seqlens.push_back(p.n_tokens());
         p.state_slot.push_back(r.slot);
         p.has_initial_state.push_back(r.num_computed > 0 ? 1 : 0);
-        for (int64_t b = 0; b < max_blocks; ++b)
-            p.block_tables.push_back(b < static_cast<int64_t>(r.blocks.size()) ? r.blocks[b] : -1);
+        p.push_block_table(r.blocks);
         if (c.num_draft > 0) {
             // A verification: logits for every row; the state after the real token stays in place, the
             // state after draft i goes to spare slot i.
@@ -351,7 +349,7 @@ std::span<const RequestOutput> Engine::step() {
                           r.params.presence_penalty == 0.0f && r.params.frequency_penalty == 0.0f &&
                           static_cast<int>(r.output.size()) >= r.params.min_tokens;
         }
-        const bool mtp = cfg_.speculative.enabled() && cfg_.speculative.method == SpecMethod::MTP;
+        const bool mtp = cfg_.speculative.uses_mtp();
         const uint64_t reads_before = device_to_host_reads();  // plan "uploaded"
         const double tf = now_s();
         Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_, all_greedy ? &greedy_ids_ : nullptr,

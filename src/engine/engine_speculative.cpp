@@ -217,8 +217,7 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
         p.cu_seqlens.push_back(p.n_tokens());
         p.state_slot.push_back(s.slot);
         p.has_initial_state.push_back(1);
-        for (int64_t b = 0; b < max_blocks; ++b)
-            p.block_tables.push_back(b < static_cast<int64_t>(s.blocks.size()) ? s.blocks[b] : -1);
+        p.push_block_table(s.blocks);
         const int kr = drafts_for(r);
         if (kr > 0 && r->mtp_done + n == s.num_computed) {
             p.logits_rows.push_back(p.n_tokens() - 1);
@@ -271,8 +270,7 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
             p.cu_seqlens.push_back(p.n_tokens());
             p.state_slot.push_back(s.slot);
             p.has_initial_state.push_back(1);
-            for (int64_t b = 0; b < max_blocks; ++b)
-                p.block_tables.push_back(b < static_cast<int64_t>(s.blocks.size()) ? s.blocks[b] : -1);
+            p.push_block_table(s.blocks);
             p.logits_rows.push_back(p.n_tokens() - 1);
             idx.push_back(i);
         }

@@ -24,6 +24,12 @@ struct BatchPlan {
     std::vector<int64_t> gdn_out_offset;     // [S + 1] or empty
     std::vector<int32_t> gdn_out_slot;       // [sum of verified sequences' tokens]
 
+    // Appends one sequence's row of block_tables: its blocks, -1 up to max_blocks.
+    void push_block_table(const std::vector<int32_t>& blocks) {
+        for (int64_t b = 0; b < max_blocks; ++b)
+            block_tables.push_back(b < static_cast<int64_t>(blocks.size()) ? blocks[b] : -1);
+    }
+
     int64_t n_tokens() const { return static_cast<int64_t>(token_ids.size()); }
     int64_t n_seqs() const { return cu_seqlens.empty() ? 0 : static_cast<int64_t>(cu_seqlens.size()) - 1; }
     void clear() {

@@ -18,7 +18,7 @@ Result<LoadOptions> load_options(const Args& a) {
     if (!parse_quantization(v, &o.quantization))
         return Status::error("--quantization must be int8, int4 or none, got '" + v + "'");
     GDN_ASSIGN_OR_RETURN(SpeculativeConfig spec, speculative_config(a));
-    o.mtp = spec.enabled() && spec.method == SpecMethod::MTP;
+    o.mtp = spec.uses_mtp();
     o.mtp_draft_head = spec.draft_head;
     return o;
 }
