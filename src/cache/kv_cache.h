@@ -1,25 +1,19 @@
 // Paged KV cache for the full-attention layers: a pool of fixed-size blocks with a free list, and one K
 // and one V arena per attention layer, allocated once, contiguous, in the layout the attention kernel
 // reads ([block][slot][Hkv * D], f32 or bf16). Requests own lists of block ids (block tables); nothing
-// is copied or made contiguous per step. A bf16 cache (--kv-cache-dtype bf16) holds twice the tokens and
+// is copied or made contiguous per step. The block bookkeeping (refcounts, prefix-cache identities, LRU)
+// is BlockPool's, pure logic. A bf16 cache (--kv-cache-dtype bf16) holds twice the tokens and
 // is read at half the bandwidth; it rounds K and V unless they are bf16 values already (HF rounding).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "cache/id_pool.h"
+#include "cache/block_pool.h"
 #include "core/buffer.h"
 #include "core/dtype.h"
 
 namespace gdn {
-
-// Block bookkeeping only (no tensors): unit-testable without a model.
-class BlockPool : public IdPool {
-public:
-    explicit BlockPool(int32_t n_blocks) : IdPool(n_blocks, "block") {}
-    int32_t n_blocks() const { return size(); }
-};
 
 class KvCache {
 public:

@@ -1,7 +1,8 @@
 // GDN state slots: each running request owns one slot holding, for every GDN layer, the conv state
 // ([K-1, CD], last raw inputs) and the recurrent state ([Hv, Dk, Dv] f32), dense per layer in the layout
 // the kernels read. A new request's slot is not cleared here: the first forward of a sequence
-// (has_initial_state = false, from its computed-token count) zeroes exactly that slot's memory.
+// (has_initial_state = false, from its computed-token count) zeroes exactly that slot's memory. The same
+// arena holds the prefix cache's snapshots (SnapshotCache says which slots).
 #pragma once
 
 #include <cstdint>
@@ -20,12 +21,15 @@ public:
     void release(int32_t slot) { ids_.release(slot); }
     float* conv(int layer, int32_t slot) { return conv_.as<float>() + (int64_t{layer} * n_slots_ + slot) * conv_n_; }
     float* ssm(int layer, int32_t slot) { return ssm_.as<float>() + (int64_t{layer} * n_slots_ + slot) * ssm_n_; }
+    // Copies every layer's state of slot `from` into slot `to` (prefix-cache snapshots and restores).
+    void copy(int32_t from, int32_t to);
     static size_t bytes_per_slot(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats) {
         return static_cast<size_t>(n_gdn_layers) * (conv_floats + ssm_floats) * sizeof(float);
     }
 
 private:
     IdPool ids_;
+    int n_layers_;
     int64_t n_slots_, conv_n_, ssm_n_;
     // All layers' states in one buffer each, [layer][slot][state]: large enough for huge pages even with
     // few slots (per-layer buffers of a few slots were on 4 KiB pages, and a decode step reads each

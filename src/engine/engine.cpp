@@ -94,17 +94,32 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         if (cfg.max_num_batched_tokens < cfg.max_num_seqs + 64) cfg.max_num_batched_tokens = cfg.max_num_seqs + 64;
     }
     const int32_t n_slots = cfg.max_num_seqs * slots_per_seq;
+    if (cfg.prefix_snapshot_interval < 0) return bad("the prefix snapshot interval must be >= 0 tokens");
+    const int32_t n_snapshots =
+        cfg.enable_prefix_caching ? static_cast<int32_t>(std::min<size_t>(cfg.prefix_cache_memory / slot_bytes, 1 << 20)) : 0;
+    if (cfg.enable_prefix_caching && c.n_gdn_layers() > 0 && n_snapshots == 0)
+        GDN_LOG_WARN("--prefix-cache-memory %.1f MiB holds no GDN state snapshot (%.2f MiB each): prefix caching "
+                     "will find no hits",
+                     cfg.prefix_cache_memory / 1048576.0, slot_bytes / 1048576.0);
     const int32_t n_blocks = static_cast<int32_t>((cfg.cache_memory - n_slots * slot_bytes) / block_bytes);
     const std::string spec_note =
         spec.enabled() ? strprintf(" (%d per sequence: speculation %s)", slots_per_seq, spec.describe().c_str()) : "";
     e->memory_plan_ = strprintf(
         "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens (%.1f MiB); "
         "GDN state slot %.2f MiB (%d layers); %d slots%s (%.1f MiB); max_model_len %d, max_num_seqs %d, "
-        "max_num_batched_tokens %d%s%s",
+        "max_num_batched_tokens %d; %s%s%s",
         cfg.block_size, block_bytes / 1024.0, dtype_name(cfg.kv_dtype), n_attn, mtp ? " incl. MTP" : "", n_blocks,
         (long long)n_blocks * cfg.block_size, n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0,
         c.n_gdn_layers(), n_slots, spec_note.c_str(), n_slots * slot_bytes / 1048576.0, cfg.max_model_len,
-        cfg.max_num_seqs, cfg.max_num_batched_tokens, note.empty() ? "" : "\n", note.c_str());
+        cfg.max_num_seqs, cfg.max_num_batched_tokens,
+        cfg.enable_prefix_caching
+            ? strprintf("prefix cache: %d GDN state snapshots (%.1f MiB of --prefix-cache-memory %.1f MiB), every "
+                        "%d prompt tokens and at message, prompt and generation ends",
+                        n_snapshots, n_snapshots * slot_bytes / 1048576.0, cfg.prefix_cache_memory / 1048576.0,
+                        cfg.prefix_snapshot_interval)
+                  .c_str()
+            : "prefix caching off",
+        note.empty() ? "" : "\n", note.c_str());
     GDN_LOG_INFO("%s", e->memory_plan_.c_str());
     e->cfg_ = cfg;
     e->model_ = std::move(model);
@@ -113,12 +128,16 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
                                        cfg.kv_dtype);
     e->slot_bytes_ = slot_bytes;
     e->cost_.reset(spec.max_drafts());
-    e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots);
+    e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots + n_snapshots);
     SchedulerConfig sc;
     sc.max_num_seqs = cfg.max_num_seqs;
     sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
     sc.max_prefill_chunk = cfg.max_prefill_chunk;
     e->scheduler_ = std::make_unique<Scheduler>(sc, e->kv_->pool(), e->slots_.get(), n_slots, cfg.block_size);
+    if (cfg.enable_prefix_caching) {
+        e->snapshots_ = std::make_unique<SnapshotCache>(n_snapshots, n_blocks);
+        e->scheduler_->enable_prefix_cache(e->snapshots_.get());
+    }
     e->eos_ids_ = c.eos_token_ids;
     if (e->tok_ && e->tok_->eos_token_id() >= 0 &&
         std::find(e->eos_ids_.begin(), e->eos_ids_.end(), e->tok_->eos_token_id()) == e->eos_ids_.end())
@@ -138,6 +157,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     p.state_slot.reserve(S);
     p.has_initial_state.reserve(S);
     p.logits_rows.reserve(S * slots_per_seq);
+    p.gdn_out_offset.reserve(S + 1);
+    p.gdn_out_slot.reserve(S * slots_per_seq);
     p.block_tables.reserve(S * blocks_one_seq);
     return e;
 }
@@ -184,6 +205,7 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     r->sched->blocks.reserve((n + r->params.max_tokens + cfg_.block_size - 1) / cfg_.block_size);
     r->sched->num_prompt = n;
     r->sched->max_total_tokens = n + r->params.max_tokens;
+    if (cfg_.enable_prefix_caching) r->sched->snapshot_at = snapshot_positions(prompt, r->sched->tokens);
     const int64_t id = r->sched->id;
     scheduler_->add(r->sched);
     prompt_tokens_total_ += n;
@@ -266,8 +288,9 @@ void Engine::build_plan(const SchedulerOutput& so) {
     for (const auto& c : so.chunks) max_blocks = std::max<int64_t>(max_blocks, c.req->blocks.size());
     p.max_blocks = max_blocks;
     p.cu_seqlens.push_back(0);
-    const bool spec = cfg_.speculative.enabled();
-    if (spec) p.gdn_out_offset.push_back(0);
+    // Per-token GDN output slots: verifications, and decode steps that keep their input state (prefix cache).
+    const bool outs = cfg_.speculative.enabled() || cfg_.enable_prefix_caching;
+    if (outs) p.gdn_out_offset.push_back(0);
     for (const auto& c : so.chunks) {
         SchedRequest& r = *c.req;
         const int64_t n_real = c.num_new - c.num_draft;  // then the drafts
@@ -285,13 +308,14 @@ void Engine::build_plan(const SchedulerOutput& so) {
             // A verification: logits for every row; the state after the real token stays in place, the
             // state after draft i goes to spare slot i.
             for (int64_t i = c.num_new; i > 0; --i) p.logits_rows.push_back(p.n_tokens() - i);
-            p.gdn_out_slot.push_back(r.slot);
+            p.gdn_out_slot.push_back(c.fresh_slot >= 0 ? c.fresh_slot : r.slot);
             for (int d = 0; d < c.num_draft; ++d) p.gdn_out_slot.push_back(c.spare_slots[d]);
         } else if (r.num_computed + c.num_new == static_cast<int64_t>(r.tokens.size())) {
             // Logits only where the chunk reaches the end of the known tokens (a new token is sampled there).
             p.logits_rows.push_back(p.n_tokens() - 1);
         }
-        if (spec) p.gdn_out_offset.push_back(static_cast<int64_t>(p.gdn_out_slot.size()));
+        if (c.num_draft == 0 && c.fresh_slot >= 0) p.gdn_out_slot.push_back(c.fresh_slot);  // a one-token step
+        if (outs) p.gdn_out_offset.push_back(static_cast<int64_t>(p.gdn_out_slot.size()));
     }
 }
 
@@ -330,6 +354,8 @@ std::span<const RequestOutput> Engine::step() {
     const int k_this_step = k_planned_;
     bool pure_decode = !so.chunks.empty();
     spec_state_bytes_ = 0;
+    do_state_copies(so.restores);  // prefix-cache hits start from their snapshots
+    scheduler_->restores_done();
     if (!so.chunks.empty()) {
         build_plan(so);
         ForwardOptions fo;
@@ -371,6 +397,8 @@ std::span<const RequestOutput> Engine::step() {
                 RequestOutput& out = next_output(c.req->id);
                 const int64_t before = c.req->num_computed;
                 verify(c, row, all_greedy, out);  // on_verified inside
+                do_state_copies(scheduler_->pending_copies());
+                scheduler_->pending_copies().clear();
                 if (mtp && r.finish == FinishReason::NONE)
                     keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.req->num_computed - before);
                 out.prompt_tokens = c.req->num_prompt;
@@ -379,6 +407,8 @@ std::span<const RequestOutput> Engine::step() {
             }
             const bool sampled = c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
             scheduler_->on_computed(c);
+            do_state_copies(scheduler_->pending_copies());
+            scheduler_->pending_copies().clear();
             if (mtp) keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.num_new);
             if (!sampled) continue;
             RequestOutput& out = next_output(c.req->id);
@@ -407,11 +437,14 @@ EngineStats Engine::stats() const {
     s.kv_blocks_total = kv_->pool().n_blocks();
     s.kv_blocks_free = kv_->pool().n_free();
     s.state_slots_total = slots_->n_slots();
-    s.state_slots_free = slots_->n_free();
+    // Snapshots count as free: an allocation evicts them (a leaked slot still shows as missing).
+    s.state_slots_free = slots_->n_free() + (snapshots_ ? snapshots_->size() : 0);
     s.preemptions = scheduler_->total_preemptions();
     s.prompt_tokens = prompt_tokens_total_;
     s.generation_tokens = generation_tokens_total_;
     s.finished = finished_total_;
+    s.prefix = scheduler_->prefix_stats();
+    s.prefix_snapshot_bytes = static_cast<int64_t>(slot_bytes_);
     s.spec = spec_;
     s.spec_state_bytes_last_step = spec_state_bytes_;
     s.spec_state_bytes_total = spec_state_bytes_total_;

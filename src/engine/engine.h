@@ -41,6 +41,13 @@ struct EngineConfig {
     // with LoadOptions::mtp) or from prompt lookup, verified k + 1 tokens per step. Each running request
     // may hold up to 1 + k GDN state slots during a step (the memory plan counts them).
     SpeculativeConfig speculative;
+    // Prefix caching (--enable-prefix-caching, on by default): full KV blocks are shared by content and
+    // GDN state snapshots are kept at block-aligned positions (message ends, prompt ends, generation ends
+    // and every prefix_snapshot_interval tokens of a prompt), in a pool of prefix_cache_memory bytes
+    // beside cache_memory. A request starts after its longest cached prefix that ends in a snapshot.
+    bool enable_prefix_caching = true;
+    size_t prefix_cache_memory = 1ull << 30;
+    int prefix_snapshot_interval = 1024;  // tokens; 0: none
 };
 
 // What the user asks for: text, token ids, or chat messages (rendered with the checkpoint's template).
@@ -85,6 +92,8 @@ struct EngineStats {
     int32_t state_slots_total = 0, state_slots_free = 0;
     int64_t preemptions = 0;
     int64_t prompt_tokens = 0, generation_tokens = 0, finished = 0;
+    PrefixCacheStats prefix;                 // zeros when prefix caching is off
+    int64_t prefix_snapshot_bytes = 0;       // one snapshot's size
     SpecCounters spec;                       // drafts verified and accepted, per position
     int64_t spec_state_bytes_last_step = 0;  // GDN state bytes written to spare slots by the last step's verifications
     int64_t spec_state_bytes_total = 0;
@@ -121,6 +130,10 @@ public:
     using DraftHook = std::function<void(int64_t id, const std::vector<int32_t>& tokens, int k,
                                          std::vector<int32_t>* drafts)>;
     void set_draft_hook(DraftHook h) { draft_hook_ = std::move(h); }
+    // Test hook: replaces the prefix cache's block hash (a constant forces every block into one bucket).
+    void set_prefix_hash_for_testing(BlockPool::HashFn f) { kv_->pool().set_hash_for_testing(std::move(f)); }
+    // Drops every unused cached block and snapshot.
+    void clear_prefix_cache() { scheduler_->clear_prefix_cache(); }
     // Test hook: pre-empt a running request now (recompute).
     bool force_preempt(int64_t id) { return scheduler_->preempt(id); }
     const Tokenizer& tokenizer() const { return *tok_; }
@@ -135,6 +148,10 @@ private:
     Engine() = default;
     bool pending_aborts_empty() const;
     void build_plan(const SchedulerOutput& so);
+    // Prefix caching (engine_prefix.cpp): the positions of a new request whose GDN state is kept, and the
+    // state copies the scheduler asks for.
+    std::vector<int64_t> snapshot_positions(const Prompt& prompt, const std::vector<int32_t>& ids) const;
+    void do_state_copies(const std::vector<SlotCopy>& copies);
     void emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, RequestOutput& out);
     // Speculative decoding (engine_speculative.cpp).
     // Accepts the longest verified prefix of a chunk's drafts plus one token from the target distribution
@@ -154,6 +171,7 @@ private:
     std::shared_ptr<const ChatTemplate> chat_;
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<StateSlots> slots_;
+    std::unique_ptr<SnapshotCache> snapshots_;
     std::unique_ptr<Scheduler> scheduler_;
     std::string memory_plan_;
     std::vector<int32_t> eos_ids_;

@@ -14,12 +14,20 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool& blocks, StateSlots* 
     for (int32_t s = n_slots - 1; s >= 0; --s) fake_slot_free_list_.push_back(s);
 }
 
-int32_t Scheduler::alloc_slot() {
-    if (slots_) return slots_->allocate();
-    if (fake_slot_free_list_.empty()) return -1;
-    const int32_t s = fake_slot_free_list_.back();
-    fake_slot_free_list_.pop_back();
-    --fake_free_slots_;
+int32_t Scheduler::alloc_slot(bool may_evict_snapshot) {
+    int32_t s = -1;
+    if (slots_) {
+        s = slots_->allocate();
+    } else if (!fake_slot_free_list_.empty()) {
+        s = fake_slot_free_list_.back();
+        fake_slot_free_list_.pop_back();
+        --fake_free_slots_;
+    }
+    // A snapshot's slot goes straight to the caller (it stays allocated in the slot pool).
+    if (s < 0 && may_evict_snapshot && snaps_) {
+        s = snaps_->evict_one();
+        if (s >= 0) pstats_.snapshot_evictions++;
+    }
     return s;
 }
 
@@ -30,6 +38,18 @@ void Scheduler::release_slot(int32_t s) {
         fake_slot_free_list_.push_back(s);
         ++fake_free_slots_;
     }
+}
+
+void Scheduler::enable_prefix_cache(SnapshotCache* snapshots) {
+    GDN_CHECK(blocks_.block_size() == block_size_, "prefix caching needs a block pool with the scheduler's block size");
+    snaps_ = snapshots;
+    blocks_.set_eviction_listener([this](int32_t b) {
+        const int32_t s = snaps_->remove(b);
+        if (s >= 0) {
+            release_slot(s);
+            pstats_.snapshot_evictions++;
+        }
+    });
 }
 
 void Scheduler::add(std::shared_ptr<SchedRequest> r) {
@@ -48,29 +68,143 @@ bool Scheduler::ensure_blocks(SchedRequest& r, int64_t n_tokens) {
 }
 
 void Scheduler::release(SchedRequest& r) {
-    for (int32_t b : r.blocks) blocks_.release(b);
+    // Last block first: the LRU then evicts a prefix's tail before its head (a head serves more prompts).
+    for (auto it = r.blocks.rbegin(); it != r.blocks.rend(); ++it) blocks_.release(*it);
     r.blocks.clear();
     if (r.slot >= 0) release_slot(r.slot);
     r.slot = -1;
+    r.num_committed = 0;
+    r.chain_tail = -1;
+    r.rolling_block = -1;
+}
+
+// The longest cached prefix of r's known tokens that ends in a snapshot, leaving at least one token to
+// compute (its logits are needed): its blocks join r's table, r starts after them.
+void Scheduler::lookup_prefix(SchedRequest& r) {
+    if (!snaps_ || r.num_computed != 0 || !r.blocks.empty()) return;
+    const int64_t n = static_cast<int64_t>(r.tokens.size());
+    chain_.clear();
+    int32_t parent = -1;
+    int64_t best = 0;
+    for (int64_t i = 0; (i + 1) * block_size_ <= n - 1; ++i) {
+        const int32_t b = blocks_.find(parent, r.tokens.data() + i * block_size_);
+        if (b < 0) break;
+        chain_.push_back(b);
+        parent = b;
+        if (snaps_->slot_of(b) >= 0) best = i + 1;
+    }
+    for (int64_t i = 0; i < best; ++i) {
+        blocks_.acquire(chain_[i]);
+        r.blocks.push_back(chain_[i]);
+    }
+    r.num_computed = r.num_cached = best * block_size_;
+    r.num_committed = static_cast<int32_t>(best);
+    r.chain_tail = best > 0 ? chain_[best - 1] : -1;
+    if (best > 0) snaps_->pin(r.chain_tail);  // until the restore copy is done
+}
+
+// Registers r's blocks that are now fully computed, each after the one before it.
+void Scheduler::commit_blocks(SchedRequest& r) {
+    if (!snaps_) return;
+    const int64_t full = r.num_computed / block_size_;
+    while (r.num_committed < full && r.chain_tail != -2) {
+        const int32_t i = r.num_committed;
+        const int32_t parent = i == 0 ? -1 : r.chain_tail;
+        const int32_t* toks = r.tokens.data() + static_cast<int64_t>(i) * block_size_;
+        if (blocks_.commit(r.blocks[i], parent, toks)) {
+            r.chain_tail = r.blocks[i];
+        } else {  // an identical block is registered (r keeps its private copy), or the chain was evicted
+            const int32_t f = blocks_.find(parent, toks);
+            r.chain_tail = f >= 0 ? f : -2;
+        }
+        ++r.num_committed;
+    }
+}
+
+bool Scheduler::wants_snapshot(const SchedRequest& r) const {
+    return snaps_ && snaps_->capacity() > 0 && r.num_computed > 0 && r.num_computed % block_size_ == 0 &&
+           r.num_committed == r.num_computed / block_size_ && r.chain_tail >= 0 && snaps_->slot_of(r.chain_tail) < 0;
+}
+
+// Room for one more snapshot: true if there is some; *freed is a slot an eviction gave up (still
+// allocated: the caller reuses or releases it), or -1. False when the cache is full of pinned snapshots.
+bool Scheduler::make_snapshot_room(int32_t* freed) {
+    *freed = -1;
+    if (!snaps_->full()) return true;
+    *freed = snaps_->evict_one();
+    if (*freed < 0) return false;
+    pstats_.snapshot_evictions++;
+    return true;
+}
+
+// Keeps r's state at num_computed as the snapshot of its prefix, as a copy of r.slot the engine makes
+// after this step.
+void Scheduler::snapshot_by_copy(SchedRequest& r) {
+    int32_t s;
+    if (!wants_snapshot(r) || !make_snapshot_room(&s)) return;
+    if (s < 0) s = alloc_slot();
+    if (s < 0) return;
+    copies_.push_back({r.slot, s});
+    snaps_->add(r.chain_tail, s);
+    pstats_.snapshots_taken++;
+}
+
+// Keeps r's state at num_computed, which is in `slot` (no longer r's), as the snapshot of its prefix; the
+// slot is released when it is not wanted. One provisional decode snapshot per request: it replaces the
+// previous one unless that was hit.
+void Scheduler::snapshot_by_adoption(SchedRequest& r, int32_t slot) {
+    if (r.rolling_block >= 0 && snaps_->slot_of(r.rolling_block) >= 0 && !snaps_->was_hit(r.rolling_block))
+        release_slot(snaps_->remove(r.rolling_block));
+    r.rolling_block = -1;
+    int32_t freed;
+    if (!wants_snapshot(r) || !make_snapshot_room(&freed)) {
+        release_slot(slot);
+        return;
+    }
+    if (freed >= 0) release_slot(freed);
+    snaps_->add(r.chain_tail, slot);
+    r.rolling_block = r.chain_tail;
+    pstats_.snapshots_taken++;
+}
+
+void Scheduler::on_computed(const ScheduledChunk& c) {
+    SchedRequest& r = *c.req;
+    if (c.fresh_slot >= 0) {  // r.slot holds the state at num_computed, the step's result is in fresh_slot
+        const int32_t old = r.slot;
+        r.slot = c.fresh_slot;
+        snapshot_by_adoption(r, old);
+    }
+    r.num_computed += c.num_new;
+    commit_blocks(r);
+    if (snaps_ && std::binary_search(r.snapshot_at.begin(), r.snapshot_at.end(), r.num_computed)) snapshot_by_copy(r);
 }
 
 void Scheduler::on_verified(const ScheduledChunk& c, int n_accepted) {
     SchedRequest& r = *c.req;
     GDN_CHECK(n_accepted >= 0 && n_accepted <= c.num_draft);
-    r.num_computed += c.num_new - c.num_draft + n_accepted;
-    const int32_t keep = n_accepted == 0 ? r.slot : c.spare_slots[n_accepted - 1];
-    if (r.slot != keep) release_slot(r.slot);
+    // The real token's state went to fresh_slot when r.slot is to become a snapshot, else in place.
+    const int32_t base = c.fresh_slot >= 0 ? c.fresh_slot : r.slot;
+    const int32_t keep = n_accepted == 0 ? base : c.spare_slots[n_accepted - 1];
+    if (base != keep) release_slot(base);
     for (int i = 0; i < c.num_draft; ++i)
         if (c.spare_slots[i] != keep) release_slot(c.spare_slots[i]);
-    r.slot = keep;
     r.drafts.clear();
+    ScheduledChunk accepted = c;  // as a plain chunk of the real token and the accepted drafts
+    accepted.num_new = c.num_new - c.num_draft + n_accepted;
+    accepted.num_draft = 0;
+    if (c.fresh_slot >= 0) {
+        accepted.fresh_slot = keep;  // r continues from keep, r.slot becomes the snapshot
+    } else {
+        r.slot = keep;
+    }
+    on_computed(accepted);
 }
 
 void Scheduler::preempt_request(std::shared_ptr<SchedRequest> r) {
     // Recompute: drop its caches and progress; it goes back to the front of the queue with its tokens.
     release(*r);
     r->drafts.clear();
-    r->num_computed = 0;
+    r->num_computed = r->num_cached = 0;
     r->status = RequestStatus::WAITING;
     r->num_preemptions++;
     total_preemptions_++;
@@ -106,6 +240,7 @@ void Scheduler::finish(int64_t id) {
 const SchedulerOutput& Scheduler::schedule() {
     out_.chunks.clear();
     out_.preempted.clear();
+    out_.restores.clear();
     out_.n_tokens = 0;
     int64_t budget = cfg_.max_num_batched_tokens;
     // Size of the next chunk of r within `avail` tokens: a prefill chunk ends on a GDN chunk boundary
@@ -117,6 +252,9 @@ const SchedulerOutput& Scheduler::schedule() {
             const int64_t end = (r.num_computed + n) / cfg_.gdn_chunk * cfg_.gdn_chunk;
             n = std::max<int64_t>(0, end - r.num_computed);
         }
+        // ... and at the request's next snapshot position, whose state is kept after the step.
+        auto q = std::upper_bound(r.snapshot_at.begin(), r.snapshot_at.end(), r.num_computed);
+        if (snaps_ && q != r.snapshot_at.end() && *q < r.num_computed + n) n = *q - r.num_computed;
         return n;
     };
     // 1. Running requests (decodes, and prefills in progress), oldest first.
@@ -137,6 +275,7 @@ const SchedulerOutput& Scheduler::schedule() {
                     budget += out_.chunks[c].num_new;
                     out_.n_tokens -= out_.chunks[c].num_new;
                     for (int d = 0; d < out_.chunks[c].num_draft; ++d) release_slot(out_.chunks[c].spare_slots[d]);
+                    if (out_.chunks[c].fresh_slot >= 0) release_slot(out_.chunks[c].fresh_slot);
                     out_.chunks.erase(out_.chunks.begin() + c);
                     break;
                 }
@@ -162,6 +301,10 @@ const SchedulerOutput& Scheduler::schedule() {
             c.num_draft = static_cast<int>(std::max<int64_t>(0, nd));
             c.num_new += c.num_draft;
         }
+        // A decode step at a block boundary keeps the state there as a snapshot (no copy: the step writes
+        // its result to a fresh slot).
+        if (n == 1 && r->num_computed + 1 == static_cast<int64_t>(r->tokens.size()) && wants_snapshot(*r))
+            c.fresh_slot = alloc_slot(/*may_evict_snapshot=*/true);
         out_.chunks.push_back(c);
         out_.n_tokens += c.num_new;
         budget -= c.num_new;
@@ -170,14 +313,24 @@ const SchedulerOutput& Scheduler::schedule() {
     // 2. Waiting requests, first come first served, while a slot, blocks and budget remain.
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
         auto r = waiting_.front();
+        if (free_slots() <= 0 && !(snaps_ && snaps_->size() > 0)) break;
+        lookup_prefix(*r);  // prefix caching: r may start after cached blocks
         const int64_t n = chunk_size(*r, budget);
-        if (n <= 0) break;
-        if (free_slots() <= 0) break;
-        if (!ensure_blocks(*r, r->num_computed + n)) {
-            release(*r);  // partial allocation returned; it stays first in line
+        const int32_t slot = n > 0 && ensure_blocks(*r, r->num_computed + n) ? alloc_slot(/*may_evict_snapshot=*/true) : -1;
+        if (slot < 0) {
+            release(*r);  // blocks (and any cache hit) returned; it stays first in line
+            r->num_computed = r->num_cached = 0;
             break;
         }
-        r->slot = alloc_slot();
+        r->slot = slot;
+        if (r->num_cached > 0) {
+            out_.restores.push_back({snaps_->slot_of(r->chain_tail), r->slot});
+            snaps_->mark_hit(r->chain_tail);
+        }
+        if (snaps_) {
+            pstats_.query_tokens += static_cast<int64_t>(r->tokens.size());
+            pstats_.hit_tokens += r->num_cached;
+        }
         waiting_.pop_front();
         r->status = RequestStatus::RUNNING;
         running_.push_back(r);
@@ -186,6 +339,25 @@ const SchedulerOutput& Scheduler::schedule() {
         budget -= n;
     }
     return out_;
+}
+
+PrefixCacheStats Scheduler::prefix_stats() const {
+    PrefixCacheStats s = pstats_;
+    s.block_evictions = blocks_.evictions();
+    s.snapshots = snaps_ ? snaps_->size() : 0;
+    s.snapshot_capacity = snaps_ ? snaps_->capacity() : 0;
+    s.cached_blocks = blocks_.n_cached();
+    return s;
+}
+
+void Scheduler::clear_prefix_cache() {
+    if (!snaps_) return;
+    blocks_.clear_cache();  // unused blocks: their snapshots go with them (the eviction listener)
+    for (int32_t b = 0; b < blocks_.n_blocks(); ++b) {
+        const int32_t s = snaps_->slot_of(b);
+        if (s >= 0) release_slot(snaps_->remove(b));
+    }
+    for (auto& r : running_) r->rolling_block = -1;
 }
 
 }  // namespace gdn

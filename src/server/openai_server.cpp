@@ -440,6 +440,24 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
         gauge("gdn_state_slots_total", "GDN state slots", st.state_slots_total);
         gauge("gdn_state_slots_free", "free GDN state slots", st.state_slots_free);
         gauge("gdn_preemptions_total", "requests pre-empted (recompute)", double(st.preemptions), "counter");
+        // Prefix caching (vLLM's prefix_cache_queries / prefix_cache_hits, in tokens).
+        const PrefixCacheStats& pc = st.prefix;
+        gauge("gdn_prefix_cache_queries_total", "prompt tokens looked up in the prefix cache", double(pc.query_tokens),
+              "counter");
+        gauge("gdn_prefix_cache_hits_total", "prompt tokens found in the prefix cache (not computed)",
+              double(pc.hit_tokens), "counter");
+        gauge("gdn_prefix_cache_snapshots", "GDN state snapshots held", pc.snapshots);
+        gauge("gdn_prefix_cache_snapshots_capacity", "GDN state snapshots --prefix-cache-memory holds",
+              pc.snapshot_capacity);
+        gauge("gdn_prefix_cache_snapshot_bytes", "memory held by GDN state snapshots",
+              double(pc.snapshots) * double(st.prefix_snapshot_bytes));
+        gauge("gdn_prefix_cache_snapshots_taken_total", "GDN state snapshots taken", double(pc.snapshots_taken),
+              "counter");
+        gauge("gdn_prefix_cache_snapshot_evictions_total", "GDN state snapshots evicted",
+              double(pc.snapshot_evictions), "counter");
+        gauge("gdn_prefix_cache_block_evictions_total", "cached KV blocks evicted for reuse", double(pc.block_evictions),
+              "counter");
+        gauge("gdn_prefix_cache_blocks", "KV blocks registered in the prefix cache (in use or not)", pc.cached_blocks);
         // Speculative decoding (vLLM's spec_decode counters): a "draft" is one sequence-step that verified
         // drafts; mean acceptance length = 1 + accepted tokens / drafts.
         const SpecCounters& sc = st.spec;
