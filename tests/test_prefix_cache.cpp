@@ -11,6 +11,9 @@
 
 #include "cache/block_pool.h"
 #include "cache/snapshot_cache.h"
+#include <unistd.h>
+
+#include "engine/chat_prompt.h"
 #include "engine/engine.h"
 #include "engine/scheduler.h"
 #include "test_util.h"
@@ -406,6 +409,54 @@ TEST(PrefixGolden, PrefillOfDecodedTokensIsBitwiseEqualToTheirDecode) {
             (void)id;
         }
     }
+}
+
+}  // namespace
+
+namespace {
+
+// A Qwen3.5-style template (bench/qwen3_5_style_chat_template.jinja) re-renders earlier answers without
+// their reasoning and ends the generation prompt with "<think>\n": the next prompt diverges right after
+// the last user message, and the message-end snapshot still gives everything up to there. On the
+// trained demo model, cache on and off agree.
+TEST(PrefixCache, Qwen35StyleTemplateReusesEverythingUpToTheLastUserMessage) {
+    OneThread one_thread;
+    TempDir dir;
+    const std::string demo = demo_model_dir();
+    for (const char* f : {"config.json", "generation_config.json", "tokenizer.json"})
+        write_bytes(dir.path() + "/" + f, read_bytes(demo + "/" + f));
+    ASSERT_EQ(symlink((demo + "/model.safetensors").c_str(), (dir.path() + "/model.safetensors").c_str()), 0);
+    auto tc = parse_json(read_bytes(demo + "/tokenizer_config.json"), "tokenizer_config");
+    ASSERT_TRUE(tc.is_ok());
+    (*tc)["chat_template"] = read_bytes(source_dir() + "/bench/qwen3_5_style_chat_template.jinja");
+    write_bytes(dir.path() + "/tokenizer_config.json", tc->dump());
+    Loaded l = load(dir.path());
+    EngineConfig on, off;
+    off.enable_prefix_caching = false;
+    auto e_on = make_engine(l, on), e_off = make_engine(l, off);
+    Json msgs = chat({{"system", "You are a fortune cookie."}});
+    const char* asks[] = {"Tell me a fortune about the sea.", "Define river.", "Tell me a joke.", "Thanks, bye!"};
+    int64_t prev_user_end = 0;
+    for (int turn = 0; turn < 4; ++turn) {
+        msgs.push_back({{"role", "user"}, {"content", asks[turn]}});
+        auto rc = render_chat(*e_on->chat_template(), *l.tok, msgs, std::nullopt, Json::object());
+        ASSERT_TRUE(rc.is_ok());
+        ASSERT_FALSE(rc->message_ends.empty());
+        SamplingParams sp = greedy(40);
+        sp.ignore_eos = false;
+        const int64_t hits_before = e_on->stats().prefix.hit_tokens;
+        const int64_t a = *e_on->add_request(Prompt::from_messages(msgs), sp);
+        const int64_t b = *e_off->add_request(Prompt::from_messages(msgs), sp);
+        auto got = run_all(*e_on)[a];
+        auto want = run_all(*e_off)[b];
+        EXPECT_EQ(got.tokens, want.tokens) << "turn " << turn;
+        const int64_t hit = e_on->stats().prefix.hit_tokens - hits_before;
+        EXPECT_GE(hit, prev_user_end / 16 * 16) << "turn " << turn << ": the history up to the last user message";
+        prev_user_end = rc->message_ends.back();
+        msgs.push_back({{"role", "assistant"}, {"content", "<think>\nhmm\n</think>\n\n" + got.text}});
+    }
+    EXPECT_GT(e_on->stats().prefix.hit_tokens, 0);
+    expect_pools_initial(*e_on, "qwen3.5-style conversation");
 }
 
 }  // namespace

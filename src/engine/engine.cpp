@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/log.h"
+#include "engine/chat_prompt.h"
 #include "engine/engine_request.h"
 
 namespace gdn {
@@ -167,14 +168,13 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     const int32_t V = model_->config().vocab;
     GDN_RETURN_IF_ERROR(params.validate(V));
     std::vector<int32_t> ids;
+    std::vector<int64_t> message_ends = prompt.message_ends;
     if (!prompt.messages.is_null()) {
         if (!chat_) return Status::error("this model has no chat template; send a prompt instead");
-        ChatRequest cr;
-        cr.messages = prompt.messages;
-        cr.enable_thinking = prompt.enable_thinking;
-        cr.extra = prompt.chat_template_kwargs;
-        GDN_ASSIGN_OR_RETURN(std::string text, chat_->render(cr));
-        ids = tok_->encode(text);
+        GDN_ASSIGN_OR_RETURN(RenderedChat rc,
+                             render_chat(*chat_, *tok_, prompt.messages, prompt.enable_thinking, prompt.chat_template_kwargs));
+        ids = std::move(rc.ids);
+        message_ends = std::move(rc.message_ends);
     } else if (!prompt.ids.empty()) {
         ids = prompt.ids;
         for (int32_t t : ids)
@@ -205,7 +205,7 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     r->sched->blocks.reserve((n + r->params.max_tokens + cfg_.block_size - 1) / cfg_.block_size);
     r->sched->num_prompt = n;
     r->sched->max_total_tokens = n + r->params.max_tokens;
-    if (cfg_.enable_prefix_caching) r->sched->snapshot_at = snapshot_positions(prompt, r->sched->tokens);
+    if (cfg_.enable_prefix_caching) r->sched->snapshot_at = snapshot_positions(message_ends, n);
     const int64_t id = r->sched->id;
     scheduler_->add(r->sched);
     prompt_tokens_total_ += n;

@@ -57,6 +57,9 @@ struct Prompt {
     Json messages;  // non-null: a chat request
     std::optional<bool> enable_thinking;
     Json chat_template_kwargs = Json::object();
+    // Token ids given with the token counts after complete chat messages (render_chat's message_ends,
+    // when the caller rendered the chat): where the prefix cache keeps states.
+    std::vector<int64_t> message_ends;
     static Prompt from_text(std::string t) {
         Prompt p;
         p.text = std::move(t);
@@ -150,7 +153,7 @@ private:
     void build_plan(const SchedulerOutput& so);
     // Prefix caching (engine_prefix.cpp): the positions of a new request whose GDN state is kept, and the
     // state copies the scheduler asks for.
-    std::vector<int64_t> snapshot_positions(const Prompt& prompt, const std::vector<int32_t>& ids) const;
+    std::vector<int64_t> snapshot_positions(const std::vector<int64_t>& message_ends, int64_t n_prompt) const;
     void do_state_copies(const std::vector<SlotCopy>& copies);
     void emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, RequestOutput& out);
     // Speculative decoding (engine_speculative.cpp).

@@ -1,5 +1,7 @@
 #include "server/completion_request.h"
 
+#include "engine/chat_prompt.h"
+
 #include <limits>
 
 #include "core/log.h"
@@ -218,17 +220,15 @@ std::optional<ApiError> parse_completion_request(const Json& b, bool chat, const
 }
 
 std::optional<ApiError> tokenize_prompt(CompletionRequest* r, const Tokenizer& tok, const ChatTemplate* chat,
-                                        const RequestLimits& lim, std::vector<int32_t>* ids) {
+                                        const RequestLimits& lim, std::vector<int32_t>* ids,
+                                        std::vector<int64_t>* message_ends) {
     const Prompt& p = r->prompt;
     if (!p.messages.is_null()) {
         if (!chat) return ApiError::invalid("this model has no chat template; send a prompt to /v1/completions instead", "messages");
-        ChatRequest cr;
-        cr.messages = p.messages;
-        cr.enable_thinking = p.enable_thinking;
-        cr.extra = p.chat_template_kwargs;
-        auto text = chat->render(cr);
-        if (!text) return ApiError::invalid("the chat template failed on these messages: " + text.message(), "messages");
-        *ids = tok.encode(*text);
+        auto rc = render_chat(*chat, tok, p.messages, p.enable_thinking, p.chat_template_kwargs);
+        if (!rc) return ApiError::invalid("the chat template failed on these messages: " + rc.message(), "messages");
+        *ids = std::move(rc->ids);
+        if (message_ends) *message_ends = std::move(rc->message_ends);
     } else if (!p.ids.empty()) {
         *ids = p.ids;
     } else {

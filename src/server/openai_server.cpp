@@ -28,6 +28,7 @@ int64_t unix_time() {
 // the HTTP I/O thread reads it (CompletionResponse).
 struct Job {
     std::vector<int32_t> ids;
+    std::vector<int64_t> message_ends;  // chat: where the prefix cache keeps states
     SamplingParams params;
     Waker wake;
     std::mutex mu;
@@ -145,7 +146,9 @@ void OpenAIServer::Impl::engine_loop() {
                 finish_job(*job, stopping ? shutting_down() : ApiError::invalid("cancelled"));
                 continue;
             }
-            auto id = engine->add_request(Prompt::from_ids(std::move(job->ids)), job->params);
+            Prompt prompt = Prompt::from_ids(std::move(job->ids));
+            prompt.message_ends = std::move(job->message_ends);
+            auto id = engine->add_request(prompt, job->params);
             if (!id) {
                 // Everything a client controls was checked before admission: this is our bug or a limit
                 // the checks missed, so it is logged, and the client hears what the engine said.
@@ -356,7 +359,7 @@ HandlerResult OpenAIServer::Impl::handle_completion(const HttpRequest& req, cons
     CompletionRequest cr;
     if (auto e = parse_completion_request(body, chat, limits, &cr)) return error_response(*e);
     auto job = std::make_shared<Job>();
-    if (auto e = tokenize_prompt(&cr, *tok, engine->chat_template(), limits, &job->ids)) return error_response(*e);
+    if (auto e = tokenize_prompt(&cr, *tok, engine->chat_template(), limits, &job->ids, &job->message_ends)) return error_response(*e);
     // Admission: beyond the running requests, at most max_queue wait.
     if (in_flight.fetch_add(1) >= engine->config().max_num_seqs + cfg.max_queue) {
         in_flight--;

@@ -85,15 +85,19 @@ void weight_traffic(const Model& m, double* bytes, double* flops, double* lm_flo
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-    auto args = Args::parse(argc, argv,
-                            {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype", "--kv-cache-dtype", "--concurrency",
-                             "--base-url", "--num-prompts", "--input-len", "--output-len", "--range-ratio",
-                             "--max-concurrency", "--request-rate", "--num-warmups", "--plot", "--api-key",
-                             "--served-model-name", "--seed", "--cache-memory", "--quantization",
-                             "--speculative-config", "--prompts-file"},
-                            {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos", "--speculation-ab"});
+    std::set<std::string> options = {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype",
+                                     "--kv-cache-dtype", "--concurrency", "--base-url", "--num-prompts", "--input-len",
+                                     "--output-len", "--range-ratio", "--max-concurrency", "--request-rate",
+                                     "--num-warmups", "--plot", "--api-key", "--served-model-name", "--seed",
+                                     "--cache-memory", "--quantization", "--speculative-config", "--prompts-file",
+                                     "--conversations", "--turns", "--turn-tokens", "--system-tokens"};
+    std::set<std::string> flags = {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos",
+                                   "--speculation-ab", "--multi-turn", "--shared-prefix"};
+    options.insert(kPrefixCacheOptions.begin(), kPrefixCacheOptions.end());
+    flags.insert(kPrefixCacheFlags.begin(), kPrefixCacheFlags.end());
+    auto args = Args::parse(argc, argv, options, flags);
     if (args && (args->has("--base-url") || args->has("--num-prompts") || args->has("--max-concurrency") ||
-                 args->has("--request-rate")))
+                 args->has("--request-rate") || args->has("--multi-turn") || args->has("--shared-prefix")))
         return cmd_bench_serve(*args);
     if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) {
         std::fprintf(stderr,
@@ -111,7 +115,15 @@ int cmd_bench(int argc, char** argv) {
                      "serving mode (vllm bench serve style):\n"
                      "       gdn bench (--base-url http://127.0.0.1:8000/v1 | --model DIR) [--num-prompts 64]\n"
                      "                 [--input-len 256] [--output-len 64] [--range-ratio 0] [--max-concurrency 1,4,8]\n"
-                     "                 [--request-rate inf|R] [--num-warmups 2] [--json FILE] [--plot FILE.svg]\n");
+                     "                 [--request-rate inf|R] [--num-warmups 2] [--json FILE] [--plot FILE.svg]\n"
+                     "conversations (prefix caching), through the chat API:\n"
+                     "       gdn bench (--base-url URL | --model DIR) --multi-turn [--conversations 4] [--turns 8]\n"
+                     "                 [--turn-tokens 300] [--output-len 64] [--system-tokens 0]: TTFT per turn, prompt\n"
+                     "                 tokens computed vs sent\n"
+                     "       gdn bench (--base-url URL | --model DIR) --shared-prefix [--system-tokens 2000]\n"
+                     "                 [--num-prompts 8] [--input-len 64] [--max-concurrency 1]: the first request's TTFT\n"
+                     "                 against the others'\n"
+                     "  with --model: [--no-enable-prefix-caching] [--prefix-cache-memory MiB] [--prefix-snapshot-interval N]\n");
         if (!args) std::fprintf(stderr, "gdn bench: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
     }
@@ -310,6 +322,7 @@ int cmd_bench(int argc, char** argv) {
                 ec.speculative = sc;
                 ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len, ec.kv_dtype,
                                                           ec.block_size, sc);
+                GDN_RETURN_IF_ERROR(apply_prefix_cache_options(*args, &ec));
                 GDN_ASSIGN_OR_RETURN(r->engine, Engine::create(shared, tok, ec));
                 return Status::ok();
             };

@@ -1,6 +1,7 @@
 // gdn bench (serving mode), in the manner of `vllm bench serve`: a random dataset sent to a running server
 // (--base-url) or to an in-process server on the model (--model), at one or more concurrency levels, with
 // Poisson arrivals; reports TTFT / TPOT / ITL and throughput, as a table, JSON (vLLM's key names) and SVG.
+// --multi-turn and --shared-prefix are the conversation workloads of cmd_bench_prefix.cpp.
 #include <httplib.h>
 
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include "ops/dispatch.h"
 #include "server/openai_server.h"
 #include "server/sse_reader.h"
+#include "tools/bench_target.h"
 #include "tools/args.h"
 #include "tools/model_loading.h"
 #include "tools/commands.h"
@@ -192,6 +194,7 @@ std::string plot_svg(const std::vector<Json>& runs) {
 }  // namespace
 
 int cmd_bench_serve(Args& a) {
+    if (a.has("--multi-turn") || a.has("--shared-prefix")) return cmd_bench_prefix(a);
     auto num_prompts = a.get_int("--num-prompts", 64), in_len = a.get_int("--input-len", 256),
          out_len = a.get_int("--output-len", 64), warmups = a.get_int("--num-warmups", 2),
          threads = a.get_int("--threads", default_thread_count()), seed = a.get_int("--seed", 0);
@@ -224,82 +227,17 @@ int cmd_bench_serve(Args& a) {
         rate = *r;
     }
     // Target: a running server, or an in-process one on --model.
-    std::string host = "127.0.0.1", prefix = "/v1", model_name = a.get("--served-model-name");
-    int port = 0;
-    std::unique_ptr<OpenAIServer> server;
-    std::thread server_thread;
-    int32_t vocab = 1000;
-    if (a.has("--base-url")) {
-        if (a.has("--quantization") || a.has("--speculative-config")) {
-            std::fprintf(stderr, "gdn bench: --quantization and --speculative-config apply to a local --model; the "
-                                 "server at --base-url chose them when it started\n");
-            return 2;
-        }
-        std::string url = a.get("--base-url");
-        const std::string scheme = "http://";
-        if (url.rfind(scheme, 0) != 0) {
-            std::fprintf(stderr, "gdn bench: --base-url must start with http://\n");
-            return 2;
-        }
-        url = url.substr(scheme.size());
-        const size_t slash = url.find('/');
-        const std::string hp = url.substr(0, slash);
-        prefix = slash == std::string::npos ? "/v1" : url.substr(slash);
-        const size_t colon = hp.find(':');
-        host = hp.substr(0, colon);
-        port = colon == std::string::npos ? 80 : std::atoi(hp.c_str() + colon + 1);
-        httplib::Client c(host, port);
-        if (auto r = c.Get((prefix + "/models").c_str()); r && r->status == 200) {
-            auto j = parse_json(r->body, "models");
-            if (j && (*j)["data"].is_array() && !(*j)["data"].empty()) {
-                if (model_name.empty()) model_name = (*j)["data"][0].value("id", "");
-                vocab = (*j)["data"][0].value("vocab_size", vocab);
-            }
-        } else {
-            std::fprintf(stderr, "gdn bench: cannot reach %s%s/models\n", a.get("--base-url").c_str(), "");
-            return 1;
-        }
-    } else if (a.has("--model")) {
-        if (Status ks = configure_kernels_from_env(); !ks) {
-            std::fprintf(stderr, "gdn bench: %s\n", ks.message().c_str());
-            return 2;
-        }
-        set_global_threads(static_cast<int>(*threads));
-        auto model = load_model_for_tool(a);
-        auto tok = Tokenizer::load(a.get("--model"));
-        if (!model || !tok) {
-            std::fprintf(stderr, "gdn bench: %s%s\n", model.message().c_str(), tok.message().c_str());
-            return 1;
-        }
-        vocab = (*model)->config().vocab;
-        EngineConfig ec;
-        ec.max_num_seqs = *std::max_element(levels.begin(), levels.end());
-        ec.max_model_len = static_cast<int>(*in_len * (1 + *ratio) + *out_len + 8);
-        ec.max_num_batched_tokens = std::max(512, ec.max_num_seqs + 64);
-        ec.cache_memory = static_cast<size_t>(a.get_int("--cache-memory", 2048).value()) << 20;
-        auto spec = speculative_config(a);
-        if (!spec) {
-            std::fprintf(stderr, "gdn bench: %s\n", spec.message().c_str());
-            return 2;
-        }
-        ec.speculative = *spec;
-        auto engine = Engine::create(std::shared_ptr<const Model>(std::move(*model)), *tok, ec);
-        if (!engine) {
-            std::fprintf(stderr, "gdn bench: %s\n", engine.message().c_str());
-            return 1;
-        }
-        ServerConfig sc;
-        sc.port = 0;
-        sc.served_model_name = model_name = "bench";
-        sc.http_threads = ec.max_num_seqs + 8;
-        server = std::make_unique<OpenAIServer>(std::move(*engine), *tok, sc);
-        server_thread = std::thread([&] { server->run(); });
-        for (int i = 0; i < 500 && server->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        port = server->bound_port();
-    } else {
-        std::fprintf(stderr, "gdn bench: serving mode needs --base-url URL or --model DIR\n");
-        return 2;
+    BenchSizing size;
+    size.max_num_seqs = *std::max_element(levels.begin(), levels.end());
+    size.max_model_len = static_cast<int>(*in_len * (1 + *ratio) + *out_len + 8);
+    auto target = open_bench_target(a, size);
+    if (!target) {
+        std::fprintf(stderr, "gdn bench: %s\n", target.message().c_str());
+        return 1;
     }
+    const std::string host = (*target)->host, prefix = (*target)->prefix, model_name = (*target)->model_name;
+    const int port = (*target)->port;
+    const int32_t vocab = (*target)->vocab;
     const std::string api_key = a.get("--api-key");
     std::mt19937 rng(static_cast<uint32_t>(*seed));
     auto make_prompt = [&](int64_t len) {
@@ -365,10 +303,7 @@ int cmd_bench_serve(Args& a) {
         std::fflush(stdout);
         runs.push_back(j);
     }
-    if (server) {
-        server->stop();
-        server_thread.join();
-    }
+    target->reset();
     if (a.has("--json")) {
         std::ofstream f(a.get("--json"));
         f << (runs.size() == 1 ? runs[0] : Json(runs)).dump(2) << "\n";

@@ -194,6 +194,7 @@ int cmd_run(int argc, char** argv) {
     ec.max_num_batched_tokens = 512 + 1;
     ec.max_model_len = static_cast<int>(std::min<int64_t>(prompt.size() + *n_new + 1, 1 << 30));
     ec.speculative = *spec;
+    ec.enable_prefix_caching = false;  // one request: nothing to share
     ec.max_num_batched_tokens += spec->num_speculative_tokens;
     ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len, ec.kv_dtype, ec.block_size, *spec);
     std::shared_ptr<const Model> shared(std::move(*model));

@@ -16,12 +16,14 @@
 namespace gdn {
 
 int cmd_serve(int argc, char** argv) {
-    auto args = Args::parse(argc, argv,
-                            {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
-                             "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype", "--kv-cache-dtype",
-                             "--block-size", "--max-queue", "--max-connections", "--http-threads", "--quantization",
-                             "--speculative-config"},
-                            {"--help", "--metrics-public"});
+    std::set<std::string> options = {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
+                                     "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype",
+                                     "--kv-cache-dtype", "--block-size", "--max-queue", "--max-connections",
+                                     "--http-threads", "--quantization", "--speculative-config"};
+    std::set<std::string> flags = {"--help", "--metrics-public"};
+    options.insert(kPrefixCacheOptions.begin(), kPrefixCacheOptions.end());
+    flags.insert(kPrefixCacheFlags.begin(), kPrefixCacheFlags.end());
+    auto args = Args::parse(argc, argv, options, flags);
     if (!args || args->has("--help") || !args->has("--model")) {
         std::fprintf(stderr,
                      "usage: gdn serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
@@ -30,7 +32,13 @@ int cmd_serve(int argc, char** argv) {
                      "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4] [--block-size 16]\n"
                      "                 [--max-queue 1024] [--max-connections 1024] [--http-threads 4] [--metrics-public]\n"
                      "                 [--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}']\n"
+                     "                 [--no-enable-prefix-caching] [--prefix-cache-memory MiB (1024)]\n"
+                     "                 [--prefix-snapshot-interval 1024]\n"
                      "  --speculative-config: vLLM's JSON; methods mtp (qwen3_next_mtp) and ngram (prompt_lookup_min/max).\n"
+                     "  Prefix caching (on by default): KV blocks shared by content and GDN state snapshots at message,\n"
+                     "  prompt and generation ends and every --prefix-snapshot-interval prompt tokens, in\n"
+                     "  --prefix-cache-memory beside --cache-memory; a request prefills only what follows its longest\n"
+                     "  cached prefix.\n"
                      "  --max-queue: requests admitted beyond --max-num-seqs; more get 503 with Retry-After.\n"
                      "  With --api-key, /metrics needs the key too unless --metrics-public; /health is always open.\n"
                      "  Endpoints: POST /v1/completions, /v1/chat/completions (stream: true for SSE), GET /v1/models,\n"
@@ -99,6 +107,10 @@ int cmd_serve(int argc, char** argv) {
         return 2;
     }
     ec.speculative = *spec;
+    if (Status ps = apply_prefix_cache_options(*args, &ec); !ps) {
+        std::fprintf(stderr, "gdn serve: %s\n", ps.message().c_str());
+        return 2;
+    }
     auto engine = Engine::create(std::shared_ptr<const Model>(std::move(*model)), *tok, ec);
     if (!engine) {
         std::fprintf(stderr, "gdn serve: %s\n", engine.message().c_str());

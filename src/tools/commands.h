@@ -4,7 +4,8 @@
 namespace gdn {
 
 class Args;
-int cmd_bench_serve(Args& args);  // gdn bench serving mode (cmd_bench_serve.cpp)
+int cmd_bench_serve(Args& args);   // gdn bench serving mode (cmd_bench_serve.cpp)
+int cmd_bench_prefix(Args& args);  // gdn bench --multi-turn / --shared-prefix (cmd_bench_prefix.cpp)
 
 int cmd_run(int argc, char** argv);
 int cmd_make_model(int argc, char** argv);

@@ -28,6 +28,36 @@ Result<SpeculativeConfig> speculative_config(const Args& a) {
     return SpeculativeConfig::parse(a.get("--speculative-config"));
 }
 
+const std::set<std::string> kPrefixCacheOptions = {"--prefix-cache-memory", "--prefix-snapshot-interval"};
+const std::set<std::string> kPrefixCacheFlags = {"--enable-prefix-caching", "--no-enable-prefix-caching"};
+
+Status apply_prefix_cache_options(const Args& a, EngineConfig* ec) {
+    if (a.has("--enable-prefix-caching") && a.has("--no-enable-prefix-caching"))
+        return Status::error("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
+    ec->enable_prefix_caching = !a.has("--no-enable-prefix-caching");
+    GDN_ASSIGN_OR_RETURN(long long mem, a.get_int("--prefix-cache-memory", static_cast<long long>(ec->prefix_cache_memory >> 20)));
+    GDN_ASSIGN_OR_RETURN(long long interval, a.get_int("--prefix-snapshot-interval", ec->prefix_snapshot_interval));
+    if (mem < 0 || mem > (1ll << 30)) return Status::error(strprintf("--prefix-cache-memory must be 0..2^30 MiB, got %lld", mem));
+    if (interval < 0 || interval > (1ll << 30))
+        return Status::error(strprintf("--prefix-snapshot-interval must be 0 (none) or a positive token count, got %lld", interval));
+    if (!ec->enable_prefix_caching && (a.has("--prefix-cache-memory") || a.has("--prefix-snapshot-interval")))
+        return Status::error("--prefix-cache-memory and --prefix-snapshot-interval need prefix caching, which "
+                             "--no-enable-prefix-caching turns off");
+    ec->prefix_cache_memory = static_cast<size_t>(mem) << 20;
+    ec->prefix_snapshot_interval = static_cast<int>(interval);
+    return Status::ok();
+}
+
+std::string prefix_cache_summary(const EngineStats& st) {
+    const PrefixCacheStats& p = st.prefix;
+    if (p.query_tokens == 0) return "";
+    return strprintf("prefix cache: %lld of %lld prompt tokens from the cache (%.1f%%), %d snapshots held (%.0f MiB), "
+                     "%lld snapshots and %lld blocks evicted",
+                     (long long)p.hit_tokens, (long long)p.query_tokens, 100.0 * p.hit_tokens / p.query_tokens, p.snapshots,
+                     p.snapshots * double(st.prefix_snapshot_bytes) / 1048576.0, (long long)p.snapshot_evictions,
+                     (long long)p.block_evictions);
+}
+
 std::string speculation_summary(const EngineStats& st) {
     const SpecCounters& c = st.spec;
     if (c.drafted == 0) return "";

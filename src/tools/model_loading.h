@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "core/status.h"
@@ -20,6 +21,15 @@ Result<LoadOptions> load_options(const Args& a);
 
 // --speculative-config JSON (vLLM's): disabled when absent.
 Result<SpeculativeConfig> speculative_config(const Args& a);
+
+// Prefix caching, vLLM's flags: --enable-prefix-caching / --no-enable-prefix-caching (on by default),
+// --prefix-cache-memory MiB (GDN state snapshots, beside --cache-memory), --prefix-snapshot-interval N.
+// The option and flag names, for Args::parse.
+extern const std::set<std::string> kPrefixCacheOptions, kPrefixCacheFlags;
+Status apply_prefix_cache_options(const Args& a, EngineConfig* ec);
+// "prefix cache: 9120 of 12000 prompt tokens from the cache (76.0%), 31 snapshots held (598 MiB)" (empty
+// when off or nothing was looked up).
+std::string prefix_cache_summary(const EngineStats& s);
 
 // "speculation: 812 drafts verified in 420 steps, 574 accepted (70.7%), per position 0.82 0.64 0.50, mean
 // acceptance length 2.37" (empty when nothing was drafted).

@@ -1,0 +1,30 @@
+// A chat request rendered to the token ids the model sees, with the token positions where its complete
+// messages end (the prefix cache keeps GDN states there). One implementation for the engine's
+// add_request and the server, which tokenizes before admission.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/status.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+#include "util/json_file.h"
+
+namespace gdn {
+
+struct RenderedChat {
+    std::vector<int32_t> ids;
+    // Token counts of the prompt's prefixes that end after a complete message: the last message before
+    // the generation prompt (a conversation's next turn repeats everything up to there even when the
+    // template re-renders earlier answers, as Qwen3.5's drops their reasoning) and a leading system
+    // message (shared by many conversations). Ascending; empty where the template cannot render that
+    // form without the generation prompt.
+    std::vector<int64_t> message_ends;
+};
+
+Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Json& messages,
+                                 std::optional<bool> enable_thinking, const Json& template_kwargs);
+
+}  // namespace gdn
