@@ -460,3 +460,63 @@ TEST(PrefixCache, Qwen35StyleTemplateReusesEverythingUpToTheLastUserMessage) {
 }
 
 }  // namespace
+
+namespace {
+
+// With MTP speculation, the MTP layer's KV rows are part of what a cached block holds: the next turns of
+// four conversations on the trained demo model give the tokens the cache-off engine gives, and their
+// drafts are accepted about as often (a hit whose MTP rows were missing would draft from garbage).
+TEST(PrefixCache, MtpSpeculationSharesTheMtpCacheAndStaysExact) {
+    OneThread one_thread;
+    LoadOptions lo;
+    lo.mtp = true;
+    auto m = Model::load(demo_model_dir(), nullptr, lo);
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    auto t = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(t.is_ok());
+    Loaded l{std::shared_ptr<const Model>(std::move(*m)), *t};
+    auto spec = SpeculativeConfig::parse(R"({"method":"mtp","num_speculative_tokens":2})");
+    ASSERT_TRUE(spec.is_ok());
+    struct Run {
+        std::vector<std::vector<int32_t>> outs;
+        EngineStats st;
+    };
+    const auto& asks = demo_chat_messages();
+    auto run = [&](bool cache) {
+        EngineConfig cfg;
+        cfg.speculative = *spec;
+        cfg.enable_prefix_caching = cache;
+        auto e = make_engine(l, cfg);
+        std::vector<Json> convs(4, Json::array());
+        Run r;
+        for (int turn = 0; turn < 3; ++turn) {
+            std::vector<int64_t> ids;
+            for (int c = 0; c < 4; ++c) {
+                convs[c].push_back({{"role", "user"}, {"content", asks[(c * 3 + turn) % asks.size()]}});
+                SamplingParams sp = greedy(48);
+                sp.ignore_eos = false;
+                ids.push_back(*e->add_request(Prompt::from_messages(convs[c]), sp));
+            }
+            auto got = run_all(*e);
+            for (int c = 0; c < 4; ++c) {
+                r.outs.push_back(got[ids[c]].tokens);
+                convs[c].push_back({{"role", "assistant"}, {"content", got[ids[c]].text}});
+            }
+        }
+        r.st = e->stats();
+        if (cache) expect_pools_initial(*e, "MTP + prefix caching");
+        return r;
+    };
+    const Run off = run(false), on = run(true);
+    EXPECT_EQ(on.outs, off.outs);
+    EXPECT_GT(on.st.prefix.hit_tokens, 0);
+    ASSERT_GT(off.st.spec.drafted, 0);
+    ASSERT_GT(on.st.spec.drafted, 0);
+    const double acc_off = double(off.st.spec.accepted) / off.st.spec.drafted;
+    const double acc_on = double(on.st.spec.accepted) / on.st.spec.drafted;
+    std::printf("MTP acceptance: cache off %.3f, on %.3f; %lld prompt tokens from the cache\n", acc_off, acc_on,
+                (long long)on.st.prefix.hit_tokens);
+    EXPECT_GT(acc_on, 0.85 * acc_off);
+}
+
+}  // namespace

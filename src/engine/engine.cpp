@@ -233,6 +233,7 @@ void Engine::finish(Request& r, FinishReason why, RequestOutput& out) {
             r.emitted = r.text.size();
         }
     }
+    if (why != FinishReason::ABORT) flush_mtp_rows(r);
     scheduler_->finish(r.sched->id);
     finished_total_++;
 }

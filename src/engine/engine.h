@@ -166,6 +166,8 @@ private:
     // After a step: drafts for the next one, as many per request as the cost model chooses.
     void propose_drafts();
     void mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int>& k_of);
+    void append_mtp_rows(Request& r);  // r's pending rows as one sequence of mtp_plan_
+    void flush_mtp_rows(Request& r);
     void finish(Request& r, FinishReason why, RequestOutput& out);
 
     EngineConfig cfg_;

@@ -87,7 +87,7 @@ void Engine::keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int6
         have = 0;
     } else if (first_pos < r.mtp_done + have) {
         have = first_pos - r.mtp_done;
-    } else if (first_pos > r.mtp_done + have) {  // not expected: the skipped slots keep stale MTP rows
+    } else if (first_pos > r.mtp_done + have) {  // a prefix-cache hit: the cached blocks hold those rows
         r.mtp_done = first_pos;
         have = 0;
     }
@@ -167,6 +167,46 @@ void Engine::propose_drafts() {
     }
 }
 
+// One sequence of the MTP plan: r's pending rows (slot t: h_t and token t+1).
+void Engine::append_mtp_rows(Request& r) {
+    BatchPlan& p = mtp_plan_;
+    SchedRequest& s = *r.sched;
+    const int64_t n = static_cast<int64_t>(r.mtp_hidden.size()) / model_->config().hidden;
+    for (int64_t j = 0; j < n; ++j) {
+        const int64_t slot = r.mtp_done + j;
+        p.token_ids.push_back(s.tokens[slot + 1]);
+        p.positions.push_back(slot);
+        p.slot_mapping.push_back(kv_->slot_of(s.blocks.data(), slot));
+    }
+    mtp_in_.insert(mtp_in_.end(), r.mtp_hidden.begin(), r.mtp_hidden.end());
+    p.cu_seqlens.push_back(p.n_tokens());
+    p.state_slot.push_back(s.slot);
+    p.has_initial_state.push_back(1);
+    p.push_block_table(s.blocks);
+}
+
+// Prefix caching: a finishing request's pending MTP rows are written before its blocks go to the cache,
+// so a later prompt that shares them drafts from a complete MTP cache. Only while speculating (rows
+// that wait for a probe are not worth an extra pass when drafts do not pay).
+void Engine::flush_mtp_rows(Request& r) {
+    if (!cfg_.enable_prefix_caching || !cfg_.speculative.uses_mtp() || !speculating_ || r.mtp_stale ||
+        r.mtp_hidden.empty())
+        return;
+    BatchPlan& p = mtp_plan_;
+    p.clear();
+    mtp_in_.clear();
+    p.max_blocks = std::max<int64_t>(1, r.sched->blocks.size());
+    p.cu_seqlens.push_back(0);
+    append_mtp_rows(r);
+    ForwardOptions fo;
+    fo.bf16_activations = cfg_.bf16;
+    mtp_out_.clear();
+    Status st = model_->mtp_forward(p, mtp_in_.data(), *kv_, fo, nullptr, nullptr, &mtp_out_);
+    GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
+    r.mtp_done += static_cast<int64_t>(r.mtp_hidden.size()) / model_->config().hidden;
+    r.mtp_hidden.clear();
+}
+
 void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int>& k_of) {
     const ModelConfig& mc = model_->config();
     const int64_t H = mc.hidden;
@@ -207,17 +247,7 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
     for (Request* r : rows_of) {
         SchedRequest& s = *r->sched;
         const int64_t n = static_cast<int64_t>(r->mtp_hidden.size()) / H;
-        for (int64_t j = 0; j < n; ++j) {
-            const int64_t slot = r->mtp_done + j;
-            p.token_ids.push_back(s.tokens[slot + 1]);
-            p.positions.push_back(slot);
-            p.slot_mapping.push_back(kv_->slot_of(s.blocks.data(), slot));
-        }
-        mtp_in_.insert(mtp_in_.end(), r->mtp_hidden.begin(), r->mtp_hidden.end());
-        p.cu_seqlens.push_back(p.n_tokens());
-        p.state_slot.push_back(s.slot);
-        p.has_initial_state.push_back(1);
-        p.push_block_table(s.blocks);
+        append_mtp_rows(*r);
         const int kr = drafts_for(r);
         if (kr > 0 && r->mtp_done + n == s.num_computed) {
             p.logits_rows.push_back(p.n_tokens() - 1);

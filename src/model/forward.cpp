@@ -523,7 +523,8 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
     if (hidden_out) hidden_out->insert(hidden_out->end(), hm, hm + N * H);
     // Draft ids come from the quantized copy of the lm_head when there is one (a draft needs no exact
     // argmax: verification decides); logits (the reference checks) from the lm_head itself.
-    head(hm, logit_rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
+    if (!logit_rows.empty())  // (a catch-up only writes the layer's K/V)
+        head(hm, logit_rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
     prof.end_step();
 }
 
