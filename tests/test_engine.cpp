@@ -135,8 +135,7 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
         const ModelConfig& c = l.model->config();
         const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16,
                                                       tight.bf16 ? DType::BF16 : DType::F32);
-        const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), (c.conv_kernel - 1) * c.gdn_conv_dim(),
-                                                       c.gdn_v_heads * c.gdn_k_dim * c.gdn_v_dim);
+        const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
         tight.cache_memory = 8 * slot + 3 * 16 * block;
     }
     check(tight, false, "out of KV blocks (automatic preemption)", true);

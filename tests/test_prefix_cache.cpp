@@ -82,8 +82,8 @@ TEST(BlockPool, IdentityCoversThePrefixAndCollisionsAreDetected) {
     }
 }
 
-TEST(SnapshotCache, EvictsNeverHitBeforeHitAndSkipsPinned) {
-    SnapshotCache s(3, 10);
+TEST(SnapshotCache, EvictsColdBeforeHotAndSkipsPinned) {
+    SnapshotCache s(3, 10, /*hot_after_hits=*/1);
     s.add(1, 101);
     s.add(2, 102);
     s.add(3, 103);
@@ -98,6 +98,15 @@ TEST(SnapshotCache, EvictsNeverHitBeforeHitAndSkipsPinned) {
     EXPECT_EQ(s.evict_one(), 102);
     EXPECT_EQ(s.size(), 0);
     EXPECT_EQ(s.evictions(), 3);
+    SnapshotCache two(2, 10);  // the default: hot from the second hit
+    two.add(1, 101);
+    two.add(2, 102);
+    two.mark_hit(1);  // once: still cold, but now the most recent
+    EXPECT_EQ(two.evict_one(), 102);
+    two.add(3, 103);
+    two.mark_hit(1);  // twice: hot
+    two.mark_hit(3);
+    EXPECT_EQ(two.evict_one(), 103);
 }
 
 // Fake requests: a prompt after another with the same first blocks starts after them, only where a
@@ -162,6 +171,74 @@ TEST(Scheduler, PrefixHitsStartAtSnapshotsAndConserveBlocks) {
     EXPECT_EQ(pool.n_cached(), 0);
     EXPECT_EQ(snaps.size(), 0);
     EXPECT_EQ(s.free_slots(), 12);
+}
+
+// The eviction policy, measured: a synthetic workload through the scheduler (fake slots, no model) of
+// 48 conversations of 6 turns, a third of them behind one shared 512-token system prompt, turns taken in
+// random order, with room for 24 snapshots. Prints the share of prompt tokens found in the cache for
+// plain LRU (0), hot from the first hit (1) and from the second (2, the engine's); the engine's policy
+// must do at least as well as the others.
+TEST(SnapshotEviction, PolicyComparison) {
+    std::map<int, double> share;
+    for (int hot_after : {0, 1, 2}) {
+        SchedulerConfig cfg;
+        cfg.max_num_seqs = 4;
+        cfg.max_num_batched_tokens = 512;
+        const int32_t bs = 16, n_blocks = 40000;
+        BlockPool pool(n_blocks, bs);
+        SnapshotCache snaps(24, n_blocks, hot_after);
+        Scheduler s(cfg, pool, nullptr, 4 + 24, bs);
+        s.enable_prefix_cache(&snaps);
+        std::mt19937 rng(5);
+        const int n_conv = 48, n_turns = 6;
+        std::vector<std::vector<int32_t>> hist(n_conv);
+        std::vector<int> turn(n_conv, 0);
+        int32_t next_tok = 100000;
+        for (int c = 0; c < n_conv; ++c)
+            if (c % 3 == 0) hist[c] = toks(512, 1);  // the shared system prompt
+        int64_t id = 1;
+        for (int remaining = n_conv * n_turns; remaining > 0;) {
+            const int c = static_cast<int>(rng() % n_conv);
+            if (turn[c] == n_turns) continue;
+            auto& h = hist[c];
+            const int64_t system_end = c % 3 == 0 ? 512 : 0;
+            for (int i = 0; i < 200; ++i) h.push_back(next_tok++);  // the new user message
+            auto r = std::make_shared<SchedRequest>();
+            r->id = id++;
+            r->tokens = h;
+            r->num_prompt = static_cast<int64_t>(h.size());
+            r->max_total_tokens = r->num_prompt + 32;
+            for (int64_t p : {system_end, r->num_prompt - 3, r->num_prompt})
+                if (p / bs * bs > 0) r->snapshot_at.push_back(p / bs * bs);
+            std::sort(r->snapshot_at.begin(), r->snapshot_at.end());
+            r->snapshot_at.erase(std::unique(r->snapshot_at.begin(), r->snapshot_at.end()), r->snapshot_at.end());
+            s.add(r);
+            while (!s.empty()) {
+                const SchedulerOutput& o = s.schedule();
+                s.restores_done();
+                for (const auto& ch : o.chunks) {
+                    const bool sampled = ch.req->num_computed + ch.num_new == static_cast<int64_t>(ch.req->tokens.size());
+                    s.on_computed(ch);
+                    s.pending_copies().clear();
+                    if (sampled) {
+                        ch.req->tokens.push_back(next_tok++);
+                        if (static_cast<int64_t>(ch.req->tokens.size()) >= ch.req->max_total_tokens) s.finish(ch.req->id);
+                    }
+                }
+            }
+            // The answer joins the history (its last token was never computed, as in the engine).
+            h.assign(r->tokens.begin(), r->tokens.end());
+            ++turn[c];
+            --remaining;
+        }
+        const PrefixCacheStats st = s.prefix_stats();
+        share[hot_after] = double(st.hit_tokens) / st.query_tokens;
+        std::printf("snapshot eviction, hot after %d hit(s): %.1f%% of %lld prompt tokens from the cache, %lld snapshots "
+                    "evicted\n",
+                    hot_after, 100 * share[hot_after], (long long)st.query_tokens, (long long)st.snapshot_evictions);
+    }
+    EXPECT_GE(share[SnapshotCache::kDefaultHotAfterHits], share[0]);
+    EXPECT_GE(share[SnapshotCache::kDefaultHotAfterHits], share[1]);
 }
 
 struct Loaded {
@@ -304,8 +381,7 @@ TEST_P(PrefixGolden, OutputsMatchTheCacheOff) {
     {
         EngineConfig small = base;  // room for 3 snapshots and few blocks: evictions all the time
         const ModelConfig& c = l.model->config();
-        const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), (c.conv_kernel - 1) * c.gdn_conv_dim(),
-                                                       c.gdn_v_heads * c.gdn_k_dim * c.gdn_v_dim);
+        const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
         const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16, DType::F32);
         small.prefix_cache_memory = 3 * slot;
         small.max_model_len = 512;

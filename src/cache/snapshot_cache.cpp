@@ -4,9 +4,9 @@
 
 namespace gdn {
 
-SnapshotCache::SnapshotCache(int32_t capacity, int32_t n_blocks)
-    : capacity_(capacity), slot_(n_blocks, -1), hit_(n_blocks, 0), pinned_(n_blocks, 0), prev_(n_blocks, -1),
-      next_(n_blocks, -1) {
+SnapshotCache::SnapshotCache(int32_t capacity, int32_t n_blocks, int hot_after_hits)
+    : capacity_(capacity), hot_after_hits_(hot_after_hits), slot_(n_blocks, -1), hits_(n_blocks, 0),
+      in_hot_(n_blocks, 0), pinned_(n_blocks, 0), prev_(n_blocks, -1), next_(n_blocks, -1) {
     GDN_CHECK(capacity >= 0 && n_blocks >= 0);
     pins_.reserve(64);
 }
@@ -31,7 +31,7 @@ void SnapshotCache::add(int32_t block, int32_t slot) {
     GDN_CHECK(slot_[block] < 0, "block %d has a snapshot already", block);
     GDN_CHECK(size_ < capacity_, "snapshot cache over capacity");
     slot_[block] = slot;
-    hit_[block] = 0;
+    hits_[block] = in_hot_[block] = 0;
     push(cold_, block);
     ++size_;
 }
@@ -39,9 +39,9 @@ void SnapshotCache::add(int32_t block, int32_t slot) {
 int32_t SnapshotCache::remove(int32_t block) {
     const int32_t s = slot_[block];
     if (s < 0) return -1;
-    unlink(hit_[block] ? hot_ : cold_, block);
+    unlink(list_of(block), block);
     slot_[block] = -1;
-    hit_[block] = 0;
+    hits_[block] = in_hot_[block] = 0;
     --size_;
     return s;
 }
@@ -58,9 +58,10 @@ int32_t SnapshotCache::evict_one() {
 
 void SnapshotCache::mark_hit(int32_t block) {
     GDN_CHECK(slot_[block] >= 0);
-    unlink(hit_[block] ? hot_ : cold_, block);
-    hit_[block] = 1;
-    push(hot_, block);
+    unlink(list_of(block), block);
+    ++hits_[block];
+    in_hot_[block] = hot_after_hits_ > 0 && hits_[block] >= hot_after_hits_;
+    push(list_of(block), block);
 }
 
 void SnapshotCache::pin(int32_t block) {

@@ -40,8 +40,7 @@ size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DT
     const size_t block = KvCache::bytes_per_block(std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0),
                                                   static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size,
                                                   kv_dtype);
-    const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), static_cast<int64_t>(c.conv_kernel - 1) * c.gdn_conv_dim(),
-                                                   static_cast<int64_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim);
+    const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
     return static_cast<size_t>(n_seqs) * (slots_per_seq * slot + ((max_len + block_size - 1) / block_size + 1) * block);
 }
 
@@ -72,8 +71,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (cfg.kv_dtype == DType::BF16 && !cfg.bf16)
         return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
     const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, cfg.kv_dtype);
-    const int64_t conv_n = static_cast<int64_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
-    const int64_t ssm_n = static_cast<int64_t>(c.gdn_v_heads) * c.gdn_k_dim * c.gdn_v_dim;
+    const int64_t conv_n = c.gdn_conv_state_floats();
+    const int64_t ssm_n = c.gdn_ssm_state_floats();
     const size_t slot_bytes = std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
     const int64_t blocks_one_seq = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
     const size_t min_kv = blocks_one_seq * block_bytes;

@@ -60,6 +60,10 @@ struct ModelConfig {
     int gdn_key_dim() const { return gdn_k_heads * gdn_k_dim; }    // KD
     int gdn_value_dim() const { return gdn_v_heads * gdn_v_dim; }  // VD
     int gdn_conv_dim() const { return 2 * gdn_key_dim() + gdn_value_dim(); }  // CD
+    // One GDN layer's state of one sequence, in floats: the conv window [K-1, CD] and the recurrent state
+    // [Hv, Dk, Dv] (StateSlots, SequenceState and the memory plan all size from these).
+    int64_t gdn_conv_state_floats() const { return static_cast<int64_t>(conv_kernel - 1) * gdn_conv_dim(); }
+    int64_t gdn_ssm_state_floats() const { return static_cast<int64_t>(gdn_v_heads) * gdn_k_dim * gdn_v_dim; }
     bool is_attention(int layer) const { return layer_kinds[layer] == LayerKind::FULL_ATTENTION; }
     bool is_moe_layer(int layer) const;
     int n_attention_layers() const;

@@ -198,8 +198,8 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
         float* conv = cache_.conv(i, gi);
         float* ssm = cache_.ssm(i, gi);
         if (cache_.fresh(i)) {  // a new sequence: zero exactly its own state (no pass over other slots)
-            std::memset(conv, 0, (c_.conv_kernel - 1) * c_.gdn_conv_dim() * sizeof(float));
-            std::memset(ssm, 0, c_.gdn_v_heads * c_.gdn_k_dim * c_.gdn_v_dim * sizeof(float));
+            std::memset(conv, 0, c_.gdn_conv_state_floats() * sizeof(float));
+            std::memset(ssm, 0, c_.gdn_ssm_state_floats() * sizeof(float));
         }
         ops::GdnSeq g{seqs[i].t0, seqs[i].T, conv, ssm};
         if (cache_.verified(i)) {

@@ -6,8 +6,8 @@
 namespace gdn {
 
 SequenceState::SequenceState(const ModelConfig& c, DType kv, bool mtp) : kv_dtype(kv) {
-    conv_n_ = static_cast<size_t>(c.conv_kernel - 1) * c.gdn_conv_dim();
-    ssm_n_ = static_cast<size_t>(c.gdn_v_heads) * c.gdn_v_dim * c.gdn_k_dim;
+    conv_n_ = static_cast<size_t>(c.gdn_conv_state_floats());
+    ssm_n_ = static_cast<size_t>(c.gdn_ssm_state_floats());
     conv_.allocate(c.n_gdn_layers() * conv_n_ * sizeof(float));  // zeroed
     ssm_.allocate(c.n_gdn_layers() * ssm_n_ * sizeof(float));
     k_cache.resize(c.n_attention_layers() + (mtp ? 1 : 0));
