@@ -251,9 +251,9 @@ std::string kernel_selection_report() {
         else if (op == OpId::GDN_RULE && isa != Isa::REF) {
             const DeltaRuleForm f = delta_rule_form();
             s += f == DeltaRuleForm::CHUNKED ? " (prefill: full 64-token chunks in the chunked form, forced by GDN_DELTA_RULE)"
-                 : f == DeltaRuleForm::RECURRENT ? " (prefill: recurrent, two tokens per pass; forced by GDN_DELTA_RULE)"
+                 : f == DeltaRuleForm::RECURRENT ? " (prefill: recurrent, one token per pass; forced by GDN_DELTA_RULE)"
                  : kAutoUsesChunked ? " (prefill: full 64-token chunks in the chunked form, by measurement)"
-                                    : " (prefill: recurrent, two tokens per pass; the chunked form measured slower here)";
+                                    : " (prefill: recurrent, one token per pass; the chunked form measured slower here)";
         } else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
         else if (op == OpId::ARGMAX && isa == Isa::AVX512 && has_bf16_dot() && has_int8_dot())
             s += " (greedy lm_head: int8 screen (vpdpbusd), candidates rechecked in bf16)";
