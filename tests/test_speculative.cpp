@@ -258,7 +258,9 @@ std::vector<std::vector<int32_t>> run_prompts(const Loaded& l, EngineConfig cfg,
             (*aborted)[i] = true;
         }
     });
-    if (stress == Stress::PREEMPT) EXPECT_GT(forced, 0);
+    if (stress == Stress::PREEMPT) {
+        EXPECT_GT(forced, 0);
+    }
     if (stats) *stats = e->stats();
     std::vector<std::vector<int32_t>> out;
     for (int64_t id : ids) out.push_back(got[id]);
@@ -478,7 +480,9 @@ TEST(Speculative, SamplingParametersHoldOnAcceptedTokens) {
         const EngineStats st = e->stats();
         EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total);
         EXPECT_EQ(st.state_slots_free, st.state_slots_total);
-        if (spec) EXPECT_GT(st.spec.accepted, 0) << spec;
+        if (spec) {
+            EXPECT_GT(st.spec.accepted, 0) << spec;
+        }
         return out;
     };
     for (int variant : {0, 1}) {

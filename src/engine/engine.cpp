@@ -52,11 +52,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (cfg.block_size < 1 || cfg.block_size > 1024) return bad("block size must be in 1..1024");
     if (cfg.max_model_len < 2) return bad("max_model_len must be >= 2");
     if (cfg.max_num_seqs < 1) return bad("max_num_seqs must be >= 1");
-    if (cfg.max_prefill_chunk < 64) return bad("the prefill chunk must be >= 64 tokens (one GDN chunk)");
-    if (cfg.max_num_batched_tokens < cfg.max_num_seqs + 64)
-        return bad(strprintf("max_num_batched_tokens (%d) must be >= max_num_seqs + 64 (%d) so that a prefill chunk "
+    if (cfg.max_prefill_chunk < kPrefillChunkAlign)
+        return bad(strprintf("the prefill chunk must be >= %d tokens (one GDN chunk)", kPrefillChunkAlign));
+    if (cfg.max_num_batched_tokens < cfg.max_num_seqs + kPrefillChunkAlign)
+        return bad(strprintf("max_num_batched_tokens (%d) must be >= max_num_seqs + %d (%d) so that a prefill chunk "
                              "always fits beside the decodes",
-                             cfg.max_num_batched_tokens, cfg.max_num_seqs + 64));
+                             cfg.max_num_batched_tokens, kPrefillChunkAlign, cfg.max_num_seqs + kPrefillChunkAlign));
     auto e = std::unique_ptr<Engine>(new Engine());
     // Memory plan: state slots first (one per running request), the rest KV blocks.
     const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
@@ -91,7 +92,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
                          slots_per_seq);
         cfg.max_num_seqs = static_cast<int>(fit_seqs);
         GDN_LOG_WARN("%s", note.c_str());
-        if (cfg.max_num_batched_tokens < cfg.max_num_seqs + 64) cfg.max_num_batched_tokens = cfg.max_num_seqs + 64;
+        cfg.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs + kPrefillChunkAlign);
     }
     const int32_t n_slots = cfg.max_num_seqs * slots_per_seq;
     if (cfg.prefix_snapshot_interval < 0) return bad("the prefix snapshot interval must be >= 0 tokens");

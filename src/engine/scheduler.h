@@ -17,11 +17,16 @@
 
 namespace gdn {
 
+// Prefill chunks end on multiples of this many tokens unless they reach the end of the known tokens (the
+// chunked GDN form's chunk; continuing a prefill there is exact), so a step's token budget must leave
+// room for one such chunk beside the decodes. One source for the engine, the scheduler and the tools.
+constexpr int kPrefillChunkAlign = 64;
+
 struct SchedulerConfig {
     int max_num_seqs = 16;              // running requests at most
     int max_num_batched_tokens = 512;   // token budget per step
     int max_prefill_chunk = 512;        // prefill tokens per request per step
-    int gdn_chunk = 64;                 // prefill chunks end on multiples of this unless at the prompt's end
+    int gdn_chunk = kPrefillChunkAlign;  // prefill chunks end on multiples of this unless at the prompt's end
 };
 
 enum class RequestStatus { WAITING, RUNNING, FINISHED };

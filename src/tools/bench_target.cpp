@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "ops/dispatch.h"
+#include "server/sse_reader.h"
 #include "tools/args.h"
 #include "tools/model_loading.h"
 #include "util/json_file.h"
@@ -26,10 +27,11 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     t->model_name = a.get("--served-model-name");
     t->api_key = a.get("--api-key");
     if (a.has("--base-url")) {
-        for (const std::string& f : {"--quantization", "--speculative-config", "--prefix-cache-memory",
-                                     "--prefix-snapshot-interval", "--enable-prefix-caching", "--no-enable-prefix-caching"})
+        for (const char* f : {"--quantization", "--speculative-config", "--prefix-cache-memory", "--prefix-snapshot-interval",
+                              "--enable-prefix-caching", "--no-enable-prefix-caching"})
             if (a.has(f))
-                return Status::error(f + " applies to a local --model; the server at --base-url chose it when it started");
+                return Status::error(std::string(f) +
+                                     " applies to a local --model; the server at --base-url chose it when it started");
         std::string url = a.get("--base-url");
         const std::string scheme = "http://";
         if (url.rfind(scheme, 0) != 0) return Status::error("--base-url must start with http://");
@@ -62,7 +64,7 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     EngineConfig ec;
     ec.max_num_seqs = size.max_num_seqs;
     ec.max_model_len = size.max_model_len;
-    ec.max_num_batched_tokens = std::max(512, ec.max_num_seqs + 64);
+    ec.max_num_batched_tokens = std::max(512, ec.max_num_seqs + kPrefillChunkAlign);
     ec.cache_memory = static_cast<size_t>(mem) << 20;
     GDN_ASSIGN_OR_RETURN(ec.speculative, speculative_config(a));
     GDN_RETURN_IF_ERROR(apply_prefix_cache_options(a, &ec));
@@ -78,6 +80,44 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     t->port = s->bound_port();
     if (t->port == 0) return Status::error("the in-process server did not start");
     return t;
+}
+
+StreamOutcome post_stream(const BenchTarget& t, const std::string& path, const Json& body,
+                          const std::function<void(const Json&)>& on_event) {
+    StreamOutcome out;
+    httplib::Client c(t.host, t.port);
+    c.set_read_timeout(3600, 0);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = t.prefix + path;
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    if (!t.api_key.empty()) req.set_header("Authorization", "Bearer " + t.api_key);
+    const auto t0 = std::chrono::steady_clock::now();
+    SseReader sse;
+    bool done = false;
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+        return sse.feed(d, n, [&](const std::string& ev) {
+            if (ev == "[DONE]") {
+                done = true;
+                return true;
+            }
+            auto j = parse_json(ev, "chunk");
+            if (!j) return true;
+            if (j->contains("error")) {
+                out.error = (*j)["error"].value("message", "error");
+                return true;
+            }
+            on_event(*j);
+            return true;
+        });
+    };
+    auto res = c.send(req);
+    out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!res) out.error = "connection failed: " + httplib::to_string(res.error());
+    else if (res->status != 200 && out.error.empty()) out.error = strprintf("HTTP %d: %s", res->status, res->body.c_str());
+    else if (out.error.empty() && !done) out.error = "the stream ended without [DONE]";
+    return out;
 }
 
 }  // namespace gdn

@@ -3,12 +3,14 @@
 // dataset mode (cmd_bench_serve.cpp) and the conversation modes (cmd_bench_prefix.cpp).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "core/status.h"
 #include "server/openai_server.h"
+#include "util/json_file.h"
 
 namespace gdn {
 
@@ -31,5 +33,15 @@ struct BenchSizing {
 
 // Errors say what was wrong (an unreachable --base-url, flags that only apply to a local --model, ...).
 Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const BenchSizing& size);
+
+// POSTs a streaming request (body with "stream": true) to the target's prefix + path and hands every SSE
+// event but [DONE] to on_event, parsed, as it arrives. error: the server's error message, the HTTP
+// status or the connection failure; "" when the stream ended with [DONE].
+struct StreamOutcome {
+    std::string error;
+    double seconds = 0;  // until the response ended
+};
+StreamOutcome post_stream(const BenchTarget& t, const std::string& path, const Json& body,
+                          const std::function<void(const Json&)>& on_event);
 
 }  // namespace gdn

@@ -315,7 +315,7 @@ int cmd_bench(int argc, char** argv) {
                 ec.bf16 = fo.bf16_activations;
                 ec.kv_dtype = kv_dtype;
                 ec.max_num_seqs = C;
-                ec.max_num_batched_tokens = std::max(512, C * (1 + sc.num_speculative_tokens) + 64);
+                ec.max_num_batched_tokens = std::max(512, C * (1 + sc.num_speculative_tokens) + kPrefillChunkAlign);
                 int64_t longest = 32;
                 for (const auto& p : chat_prompts) longest = std::max<int64_t>(longest, p.size());
                 ec.max_model_len = static_cast<int>(longest + sp.max_tokens + 2 + sc.num_speculative_tokens);

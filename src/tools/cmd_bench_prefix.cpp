@@ -22,7 +22,6 @@
 #include <thread>
 
 #include "core/log.h"
-#include "server/sse_reader.h"
 #include "tools/args.h"
 #include "tools/bench_target.h"
 #include "tools/commands.h"
@@ -50,48 +49,26 @@ httplib::Headers auth(const BenchTarget& t) {
 // One streaming chat completion; TTFT is the first chunk with content.
 ChatResult send_chat(const BenchTarget& t, const Json& messages, int max_tokens, bool ignore_eos) {
     ChatResult r;
-    httplib::Client c(t.host, t.port);
-    c.set_read_timeout(3600, 0);
     Json body = {{"model", t.model_name}, {"messages", messages}, {"max_tokens", max_tokens}, {"stream", true},
                  {"stream_options", {{"include_usage", true}}}, {"ignore_eos", ignore_eos}, {"temperature", 0}};
-    httplib::Request req;
-    req.method = "POST";
-    req.path = t.prefix + "/chat/completions";
-    req.body = body.dump();
-    req.headers = auth(t);
-    req.set_header("Content-Type", "application/json");
     const double t0 = now_s();
-    SseReader sse;
-    bool done = false;
-    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-        return sse.feed(d, n, [&](const std::string& ev) {
-            if (ev == "[DONE]") {
-                done = true;
-                return true;
+    StreamOutcome o = post_stream(t, "/chat/completions", body, [&](const Json& j) {
+        if (j.contains("usage") && j["usage"].is_object()) {
+            r.prompt_tokens = j["usage"].value("prompt_tokens", int64_t(0));
+            r.completion_tokens = j["usage"].value("completion_tokens", int64_t(0));
+        }
+        if (j.contains("choices") && !j["choices"].empty()) {
+            const Json& delta = j["choices"][0]["delta"];
+            if (delta.is_object() && delta.contains("content") && delta["content"].is_string()) {
+                const std::string piece = delta["content"].get<std::string>();
+                if (!piece.empty() && r.ttft == 0) r.ttft = now_s() - t0;
+                r.text += piece;
             }
-            auto j = parse_json(ev, "chunk");
-            if (!j) return true;
-            if (j->contains("error")) r.error = (*j)["error"].value("message", "error");
-            if (j->contains("usage") && (*j)["usage"].is_object()) {
-                r.prompt_tokens = (*j)["usage"].value("prompt_tokens", int64_t(0));
-                r.completion_tokens = (*j)["usage"].value("completion_tokens", int64_t(0));
-            }
-            if (j->contains("choices") && !(*j)["choices"].empty()) {
-                const Json& delta = (*j)["choices"][0]["delta"];
-                if (delta.is_object() && delta.contains("content") && delta["content"].is_string()) {
-                    const std::string piece = delta["content"].get<std::string>();
-                    if (!piece.empty() && r.ttft == 0) r.ttft = now_s() - t0;
-                    r.text += piece;
-                }
-            }
-            return true;
-        });
-    };
-    auto res = c.send(req);
-    r.e2e = now_s() - t0;
-    if (!res) r.error = "connection failed: " + httplib::to_string(res.error());
-    else if (res->status != 200 && r.error.empty()) r.error = strprintf("HTTP %d: %s", res->status, res->body.c_str());
-    r.ok = r.error.empty() && done;
+        }
+    });
+    r.e2e = o.seconds;
+    r.error = o.error;
+    r.ok = r.error.empty();
     if (r.ok && r.ttft == 0) r.ttft = r.e2e;
     return r;
 }

@@ -63,52 +63,25 @@ double mean(const std::vector<double>& v) {
 }
 
 // One streaming completion; measures TTFT (first token), ITL (between token chunks) and end to end.
-RequestResult send_one(const std::string& host, int port, const std::string& path_prefix, const std::string& api_key,
-                       const std::string& model, const std::vector<int32_t>& prompt, int max_tokens, bool ignore_eos) {
+RequestResult send_one(const BenchTarget& t, const std::vector<int32_t>& prompt, int max_tokens, bool ignore_eos) {
     RequestResult r;
     r.input_tokens = static_cast<int64_t>(prompt.size());
-    httplib::Client c(host, port);
-    c.set_read_timeout(600, 0);
-    Json body = {{"model", model}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true},
+    Json body = {{"model", t.model_name}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true},
                  {"stream_options", {{"include_usage", true}}}, {"ignore_eos", ignore_eos}, {"temperature", 0}};
-    httplib::Request req;
-    req.method = "POST";
-    req.path = path_prefix + "/completions";
-    req.body = body.dump();
-    req.set_header("Content-Type", "application/json");
-    if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
     const double t0 = now_s();
     double last = 0;
-    SseReader sse;
-    bool done = false;
-    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
-        return sse.feed(d, n, [&](const std::string& ev) {
-            if (ev == "[DONE]") {
-                done = true;
-                return true;
-            }
-            auto j = parse_json(ev, "chunk");
-            if (!j) return true;
-            if (j->contains("error")) {
-                r.error = (*j)["error"].value("message", "error");
-                return true;
-            }
-            if (j->contains("usage") && (*j)["usage"].is_object())
-                r.output_tokens = (*j)["usage"].value("completion_tokens", int64_t(0));
-            if (j->contains("choices") && !(*j)["choices"].empty() && (*j)["choices"][0].value("text", "") != "") {
-                const double t = now_s();
-                if (r.ttft == 0) r.ttft = t - t0;
-                else r.itl.push_back(t - last);
-                last = t;
-            }
-            return true;
-        });
-    };
-    auto res = c.send(req);
-    r.e2e = now_s() - t0;
-    if (!res) r.error = "connection failed: " + httplib::to_string(res.error());
-    else if (res->status != 200) r.error = strprintf("HTTP %d", res->status);
-    r.ok = r.error.empty() && done && r.output_tokens > 0;
+    StreamOutcome o = post_stream(t, "/completions", body, [&](const Json& j) {
+        if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", int64_t(0));
+        if (j.contains("choices") && !j["choices"].empty() && j["choices"][0].value("text", "") != "") {
+            const double now = now_s();
+            if (r.ttft == 0) r.ttft = now - t0;
+            else r.itl.push_back(now - last);
+            last = now;
+        }
+    });
+    r.e2e = o.seconds;
+    r.error = o.error;
+    r.ok = r.error.empty() && r.output_tokens > 0;
     if (r.ok && r.ttft == 0) r.ttft = r.e2e;
     return r;
 }
@@ -235,10 +208,8 @@ int cmd_bench_serve(Args& a) {
         std::fprintf(stderr, "gdn bench: %s\n", target.message().c_str());
         return 1;
     }
-    const std::string host = (*target)->host, prefix = (*target)->prefix, model_name = (*target)->model_name;
-    const int port = (*target)->port;
-    const int32_t vocab = (*target)->vocab;
-    const std::string api_key = a.get("--api-key");
+    const BenchTarget& tgt = **target;
+    const int32_t vocab = tgt.vocab;
     std::mt19937 rng(static_cast<uint32_t>(*seed));
     auto make_prompt = [&](int64_t len) {
         std::vector<int32_t> p(len);
@@ -254,7 +225,7 @@ int cmd_bench_serve(Args& a) {
                 "TPOT mean / p50 / p99 ms | ITL mean / p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int C : levels) {
         // Warm-up requests (not measured).
-        for (long long w = 0; w < *warmups; ++w) send_one(host, port, prefix, api_key, model_name, make_prompt(16), 4, true);
+        for (long long w = 0; w < *warmups; ++w) send_one(tgt, make_prompt(16), 4, true);
         struct Item {
             std::vector<int32_t> prompt;
             int max_tokens;
@@ -276,8 +247,7 @@ int cmd_bench_serve(Args& a) {
                 for (size_t i; (i = next++) < items.size();) {
                     const double wait = t0 + items[i].at - now_s();
                     if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
-                    results[i] = send_one(host, port, prefix, api_key, model_name, items[i].prompt, items[i].max_tokens,
-                                          !a.has("--no-ignore-eos"));
+                    results[i] = send_one(tgt, items[i].prompt, items[i].max_tokens, !a.has("--no-ignore-eos"));
                     const size_t f = ++finished;
                     if (isatty(2)) std::fprintf(stderr, "\rconcurrency %d: %zu/%zu requests", C, f, items.size());
                     else if (f % std::max<size_t>(1, items.size() / 4) == 0)

@@ -37,7 +37,9 @@ Status apply_prefix_cache_options(const Args& a, EngineConfig* ec) {
     ec->enable_prefix_caching = !a.has("--no-enable-prefix-caching");
     GDN_ASSIGN_OR_RETURN(long long mem, a.get_int("--prefix-cache-memory", static_cast<long long>(ec->prefix_cache_memory >> 20)));
     GDN_ASSIGN_OR_RETURN(long long interval, a.get_int("--prefix-snapshot-interval", ec->prefix_snapshot_interval));
-    if (mem < 0 || mem > (1ll << 30)) return Status::error(strprintf("--prefix-cache-memory must be 0..2^30 MiB, got %lld", mem));
+    const long long ram_mib = static_cast<long long>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE) >> 20;
+    if (mem < 0 || (ram_mib > 0 && mem > ram_mib))
+        return Status::error(strprintf("--prefix-cache-memory must be 0..%lld MiB (this machine's RAM), got %lld", ram_mib, mem));
     if (interval < 0 || interval > (1ll << 30))
         return Status::error(strprintf("--prefix-snapshot-interval must be 0 (none) or a positive token count, got %lld", interval));
     if (!ec->enable_prefix_caching && (a.has("--prefix-cache-memory") || a.has("--prefix-snapshot-interval")))
