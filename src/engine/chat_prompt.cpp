@@ -5,7 +5,8 @@
 namespace gdn {
 
 Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Json& messages,
-                                 std::optional<bool> enable_thinking, const Json& template_kwargs) {
+                                 std::optional<bool> enable_thinking, const Json& template_kwargs,
+                                 bool find_message_ends) {
     ChatRequest cr;
     cr.messages = messages;
     cr.enable_thinking = enable_thinking;
@@ -27,7 +28,7 @@ Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok,
         while (i < n && ids[i] == out.ids[i]) ++i;
         return static_cast<int64_t>(i);
     };
-    if (messages.is_array() && !messages.empty()) {
+    if (find_message_ends && messages.is_array() && !messages.empty()) {
         const Json& first = messages[0];
         const bool system_first = messages.size() > 1 && first.is_object() && first.contains("role") &&
                                   first["role"].is_string() && (first["role"] == "system" || first["role"] == "developer");

@@ -24,7 +24,9 @@ struct RenderedChat {
     std::vector<int64_t> message_ends;
 };
 
+// find_message_ends: compute message_ends (two more renders and encodes; only the prefix cache uses them).
 Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Json& messages,
-                                 std::optional<bool> enable_thinking, const Json& template_kwargs);
+                                 std::optional<bool> enable_thinking, const Json& template_kwargs,
+                                 bool find_message_ends);
 
 }  // namespace gdn

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "engine/chat_prompt.h"
 #include "engine/engine_request.h"
@@ -14,7 +15,6 @@ namespace gdn {
 
 namespace {
 std::atomic<uint64_t> g_d2h_reads{0};
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 }  // namespace
 
 uint64_t device_to_host_reads() { return g_d2h_reads.load(); }
@@ -172,7 +172,8 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     if (!prompt.messages.is_null()) {
         if (!chat_) return Status::error("this model has no chat template; send a prompt instead");
         GDN_ASSIGN_OR_RETURN(RenderedChat rc,
-                             render_chat(*chat_, *tok_, prompt.messages, prompt.enable_thinking, prompt.chat_template_kwargs));
+                             render_chat(*chat_, *tok_, prompt.messages, prompt.enable_thinking, prompt.chat_template_kwargs,
+                                         cfg_.enable_prefix_caching));
         ids = std::move(rc.ids);
         message_ends = std::move(rc.message_ends);
     } else if (!prompt.ids.empty()) {
@@ -334,7 +335,7 @@ RequestOutput& Engine::next_output(int64_t id) {
 }
 
 std::span<const RequestOutput> Engine::step() {
-    const double t0 = now_s();
+    const double t0 = now_seconds();
     n_outputs_ = 0;
     {
         std::vector<int64_t> ids;
@@ -378,10 +379,10 @@ std::span<const RequestOutput> Engine::step() {
         }
         const bool mtp = cfg_.speculative.uses_mtp();
         const uint64_t reads_before = device_to_host_reads();  // plan "uploaded"
-        const double tf = now_s();
+        const double tf = now_seconds();
         Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_, all_greedy ? &greedy_ids_ : nullptr,
                                     mtp ? &hidden_ : nullptr);
-        forward_seconds_ = now_s() - tf;
+        forward_seconds_ = now_seconds() - tf;
         reads_during_forward_ = device_to_host_reads() - reads_before;
         count_device_to_host_read();  // the download of the logits / sampled tokens
         GDN_CHECK(st.is_ok(), "forward failed on a plan the engine built: %s", st.message().c_str());
@@ -426,8 +427,8 @@ std::span<const RequestOutput> Engine::step() {
     for (auto it = requests_.begin(); it != requests_.end();)
         it = it->second->finish != FinishReason::NONE ? requests_.erase(it) : std::next(it);
     propose_drafts();
-    if (pure_decode && k_this_step >= 0) cost_.observe_step(static_cast<int>(so.chunks.size()), k_this_step, now_s() - t0);
-    host_seconds_ = now_s() - t0 - forward_seconds_;
+    if (pure_decode && k_this_step >= 0) cost_.observe_step(static_cast<int>(so.chunks.size()), k_this_step, now_seconds() - t0);
+    host_seconds_ = now_seconds() - t0 - forward_seconds_;
     return {outputs_.data(), n_outputs_};
 }
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "engine/engine_request.h"
@@ -12,9 +13,6 @@
 namespace gdn {
 
 namespace {
-double now_seconds() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // While the engine speculates, a request's pending MTP rows are run once this many have gathered even
 // when it drafts nothing (a prefill chunk), so they stay few.

@@ -225,7 +225,7 @@ std::optional<ApiError> tokenize_prompt(CompletionRequest* r, const Tokenizer& t
     const Prompt& p = r->prompt;
     if (!p.messages.is_null()) {
         if (!chat) return ApiError::invalid("this model has no chat template; send a prompt to /v1/completions instead", "messages");
-        auto rc = render_chat(*chat, tok, p.messages, p.enable_thinking, p.chat_template_kwargs);
+        auto rc = render_chat(*chat, tok, p.messages, p.enable_thinking, p.chat_template_kwargs, message_ends != nullptr);
         if (!rc) return ApiError::invalid("the chat template failed on these messages: " + rc.message(), "messages");
         *ids = std::move(rc->ids);
         if (message_ends) *message_ends = std::move(rc->message_ends);

@@ -46,8 +46,8 @@ std::optional<ApiError> parse_completion_request(const Json& body, bool chat, co
 
 // Renders (chat) and tokenizes the prompt, then checks its length against the context: the prompt and
 // max_tokens must fit (vLLM's rule and message); an unset max_tokens becomes the room that is left
-// (chat) or min(16, room) (completions). Fills *ids (and for chat *message_ends, see render_chat) and
-// finalises req->params.
+// (chat) or min(16, room) (completions). Fills *ids (and for chat *message_ends when given, see
+// render_chat) and finalises req->params.
 std::optional<ApiError> tokenize_prompt(CompletionRequest* req, const Tokenizer& tok, const ChatTemplate* chat,
                                         const RequestLimits& lim, std::vector<int32_t>* ids,
                                         std::vector<int64_t>* message_ends = nullptr);

@@ -22,13 +22,13 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/clock.h"
 #include "core/log.h"
 
 namespace gdn {
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 constexpr uint64_t kListenTag = ~0ull, kWakeTag = ~0ull - 1;
 constexpr double kLingerSeconds = 2.0;     // after an error answer: drain what the client still sends
@@ -310,7 +310,7 @@ void HttpServer::Impl::accept_all() {
         auto c = std::make_unique<Conn>(cfg.limits);
         c->id = next_id++;
         c->fd = fd;
-        c->t_idle = now_s();
+        c->t_idle = now_seconds();
         epoll_event ev{};
         ev.data.u64 = c->id;
         ev.events = EPOLLIN | EPOLLRDHUP;
@@ -325,7 +325,7 @@ void HttpServer::Impl::flush(Conn& c) {
         const ssize_t n = ::send(c.fd, c.out.data() + c.out_off, c.pending(), MSG_NOSIGNAL);
         if (n > 0) {
             c.out_off += static_cast<size_t>(n);
-            c.t_write = now_s();
+            c.t_write = now_seconds();
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -341,7 +341,7 @@ void HttpServer::Impl::flush(Conn& c) {
             // that an error answered before its body was read is not lost to a reset.
             ::shutdown(c.fd, SHUT_WR);
             c.state = ConnState::LINGER;
-            c.linger_until = now_s() + kLingerSeconds;
+            c.linger_until = now_seconds() + kLingerSeconds;
             c.reading_paused = false;
             release_held(c);
         }
@@ -356,7 +356,7 @@ void HttpServer::Impl::flush(Conn& c) {
 // the response when the request asked so, or the server is stopping (response_done decides).
 void HttpServer::Impl::send_response(Conn& c, const HttpResponse& r) {
     if (stopping) c.keep_alive = false;
-    if (c.pending() == 0) c.t_write = now_s();
+    if (c.pending() == 0) c.t_write = now_seconds();
     c.out += head_text(r, c.keep_alive, r.body.size());
     if (r.chunked) append_chunk(&c.out, r.body);
     else c.out += r.body;
@@ -385,7 +385,7 @@ void HttpServer::Impl::response_done(Conn& c) {
     }
     c.state = ConnState::READING;
     c.parser.reset();
-    c.t_idle = now_s();
+    c.t_idle = now_seconds();
     c.reading_paused = false;
     const uint64_t id = c.id;
     flush(c);
@@ -416,7 +416,7 @@ void HttpServer::Impl::poll_deferred(Conn& c) {
     while (c.pending() < cfg.max_pending_output) {
         std::string piece;
         const bool end = c.deferred->next_chunk(&piece);
-        if (c.pending() == 0) c.t_write = now_s();
+        if (c.pending() == 0) c.t_write = now_seconds();
         append_chunk(&c.out, piece);
         if (end) {
             c.out += "0\r\n\r\n";
@@ -460,7 +460,7 @@ void HttpServer::Impl::process_input(Conn& c) {
     // A client that pipelines requests but reads no answers gets no more parsed once max_pending_output
     // bytes of answers wait (on_writable resumes).
     while (c.state == ConnState::READING && !c.in.empty() && c.pending() < cfg.max_pending_output) {
-        if (!c.parser.started()) c.t_request = now_s();
+        if (!c.parser.started()) c.t_request = now_seconds();
         size_t used = 0;
         const HttpParser::State st = c.parser.feed(c.in, &used);
         c.in.erase(0, used);
@@ -580,7 +580,7 @@ void HttpServer::Impl::sweep(double now) {
 
 void HttpServer::Impl::loop() {
     epoll_event evs[256];
-    double last_sweep = now_s();
+    double last_sweep = now_seconds();
     while (!stopping) {
         const int n = ::epoll_wait(ep, evs, 256, 250);
         for (int i = 0; i < n; ++i) {
@@ -638,7 +638,7 @@ void HttpServer::Impl::loop() {
             Conn& c = *it->second;
             if ((c.state == ConnState::WAITING || c.state == ConnState::STREAMING) && c.deferred) poll_deferred(c);
         }
-        const double t = now_s();
+        const double t = now_seconds();
         if (t - last_sweep > 0.25) {
             sweep(t);
             last_sweep = t;

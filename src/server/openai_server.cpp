@@ -8,6 +8,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "server/completion_request.h"
 #include "server/http_server.h"
@@ -19,7 +20,6 @@ namespace gdn {
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 int64_t unix_time() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -173,7 +173,7 @@ void OpenAIServer::Impl::engine_loop() {
             for (auto& [id, job] : active) engine->abort(id);
         if (!engine->has_unfinished()) continue;
         const auto outs = engine->step();
-        const double t = now_s();
+        const double t = now_seconds();
         for (const RequestOutput& o : outs) {
             auto it = active.find(o.id);
             if (it == active.end()) continue;
@@ -359,7 +359,8 @@ HandlerResult OpenAIServer::Impl::handle_completion(const HttpRequest& req, cons
     CompletionRequest cr;
     if (auto e = parse_completion_request(body, chat, limits, &cr)) return error_response(*e);
     auto job = std::make_shared<Job>();
-    if (auto e = tokenize_prompt(&cr, *tok, engine->chat_template(), limits, &job->ids, &job->message_ends)) return error_response(*e);
+    if (auto e = tokenize_prompt(&cr, *tok, engine->chat_template(), limits, &job->ids,
+                                  engine->config().enable_prefix_caching ? &job->message_ends : nullptr)) return error_response(*e);
     // Admission: beyond the running requests, at most max_queue wait.
     if (in_flight.fetch_add(1) >= engine->config().max_num_seqs + cfg.max_queue) {
         in_flight--;
@@ -374,7 +375,7 @@ HandlerResult OpenAIServer::Impl::handle_completion(const HttpRequest& req, cons
     }
     job->params = cr.params;
     job->wake = wake;
-    job->t_arrival = now_s();
+    job->t_arrival = now_seconds();
     const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response_id++);
     auto resp = std::make_shared<CompletionResponse>(this, job, cr, rid, cfg.served_model_name, tok);
     {

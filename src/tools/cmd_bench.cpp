@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/profiler.h"
 #include "core/thread_pool.h"
@@ -27,7 +28,6 @@ namespace gdn {
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 struct Stats {
     double mean = 0, sd = 0;
@@ -196,9 +196,9 @@ int cmd_bench(int argc, char** argv) {
         if (*pp > 0) {
             SequenceState st = m.new_state(kv_dtype);
             logits.clear();
-            const double t0 = now_s();
+            const double t0 = now_seconds();
             m.forward({{&st, prompt.data(), *pp, false}}, fo, &logits);
-            pp_tps.push_back(*pp / (now_s() - t0));
+            pp_tps.push_back(*pp / (now_seconds() - t0));
         }
         if (*tg > 0) {
             // Greedy generation as the engine runs it: the lm_head returns the argmax (linear_argmax), so
@@ -212,13 +212,13 @@ int cmd_bench(int argc, char** argv) {
             double gbps = probe ? probe->measure_gbps(2) : 0.0;
             for (long long i0 = 0; i0 < *tg; i0 += kTgSegment) {
                 const long long n = std::min(kTgSegment, *tg - i0);
-                const double t0 = now_s();
+                const double t0 = now_seconds();
                 for (long long i = 0; i < n; ++i) {
                     const int32_t t = next.back();
                     next.clear();
                     m.forward({{&st, &t, 1, false}}, fo, &logits, &next);
                 }
-                gen_s += now_s() - t0;
+                gen_s += now_seconds() - t0;
                 if (probe) {
                     const double after = probe->measure_gbps(2);
                     roof_s += n * bytes / (0.5 * (gbps + after) * 1e9);
@@ -345,9 +345,9 @@ int cmd_bench(int argc, char** argv) {
                 r.before = r.engine->stats();
             };
             auto timed_step = [&](Run& r) {
-                const double t0 = now_s();
+                const double t0 = now_seconds();
                 auto outs = r.engine->step();
-                r.total += now_s() - t0;
+                r.total += now_seconds() - t0;
                 r.host += r.engine->last_step_host_seconds();
                 r.fwd += r.engine->last_step_forward_seconds();
                 ++r.steps;

@@ -21,6 +21,7 @@
 #include <random>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "tools/args.h"
 #include "tools/bench_target.h"
@@ -31,7 +32,6 @@ namespace gdn {
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 struct ChatResult {
     bool ok = false;
@@ -51,7 +51,7 @@ ChatResult send_chat(const BenchTarget& t, const Json& messages, int max_tokens,
     ChatResult r;
     Json body = {{"model", t.model_name}, {"messages", messages}, {"max_tokens", max_tokens}, {"stream", true},
                  {"stream_options", {{"include_usage", true}}}, {"ignore_eos", ignore_eos}, {"temperature", 0}};
-    const double t0 = now_s();
+    const double t0 = now_seconds();
     StreamOutcome o = post_stream(t, "/chat/completions", body, [&](const Json& j) {
         if (j.contains("usage") && j["usage"].is_object()) {
             r.prompt_tokens = j["usage"].value("prompt_tokens", int64_t(0));
@@ -61,7 +61,7 @@ ChatResult send_chat(const BenchTarget& t, const Json& messages, int max_tokens,
             const Json& delta = j["choices"][0]["delta"];
             if (delta.is_object() && delta.contains("content") && delta["content"].is_string()) {
                 const std::string piece = delta["content"].get<std::string>();
-                if (!piece.empty() && r.ttft == 0) r.ttft = now_s() - t0;
+                if (!piece.empty() && r.ttft == 0) r.ttft = now_seconds() - t0;
                 r.text += piece;
             }
         }
@@ -203,7 +203,7 @@ int cmd_bench_prefix(Args& a) {
             }
         std::vector<std::vector<ChatResult>> res(*convs, std::vector<ChatResult>(*turns));
         const CacheCounters before = read_cache_counters(t);
-        const double t0 = now_s();
+        const double t0 = now_seconds();
         std::vector<std::thread> th;
         for (long long ci = 0; ci < *convs; ++ci)
             th.emplace_back([&, ci] {
@@ -218,7 +218,7 @@ int cmd_bench_prefix(Args& a) {
             });
         for (auto& x : th) x.join();
         if (isatty(2)) std::fprintf(stderr, "\n");
-        const double duration = now_s() - t0;
+        const double duration = now_seconds() - t0;
         const CacheCounters after = read_cache_counters(t);
         std::printf("| turn | prompt tokens (mean) | TTFT mean ms | TTFT min / max ms |\n|---|---|---|---|\n");
         Json per_turn_json = Json::array();

@@ -17,6 +17,7 @@
 #include <random>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -33,7 +34,6 @@ namespace gdn {
 
 namespace {
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 struct RequestResult {
     bool ok = false;
@@ -68,12 +68,12 @@ RequestResult send_one(const BenchTarget& t, const std::vector<int32_t>& prompt,
     r.input_tokens = static_cast<int64_t>(prompt.size());
     Json body = {{"model", t.model_name}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true},
                  {"stream_options", {{"include_usage", true}}}, {"ignore_eos", ignore_eos}, {"temperature", 0}};
-    const double t0 = now_s();
+    const double t0 = now_seconds();
     double last = 0;
     StreamOutcome o = post_stream(t, "/completions", body, [&](const Json& j) {
         if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", int64_t(0));
         if (j.contains("choices") && !j["choices"].empty() && j["choices"][0].value("text", "") != "") {
-            const double now = now_s();
+            const double now = now_seconds();
             if (r.ttft == 0) r.ttft = now - t0;
             else r.itl.push_back(now - last);
             last = now;
@@ -240,12 +240,12 @@ int cmd_bench_serve(Args& a) {
         }
         std::vector<RequestResult> results(items.size());
         std::atomic<size_t> next{0}, finished{0};
-        const double t0 = now_s();
+        const double t0 = now_seconds();
         std::vector<std::thread> workers;
         for (int w = 0; w < C; ++w)
             workers.emplace_back([&] {
                 for (size_t i; (i = next++) < items.size();) {
-                    const double wait = t0 + items[i].at - now_s();
+                    const double wait = t0 + items[i].at - now_seconds();
                     if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
                     results[i] = send_one(tgt, items[i].prompt, items[i].max_tokens, !a.has("--no-ignore-eos"));
                     const size_t f = ++finished;
@@ -256,7 +256,7 @@ int cmd_bench_serve(Args& a) {
             });
         for (auto& t : workers) t.join();
         if (isatty(2)) std::fprintf(stderr, "\n");
-        Json j = summarize(C, rate, results, now_s() - t0);
+        Json j = summarize(C, rate, results, now_seconds() - t0);
         for (const auto& r : results)
             if (!r.ok && !r.error.empty()) {
                 std::fprintf(stderr, "first failure: %s\n", r.error.c_str());
