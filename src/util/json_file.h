@@ -8,7 +8,10 @@
 
 namespace gdn {
 
-using Json = nlohmann::json;
+// Ordered: objects keep the order they were written in, as Python dicts and JavaScript objects do. A
+// chat template renders request objects (tools, tool-call arguments) with tojson and |items, and the
+// model was trained on them in the order the client wrote (HF transformers, @huggingface/jinja).
+using Json = nlohmann::ordered_json;
 
 // The deepest nesting of arrays and objects any document may have. nlohmann::json copies and destroys
 // values recursively (and so does every walker of a document, the Jinja renderer's included): a
