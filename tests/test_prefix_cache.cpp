@@ -515,7 +515,7 @@ TEST(PrefixCache, Qwen35StyleTemplateReusesEverythingUpToTheLastUserMessage) {
     int64_t prev_user_end = 0;
     for (int turn = 0; turn < 4; ++turn) {
         msgs.push_back({{"role", "user"}, {"content", asks[turn]}});
-        auto rc = render_chat(*e_on->chat_template(), *l.tok, msgs, std::nullopt, Json::object(), true);
+        auto rc = render_chat(*e_on->chat_template(), *l.tok, Prompt::from_messages(msgs), true);
         ASSERT_TRUE(rc.is_ok());
         ASSERT_FALSE(rc->message_ends.empty());
         SamplingParams sp = greedy(40);

@@ -4,16 +4,18 @@
 
 namespace gdn {
 
-Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Json& messages,
-                                 std::optional<bool> enable_thinking, const Json& template_kwargs,
-                                 bool find_message_ends) {
+Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Prompt& prompt, bool find_message_ends) {
+    const Json& messages = prompt.messages;
     ChatRequest cr;
     cr.messages = messages;
-    cr.enable_thinking = enable_thinking;
-    cr.extra = template_kwargs;
+    cr.enable_thinking = prompt.enable_thinking;
+    cr.extra = prompt.chat_template_kwargs;
+    cr.tools = prompt.tools;
     GDN_ASSIGN_OR_RETURN(std::string text, chat.render(cr));
     RenderedChat out;
     out.ids = tok.encode(text);
+    const size_t open = text.rfind("<think>");
+    out.opens_reasoning = open != std::string::npos && text.find("</think>", open) == std::string::npos;
     // A message end is where the prompt rendered without the generation prompt stops agreeing with the
     // full prompt, in tokens: exact for any template and tokenizer.
     auto message_end = [&](const Json& msgs) -> int64_t {

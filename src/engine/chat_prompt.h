@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/engine.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "util/json_file.h"
@@ -22,11 +23,13 @@ struct RenderedChat {
     // message (shared by many conversations). Ascending; empty where the template cannot render that
     // form without the generation prompt.
     std::vector<int64_t> message_ends;
+    // The prompt ends inside an open <think> block (Qwen3.5's generation prompt "<think>\n"): the
+    // answer starts with reasoning.
+    bool opens_reasoning = false;
 };
 
 // find_message_ends: compute message_ends (two more renders and encodes; only the prefix cache uses them).
-Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Json& messages,
-                                 std::optional<bool> enable_thinking, const Json& template_kwargs,
-                                 bool find_message_ends);
+// `prompt` is a chat prompt (messages, tools, enable_thinking, template kwargs).
+Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Prompt& prompt, bool find_message_ends);
 
 }  // namespace gdn

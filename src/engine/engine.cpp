@@ -172,8 +172,7 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     if (!prompt.messages.is_null()) {
         if (!chat_) return Status::error("this model has no chat template; send a prompt instead");
         GDN_ASSIGN_OR_RETURN(RenderedChat rc,
-                             render_chat(*chat_, *tok_, prompt.messages, prompt.enable_thinking, prompt.chat_template_kwargs,
-                                         cfg_.enable_prefix_caching));
+                             render_chat(*chat_, *tok_, prompt, cfg_.enable_prefix_caching));
         ids = std::move(rc.ids);
         message_ends = std::move(rc.message_ends);
     } else if (!prompt.ids.empty()) {
@@ -198,6 +197,7 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     r->prompt = ids;
     if (tok_) r->decoder = std::make_unique<StreamDecoder>(tok_, params.skip_special_tokens);
     for (const auto& s : params.stop) r->max_stop = std::max(r->max_stop, s.size());
+    for (const auto& s : params.stop_inclusive) r->max_stop = std::max(r->max_stop, s.size());
     r->sched = std::make_shared<SchedRequest>();
     r->sched->id = next_id_++;
     r->sched->tokens = std::move(ids);
@@ -257,15 +257,25 @@ void Engine::emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, Requ
     if (r.decoder) {
         auto piece = r.decoder->add(token);
         if (piece) r.text += *piece;
-        if (!r.params.stop.empty()) {
+        if (r.max_stop > 0) {
             const size_t from = r.emitted >= r.max_stop ? r.emitted - r.max_stop + 1 : 0;
-            size_t best = std::string::npos;
-            for (const auto& s : r.params.stop) best = std::min(best, r.text.find(s, from));
+            size_t best = std::string::npos, best_len = 0;  // the earliest match (the longest there)
+            bool keep = false;                              // the match stays in the text
+            auto look = [&](const std::vector<std::string>& stops, bool kept) {
+                for (const auto& s : stops) {
+                    const size_t at = r.text.find(s, from);
+                    if (at < best || (at == best && at != std::string::npos && s.size() > best_len))
+                        best = at, best_len = s.size(), keep = kept;
+                }
+            };
+            look(r.params.stop, r.params.include_stop_str_in_output);
+            look(r.params.stop_inclusive, true);
             if (best != std::string::npos) {
+                if (keep) best += best_len;
                 if (best > r.emitted) out.text_delta += r.text.substr(r.emitted, best - r.emitted);
                 r.emitted = std::max(r.emitted, best);
                 r.text.resize(r.emitted);
-                r.decoder.reset();  // the stop string and anything after it are not returned
+                r.decoder.reset();  // anything after the stop string (and by default the string) is not returned
                 finish(r, FinishReason::STOP, out);
                 return;
             }
@@ -375,6 +385,7 @@ std::span<const RequestOutput> Engine::step() {
             const Request& r = *requests_.at(c.req->id);
             all_greedy &= r.params.greedy() && r.params.logprobs < 0 && r.params.repetition_penalty == 1.0f &&
                           r.params.presence_penalty == 0.0f && r.params.frequency_penalty == 0.0f &&
+                          r.params.logit_bias.empty() &&
                           static_cast<int>(r.output.size()) >= r.params.min_tokens;
         }
         const bool mtp = cfg_.speculative.uses_mtp();

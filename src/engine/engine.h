@@ -57,6 +57,7 @@ struct Prompt {
     Json messages;  // non-null: a chat request
     std::optional<bool> enable_thinking;
     Json chat_template_kwargs = Json::object();
+    Json tools;     // null or the request's tool definitions (rendered by the template)
     // Token ids given with the token counts after complete chat messages (render_chat's message_ends,
     // when the caller rendered the chat): where the prefix cache keeps states.
     std::vector<int64_t> message_ends;

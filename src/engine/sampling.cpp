@@ -24,6 +24,7 @@ void Sampler::prepare(float* logits, int32_t V, const SamplingParams& p, Sampler
     logits_ = logits;
     V_ = V;
     logprobs_n_ = p.logprobs;
+    for (const auto& [t, bias] : p.logit_bias) logits[t] += bias;  // OpenAI: before everything else
     // Penalties (vLLM semantics): repetition on prompt + output tokens, presence / frequency on output.
     if (p.repetition_penalty != 1.0f) {
         if (seen_.size() < static_cast<size_t>(V)) seen_.assign(V, 0);

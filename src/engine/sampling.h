@@ -27,6 +27,12 @@ struct SamplingParams {
     std::optional<uint64_t> seed;      // per-request: same seed, same output, whatever the batch
     int logprobs = -1;                 // -1: none; n >= 0: the sampled token's logprob + top-n alternatives
     bool skip_special_tokens = true;
+    // Stop strings that stay in the text whatever include_stop_str_in_output says: the server's own (the
+    // closing tag of a tool call when parallel_tool_calls is false).
+    std::vector<std::string> stop_inclusive;
+    bool include_stop_str_in_output = false;  // vLLM: a matched stop string ends the text instead of being cut
+    // OpenAI logit_bias: added to the token's logit before penalties, masks and sampling ([-100, 100]).
+    std::vector<std::pair<int32_t, float>> logit_bias;
 
     // Clear errors for impossible values (negative temperature, top_p outside (0, 1], ...).
     Status validate(int32_t vocab_size) const;

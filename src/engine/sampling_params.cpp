@@ -28,6 +28,12 @@ Status SamplingParams::validate(int32_t V) const {
         if (id < 0 || id >= V) return bad(strprintf("stop_token_ids: %d is not a token id (vocabulary %d)", id, V));
     for (const auto& s : stop)
         if (s.empty()) return bad("stop strings must not be empty");
+    for (const auto& s : stop_inclusive)
+        if (s.empty()) return bad("stop strings must not be empty");
+    for (const auto& [id, bias] : logit_bias) {
+        if (id < 0 || id >= V) return bad(strprintf("logit_bias: %d is not a token id (vocabulary %d)", id, V));
+        if (!(bias >= -100.0f && bias <= 100.0f)) return bad(strprintf("logit_bias values must be in [-100, 100] (got %g)", bias));
+    }
     return Status::ok();
 }
 

@@ -4,7 +4,11 @@
 
 #include <limits>
 
+#include <cerrno>
+#include <cstdlib>
+
 #include "core/log.h"
+#include "server/request_fields.h"
 #include "tokenizer/chat_template.h"
 
 namespace gdn {
@@ -16,6 +20,7 @@ constexpr int kDefaultCompletionTokens = 16;  // /v1/completions without max_tok
 // Bounds on what one request may ask the engine to check at every generated token.
 constexpr size_t kMaxStopStrings = 64, kMaxStopBytes = 4096, kMaxStopTokenIds = 1024;
 constexpr int64_t kMaxLogprobs = 20;
+constexpr size_t kMaxLogitBias = 1024;
 
 std::string got(const Json& v) {
     std::string s = to_json_text(v);
@@ -43,6 +48,30 @@ std::optional<ApiError> read_bool(const Json& b, const char* key, bool* out) {
         if (auto _e = (expr)) return _e;     \
     } while (0)
 
+// {"token id": bias}: ids as decimal strings (JSON keys), biases in [-100, 100].
+std::optional<ApiError> read_logit_bias(const Json& b, const RequestLimits& lim, std::vector<std::pair<int32_t, float>>* out) {
+    auto it = b.find("logit_bias");
+    if (it == b.end() || it->is_null()) return std::nullopt;
+    if (!it->is_object()) return ApiError::invalid("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+    if (it->size() > kMaxLogitBias)
+        return ApiError::invalid(strprintf("'logit_bias' holds at most %zu tokens (got %zu)", kMaxLogitBias, it->size()), "logit_bias");
+    for (auto kv = it->begin(); kv != it->end(); ++kv) {
+        const std::string& key = kv.key();
+        char* end = nullptr;
+        errno = 0;
+        const long long id = key.empty() || key.size() > 10 ? -1 : std::strtoll(key.c_str(), &end, 10);
+        if (id < 0 || errno != 0 || end != key.c_str() + key.size() || id >= lim.vocab)
+            return ApiError::invalid(strprintf("'logit_bias': key '%s' is not a token id in [0, %d)", printable(key).c_str(), lim.vocab),
+                                     "logit_bias");
+        if (!kv.value().is_number() || !(kv.value().get<double>() >= -100.0 && kv.value().get<double>() <= 100.0))
+            return ApiError::invalid(strprintf("'logit_bias': the bias of token %lld must be a number in [-100, 100] (got %s)", id,
+                                               got(kv.value()).c_str()),
+                                     "logit_bias");
+        out->emplace_back(static_cast<int32_t>(id), kv.value().get<float>());
+    }
+    return std::nullopt;
+}
+
 std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLimits& lim, CompletionRequest* r) {
     SamplingParams& sp = r->params;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, rep = 1.0, pres = 0.0, freq = 0.0;
@@ -60,7 +89,8 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
     GDN_RETURN_IF_API_ERROR(read_int(b, "n", 1, kInt32Max, &n));
     GDN_RETURN_IF_API_ERROR(read_bool(b, "ignore_eos", &sp.ignore_eos));
     GDN_RETURN_IF_API_ERROR(read_bool(b, "skip_special_tokens", &sp.skip_special_tokens));
-    if (n != 1) return ApiError::invalid(strprintf("only n = 1 is supported (got n = %lld)", (long long)n), "n");
+    GDN_RETURN_IF_API_ERROR(read_bool(b, "include_stop_str_in_output", &sp.include_stop_str_in_output));
+    GDN_RETURN_IF_API_ERROR(read_logit_bias(b, lim, &sp.logit_bias));
     sp.temperature = static_cast<float>(temperature);
     sp.top_p = static_cast<float>(top_p);
     sp.top_k = static_cast<int>(top_k == -1 ? 0 : top_k);
@@ -114,12 +144,32 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
         GDN_RETURN_IF_API_ERROR(read_int(b, "logprobs", 0, kMaxLogprobs, &lp));
         sp.logprobs = static_cast<int>(lp);
         r->want_logprobs = lp >= 0;
+        GDN_RETURN_IF_API_ERROR(read_bool(b, "echo", &r->echo));
+        if (r->echo && r->want_logprobs)
+            return ApiError::invalid("'echo' with 'logprobs' needs the prompt's logprobs, which this server does not compute", "echo");
     }
     GDN_RETURN_IF_API_ERROR(read_bool(b, "stream", &r->stream));
     if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
         if (!so->is_object()) return ApiError::invalid("'stream_options' must be an object", "stream_options");
         GDN_RETURN_IF_API_ERROR(read_bool(*so, "include_usage", &r->include_usage));
     }
+    return std::nullopt;
+}
+
+std::optional<ApiError> read_tools(const Json& b, CompletionRequest* r) {
+    auto t = b.find("tools");
+    if (t == b.end() || t->is_null()) return std::nullopt;
+    auto set = ToolSet::from_request(*t);
+    if (!set) return ApiError::invalid(set.message(), "tools");
+    r->tools = std::move(*set);
+    if (r->tools.empty()) return std::nullopt;  // [] is no tools
+    r->prompt.tools = *t;
+    std::string choice = "auto";  // request_fields.cpp refused what we cannot honour
+    if (auto c = b.find("tool_choice"); c != b.end() && c->is_string()) choice = c->get<std::string>();
+    r->parse_tool_calls = choice != "none";
+    GDN_RETURN_IF_API_ERROR(read_bool(b, "parallel_tool_calls", &r->parallel_tool_calls));
+    // One call, then the generation ends (the closing tag is part of the answer, so the call parses).
+    if (r->parse_tool_calls && !r->parallel_tool_calls) r->params.stop_inclusive.push_back("</tool_call>");
     return std::nullopt;
 }
 
@@ -138,7 +188,10 @@ std::optional<ApiError> read_prompt(const Json& b, bool chat, const RequestLimit
                 r->prompt.enable_thinking = et->get<bool>();
             }
         }
-        return std::nullopt;
+        // reasoning_effort "none": no thinking (Qwen has no effort levels; enable_thinking, if given, wins).
+        if (auto e = b.find("reasoning_effort"); e != b.end() && e->is_string() && *e == "none" && !r->prompt.enable_thinking)
+            r->prompt.enable_thinking = false;
+        return read_tools(b, r);
     }
     auto p = b.find("prompt");
     if (p == b.end() || p->is_null()) return ApiError::invalid("'prompt' is required", "prompt");
@@ -212,8 +265,9 @@ std::optional<ApiError> parse_completion_request(const Json& b, bool chat, const
                                 lim.served_model_name + "')",
                             "invalid_request_error", "model"};
     }
-    GDN_RETURN_IF_API_ERROR(read_prompt(b, chat, lim, r));
+    GDN_RETURN_IF_API_ERROR(check_request_fields(b, chat));
     GDN_RETURN_IF_API_ERROR(read_sampling(b, chat, lim, r));
+    GDN_RETURN_IF_API_ERROR(read_prompt(b, chat, lim, r));
     // The checks that need no prompt length (ranges of the float fields, min_tokens <= max_tokens).
     if (Status st = r->params.validate(lim.vocab); !st) return ApiError::invalid(st.message());
     return std::nullopt;
@@ -225,8 +279,9 @@ std::optional<ApiError> tokenize_prompt(CompletionRequest* r, const Tokenizer& t
     const Prompt& p = r->prompt;
     if (!p.messages.is_null()) {
         if (!chat) return ApiError::invalid("this model has no chat template; send a prompt to /v1/completions instead", "messages");
-        auto rc = render_chat(*chat, tok, p.messages, p.enable_thinking, p.chat_template_kwargs, message_ends != nullptr);
+        auto rc = render_chat(*chat, tok, p, message_ends != nullptr);
         if (!rc) return ApiError::invalid("the chat template failed on these messages: " + rc.message(), "messages");
+        r->opens_reasoning = rc->opens_reasoning;
         *ids = std::move(rc->ids);
         if (message_ends) *message_ends = std::move(rc->message_ends);
     } else if (!p.ids.empty()) {

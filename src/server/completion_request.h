@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "server/tool_schema.h"
 #include "util/json_file.h"
 
 namespace gdn {
@@ -38,9 +39,16 @@ struct CompletionRequest {
     SamplingParams params;
     bool max_tokens_given = false;     // false: max_tokens becomes what the context leaves
     bool stream = false, include_usage = false, want_logprobs = false;
+    bool echo = false;                 // completions: the prompt's text comes first
+    // Chat tools (prompt.tools holds them as sent, for the template).
+    ToolSet tools;
+    bool parse_tool_calls = false;     // tools given and tool_choice is not "none"
+    bool parallel_tool_calls = true;   // false: generation ends after the first call
+    bool opens_reasoning = false;      // set by tokenize_prompt: the rendered prompt left <think> open
 };
 
-// Checks and converts the body (an object already). Unknown fields are ignored (as before).
+// Checks and converts the body (an object already). Fields the server refuses are errors that name them
+// (request_fields.h); fields that are neither OpenAI's nor ours are ignored.
 std::optional<ApiError> parse_completion_request(const Json& body, bool chat, const RequestLimits& lim,
                                                  CompletionRequest* out);
 

@@ -11,6 +11,9 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "server/completion_request.h"
+#include "server/completion_response.h"
+#include "server/job.h"
+#include "server/output_parser.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
@@ -22,35 +25,6 @@ namespace {
 
 int64_t unix_time() {
     return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// One admitted request's link to the engine thread. The engine thread fills it and calls wake();
-// the HTTP I/O thread reads it (CompletionResponse).
-struct Job {
-    std::vector<int32_t> ids;
-    std::vector<int64_t> message_ends;  // chat: where the prefix cache keeps states
-    SamplingParams params;
-    Waker wake;
-    std::mutex mu;
-    std::deque<RequestOutput> outs;
-    bool accepted = false, done = false;
-    std::optional<ApiError> error;  // the engine refused it, or the server is shutting down
-    int64_t engine_id = -1;
-    std::atomic<bool> cancelled{false};
-    double t_arrival = 0, t_first = 0, t_last = 0;
-};
-
-HttpResponse json_response(int status, const Json& body) {
-    HttpResponse r;
-    r.status = status;
-    r.body = to_json_text(body);
-    return r;
-}
-
-HttpResponse error_response(const ApiError& e) {
-    HttpResponse r = json_response(e.status, e.to_json());
-    if (e.status == 503) r.headers.emplace_back("Retry-After", "1");
-    return r;
 }
 
 ApiError shutting_down() { return {503, "the server is shutting down", "server_error", ""}; }
@@ -74,6 +48,8 @@ struct OpenAIServer::Impl {
     std::shared_ptr<const Tokenizer> tok;
     ServerConfig cfg;
     RequestLimits limits;
+    ParserChoice parsers;
+    Status config_status = Status::ok();  // run() answers it (an unknown parser name)
     std::unique_ptr<HttpServer> http;
     std::thread engine_thread;
     std::atomic<bool> stopping{false};
@@ -219,128 +195,6 @@ std::optional<ApiError> OpenAIServer::Impl::check_key(const HttpRequest& req) co
 
 namespace {
 
-// Formats one admitted request's answer on the HTTP I/O thread as the engine produces it: one JSON
-// body at the end, or Server-Sent Events (a chunk per text delta, then finish_reason, usage, [DONE]).
-class CompletionResponse : public Deferred {
-public:
-    CompletionResponse(OpenAIServer::Impl* srv, std::shared_ptr<Job> job, const CompletionRequest& req, std::string rid,
-                       std::string model, std::shared_ptr<const Tokenizer> tok)
-        : srv_(srv), job_(std::move(job)), chat_(req.chat), stream_(req.stream), include_usage_(req.include_usage),
-          want_logprobs_(req.want_logprobs), rid_(std::move(rid)), model_(std::move(model)), tok_(std::move(tok)),
-          created_(unix_time()) {}
-
-    std::optional<HttpResponse> head() override {
-        std::unique_lock<std::mutex> lock(job_->mu);
-        if (job_->error) {
-            finished_ = true;
-            return error_response(*job_->error);
-        }
-        if (stream_) {
-            if (!job_->accepted) return std::nullopt;
-            HttpResponse r;
-            r.content_type = "text/event-stream";
-            r.headers.emplace_back("Cache-Control", "no-cache");
-            r.chunked = true;
-            return r;
-        }
-        take(lock);
-        if (!job_->done) return std::nullopt;
-        finished_ = true;
-        Json choice = {{"index", 0}, {"finish_reason", finish_reason_name(finish_)}};
-        if (chat_) choice["message"] = {{"role", "assistant"}, {"content", text_}};
-        else choice["text"] = text_;
-        choice["logprobs"] = want_logprobs_ ? Json{{"content", logprobs_}} : Json(nullptr);
-        return json_response(200, {{"id", rid_}, {"object", chat_ ? "chat.completion" : "text_completion"},
-                                   {"created", created_}, {"model", model_}, {"choices", Json::array({choice})},
-                                   {"usage", usage()}});
-    }
-
-    bool next_chunk(std::string* out) override {
-        std::unique_lock<std::mutex> lock(job_->mu);
-        while (!job_->outs.empty()) {
-            RequestOutput o = std::move(job_->outs.front());
-            job_->outs.pop_front();
-            prompt_tokens_ = o.prompt_tokens;
-            completion_tokens_ = o.completion_tokens;
-            if (chat_ && !sent_role_) {
-                *out += event({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
-                sent_role_ = true;
-            }
-            Json lps = nullptr;
-            if (want_logprobs_ && !o.logprobs.empty()) {
-                lps = Json{{"content", Json::array()}};
-                for (const auto& lp : o.logprobs) lps["content"].push_back(logprob_json(lp));
-            }
-            if (!o.text_delta.empty() || !lps.is_null())
-                *out += event(chat_ ? Json{{"content", o.text_delta}} : Json(o.text_delta), nullptr, lps);
-            if (o.finish != FinishReason::NONE) {
-                *out += event(chat_ ? Json::object() : Json(""), finish_reason_name(o.finish), nullptr);
-                final_ = true;
-            }
-        }
-        if (!job_->done || !final_) return false;
-        if (include_usage_) {
-            Json u = {{"id", rid_}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-                      {"created", created_}, {"model", model_}, {"choices", Json::array()}, {"usage", usage()}};
-            *out += "data: " + to_json_text(u) + "\n\n";
-        }
-        *out += "data: [DONE]\n\n";
-        finished_ = true;
-        return true;
-    }
-
-    void abandon() override {
-        if (!finished_) srv_->cancel(job_);
-    }
-
-private:
-    // Non-streaming: folds the outputs so far into the answer (called with the job's lock held).
-    void take(std::unique_lock<std::mutex>&) {
-        while (!job_->outs.empty()) {
-            const RequestOutput& o = job_->outs.front();
-            text_ += o.text_delta;
-            for (const auto& lp : o.logprobs) logprobs_.push_back(logprob_json(lp));
-            if (o.finish != FinishReason::NONE) finish_ = o.finish;
-            prompt_tokens_ = o.prompt_tokens;
-            completion_tokens_ = o.completion_tokens;
-            job_->outs.pop_front();
-        }
-    }
-    Json usage() const {
-        return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion_tokens_},
-                {"total_tokens", prompt_tokens_ + completion_tokens_}};
-    }
-    std::string event(const Json& delta_or_text, const Json& finish, const Json& logprobs) const {
-        Json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
-        if (chat_) choice["delta"] = delta_or_text;
-        else choice["text"] = delta_or_text;
-        Json c = {{"id", rid_}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
-                  {"model", model_}, {"choices", Json::array({choice})}};
-        return "data: " + to_json_text(c) + "\n\n";
-    }
-    Json logprob_json(const std::vector<TokenLogprob>& lp) const {
-        auto piece = [&](int32_t t) {
-            auto s = tok_->decode({t}, false);
-            return s ? *s : std::string();
-        };
-        Json top = Json::array();
-        for (size_t i = 1; i < lp.size(); ++i) top.push_back({{"token", piece(lp[i].token)}, {"logprob", lp[i].logprob}});
-        return {{"token", piece(lp[0].token)}, {"logprob", lp[0].logprob}, {"top_logprobs", top}};
-    }
-
-    OpenAIServer::Impl* srv_;
-    std::shared_ptr<Job> job_;
-    const bool chat_, stream_, include_usage_, want_logprobs_;
-    const std::string rid_, model_;
-    std::shared_ptr<const Tokenizer> tok_;
-    const int64_t created_;
-    bool sent_role_ = false, final_ = false, finished_ = false;
-    std::string text_;
-    Json logprobs_ = Json::array();
-    FinishReason finish_ = FinishReason::NONE;
-    int64_t prompt_tokens_ = 0, completion_tokens_ = 0;
-};
-
 // The body as a JSON object, or the error to answer.
 std::optional<ApiError> parse_body(const HttpRequest& req, Json* out) {
     auto parsed = parse_json(req.body, "request body");
@@ -356,6 +210,13 @@ HandlerResult OpenAIServer::Impl::handle_completion(const HttpRequest& req, cons
     if (auto e = check_key(req)) return error_response(*e);
     Json body;
     if (auto e = parse_body(req, &body)) return error_response(*e);
+    if (chat && !cfg.default_chat_template_kwargs.empty()) {  // the request's own kwargs win
+        Json& kw = body["chat_template_kwargs"];
+        if (kw.is_null()) kw = Json::object();
+        if (kw.is_object())
+            for (auto it = cfg.default_chat_template_kwargs.begin(); it != cfg.default_chat_template_kwargs.end(); ++it)
+                if (!kw.contains(it.key())) kw[it.key()] = it.value();
+    }
     CompletionRequest cr;
     if (auto e = parse_completion_request(body, chat, limits, &cr)) return error_response(*e);
     auto job = std::make_shared<Job>();
@@ -377,13 +238,26 @@ HandlerResult OpenAIServer::Impl::handle_completion(const HttpRequest& req, cons
     job->wake = wake;
     job->t_arrival = now_seconds();
     const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response_id++);
-    auto resp = std::make_shared<CompletionResponse>(this, job, cr, rid, cfg.served_model_name, tok);
+    ResponseOptions ro;
+    ro.id = rid;
+    ro.model = cfg.served_model_name;
+    ro.parsers = parsers;
+    if (cr.echo) {
+        if (!cr.prompt.text.empty()) {
+            ro.echo = cr.prompt.text;
+        } else {
+            auto text = tok->decode(job->ids, false);
+            ro.echo = text ? *text : std::string();
+        }
+    }
+    ro.cancel = [this, job] { cancel(job); };
+    auto resp = make_completion_response(job, cr, std::move(ro), tok);
     {
         std::lock_guard<std::mutex> lock(q_mu);
         incoming.push_back(job);
     }
     q_cv.notify_one();
-    return std::shared_ptr<Deferred>(std::move(resp));
+    return resp;
 }
 
 HandlerResult OpenAIServer::Impl::handle_tokenize(const HttpRequest& req) {
@@ -534,6 +408,9 @@ OpenAIServer::OpenAIServer(std::unique_ptr<Engine> engine, std::shared_ptr<const
     im.tok = std::move(tok);
     im.cfg = std::move(cfg);
         // Ids the tokenizer knows and the model has rows for (the model's padding rows are not tokens).
+    auto parsers = choose_parsers(im.tok->chat_template(), im.cfg.reasoning_parser, im.cfg.tool_call_parser);
+    if (parsers) im.parsers = *parsers;
+    else im.config_status = parsers.status();
     im.limits = {im.cfg.served_model_name, std::min(im.tok->vocab_size(), im.engine->model_config().vocab),
                  im.engine->config().max_model_len};
     HttpServerConfig hc;
@@ -563,6 +440,9 @@ void OpenAIServer::stop() {
 
 Status OpenAIServer::run() {
     Impl& im = *impl_;
+    GDN_RETURN_IF_ERROR(im.config_status);
+    if (im.engine->chat_template())
+        GDN_LOG_INFO("output parsers: reasoning %s, tool calls %s", im.parsers.reasoning.c_str(), im.parsers.tool_calls.c_str());
     auto bound = im.http->bind(im.cfg.host, im.cfg.port);
     if (!bound) return bound.status();
     im.engine_thread = std::thread([&im] { im.engine_loop(); });

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "engine/engine.h"
+#include "util/json_file.h"
 
 namespace gdn {
 
@@ -24,6 +25,10 @@ struct ServerConfig {
     size_t max_connections = 1024;
     // Requests admitted beyond the engine's running ones (--max-num-seqs); more get 503 + Retry-After.
     int max_queue = 1024;
+    // Output parsers (vLLM's names): auto reads them from the chat template; none leaves the text as content.
+    std::string reasoning_parser = "auto", tool_call_parser = "auto";
+    // --default-chat-template-kwargs: template variables every chat request gets unless it sets them.
+    Json default_chat_template_kwargs = Json::object();
     double header_timeout_s = 10, request_timeout_s = 60, idle_timeout_s = 15, write_timeout_s = 60;
 };
 

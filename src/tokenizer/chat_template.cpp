@@ -4,6 +4,20 @@
 
 namespace gdn {
 
+namespace {
+
+// A tool call's arguments as an object: OpenAI sends them as a JSON string, templates iterate them
+// (arguments|items), so a string holding an object is parsed.
+std::optional<Json> arguments_object(const Json& a) {
+    if (a.is_object()) return a;
+    if (!a.is_string()) return std::nullopt;
+    auto parsed = parse_json(a.get<std::string>(), "tool call arguments");
+    if (!parsed || !parsed->is_object()) return std::nullopt;
+    return std::move(*parsed);
+}
+
+}  // namespace
+
 Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::create(const Tokenizer& tok) {
     if (tok.chat_template().empty())
         return Status::error("the checkpoint has no chat template (tokenizer_config.json 'chat_template' or "
@@ -29,6 +43,18 @@ Status validate_messages(const Json& messages) {
                                            i, role.c_str()));
         if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null() && !m["content"].is_array())
             return Status::error(strprintf("messages[%zu].content must be a string or a list of parts", i));
+        if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
+            if (!tc->is_array()) return Status::error(strprintf("messages[%zu].tool_calls must be a list", i));
+            for (size_t k = 0; k < tc->size(); ++k) {
+                const Json& call = (*tc)[k];
+                const Json* f = call.is_object() && call.contains("function") ? &call["function"] : nullptr;
+                if (!f || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
+                    return Status::error(strprintf("messages[%zu].tool_calls[%zu].function.name must be a string", i, k));
+                if (!f->contains("arguments") || !arguments_object((*f)["arguments"]))
+                    return Status::error(strprintf("messages[%zu].tool_calls[%zu].function.arguments must be a JSON object or a "
+                                                   "string holding one", i, k));
+            }
+        }
     }
     return Status::ok();
 }
@@ -38,6 +64,9 @@ Result<std::string> ChatTemplate::render(const ChatRequest& req) const {
     // Content given as a list of parts is flattened to its text parts (text-only engine).
     Json messages = req.messages;
     for (Json& m : messages) {
+        // OpenAI clients send an assistant turn that only calls tools with content null; templates test
+        // `"</think>" in message.content`, which fails on none (vLLM renders it as "" too).
+        if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
         if (m.contains("content") && m["content"].is_array()) {
             std::string text;
             for (const Json& part : m["content"]) {
@@ -48,6 +77,11 @@ Result<std::string> ChatTemplate::render(const ChatRequest& req) const {
             }
             m["content"] = text;
         }
+        if (auto tc = m.find("tool_calls"); tc != m.end() && tc->is_array())
+            for (Json& call : *tc) {
+                Json& f = call["function"];
+                f["arguments"] = *arguments_object(f["arguments"]);  // validated above
+            }
     }
     jinja::Value ctx{jinja::Object{}};
     if (req.extra.is_object())

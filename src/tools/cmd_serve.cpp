@@ -19,8 +19,9 @@ int cmd_serve(int argc, char** argv) {
     std::set<std::string> options = {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
                                      "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype",
                                      "--kv-cache-dtype", "--block-size", "--max-queue", "--max-connections",
-                                     "--http-threads", "--quantization", "--speculative-config"};
-    std::set<std::string> flags = {"--help", "--metrics-public"};
+                                     "--http-threads", "--quantization", "--speculative-config", "--reasoning-parser",
+                                     "--tool-call-parser", "--default-chat-template-kwargs"};
+    std::set<std::string> flags = {"--help", "--metrics-public", "--enable-auto-tool-choice"};
     options.insert(kPrefixCacheOptions.begin(), kPrefixCacheOptions.end());
     flags.insert(kPrefixCacheFlags.begin(), kPrefixCacheFlags.end());
     auto args = Args::parse(argc, argv, options, flags);
@@ -34,6 +35,11 @@ int cmd_serve(int argc, char** argv) {
                      "                 [--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}']\n"
                      "                 [--no-enable-prefix-caching] [--prefix-cache-memory MiB (1024)]\n"
                      "                 [--prefix-snapshot-interval 1024]\n"
+                     "                 [--reasoning-parser auto|qwen3|none] [--tool-call-parser auto|qwen3_coder|hermes|none]\n"
+                     "                 [--default-chat-template-kwargs '{\"enable_thinking\": false}']\n"
+                     "  Output parsers (vLLM's names; auto: read from the chat template): <think>...</think> becomes\n"
+                     "  reasoning_content, tool calls become tool_calls whenever a request has tools\n"
+                     "  (--enable-auto-tool-choice is accepted for vLLM compatibility and changes nothing).\n"
                      "  --speculative-config: vLLM's JSON; methods mtp (qwen3_next_mtp) and ngram (prompt_lookup_min/max).\n"
                      "  Prefix caching (on by default): KV blocks shared by content and GDN state snapshots at message,\n"
                      "  prompt and generation ends and every --prefix-snapshot-interval prompt tokens, in\n"
@@ -131,6 +137,17 @@ int cmd_serve(int argc, char** argv) {
         if (auto p = name.rfind('/'); p != std::string::npos) name = name.substr(p + 1);
     }
     sc.served_model_name = name;
+    sc.reasoning_parser = args->get("--reasoning-parser", "auto");
+    sc.tool_call_parser = args->get("--tool-call-parser", "auto");
+    if (args->has("--default-chat-template-kwargs")) {
+        auto kw = parse_json(args->get("--default-chat-template-kwargs"), "--default-chat-template-kwargs");
+        if (!kw || !kw->is_object()) {
+            std::fprintf(stderr, "gdn serve: --default-chat-template-kwargs must be a JSON object%s%s\n", kw ? "" : ": ",
+                         kw ? "" : kw.message().c_str());
+            return 2;
+        }
+        sc.default_chat_template_kwargs = *kw;
+    }
     OpenAIServer server(std::move(*engine), *tok, sc);
     std::thread watcher([&] {
         int sig = 0;
