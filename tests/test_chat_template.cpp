@@ -39,6 +39,50 @@ TEST(ChatTemplate, MatchesReferenceRenderer) {
     }
 }
 
+// Tool-bearing conversations as an OpenAI client sends them (arguments as JSON strings, content null),
+// through ChatTemplate::render, against @huggingface/jinja on the normalised messages
+// (scripts/oracle/gen_tool_fixtures.mjs): Hermes (qwen3) and XML (qwen3_5_style) forms, several calls,
+// tool results, reasoning kept after the last user turn and dropped before it, thinking on and off.
+TEST(ChatTemplate, ToolConversationsMatchTheReferenceRenderer) {
+    auto cases = read_json_file(templates_dir() + "/expected_tools.json");
+    ASSERT_TRUE(cases.is_ok()) << cases.message();
+    ASSERT_GE(cases->size(), 60u);
+    std::map<std::string, std::shared_ptr<const ChatTemplate>> parsed;
+    for (const Json& c : *cases) {
+        const std::string name = c["template"].get<std::string>();
+        if (!parsed.count(name)) {
+            auto t = ChatTemplate::from_source(read_bytes(templates_dir() + "/" + name + ".jinja"), "", "<|im_end|>");
+            ASSERT_TRUE(t.is_ok()) << name << ": " << t.message();
+            EXPECT_TRUE((*t)->renders_tools());
+            parsed.emplace(name, *t);
+        }
+        ChatRequest req;
+        req.messages = c["messages"];
+        req.tools = c["tools"];
+        req.add_generation_prompt = c["add_generation_prompt"].get<bool>();
+        if (!c["enable_thinking"].is_null()) req.enable_thinking = c["enable_thinking"].get<bool>();
+        auto out = parsed.at(name)->render(req);
+        ASSERT_TRUE(out.is_ok()) << name << " " << c["conversation"] << ": " << out.message();
+        EXPECT_EQ(*out, c["expected"].get<std::string>())
+            << name << " / " << c["conversation"] << " / gen=" << c["add_generation_prompt"]
+            << " / thinking=" << c["enable_thinking"];
+    }
+}
+
+TEST(ChatTemplate, ToolCallArgumentsMustBeAnObject) {
+    auto ct = ChatTemplate::from_source(read_bytes(templates_dir() + "/qwen3_5_style.jinja"), "", "<|im_end|>");
+    ASSERT_TRUE(ct.is_ok());
+    ChatRequest req;
+    for (const char* args : {R"("{not json")", R"("[1, 2]")", "7"}) {
+        req.messages = Json::parse(std::string(R"([{"role":"user","content":"x"},{"role":"assistant","content":null,)"
+                                               R"("tool_calls":[{"type":"function","function":{"name":"f","arguments":)") +
+                                   args + "}}]}]");
+        auto out = (*ct)->render(req);
+        ASSERT_FALSE(out.is_ok()) << args;
+        EXPECT_NE(out.message().find("messages[1].tool_calls[0].function.arguments"), std::string::npos) << out.message();
+    }
+}
+
 TEST(ChatTemplate, CheckpointTemplateThroughTheTokenizer) {
     auto tok = Tokenizer::load(demo_model_dir());
     ASSERT_TRUE(tok.is_ok()) << tok.message();

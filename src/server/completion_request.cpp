@@ -279,6 +279,9 @@ std::optional<ApiError> tokenize_prompt(CompletionRequest* r, const Tokenizer& t
     const Prompt& p = r->prompt;
     if (!p.messages.is_null()) {
         if (!chat) return ApiError::invalid("this model has no chat template; send a prompt to /v1/completions instead", "messages");
+        if (!p.tools.is_null() && !chat->renders_tools())
+            return ApiError::invalid("this model's chat template does not render tools (serve it with --chat-template FILE "
+                                     "of a template that does)", "tools");
         auto rc = render_chat(*chat, tok, p, message_ends != nullptr);
         if (!rc) return ApiError::invalid("the chat template failed on these messages: " + rc.message(), "messages");
         r->opens_reasoning = rc->opens_reasoning;

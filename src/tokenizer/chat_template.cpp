@@ -22,10 +22,15 @@ Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::create(const Tokenizer
     if (tok.chat_template().empty())
         return Status::error("the checkpoint has no chat template (tokenizer_config.json 'chat_template' or "
                              "chat_template.jinja)");
+    return from_source(tok.chat_template(), tok.bos_token(), tok.eos_token());
+}
+
+Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::from_source(const std::string& source, std::string bos, std::string eos) {
     auto ct = std::make_shared<ChatTemplate>();
-    GDN_ASSIGN_OR_RETURN(ct->tmpl_, jinja::Template::parse(tok.chat_template()));
-    ct->bos_ = tok.bos_token();
-    ct->eos_ = tok.eos_token();
+    GDN_ASSIGN_OR_RETURN(ct->tmpl_, jinja::Template::parse(source));
+    ct->bos_ = std::move(bos);
+    ct->eos_ = std::move(eos);
+    ct->renders_tools_ = source.find("tools") != std::string::npos;
     return std::shared_ptr<const ChatTemplate>(ct);
 }
 

@@ -24,11 +24,15 @@ class ChatTemplate {
 public:
     // Parses the tokenizer's template; an error if the checkpoint has none or it does not parse.
     static Result<std::shared_ptr<const ChatTemplate>> create(const Tokenizer& tok);
+    static Result<std::shared_ptr<const ChatTemplate>> from_source(const std::string& source, std::string bos, std::string eos);
+    // The template reads `tools` (renders tool definitions): a request's tools would be lost otherwise.
+    bool renders_tools() const { return renders_tools_; }
     Result<std::string> render(const ChatRequest& req) const;
 
 private:
     jinja::Template tmpl_;
     std::string bos_, eos_;
+    bool renders_tools_ = false;
 };
 
 // Validates the message list (a list of objects with a string "role") with a clear error.

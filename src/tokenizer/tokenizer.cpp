@@ -428,7 +428,7 @@ std::string token_content(const Json& v) {
 
 }  // namespace
 
-Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& dir) {
+Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& dir, const std::string& chat_template) {
     const std::string path = dir + "/tokenizer.json";
     GDN_ASSIGN_OR_RETURN(std::string tj, read_text_file(path));
     std::string cj;
@@ -440,6 +440,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& dir)
         GDN_ASSIGN_OR_RETURN(std::string tmpl, read_text_file(dir + "/chat_template.jinja"));
         const_cast<Tokenizer&>(*tok).chat_template_ = tmpl;
     }
+    if (!chat_template.empty()) const_cast<Tokenizer&>(*tok).chat_template_ = chat_template;
     return tok;
 }
 

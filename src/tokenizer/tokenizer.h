@@ -30,7 +30,8 @@ struct AddedToken {
 class Tokenizer {
 public:
     // Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json and DIR/chat_template.jinja.
-    static Result<std::shared_ptr<const Tokenizer>> load(const std::string& dir);
+    // A non-empty chat_template replaces the checkpoint's (serve --chat-template).
+    static Result<std::shared_ptr<const Tokenizer>> load(const std::string& dir, const std::string& chat_template = "");
     // From file contents; config_json may be empty. `origin` names the source in error messages.
     static Result<std::shared_ptr<const Tokenizer>> from_json(const std::string& tokenizer_json,
                                                              const std::string& config_json,

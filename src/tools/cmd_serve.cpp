@@ -20,7 +20,7 @@ int cmd_serve(int argc, char** argv) {
                                      "--max-num-seqs", "--max-num-batched-tokens", "--cache-memory", "--threads", "--dtype",
                                      "--kv-cache-dtype", "--block-size", "--max-queue", "--max-connections",
                                      "--http-threads", "--quantization", "--speculative-config", "--reasoning-parser",
-                                     "--tool-call-parser", "--default-chat-template-kwargs"};
+                                     "--tool-call-parser", "--default-chat-template-kwargs", "--chat-template"};
     std::set<std::string> flags = {"--help", "--metrics-public", "--enable-auto-tool-choice"};
     options.insert(kPrefixCacheOptions.begin(), kPrefixCacheOptions.end());
     flags.insert(kPrefixCacheFlags.begin(), kPrefixCacheFlags.end());
@@ -35,7 +35,7 @@ int cmd_serve(int argc, char** argv) {
                      "                 [--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}']\n"
                      "                 [--no-enable-prefix-caching] [--prefix-cache-memory MiB (1024)]\n"
                      "                 [--prefix-snapshot-interval 1024]\n"
-                     "                 [--reasoning-parser auto|qwen3|none] [--tool-call-parser auto|qwen3_coder|hermes|none]\n"
+                     "                 [--chat-template FILE] [--reasoning-parser auto|qwen3|none] [--tool-call-parser auto|qwen3_coder|hermes|none]\n"
                      "                 [--default-chat-template-kwargs '{\"enable_thinking\": false}']\n"
                      "  Output parsers (vLLM's names; auto: read from the chat template): <think>...</think> becomes\n"
                      "  reasoning_content, tool calls become tool_calls whenever a request has tools\n"
@@ -88,7 +88,16 @@ int cmd_serve(int argc, char** argv) {
         std::fprintf(stderr, "gdn serve: %s\n", model.message().c_str());
         return 1;
     }
-    auto tok = Tokenizer::load(dir);
+    std::string chat_template;
+    if (args->has("--chat-template")) {
+        auto t = read_text_file(args->get("--chat-template"));
+        if (!t || t->empty()) {
+            std::fprintf(stderr, "gdn serve: --chat-template: %s\n", t ? "the file is empty" : t.message().c_str());
+            return 2;
+        }
+        chat_template = *t;
+    }
+    auto tok = Tokenizer::load(dir, chat_template);
     if (!tok) {
         std::fprintf(stderr, "gdn serve: %s\n", tok.message().c_str());
         return 1;

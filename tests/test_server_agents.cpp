@@ -1,0 +1,327 @@
+// The agent-facing request surface over a real server (demo model, served with the Qwen3.5-style test
+// template that renders tools): refused fields name themselves, logit_bias, stop strings kept in the
+// output, echo, the completions logprobs form, tool conversations and reasoning fields; and the
+// response formatter on scripted model output (tool calls streamed and not, the same answer).
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <thread>
+
+#include "engine/engine.h"
+#include "server/completion_response.h"
+#include "server/openai_server.h"
+#include "server/request_fields.h"
+#include "server/sse_reader.h"
+#include "test_util.h"
+#include "tokenizer/chat_template.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+std::string tools_template_path() { return source_dir() + "/tests/data/chat_templates/qwen3_5_style.jinja"; }
+
+class AgentServerTest : public ::testing::Test {
+protected:
+    static void SetUpTestSuite() {
+        set_global_threads(1);
+        auto m = Model::load(demo_model_dir());
+        ASSERT_TRUE(m.is_ok()) << m.message();
+        auto t = Tokenizer::load(demo_model_dir(), read_bytes(tools_template_path()));
+        ASSERT_TRUE(t.is_ok());
+        tok_ = new std::shared_ptr<const Tokenizer>(*t);
+        EngineConfig ec;
+        ec.max_model_len = 1024;
+        ec.max_num_seqs = 4;
+        ec.cache_memory = 64ull << 20;
+        auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
+        ASSERT_TRUE(e.is_ok()) << e.message();
+        ServerConfig sc;
+        sc.port = 0;
+        sc.served_model_name = "demo";
+        server_ = new OpenAIServer(std::move(*e), *t, sc);
+        thread_ = new std::thread([] { server_->run(); });
+        for (int i = 0; i < 200 && server_->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        ASSERT_GT(server_->bound_port(), 0);
+    }
+    static void TearDownTestSuite() {
+        server_->stop();
+        thread_->join();
+        delete thread_;
+        delete server_;
+        delete tok_;
+        set_global_threads(default_thread_count());
+    }
+    static Json post(const std::string& path, const Json& body, int* status) {
+        httplib::Client c("127.0.0.1", server_->bound_port());
+        c.set_read_timeout(60, 0);
+        auto r = c.Post(path.c_str(), body.dump(), "application/json");
+        EXPECT_TRUE(r) << "no response";
+        if (!r) return Json();
+        *status = r->status;
+        auto j = parse_json(r->body, "response");
+        return j.is_ok() ? *j : Json(r->body);
+    }
+    static Json ok(const std::string& path, const Json& body) {
+        int st = 0;
+        Json j = post(path, body, &st);
+        EXPECT_EQ(st, 200) << j.dump();
+        return j;
+    }
+    static std::string piece(int32_t id) { return *(*tok_)->decode({id}, false); }
+    static OpenAIServer* server_;
+    static std::thread* thread_;
+    static std::shared_ptr<const Tokenizer>* tok_;
+};
+OpenAIServer* AgentServerTest::server_ = nullptr;
+std::thread* AgentServerTest::thread_ = nullptr;
+std::shared_ptr<const Tokenizer>* AgentServerTest::tok_ = nullptr;
+
+const Json kUser = Json::parse(R"([{"role": "user", "content": "Tell me a fortune."}])");
+
+TEST_F(AgentServerTest, EveryRefusedFieldNamesItself) {
+    int refused = 0;
+    for (const RequestField& f : request_fields()) {
+        if (f.use != FieldUse::REFUSED) continue;
+        for (bool chat : {true, false}) {
+            if (!(chat ? f.chat : f.completions)) continue;
+            Json body = chat ? Json{{"messages", kUser}} : Json{{"prompt", "The cat"}};
+            body[f.name] = Json::object({{"x", 1}});
+            int st = 0;
+            Json j = post(chat ? "/v1/chat/completions" : "/v1/completions", body, &st);
+            EXPECT_EQ(st, 400) << f.name << " " << j.dump();
+            EXPECT_EQ(j["error"]["param"], f.name) << j.dump();
+            EXPECT_NE(j["error"]["message"].get<std::string>().find(f.name), std::string::npos) << j.dump();
+            refused++;
+        }
+    }
+    EXPECT_GE(refused, 10);
+    // Values we cannot honour, and a field of the other endpoint.
+    const std::vector<std::pair<Json, std::string>> chat_cases = {
+        {{{"n", 3}}, "n"},
+        {{{"store", true}}, "store"},
+        {{{"service_tier", "flex"}}, "service_tier"},
+        {{{"modalities", {"text", "audio"}}}, "modalities"},
+        {{{"tool_choice", "required"}}, "tool_choice"},
+        {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}, "tool_choice"},
+        {{{"response_format", {{"type", "json_schema"}}}}, "response_format"},
+        {{{"reasoning_effort", "extreme"}}, "reasoning_effort"},
+        {{{"echo", true}}, "echo"},
+        {{{"logit_bias", {{"99999999", 5}}}}, "logit_bias"},
+        {{{"logit_bias", {{"5", 101}}}}, "logit_bias"},
+        {{{"tools", {{{"type", "function"}}}}}, "tools"},
+    };
+    for (const auto& [extra, param] : chat_cases) {
+        Json body = {{"messages", kUser}};
+        for (auto it = extra.begin(); it != extra.end(); ++it) body[it.key()] = it.value();
+        int st = 0;
+        Json j = post("/v1/chat/completions", body, &st);
+        EXPECT_EQ(st, 400) << body.dump() << " " << j.dump();
+        EXPECT_EQ(j["error"]["param"], param) << j.dump();
+    }
+    int st = 0;
+    Json j = post("/v1/completions", {{"prompt", "x"}, {"best_of", 2}}, &st);
+    EXPECT_EQ(st, 400);
+    EXPECT_EQ(j["error"]["param"], "best_of");
+    j = post("/v1/completions", {{"prompt", "x"}, {"echo", true}, {"logprobs", 1}}, &st);
+    EXPECT_EQ(st, 400);
+    EXPECT_EQ(j["error"]["param"], "echo");
+    // Accepted identifiers and hints, and fields that are nobody's.
+    ok("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 2}, {"user", "u1"}, {"store", false},
+                                {"metadata", {{"k", "v"}}}, {"service_tier", "auto"}, {"prompt_cache_key", "p"},
+                                {"some_client_extra", 1}});
+}
+
+TEST_F(AgentServerTest, LogitBiasDecidesTheGreedyChoice) {
+    const Json base = {{"prompt", "The cat"}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 0}};
+    Json plain = ok("/v1/completions", base);
+    const std::string first = plain["choices"][0]["logprobs"]["tokens"][0];
+    const int32_t forced = 300;  // any token the model would not pick
+    ASSERT_NE(piece(forced), first);
+    Json body = base;
+    body["logit_bias"] = {{std::to_string(forced), 100}};
+    Json biased = ok("/v1/completions", body);
+    for (const Json& t : biased["choices"][0]["logprobs"]["tokens"]) EXPECT_EQ(t, piece(forced));
+    EXPECT_EQ(biased["choices"][0]["text"], piece(forced) + piece(forced) + piece(forced) + piece(forced));
+    // -100 on the greedy token: something else comes first.
+    const int32_t greedy_id = (*tok_)->encode("The cat" + first).back();
+    body["logit_bias"] = {{std::to_string(greedy_id), -100}};
+    Json banned = ok("/v1/completions", body);
+    EXPECT_NE(banned["choices"][0]["logprobs"]["tokens"][0], first);
+    // Sampled requests honour it too.
+    body["logit_bias"] = {{std::to_string(forced), 100}};
+    body["temperature"] = 1.0;
+    body["seed"] = 5;
+    Json sampled = ok("/v1/completions", body);
+    for (const Json& t : sampled["choices"][0]["logprobs"]["tokens"]) EXPECT_EQ(t, piece(forced));
+}
+
+TEST_F(AgentServerTest, CompletionsLogprobsEchoAndStopStrings) {
+    const Json base = {{"prompt", "The cat"}, {"max_tokens", 12}, {"temperature", 0}};
+    Json plain = ok("/v1/completions", base);
+    const std::string text = plain["choices"][0]["text"];
+    ASSERT_GE(text.size(), 6u);
+    // OpenAI's legacy logprobs form: one entry per token, offsets into the text.
+    Json body = base;
+    body["logprobs"] = 2;
+    Json lp = ok("/v1/completions", body)["choices"][0]["logprobs"];
+    const int n = plain["usage"]["completion_tokens"];
+    ASSERT_EQ(lp["tokens"].size(), size_t(n));
+    ASSERT_EQ(lp["token_logprobs"].size(), size_t(n));
+    ASSERT_EQ(lp["text_offset"].size(), size_t(n));
+    ASSERT_EQ(lp["top_logprobs"].size(), size_t(n));
+    EXPECT_EQ(lp["text_offset"][0], 0);
+    EXPECT_LE(lp["top_logprobs"][0].size(), 2u);
+    std::string joined;
+    for (const Json& t : lp["tokens"]) joined += t.get<std::string>();
+    EXPECT_EQ(joined.substr(0, text.size()), text);  // then, when it stopped there, the end-of-text token
+    // echo: the prompt first, streamed or not.
+    body = base;
+    body["echo"] = true;
+    EXPECT_EQ(ok("/v1/completions", body)["choices"][0]["text"], "The cat" + text);
+    // A stop string inside the text: cut before it, or kept with include_stop_str_in_output.
+    const std::string stop = text.substr(3, 3);
+    body = base;
+    body["stop"] = stop;
+    const std::string cut = ok("/v1/completions", body)["choices"][0]["text"];
+    EXPECT_EQ(cut, text.substr(0, text.find(stop)));
+    body["include_stop_str_in_output"] = true;
+    const std::string kept = ok("/v1/completions", body)["choices"][0]["text"];
+    EXPECT_EQ(kept, text.substr(0, text.find(stop) + stop.size()));
+}
+
+const Json kTools = Json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+
+TEST_F(AgentServerTest, ToolConversationsAndReasoningFields) {
+    // A whole tool round trip as an OpenAI client sends it back: arguments as a JSON string, content null.
+    const Json history = Json::parse(R"([
+      {"role": "user", "content": "Weather in Oslo?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "rain"}])");
+    Json with_tools = ok("/v1/chat/completions", {{"messages", history}, {"tools", kTools}, {"max_tokens", 8}, {"temperature", 0}});
+    Json without = ok("/v1/chat/completions", {{"messages", history}, {"max_tokens", 8}, {"temperature", 0}});
+    EXPECT_GT(with_tools["usage"]["prompt_tokens"].get<int>(), without["usage"]["prompt_tokens"].get<int>() + 50);
+    const Json& m = with_tools["choices"][0]["message"];
+    EXPECT_EQ(m["role"], "assistant");
+    // The template opened <think>: the answer so far is reasoning.
+    ASSERT_TRUE(m.contains("reasoning_content"));
+    EXPECT_TRUE(m["reasoning_content"].is_string());
+    EXPECT_FALSE(m.contains("tool_calls"));
+    // Thinking off: content, no reasoning.
+    Json off = ok("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 8}, {"temperature", 0},
+                                          {"chat_template_kwargs", {{"enable_thinking", false}}}});
+    EXPECT_TRUE(off["choices"][0]["message"]["reasoning_content"].is_null());
+    EXPECT_FALSE(off["choices"][0]["message"]["content"].get<std::string>().empty());
+    // reasoning_effort "none" is thinking off too: the same answer.
+    Json none = ok("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 8}, {"temperature", 0}, {"reasoning_effort", "none"}});
+    EXPECT_EQ(none["choices"][0]["message"], off["choices"][0]["message"]);
+    EXPECT_EQ(none["usage"], off["usage"]);
+    // tool_choice none still renders the tools; arguments that are not an object are a 400 naming them.
+    Json choice_none = ok("/v1/chat/completions", {{"messages", history}, {"tools", kTools}, {"tool_choice", "none"}, {"max_tokens", 4}});
+    EXPECT_EQ(choice_none["usage"]["prompt_tokens"], with_tools["usage"]["prompt_tokens"]);
+    Json bad = history;
+    bad[1]["tool_calls"][0]["function"]["arguments"] = "{oops";
+    int st = 0;
+    Json j = post("/v1/chat/completions", {{"messages", bad}, {"tools", kTools}}, &st);
+    EXPECT_EQ(st, 400);
+    EXPECT_EQ(j["error"]["param"], "messages");
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("tool_calls[0].function.arguments"), std::string::npos) << j.dump();
+}
+
+TEST(ToolsRequest, ATemplateWithoutToolsRefusesThem) {
+    auto tok = Tokenizer::load(demo_model_dir());  // the demo template never reads `tools`
+    ASSERT_TRUE(tok.is_ok());
+    auto ct = ChatTemplate::create(**tok);
+    ASSERT_TRUE(ct.is_ok());
+    EXPECT_FALSE((*ct)->renders_tools());
+    RequestLimits lim{"demo", (*tok)->vocab_size(), 512};
+    CompletionRequest req;
+    ASSERT_FALSE(parse_completion_request({{"messages", kUser}, {"tools", kTools}}, true, lim, &req));
+    std::vector<int32_t> ids;
+    auto e = tokenize_prompt(&req, **tok, ct->get(), lim, &ids);
+    ASSERT_TRUE(e.has_value());
+    EXPECT_EQ(e->param, "tools");
+}
+
+// The response formatter on a scripted answer, streamed and not: the same tool calls, ids, reasoning.
+TEST(CompletionResponseFormat, ScriptedToolCallsStreamedAndNot) {
+    auto tok = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(tok.is_ok());
+    RequestLimits lim{"demo", (*tok)->vocab_size(), 512};
+    const std::string answer =
+        "Need the weather.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n"
+        "</parameter>\n</function>\n</tool_call>";
+    auto run = [&](bool stream) {
+        CompletionRequest req;
+        EXPECT_FALSE(parse_completion_request({{"messages", kUser}, {"tools", kTools}, {"stream", stream}}, true, lim, &req));
+        req.opens_reasoning = true;
+        auto job = std::make_shared<Job>();
+        job->accepted = true;
+        for (size_t at = 0; at < answer.size(); at += 7) {
+            RequestOutput o;
+            o.text_delta = answer.substr(at, 7);
+            o.completion_tokens = static_cast<int64_t>(at / 7 + 1);
+            job->outs.push_back(o);
+        }
+        job->outs.back().finish = FinishReason::STOP;
+        job->done = true;
+        ResponseOptions ro;
+        ro.id = "chatcmpl-1";
+        ro.model = "demo";
+        ro.parsers.reasoning = "qwen3";
+        ro.parsers.tool_calls = "qwen3_coder";
+        auto resp = make_completion_response(job, req, ro, *tok);
+        auto head = resp->head();
+        EXPECT_TRUE(head.has_value());
+        if (!stream) return *parse_json(head->body, "body");
+        std::string body;
+        EXPECT_TRUE(resp->next_chunk(&body));
+        // Fold the deltas as an OpenAI client does.
+        Json msg = {{"content", ""}, {"reasoning_content", ""}, {"tool_calls", Json::array()}};
+        std::string finish;
+        SseReader sse;
+        sse.feed(body.data(), body.size(), [&](const std::string& data) {
+            if (data == "[DONE]") return true;
+            const Json c = Json::parse(data)["choices"][0];
+            if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+            const Json& d = c["delta"];
+            if (d.contains("content")) msg["content"] = msg["content"].get<std::string>() + d["content"].get<std::string>();
+            if (d.contains("reasoning_content"))
+                msg["reasoning_content"] = msg["reasoning_content"].get<std::string>() + d["reasoning_content"].get<std::string>();
+            if (d.contains("tool_calls"))
+                for (const Json& t : d["tool_calls"]) {
+                    const size_t i = t["index"];
+                    if (t.contains("id")) {
+                        EXPECT_EQ(msg["tool_calls"].size(), i);
+                        msg["tool_calls"].push_back({{"id", t["id"]}, {"type", t["type"]},
+                                                     {"function", {{"name", t["function"]["name"]}, {"arguments", ""}}}});
+                    }
+                    Json& f = msg["tool_calls"][i]["function"];
+                    f["arguments"] = f["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+                }
+            return true;
+        });
+        return Json{{"choices", {{{"message", msg}, {"finish_reason", finish}}}}};
+    };
+    const Json whole = run(false), streamed = run(true);
+    const Json& m = whole["choices"][0]["message"];
+    EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_EQ(m["reasoning_content"], "Need the weather.");
+    EXPECT_EQ(m["content"], "Checking.");
+    ASSERT_EQ(m["tool_calls"].size(), 1u);
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], R"({"city":"Oslo"})");
+    EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+    const Json& s = streamed["choices"][0]["message"];
+    EXPECT_EQ(streamed["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_EQ(s["reasoning_content"], m["reasoning_content"]);
+    EXPECT_EQ(s["content"], m["content"]);
+    EXPECT_EQ(s["tool_calls"], m["tool_calls"]);
+}
+
+}  // namespace
