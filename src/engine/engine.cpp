@@ -1,4 +1,5 @@
 #include "engine/engine.h"
+#include "structured/token_mask.h"
 
 #include <algorithm>
 #include <atomic>
@@ -196,6 +197,16 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     r->sampler.rng.seed(params.seed ? *params.seed : std::random_device{}());
     r->prompt = ids;
     if (tok_) r->decoder = std::make_unique<StreamDecoder>(tok_, params.skip_special_tokens);
+    if (params.grammar) {
+        if (!tok_) return Status::error("structured outputs need the model's tokenizer");
+        if (!vocab_trie_) {
+            const double t0 = now_seconds();
+            vocab_trie_ = std::make_shared<VocabTrie>(*tok_, model_->config().vocab);
+            GDN_LOG_INFO("structured outputs: token trie of %d tokens, %zu nodes, built in %.0f ms", vocab_trie_->vocab(),
+                         vocab_trie_->nodes(), (now_seconds() - t0) * 1e3);
+        }
+        r->constraint = std::make_unique<TokenConstraint>(params.grammar, vocab_trie_, params.grammar_after_reasoning);
+    }
     for (const auto& s : params.stop) r->max_stop = std::max(r->max_stop, s.size());
     for (const auto& s : params.stop_inclusive) r->max_stop = std::max(r->max_stop, s.size());
     r->sched = std::make_shared<SchedRequest>();
@@ -257,6 +268,7 @@ void Engine::emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, Requ
     if (r.decoder) {
         auto piece = r.decoder->add(token);
         if (piece) r.text += *piece;
+        if (r.constraint) r.constraint->accept(token, piece ? *piece : std::string());
         if (r.max_stop > 0) {
             const size_t from = r.emitted >= r.max_stop ? r.emitted - r.max_stop + 1 : 0;
             size_t best = std::string::npos, best_len = 0;  // the earliest match (the longest there)
@@ -291,6 +303,19 @@ void Engine::emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, Requ
         }
     }
     if (static_cast<int>(r.output.size()) >= r.params.max_tokens) finish(r, FinishReason::LENGTH, out);
+}
+
+// Structured outputs: the grammar's mask on this request's logits row. A dead end (nothing allowed,
+// which a correct grammar never reaches) lets end-of-sequence through instead of sampling garbage.
+void Engine::constrain(Request& r, float* logits) {
+    const double t0 = now_seconds();
+    if (!r.constraint->mask(logits, eos_ids_)) {
+        grammar_dead_ends_++;
+        GDN_LOG_WARN("structured output of request %lld reached a dead end: ending it", (long long)r.sched->id);
+        for (int32_t t : eos_ids_) logits[t] = 0.0f;
+    }
+    grammar_masks_++;
+    grammar_mask_seconds_ += now_seconds() - t0;
 }
 
 void Engine::build_plan(const SchedulerOutput& so) {
@@ -385,7 +410,7 @@ std::span<const RequestOutput> Engine::step() {
             const Request& r = *requests_.at(c.req->id);
             all_greedy &= r.params.greedy() && r.params.logprobs < 0 && r.params.repetition_penalty == 1.0f &&
                           r.params.presence_penalty == 0.0f && r.params.frequency_penalty == 0.0f &&
-                          r.params.logit_bias.empty() &&
+                          r.params.logit_bias.empty() && !r.constraint &&
                           static_cast<int>(r.output.size()) >= r.params.min_tokens;
         }
         const bool mtp = cfg_.speculative.uses_mtp();
@@ -425,6 +450,7 @@ std::span<const RequestOutput> Engine::step() {
             if (mtp) keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.num_new);
             if (!sampled) continue;
             RequestOutput& out = next_output(c.req->id);
+            if (!all_greedy && r.constraint) constrain(r, logits_.data() + row * V);
             const int32_t token = all_greedy ? greedy_ids_[row]
                                              : sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt,
                                                                r.output, eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
@@ -456,6 +482,9 @@ EngineStats Engine::stats() const {
     s.prompt_tokens = prompt_tokens_total_;
     s.generation_tokens = generation_tokens_total_;
     s.finished = finished_total_;
+    s.grammar_masks = grammar_masks_;
+    s.grammar_mask_seconds = grammar_mask_seconds_;
+    s.grammar_dead_ends = grammar_dead_ends_;
     s.prefix = scheduler_->prefix_stats();
     s.prefix_snapshot_bytes = static_cast<int64_t>(slot_bytes_);
     s.spec = spec_;

@@ -102,8 +102,13 @@ struct EngineStats {
     int64_t spec_state_bytes_last_step = 0;  // GDN state bytes written to spare slots by the last step's verifications
     int64_t spec_state_bytes_total = 0;
     int spec_k_last_step = 0;                // drafts per sequence the cost model chose for the last step
+    int64_t grammar_masks = 0;               // structured outputs: token masks computed
+    double grammar_mask_seconds = 0;         // and the time they took
+    int64_t grammar_dead_ends = 0;           // masks that allowed nothing (a grammar bug; the request ended)
     std::string spec_cost_model;             // SpecCostModel::describe()
 };
+
+class VocabTrie;
 
 class Engine {
 public:
@@ -162,6 +167,7 @@ private:
     // (greedy: its argmax; sampling: rejection sampling), then emits them. `row` is the chunk's first
     // logits row and advances past its rows.
     void verify(const ScheduledChunk& c, size_t& row, bool all_greedy, RequestOutput& out);
+    void constrain(Request& r, float* logits);
     // The hidden rows of a chunk's computed tokens, kept for the MTP layer's catch-up.
     void keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int64_t n_rows);
     // After a step: drafts for the next one, as many per request as the cost model chooses.
@@ -181,6 +187,9 @@ private:
     std::unique_ptr<Scheduler> scheduler_;
     std::string memory_plan_;
     std::vector<int32_t> eos_ids_;
+    std::shared_ptr<const VocabTrie> vocab_trie_;  // built for the first structured-output request
+    int64_t grammar_masks_ = 0, grammar_dead_ends_ = 0;
+    double grammar_mask_seconds_ = 0;
     Sampler sampler_;
     std::map<int64_t, std::unique_ptr<Request>> requests_;
     int64_t next_id_ = 1;

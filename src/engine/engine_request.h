@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "structured/token_mask.h"
 
 namespace gdn {
 
@@ -17,6 +18,7 @@ struct Engine::Request {
     std::vector<int32_t> prompt;  // a copy for the repetition penalty
     std::vector<int32_t> output;
     std::unique_ptr<StreamDecoder> decoder;
+    std::unique_ptr<TokenConstraint> constraint;  // structured outputs: masks its logits, reads its tokens
     std::string text;      // generated text so far (decoded)
     size_t emitted = 0;    // bytes of `text` already returned
     size_t max_stop = 0;   // longest stop string

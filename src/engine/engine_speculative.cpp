@@ -113,6 +113,7 @@ void Engine::propose_drafts() {
         SchedRequest& s = *r.sched;
         if (s.status != RequestStatus::RUNNING || r.finish != FinishReason::NONE) continue;
         if (s.num_computed + 1 != static_cast<int64_t>(s.tokens.size())) continue;
+        if (r.constraint) continue;  // structured outputs decode one token per step (their mask needs each)
         reqs.push_back(&r);
     }
     const int k = reqs.empty() ? 0 : spec.adaptive ? cost_.choose(static_cast<int>(reqs.size())) : spec.num_speculative_tokens;

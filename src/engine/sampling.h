@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "structured/grammar.h"
 
 namespace gdn {
 
@@ -33,6 +35,10 @@ struct SamplingParams {
     bool include_stop_str_in_output = false;  // vLLM: a matched stop string ends the text instead of being cut
     // OpenAI logit_bias: added to the token's logit before penalties, masks and sampling ([-100, 100]).
     std::vector<std::pair<int32_t, float>> logit_bias;
+    // Structured outputs: the output must be a sentence of this grammar (token_mask.h); with
+    // grammar_after_reasoning, only what follows "</think>" (the prompt opened a think block).
+    std::shared_ptr<const Grammar> grammar;
+    bool grammar_after_reasoning = false;
 
     // Clear errors for impossible values (negative temperature, top_p outside (0, 1], ...).
     Status validate(int32_t vocab_size) const;

@@ -9,6 +9,7 @@
 
 #include "core/log.h"
 #include "server/request_fields.h"
+#include "structured/json_schema.h"
 #include "tokenizer/chat_template.h"
 
 namespace gdn {
@@ -156,18 +157,108 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
     return std::nullopt;
 }
 
-std::optional<ApiError> read_tools(const Json& b, CompletionRequest* r) {
+// A named tool_choice: one call of that function.
+bool c_named(const Json& b) {
+    auto c = b.find("tool_choice");
+    return c != b.end() && c->is_object();
+}
+
+// response_format (json_object, json_schema) and vLLM's structured_outputs (json, choice): the grammar
+// the output must follow.
+std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
+    std::shared_ptr<const Grammar> g;
+    const char* field = nullptr;
+    if (auto rf = b.find("response_format"); rf != b.end() && rf->is_object()) {
+        field = "response_format";
+        const std::string type = rf->value("type", "");
+        if (type == "json_object") {
+            g = json_object_grammar();
+        } else if (type == "json_schema") {
+            auto js = rf->find("json_schema");
+            if (js == rf->end() || !js->is_object() || !js->contains("schema"))
+                return ApiError::invalid("response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}",
+                                         field);
+            auto cg = json_schema_grammar((*js)["schema"]);
+            if (!cg) return ApiError::invalid("response_format: " + cg.message(), field);
+            g = *cg;
+        }
+    }
+    for (const char* key : {"structured_outputs", "guided_json", "guided_choice"}) {
+        auto so = b.find(key);
+        if (so == b.end() || so->is_null()) continue;
+        if (g) return ApiError::invalid(std::string("'") + key + "' cannot be combined with another output constraint", key);
+        field = key;
+        Json spec = *so;
+        if (std::string(key) == "guided_json") spec = Json{{"json", *so}};
+        if (std::string(key) == "guided_choice") spec = Json{{"choice", *so}};
+        if (!spec.is_object()) return ApiError::invalid(std::string("'") + key + "' must be an object", key);
+        for (auto it = spec.begin(); it != spec.end(); ++it) {
+            if (it.value().is_null()) continue;
+            if (g) return ApiError::invalid(std::string("'") + key + "' holds more than one constraint", key);
+            Result<std::shared_ptr<const Grammar>> cg = Status::error("");
+            if (it.key() == "json") {
+                Json schema = it.value();
+                if (schema.is_string()) {  // vLLM accepts the schema as JSON text too
+                    auto parsed = parse_json(schema.get<std::string>(), "structured_outputs.json");
+                    if (!parsed) return ApiError::invalid(parsed.message(), key);
+                    schema = *parsed;
+                }
+                cg = json_schema_grammar(schema);
+            } else if (it.key() == "choice") {
+                cg = choice_grammar(it.value());
+            } else if (it.key() == "json_object" && it.value().is_boolean() && it.value().get<bool>()) {
+                cg = json_object_grammar();
+            } else {
+                return ApiError::invalid(std::string("'") + key + "." + it.key() + "' is not supported (json, choice and "
+                                         "json_object are)", key);
+            }
+            if (!cg) return ApiError::invalid(std::string(key) + ": " + cg.message(), key);
+            g = *cg;
+        }
+    }
+    r->params.grammar = std::move(g);
+    return std::nullopt;
+}
+
+std::optional<ApiError> read_tools(const Json& b, const RequestLimits& lim, CompletionRequest* r) {
     auto t = b.find("tools");
-    if (t == b.end() || t->is_null()) return std::nullopt;
+    auto c = b.find("tool_choice");
+    const bool forced = c != b.end() && (c->is_object() || (c->is_string() && *c == "required"));
+    if (t == b.end() || t->is_null() || (t->is_array() && t->empty())) {
+        if (forced) return ApiError::invalid("tool_choice asks for a tool call, but the request has no 'tools'", "tool_choice");
+        return std::nullopt;
+    }
     auto set = ToolSet::from_request(*t);
     if (!set) return ApiError::invalid(set.message(), "tools");
     r->tools = std::move(*set);
-    if (r->tools.empty()) return std::nullopt;  // [] is no tools
     r->prompt.tools = *t;
     std::string choice = "auto";  // request_fields.cpp refused what we cannot honour
     if (auto c = b.find("tool_choice"); c != b.end() && c->is_string()) choice = c->get<std::string>();
     r->parse_tool_calls = choice != "none";
     GDN_RETURN_IF_API_ERROR(read_bool(b, "parallel_tool_calls", &r->parallel_tool_calls));
+    // "required" or a named function: the output is forced to be such a call (a grammar in the form the
+    // tool-call parser reads).
+    std::vector<ToolSignature> callable;
+    if (auto c = b.find("tool_choice"); c != b.end() && c->is_object()) {
+        const Json* f = c->contains("function") ? &(*c)["function"] : nullptr;
+        if (c->value("type", "") != "function" || !f || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
+            return ApiError::invalid("a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+        const ToolDef* d = r->tools.find((*f)["name"].get<std::string>());
+        if (!d) return ApiError::invalid("tool_choice names '" + (*f)["name"].get<std::string>() + "', which is not in 'tools'", "tool_choice");
+        callable.push_back({d->name, d->parameters});
+    } else if (choice == "required") {
+        for (const ToolDef& d : r->tools.tools()) callable.push_back({d.name, d.parameters});
+    }
+    if (!callable.empty()) {
+        if (lim.tool_call_parser == "none")
+            return ApiError::invalid("tool_choice needs a tool-call parser (the server runs with --tool-call-parser none)", "tool_choice");
+        if (r->params.grammar) return ApiError::invalid("tool_choice \"required\" or a named function cannot be combined with "
+                                                        "response_format or structured_outputs", "tool_choice");
+        const ToolCallForm form = lim.tool_call_parser == "hermes" ? ToolCallForm::HERMES : ToolCallForm::XML;
+        auto g = tool_call_grammar(callable, form, r->parallel_tool_calls && callable.size() >= 1 && !c_named(b));
+        if (!g) return ApiError::invalid("tool_choice: " + g.message(), "tools");
+        r->params.grammar = *g;
+    }
     // One call, then the generation ends (the closing tag is part of the answer, so the call parses).
     if (r->parse_tool_calls && !r->parallel_tool_calls) r->params.stop_inclusive.push_back("</tool_call>");
     return std::nullopt;
@@ -191,8 +282,10 @@ std::optional<ApiError> read_prompt(const Json& b, bool chat, const RequestLimit
         // reasoning_effort "none": no thinking (Qwen has no effort levels; enable_thinking, if given, wins).
         if (auto e = b.find("reasoning_effort"); e != b.end() && e->is_string() && *e == "none" && !r->prompt.enable_thinking)
             r->prompt.enable_thinking = false;
-        return read_tools(b, r);
+        GDN_RETURN_IF_API_ERROR(read_structured(b, r));
+        return read_tools(b, lim, r);
     }
+    GDN_RETURN_IF_API_ERROR(read_structured(b, r));
     auto p = b.find("prompt");
     if (p == b.end() || p->is_null()) return ApiError::invalid("'prompt' is required", "prompt");
     if (p->is_string()) {
@@ -285,6 +378,8 @@ std::optional<ApiError> tokenize_prompt(CompletionRequest* r, const Tokenizer& t
         auto rc = render_chat(*chat, tok, p, message_ends != nullptr);
         if (!rc) return ApiError::invalid("the chat template failed on these messages: " + rc.message(), "messages");
         r->opens_reasoning = rc->opens_reasoning;
+        // A constraint holds for the answer, not the reasoning: it starts after </think>.
+        r->params.grammar_after_reasoning = r->params.grammar && lim.reasoning_parser && r->opens_reasoning;
         *ids = std::move(rc->ids);
         if (message_ends) *message_ends = std::move(rc->message_ends);
     } else if (!p.ids.empty()) {

@@ -30,6 +30,10 @@ struct RequestLimits {
     std::string served_model_name;
     int32_t vocab = 0;        // the tokenizer's ids: [0, vocab)
     int max_model_len = 0;
+    // The server's output parsers (choose_parsers): the form a forced tool call is written in, and
+    // whether a constraint waits for the reasoning block to close.
+    std::string tool_call_parser = "none";
+    bool reasoning_parser = false;
 };
 
 // One /v1/completions or /v1/chat/completions request, validated.

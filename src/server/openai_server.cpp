@@ -412,7 +412,7 @@ OpenAIServer::OpenAIServer(std::unique_ptr<Engine> engine, std::shared_ptr<const
     if (parsers) im.parsers = *parsers;
     else im.config_status = parsers.status();
     im.limits = {im.cfg.served_model_name, std::min(im.tok->vocab_size(), im.engine->model_config().vocab),
-                 im.engine->config().max_model_len};
+                 im.engine->config().max_model_len, im.parsers.tool_calls, im.parsers.reasoning_on()};
     HttpServerConfig hc;
     hc.limits.max_body_bytes = im.cfg.max_body_bytes;
     hc.workers = im.cfg.http_threads;

@@ -35,22 +35,15 @@ Refusal modalities(const Json& v) {
 }
 
 Refusal tool_choice(const Json& v) {
-    if (v.is_string() && (v == "none" || v == "auto")) return std::nullopt;
-    if (v.is_string() && v == "required")
-        return std::string("tool_choice \"required\" needs constrained decoding, which this server does not have yet; "
-                           "use \"auto\"");
-    if (v.is_object())
-        return std::string("a named tool_choice needs constrained decoding, which this server does not have yet; use "
-                           "\"auto\"");
+    if (v.is_string() && (v == "none" || v == "auto" || v == "required")) return std::nullopt;
+    if (v.is_object()) return std::nullopt;  // checked against the tools by read_tools
     return std::string("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
                        "{\"name\": ...}}");
 }
 
 Refusal response_format(const Json& v) {
-    if (v.is_object() && v.value("type", "") == "text") return std::nullopt;
-    if (v.is_object() && (v.value("type", "") == "json_object" || v.value("type", "") == "json_schema"))
-        return std::string("response_format '" + v.value("type", "") +
-                           "' needs constrained decoding, which this server does not have yet");
+    const std::string type = v.is_object() ? v.value("type", "") : "";
+    if (type == "text" || type == "json_object" || type == "json_schema") return std::nullopt;
     return std::string("'response_format' must be an object with 'type' \"text\", \"json_object\" or \"json_schema\"");
 }
 
@@ -59,7 +52,6 @@ Refusal reasoning_effort(const Json& v) {
     return std::string("'reasoning_effort' must be one of \"none\", \"minimal\", \"low\", \"medium\", \"high\"");
 }
 
-constexpr const char* kNeedsConstraint = "constrained decoding is not implemented yet";
 
 }  // namespace
 
@@ -85,9 +77,11 @@ const std::vector<RequestField>& request_fields() {
         {"n", true, true, FieldUse::IMPLEMENTED, "1 only for now", n_above_one},
         {"echo", false, true, FieldUse::IMPLEMENTED, "the prompt's text before the completion"},
         {"tools", true, false, FieldUse::IMPLEMENTED, "rendered by the template; calls parsed into tool_calls"},
-        {"tool_choice", true, false, FieldUse::IMPLEMENTED, "none, auto (required and named: not yet)", tool_choice},
+        {"tool_choice", true, false, FieldUse::IMPLEMENTED, "none, auto, required, a named function (enforced by a grammar)",
+         tool_choice},
         {"parallel_tool_calls", true, false, FieldUse::IMPLEMENTED, "false: generation ends after the first call"},
-        {"response_format", true, false, FieldUse::IMPLEMENTED, "text (json_object, json_schema: not yet)", response_format},
+        {"response_format", true, true, FieldUse::IMPLEMENTED, "text, json_object, json_schema (enforced by a grammar)",
+         response_format},
         {"reasoning_effort", true, false, FieldUse::IMPLEMENTED,
          "\"none\" turns thinking off (enable_thinking = false); other levels leave it on: Qwen has no effort levels",
          reasoning_effort},
@@ -116,11 +110,11 @@ const std::vector<RequestField>& request_fields() {
         {"stop_token_ids", true, true, FieldUse::IMPLEMENTED, "vLLM"},
         {"include_stop_str_in_output", true, true, FieldUse::IMPLEMENTED, "vLLM"},
         {"chat_template_kwargs", true, false, FieldUse::IMPLEMENTED, "vLLM: template variables (enable_thinking)"},
-        {"structured_outputs", true, true, FieldUse::REFUSED, kNeedsConstraint},
-        {"guided_json", true, true, FieldUse::REFUSED, kNeedsConstraint},
-        {"guided_regex", true, true, FieldUse::REFUSED, kNeedsConstraint},
-        {"guided_choice", true, true, FieldUse::REFUSED, kNeedsConstraint},
-        {"guided_grammar", true, true, FieldUse::REFUSED, kNeedsConstraint},
+        {"structured_outputs", true, true, FieldUse::IMPLEMENTED, "vLLM: json, choice, json_object (regex, grammar: not yet)"},
+        {"guided_json", true, true, FieldUse::IMPLEMENTED, "vLLM's older name of structured_outputs.json"},
+        {"guided_choice", true, true, FieldUse::IMPLEMENTED, "vLLM's older name of structured_outputs.choice"},
+        {"guided_regex", true, true, FieldUse::REFUSED, "regular-expression constraints are not implemented yet"},
+        {"guided_grammar", true, true, FieldUse::REFUSED, "grammar constraints are not implemented yet"},
     };
     return fields;
 }

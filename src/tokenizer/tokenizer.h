@@ -47,6 +47,12 @@ public:
     // The token's text as stored (byte-level symbols for BPE tokens).
     const std::string& token_text(int32_t id) const { return id_to_token_[id]; }
     bool is_special(int32_t id) const;
+    // The raw bytes a token stands for (byte-level BPE symbols mapped back; an added token's text).
+    std::string token_bytes(int32_t id) const {
+        std::string b;
+        append_token_bytes(id, &b);
+        return b;
+    }
     bool is_added(int32_t id) const;
 
     // From tokenizer_config.json: eos token id (-1 if none), the chat template (empty if none).

@@ -1,0 +1,102 @@
+#include "structured/grammar.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+
+namespace gdn {
+
+namespace {
+// Expansion depth that no grammar of ours reaches (nesting, not length: repetition is a tail call).
+constexpr int kMaxExpansionDepth = 512;
+// Live parses kept at once: the compilers' grammars are nearly deterministic; this bounds a hostile
+// schema's ambiguity (anyOf of look-alike branches).
+constexpr size_t kMaxStacks = 256;
+}  // namespace
+
+Grammar::Grammar() { new_rule("root"); }
+
+int32_t Grammar::new_rule(std::string name) {
+    alts_.emplace_back();
+    names_.push_back(std::move(name));
+    return static_cast<int32_t>(alts_.size() - 1);
+}
+
+void Grammar::add_alt(int32_t rule, Seq seq) { alts_[rule].push_back(std::move(seq)); }
+
+void Grammar::append_literal(Seq* s, std::string_view bytes) {
+    for (char c : bytes) s->push_back(cls(ByteClass::of(static_cast<uint8_t>(c))));
+}
+
+GrammarState::GrammarState(const Grammar* g) : g_(g) { close({{g->root(), -1, 0}}, 0); }
+
+// `stack`'s top frame is either a rule to enter (alt -1) or a position in an alternative. Pops finished
+// frames, enters rules (each alternative a new parse), and keeps the stacks that wait on a class.
+void GrammarState::close(std::vector<GrammarFrame> stack, int depth) {
+    if (depth > kMaxExpansionDepth || stacks_.size() >= kMaxStacks) return;
+    while (true) {
+        if (stack.empty()) {
+            can_end_ = true;
+            return;
+        }
+        GrammarFrame& top = stack.back();
+        if (top.alt < 0) {  // enter the rule: one parse per alternative
+            const auto& alts = g_->alts(top.rule);
+            const int32_t rule = top.rule;
+            stack.pop_back();
+            for (size_t a = 0; a < alts.size(); ++a) {
+                std::vector<GrammarFrame> s = stack;
+                s.push_back({rule, static_cast<int32_t>(a), 0});
+                close(std::move(s), depth + 1);
+            }
+            return;
+        }
+        const Grammar::Seq& seq = g_->alts(top.rule)[top.alt];
+        if (top.pos >= static_cast<int32_t>(seq.size())) {  // finished: back to the caller
+            stack.pop_back();
+            continue;
+        }
+        const GrammarItem& item = seq[top.pos];
+        if (item.rule < 0) {  // waits on a class
+            if (std::find(stacks_.begin(), stacks_.end(), stack) == stacks_.end()) stacks_.push_back(std::move(stack));
+            return;
+        }
+        // A rule: the caller resumes after it, unless it is the last item (tail call: no frame kept).
+        if (top.pos + 1 == static_cast<int32_t>(seq.size())) stack.pop_back();
+        else top.pos++;
+        stack.push_back({item.rule, -1, 0});
+        depth++;
+        if (depth > kMaxExpansionDepth) return;
+    }
+}
+
+bool GrammarState::step_into(uint8_t b, GrammarState* out) const {
+    out->g_ = g_;
+    out->stacks_.clear();
+    out->can_end_ = false;
+    for (const auto& s : stacks_) {
+        const GrammarFrame& top = s.back();
+        if (!g_->alts(top.rule)[top.alt][top.pos].cls.has(b)) continue;
+        std::vector<GrammarFrame> next = s;
+        next.back().pos++;
+        out->close(std::move(next), 0);
+    }
+    return !out->stacks_.empty() || out->can_end_;
+}
+
+bool GrammarState::advance(uint8_t b) {
+    GrammarState next(*this);
+    if (!step_into(b, &next)) return false;
+    *this = std::move(next);
+    return true;
+}
+
+bool GrammarState::advance_bytes(std::string_view bytes) {
+    GrammarState s(*this);
+    for (char c : bytes)
+        if (!s.advance(static_cast<uint8_t>(c))) return false;
+    *this = std::move(s);
+    return true;
+}
+
+}  // namespace gdn

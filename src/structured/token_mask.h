@@ -1,0 +1,73 @@
+// Which tokens a grammar state allows next, without a pass over the vocabulary's strings: the token
+// byte strings are a trie built once per tokenizer, and the mask is a walk of that trie that advances
+// the grammar by each node's byte and cuts every subtree the grammar rejects. Inside a JSON string
+// (the one place where most of the vocabulary is allowed) "plain" tokens — complete characters that are
+// neither '"' nor '\' nor control bytes, possibly ending in a started UTF-8 character — are allowed as
+// one precomputed bitset, and the walk visits only the subtrees holding other tokens.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "structured/grammar.h"
+#include "tokenizer/tokenizer.h"
+
+namespace gdn {
+
+class VocabTrie {
+public:
+    // Tokens [0, vocab) of `tok` (ids beyond the tokenizer's, e.g. a model's padding rows, have no
+    // bytes); special and added tokens are left out: constrained output is text.
+    VocabTrie(const Tokenizer& tok, int32_t vocab);
+    int32_t vocab() const { return vocab_; }
+    const std::string& bytes(int32_t id) const { return bytes_[id]; }
+    size_t nodes() const { return nodes_.size(); }
+
+    struct Node {
+        uint8_t byte = 0;
+        bool has_nonplain = false;              // the subtree holds a token not in plain()
+        int32_t first_child = -1, next_sibling = -1;
+        int32_t tokens_begin = 0, tokens_end = 0;  // token_ids_[begin, end): the tokens ending here
+    };
+    const std::vector<Node>& node_list() const { return nodes_; }
+    const std::vector<int32_t>& token_ids() const { return token_ids_; }
+    const std::vector<uint64_t>& plain() const { return plain_; }  // bitset over [0, vocab)
+
+private:
+    int32_t vocab_;
+    std::vector<std::string> bytes_;
+    std::vector<Node> nodes_;  // 0 is the root (no byte)
+    std::vector<int32_t> token_ids_;
+    std::vector<uint64_t> plain_;
+};
+
+// Bits of the tokens the state can read whole (bitset over [0, trie.vocab())); end-of-sequence tokens
+// are the caller's (allowed when state.can_end()).
+void allowed_tokens(const VocabTrie& trie, const GrammarState& state, std::vector<uint64_t>* bits);
+
+// One request's constraint: the grammar, its state, and whether it has started (a constraint that
+// applies after the reasoning block waits for "</think>" in the output).
+class TokenConstraint {
+public:
+    TokenConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie, bool after_reasoning);
+    bool active() const { return active_; }
+    // Sets logits of the tokens the grammar rejects to -inf; `eos` are allowed exactly when the output
+    // may end here. False when nothing at all is allowed (a dead end: the caller lets eos through).
+    bool mask(float* logits, const std::vector<int32_t>& eos);
+    // The token was emitted (`text`: its decoded text): the grammar reads its bytes, or, before it
+    // starts, the text is searched for "</think>" (what follows it in the same text is read).
+    void accept(int32_t token, const std::string& text);
+    const GrammarState& state() const { return state_; }
+
+private:
+    std::shared_ptr<const Grammar> g_;
+    std::shared_ptr<const VocabTrie> trie_;
+    GrammarState state_;
+    bool active_;
+    std::string watch_;  // output bytes while waiting for </think> (the last few)
+    std::vector<uint64_t> bits_;
+};
+
+}  // namespace gdn

@@ -1,0 +1,266 @@
+// Structured outputs: schema grammars accept exactly the documents their schema allows (on fixed
+// documents), the trie-walk token mask equals a brute-force pass over the vocabulary on every prefix of
+// valid documents (so it is never empty there), and the demo model, sampled at temperature 1 with many
+// seeds under each schema of a suite, always produces JSON that parses and validates.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/engine.h"
+#include "server/output_parser.h"
+#include "structured/json_schema.h"
+#include "structured/token_mask.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+bool accepts(const Grammar& g, const std::string& text) {
+    GrammarState st(&g);
+    return st.advance_bytes(text) && st.can_end();
+}
+
+std::shared_ptr<const Grammar> compile(const char* schema) {
+    auto g = json_schema_grammar(Json::parse(schema));
+    EXPECT_TRUE(g.is_ok()) << g.message();
+    return g.is_ok() ? *g : nullptr;
+}
+
+// The validator the samples are checked with: the keywords the compiler supports.
+bool validates(const Json& v, const Json& s, const Json& root) {
+    if (s.is_boolean()) return s.get<bool>();
+    if (s.contains("$ref")) {
+        const std::string ref = s["$ref"];
+        const Json* at = &root;
+        size_t i = 1;
+        while (i < ref.size()) {
+            const size_t next = ref.find('/', i + 1);
+            at = &(*at)[ref.substr(i + 1, next == std::string::npos ? std::string::npos : next - i - 1)];
+            i = next == std::string::npos ? ref.size() : next;
+        }
+        return validates(v, *at, root);
+    }
+    if (s.contains("enum")) {
+        for (const Json& e : s["enum"])
+            if (e == v) return true;
+        return false;
+    }
+    if (s.contains("const")) return s["const"] == v;
+    for (const char* k : {"anyOf", "oneOf"})
+        if (s.contains(k)) {
+            for (const Json& sub : s[k])
+                if (validates(v, sub, root)) return true;
+            return false;
+        }
+    if (!s.contains("type")) return true;
+    std::vector<std::string> types;
+    if (s["type"].is_string()) types.push_back(s["type"]);
+    else for (const Json& t : s["type"]) types.push_back(t);
+    for (const std::string& t : types) {
+        if (t == "null" && v.is_null()) return true;
+        if (t == "boolean" && v.is_boolean()) return true;
+        if (t == "integer" && v.is_number_integer()) return true;
+        if (t == "number" && v.is_number()) return true;
+        if (t == "string" && v.is_string()) {
+            // Lengths in characters (code points).
+            size_t n = 0;
+            for (unsigned char c : v.get<std::string>()) n += (c & 0xc0) != 0x80;
+            if (s.contains("minLength") && n < s["minLength"].get<size_t>()) continue;
+            if (s.contains("maxLength") && n > s["maxLength"].get<size_t>()) continue;
+            return true;
+        }
+        if (t == "array" && v.is_array()) {
+            if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) continue;
+            if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) continue;
+            bool ok = true;
+            if (s.contains("items"))
+                for (const Json& x : v) ok = ok && validates(x, s["items"], root);
+            if (ok) return true;
+        }
+        if (t == "object" && v.is_object()) {
+            const Json props = s.value("properties", Json::object());
+            bool ok = true;
+            for (const Json& r : s.value("required", Json::array())) ok = ok && v.contains(r.get<std::string>());
+            for (auto it = v.begin(); it != v.end(); ++it) {
+                if (props.contains(it.key())) ok = ok && validates(it.value(), props[it.key()], root);
+                else if (!s.contains("additionalProperties") || s["additionalProperties"] == false) ok = false;
+                else if (s["additionalProperties"].is_object()) ok = ok && validates(it.value(), s["additionalProperties"], root);
+            }
+            if (ok) return true;
+        }
+    }
+    return false;
+}
+
+TEST(SchemaGrammar, AcceptsExactlyWhatTheSchemaAllows) {
+    auto g = compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2},
+        "kind": {"enum": ["a", "b", 3]}, "ok": {"type": "boolean"}, "score": {"type": ["number", "null"]}},
+        "required": ["name", "age"]})");
+    ASSERT_TRUE(g);
+    for (const char* good : {R"({"name": "Ann", "age": 7})", R"({"name":"Ann","age":-7,"tags":["x","yz"],"kind":3})",
+                             "{\n  \"name\": \"\\u00e9\\n\",\n  \"age\": 0,\n  \"ok\": false,\n  \"score\": 1.5e3\n}",
+                             R"({"name": "Zürich 🙂", "age": 1, "score": null})", "\n\n{\"name\":\"\",\"age\":10}\n"})
+        EXPECT_TRUE(accepts(*g, good)) << good;
+    for (const char* bad : {R"({"age": 7})", R"({"name": "Ann"})", R"({"name": "Ann", "age": 7, "extra": 1})",
+                            R"({"name": "Ann", "age": 7.5})", R"({"name": "Ann", "age": 007})",
+                            R"({"age": 7, "name": "Ann"})",  // declared order
+                            R"({"name": "Ann", "age": 7, "tags": ["toolong"]})", R"({"name": "Ann", "age": 7, "tags": ["a","b","c"]})",
+                            R"({"name": "Ann", "age": 7, "kind": "c"})", R"({"name": "Ann", "age": 7} x)",
+                            R"({"name": "A\q", "age": 1})", "{\"name\": \"a\nb\", \"age\": 1}",
+                            R"({"name": "Ann", "age": 12345678901234567})"})
+        EXPECT_FALSE(accepts(*g, bad)) << bad;
+}
+
+TEST(SchemaGrammar, RefsAnyOfAndAdditionalProperties) {
+    auto g = compile(R"({"$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
+        "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}}, "required": ["v", "next"]}},
+        "$ref": "#/$defs/node"})");
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(accepts(*g, R"({"v": 1, "next": {"v": 2, "next": null}})"));
+    EXPECT_FALSE(accepts(*g, R"({"v": 1, "next": {"v": 2}})"));
+    auto extra = compile(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}})");
+    EXPECT_TRUE(accepts(*extra, R"({"a": 1, "b": true, "c": false})"));
+    EXPECT_TRUE(accepts(*extra, R"({"b": true})"));
+    EXPECT_FALSE(accepts(*extra, R"({"a": 1, "b": 2})"));
+    auto obj = json_object_grammar();
+    EXPECT_TRUE(accepts(*obj, R"({"x": [1, {"y": null}], "z": "w"})"));
+    EXPECT_FALSE(accepts(*obj, "[1]"));
+    auto choice = choice_grammar(Json::parse(R"(["yes", "no", "yes please"])"));
+    ASSERT_TRUE(choice.is_ok());
+    EXPECT_TRUE(accepts(**choice, "yes please"));
+    EXPECT_FALSE(accepts(**choice, "maybe"));
+}
+
+TEST(SchemaGrammar, UnsupportedKeywordsAreErrorsNamingThePath) {
+    for (const char* s : {R"({"type": "string", "pattern": "a+"})", R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})",
+                          R"({"type": "integer", "minimum": 3})", R"({"$ref": "https://x/y"})", R"({"type": "wat"})",
+                          R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", R"({"allOf": [{}, {}]})"}) {
+        auto g = json_schema_grammar(Json::parse(s));
+        ASSERT_FALSE(g.is_ok()) << s;
+        EXPECT_NE(g.message().find("#"), std::string::npos) << g.message();
+    }
+    auto g = json_schema_grammar(Json::parse(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})"));
+    EXPECT_NE(g.message().find("#/properties/d: 'format'"), std::string::npos) << g.message();
+}
+
+TEST(ToolCallGrammar, XmlAndHermesCallsParseIntoTypedArguments) {
+    const std::vector<ToolSignature> tools = {
+        {"get_weather", Json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+          "unit": {"enum": ["c", "f"]}}, "required": ["city"]})")},
+        {"now", nullptr}};
+    auto xml = tool_call_grammar(tools, ToolCallForm::XML, true);
+    ASSERT_TRUE(xml.is_ok()) << xml.message();
+    const std::string call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew <York>\nline 2\n</parameter>\n"
+                             "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+    EXPECT_TRUE(accepts(**xml, call));
+    EXPECT_TRUE(accepts(**xml, call + "\n<tool_call>\n<function=now>\n</function>\n</tool_call>"));
+    EXPECT_FALSE(accepts(**xml, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"));
+    EXPECT_FALSE(accepts(**xml, "<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
+    EXPECT_FALSE(accepts(**xml, "<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\nthree\n"
+                                "</parameter>\n</function>\n</tool_call>"));
+    auto hermes = tool_call_grammar(tools, ToolCallForm::HERMES, false);
+    ASSERT_TRUE(hermes.is_ok());
+    EXPECT_TRUE(accepts(**hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"unit\": \"c\"}}\n</tool_call>"));
+    EXPECT_TRUE(accepts(**hermes, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+    EXPECT_FALSE(accepts(**hermes, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>"));
+}
+
+// The trie walk (with the in-string fast path) against the brute force: every token tried on a copy of
+// the state. On every prefix of valid documents, the mask is the same and not empty.
+TEST(TokenMask, TrieWalkEqualsBruteForceOnEveryPrefix) {
+    auto tok = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(tok.is_ok());
+    const VocabTrie trie(**tok, (*tok)->vocab_size());
+    auto g = compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
+        "xs": {"type": "array", "items": {"type": "number"}}}, "required": ["name"]})");
+    for (const std::string doc : {std::string("{\"name\": \"The cat's \\\"mat\\\" é 🙂\", \"n\": -12, \"xs\": [1.5, 2e3]}"),
+                                  std::string("{\n  \"name\": \"a b c d e f\"\n}")}) {
+        GrammarState st(g.get());
+        for (size_t i = 0; i <= doc.size(); ++i) {
+            std::vector<uint64_t> fast;
+            allowed_tokens(trie, st, &fast);
+            size_t n = 0;
+            for (int32_t t = 0; t < trie.vocab(); ++t) {
+                GrammarState copy = st;
+                const bool brute = !trie.bytes(t).empty() && copy.advance_bytes(trie.bytes(t));
+                const bool walk = (fast[t >> 6] >> (t & 63)) & 1;
+                ASSERT_EQ(walk, brute) << "prefix " << i << " token " << t << " '" << trie.bytes(t) << "'";
+                n += walk;
+            }
+            if (i < doc.size()) {
+                EXPECT_GT(n, 0u) << "empty mask after " << i << " bytes";
+                ASSERT_TRUE(st.advance(static_cast<uint8_t>(doc[i]))) << i;
+            }
+        }
+        EXPECT_TRUE(st.can_end());
+    }
+}
+
+// The demo model under each schema of a suite, temperature 1, many seeds: every answer parses and
+// validates, and the engine met no dead end.
+TEST(StructuredSampling, EverySampleValidates) {
+    OneThread one;
+    auto m = Model::load(demo_model_dir());
+    ASSERT_TRUE(m.is_ok());
+    auto tok = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(tok.is_ok());
+    EngineConfig ec;
+    ec.max_model_len = 1024;
+    ec.max_num_seqs = 16;
+    ec.cache_memory = 128ull << 20;
+    auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *tok, ec);
+    ASSERT_TRUE(e.is_ok()) << e.message();
+    const std::vector<const char*> schemas = {
+        R"({"type": "object", "properties": {"fortune": {"type": "string", "maxLength": 24}, "lucky": {"type": "integer"}},
+            "required": ["fortune", "lucky"]})",
+        R"({"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 1, "maxItems": 4})",
+        R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "score": {"type": ["number", "null"]},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 6}, "maxItems": 3}}, "required": ["ok"]})",
+        R"({"anyOf": [{"type": "integer"}, {"type": "object", "properties": {"a": {"const": "x"}}, "required": ["a"]}]})",
+        // A local $ref (not recursive: a recursive schema lets a model nest until max_tokens, in any engine).
+        R"({"$defs": {"p": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+            "required": ["x", "y"]}}, "type": "object", "properties": {"from": {"$ref": "#/$defs/p"}, "to": {"$ref": "#/$defs/p"}},
+            "required": ["from", "to"]})",
+    };
+#ifdef __SANITIZE_ADDRESS__
+    const int seeds = 3;
+#else
+    const int seeds = 8;
+#endif
+    std::map<int64_t, std::pair<size_t, std::string>> texts;  // request -> (schema, text)
+    std::map<int64_t, FinishReason> finish;
+    for (size_t si = 0; si < schemas.size(); ++si) {
+        auto g = json_schema_grammar(Json::parse(schemas[si]));
+        ASSERT_TRUE(g.is_ok()) << g.message();
+        for (int seed = 0; seed < seeds; ++seed) {
+            SamplingParams p;
+            p.temperature = 1.0f;
+            p.seed = 1000 + seed;
+            p.max_tokens = 400;
+            p.grammar = *g;
+            auto id = (*e)->add_request(Prompt::from_text("Tell me a fortune as JSON: "), p);
+            ASSERT_TRUE(id.is_ok()) << id.message();
+            texts[*id] = {si, ""};
+        }
+    }
+    while ((*e)->has_unfinished())
+        for (const RequestOutput& o : (*e)->step()) {
+            texts[o.id].second += o.text_delta;
+            if (o.finish != FinishReason::NONE) finish[o.id] = o.finish;
+        }
+    for (const auto& [id, st] : texts) {
+        const auto& [si, text] = st;
+        EXPECT_EQ(finish[id], FinishReason::STOP) << schemas[si] << "\n" << text;
+        auto j = parse_json(text, "sample");
+        ASSERT_TRUE(j.is_ok()) << schemas[si] << "\n" << text << "\n" << j.message();
+        const Json schema = Json::parse(schemas[si]);
+        EXPECT_TRUE(validates(*j, schema, schema)) << schemas[si] << "\n" << text;
+    }
+    EXPECT_EQ((*e)->stats().grammar_dead_ends, 0);
+    EXPECT_GT((*e)->stats().grammar_masks, 0);
+}
+
+}  // namespace
