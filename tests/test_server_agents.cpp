@@ -104,9 +104,11 @@ TEST_F(AgentServerTest, EveryRefusedFieldNamesItself) {
         {{{"store", true}}, "store"},
         {{{"service_tier", "flex"}}, "service_tier"},
         {{{"modalities", {"text", "audio"}}}, "modalities"},
-        {{{"tool_choice", "required"}}, "tool_choice"},
+        {{{"tool_choice", "required"}}, "tool_choice"},  // without tools
         {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}, "tool_choice"},
-        {{{"response_format", {{"type", "json_schema"}}}}, "response_format"},
+        {{{"response_format", {{"type", "json_schema"}}}}, "response_format"},  // without json_schema
+        {{{"response_format", {{"type", "yaml"}}}}, "response_format"},
+        {{{"structured_outputs", {{"regex", "a+"}}}}, "structured_outputs"},
         {{{"reasoning_effort", "extreme"}}, "reasoning_effort"},
         {{{"echo", true}}, "echo"},
         {{{"logit_bias", {{"99999999", 5}}}}, "logit_bias"},
@@ -231,6 +233,103 @@ TEST_F(AgentServerTest, ToolConversationsAndReasoningFields) {
     EXPECT_EQ(st, 400);
     EXPECT_EQ(j["error"]["param"], "messages");
     EXPECT_NE(j["error"]["message"].get<std::string>().find("tool_calls[0].function.arguments"), std::string::npos) << j.dump();
+}
+
+// tool_choice "required" and a named function: even the demo model (which never saw a tool) emits a
+// call that parses, with arguments of the declared types, for every seed; streamed and not the same.
+TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
+    const Json tools = Json::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+        "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}}, "required": ["city", "days"]}}},
+      {"type": "function", "function": {"name": "now"}}])");
+    for (const Json choice : {Json("required"), Json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+        for (int seed = 0; seed < 3; ++seed) {
+            Json body = {{"messages", kUser}, {"tools", tools}, {"tool_choice", choice}, {"temperature", 1.0}, {"seed", seed},
+                         {"max_tokens", 300}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+            Json j = ok("/v1/chat/completions", body);
+            const Json& c = j["choices"][0];
+            ASSERT_EQ(c["finish_reason"], "tool_calls") << j.dump();
+            const Json& calls = c["message"]["tool_calls"];
+            ASSERT_GE(calls.size(), 1u) << j.dump();
+            for (const Json& call : calls) {
+                const std::string name = call["function"]["name"];
+                if (choice.is_object()) EXPECT_EQ(name, "get_weather");
+                auto args = parse_json(call["function"]["arguments"].get<std::string>(), "arguments");
+                ASSERT_TRUE(args.is_ok()) << j.dump();
+                if (name == "get_weather") {
+                    EXPECT_TRUE((*args)["city"].is_string()) << j.dump();
+                    EXPECT_TRUE((*args)["days"].is_number_integer()) << j.dump();
+                    if (args->contains("unit")) EXPECT_TRUE((*args)["unit"] == "c" || (*args)["unit"] == "f");
+                } else {
+                    EXPECT_EQ(name, "now");
+                }
+            }
+            if (seed == 0 && choice.is_string()) {  // the stream folds to the same call
+                body["stream"] = true;
+                httplib::Client cl("127.0.0.1", server_->bound_port());
+                auto r = cl.Post("/v1/chat/completions", body.dump(), "application/json");
+                ASSERT_TRUE(r);
+                std::string args, name, finish;
+                SseReader sse;
+                sse.feed(r->body.data(), r->body.size(), [&](const std::string& data) {
+                    if (data == "[DONE]") return true;
+                    const Json ch = Json::parse(data)["choices"][0];
+                    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+                    if (ch["delta"].contains("tool_calls"))
+                        for (const Json& t : ch["delta"]["tool_calls"])
+                            if (t["index"] == 0) {
+                                if (t["function"].contains("name")) name = t["function"]["name"];
+                                args += t["function"]["arguments"].get<std::string>();
+                            }
+                    return true;
+                });
+                EXPECT_EQ(finish, "tool_calls");
+                EXPECT_EQ(name, calls[0]["function"]["name"]);
+                EXPECT_EQ(args, calls[0]["function"]["arguments"]);
+            }
+        }
+    }
+    int st = 0;
+    Json j = post("/v1/chat/completions", {{"messages", kUser}, {"tool_choice", "required"}}, &st);
+    EXPECT_EQ(st, 400);
+    EXPECT_EQ(j["error"]["param"], "tool_choice");
+    j = post("/v1/chat/completions", {{"messages", kUser}, {"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}, &st);
+    EXPECT_EQ(st, 400);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("nope"), std::string::npos);
+}
+
+// response_format json_schema with thinking on: the reasoning is free, the answer after </think> follows
+// the schema; structured_outputs choice on completions.
+TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
+    const Json schema = Json::parse(R"({"type": "object", "properties": {"fortune": {"type": "string", "maxLength": 30},
+        "stars": {"type": "integer"}}, "required": ["fortune", "stars"]})");
+    for (bool thinking : {false, true}) {
+        Json body = {{"messages", kUser}, {"temperature", 1.0}, {"seed", 3}, {"max_tokens", 400},
+                     {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "f"}, {"schema", schema}, {"strict", true}}}}},
+                     {"chat_template_kwargs", {{"enable_thinking", thinking}}}};
+        if (thinking) body["logit_bias"] = {{std::to_string(*(*tok_)->token_id("</think>")), 8}};  // think briefly
+        Json j = ok("/v1/chat/completions", body);
+        const Json& m = j["choices"][0]["message"];
+        if (j["choices"][0]["finish_reason"] != "stop") {  // still thinking at max_tokens: nothing to check
+            ASSERT_TRUE(thinking) << j.dump();
+            continue;
+        }
+        auto v = parse_json(m["content"].get<std::string>(), "content");
+        ASSERT_TRUE(v.is_ok()) << j.dump();
+        EXPECT_TRUE((*v)["fortune"].is_string()) << j.dump();
+        EXPECT_TRUE((*v)["stars"].is_number_integer()) << j.dump();
+        if (thinking) EXPECT_TRUE(m["reasoning_content"].is_string()) << j.dump();
+    }
+    Json c = ok("/v1/completions", {{"prompt", "The cat"}, {"max_tokens", 20}, {"temperature", 1.0},
+                                    {"structured_outputs", {{"choice", {"sat", "ran away"}}}}});
+    const std::string text = c["choices"][0]["text"];
+    EXPECT_TRUE(text == "sat" || text == "ran away") << text;
+    int st = 0;
+    Json bad = post("/v1/chat/completions", {{"messages", kUser}, {"response_format", {{"type", "json_schema"},
+                                            {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a+"}}}}}}}}, &st);
+    EXPECT_EQ(st, 400);
+    EXPECT_EQ(bad["error"]["param"], "response_format");
+    EXPECT_NE(bad["error"]["message"].get<std::string>().find("pattern"), std::string::npos) << bad.dump();
 }
 
 TEST(ToolsRequest, ATemplateWithoutToolsRefusesThem) {

@@ -32,7 +32,7 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
                                        "truncated or not a safetensors file",
                                        path.c_str(), static_cast<unsigned long long>(header_len), file_size));
     std::string text(reinterpret_cast<const char*>(base) + 8, header_len);
-    GDN_ASSIGN_OR_RETURN(Json header, parse_json(text, path + " (safetensors header)"));
+    GDN_ASSIGN_OR_RETURN(SortedJson header, parse_json_sorted(text, path + " (safetensors header)"));
     if (!header.is_object()) return Status::error(path + ": safetensors header is not a JSON object");
 
     const uint64_t data_start = 8 + header_len;
@@ -41,7 +41,7 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
     for (auto it = header.begin(); it != header.end(); ++it) {
         if (it.key() == "__metadata__") continue;
         const std::string& name = it.key();
-        const Json& e = it.value();
+        const SortedJson& e = it.value();
         auto fail = [&](const std::string& what) {
             return Status::error(strprintf("%s: tensor '%s': %s", path.c_str(), name.c_str(), what.c_str()));
         };
@@ -68,7 +68,7 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
         v.rank = rank > 4 ? 4 : rank;
         uint64_t numel = 1;
         for (int d = 0; d < rank; ++d) {
-            const Json& x = (*sh)[d];
+            const SortedJson& x = (*sh)[d];
             if (!x.is_number_unsigned() && !(x.is_number_integer() && x.get<int64_t>() >= 0))
                 return fail("shape entries must be non-negative integers");
             uint64_t n = x.get<uint64_t>();
@@ -175,7 +175,7 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
     std::map<std::string, std::string> expected;
     std::vector<std::string> shard_names;
     if (file_exists(index_path)) {
-        GDN_ASSIGN_OR_RETURN(Json index, read_json_file(index_path));
+        GDN_ASSIGN_OR_RETURN(SortedJson index, read_json_file_sorted(index_path));
         auto wm = index.find("weight_map");
         if (!index.is_object() || wm == index.end() || !wm->is_object())
             return Status::error(index_path + ": missing 'weight_map' object");

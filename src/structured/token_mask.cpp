@@ -130,7 +130,11 @@ TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> g, std::shared_p
     : g_(std::move(g)), trie_(std::move(trie)), state_(g_.get()), active_(!after_reasoning) {}
 
 bool TokenConstraint::mask(float* logits, const std::vector<int32_t>& eos) {
-    if (!active_) return true;
+    if (!active_) {  // reasoning is free, but it may not end the output: the constrained answer must follow
+        for (int32_t t : eos)
+            if (t >= 0 && t < trie_->vocab()) logits[t] = -INFINITY;
+        return true;
+    }
     const int32_t V = trie_->vocab();
     allowed_tokens(*trie_, state_, &bits_);
     if (state_.can_end())

@@ -54,7 +54,7 @@ public:
     TokenConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie, bool after_reasoning);
     bool active() const { return active_; }
     // Sets logits of the tokens the grammar rejects to -inf; `eos` are allowed exactly when the output
-    // may end here. False when nothing at all is allowed (a dead end: the caller lets eos through).
+    // may end here (before the constraint starts, everything but `eos` is allowed). False when nothing at all is allowed (a dead end: the caller lets eos through).
     bool mask(float* logits, const std::vector<int32_t>& eos);
     // The token was emitted (`text`: its decoded text): the grammar reads its bytes, or, before it
     // starts, the text is searched for "</think>" (what follows it in the same text is read).

@@ -420,7 +420,7 @@ std::string StreamDecoder::finish() {
 
 namespace {
 
-std::string token_content(const Json& v) {
+std::string token_content(const SortedJson& v) {
     if (v.is_string()) return v.get<std::string>();
     if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
     return "";
@@ -451,14 +451,14 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
     // (nlohmann's type_error / out_of_range), so a corrupt tokenizer is an error, never an abort.
     try {
         return parse(tokenizer_json, config_json, origin);
-    } catch (const Json::exception& e) {
+    } catch (const SortedJson::exception& e) {
         return Status::error(origin + ": unexpected JSON value: " + printable(e.what()));
     }
 }
 
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tokenizer_json, const std::string& config_json,
                                                          const std::string& origin) {
-    GDN_ASSIGN_OR_RETURN(Json j, parse_json(tokenizer_json, origin));
+    GDN_ASSIGN_OR_RETURN(SortedJson j, parse_json_sorted(tokenizer_json, origin));
     auto fail = [&](const std::string& what) { return Status::error(origin + ": " + what); };
     if (!j.is_object()) return fail("not a JSON object");
     std::shared_ptr<Tokenizer> tok(new Tokenizer());
@@ -466,7 +466,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
 
     // Model: BPE only.
     if (!j.contains("model") || !j["model"].is_object()) return fail("missing 'model'");
-    const Json& m = j["model"];
+    const SortedJson& m = j["model"];
     const std::string mtype = m.value("type", m.contains("merges") ? "BPE" : "");
     if (mtype != "BPE") return fail("unsupported tokenizer model type '" + mtype + "' (supported: BPE)");
     if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
@@ -487,7 +487,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     }
     // Added tokens.
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-        for (const Json& a : j["added_tokens"]) {
+        for (const SortedJson& a : j["added_tokens"]) {
             AddedToken t;
             if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
                 return fail("added_tokens entries need 'id' and 'content'");
@@ -525,7 +525,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     // Merges: "a b" strings or ["a", "b"] pairs.
     if (!m.contains("merges") || !m["merges"].is_array()) return fail("missing 'model.merges'");
     int32_t rank = 0;
-    for (const Json& mg : m["merges"]) {
+    for (const SortedJson& mg : m["merges"]) {
         std::string a, b;
         if (mg.is_string()) {
             const std::string s = mg.get<std::string>();
@@ -547,7 +547,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
         im.merges.emplace(key, std::make_pair(rank++, iab->second));  // the first (lowest) rank wins
     }
     // Normalizer: NFC (alone or in a Sequence) or none.
-    std::function<Status(const Json&)> parse_norm = [&](const Json& n) -> Status {
+    std::function<Status(const SortedJson&)> parse_norm = [&](const SortedJson& n) -> Status {
         if (n.is_null()) return Status::ok();
         const std::string t = n.value("type", "");
         if (t == "NFC") {
@@ -555,19 +555,19 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
             return Status::ok();
         }
         if (t == "Sequence") {
-            for (const Json& s : n.value("normalizers", Json::array())) GDN_RETURN_IF_ERROR(parse_norm(s));
+            for (const SortedJson& s : n.value("normalizers", SortedJson::array())) GDN_RETURN_IF_ERROR(parse_norm(s));
             return Status::ok();
         }
         return Status::error(origin + ": unsupported normalizer '" + t + "' (supported: NFC, Sequence)");
     };
-    GDN_RETURN_IF_ERROR(parse_norm(j.value("normalizer", Json())));
+    GDN_RETURN_IF_ERROR(parse_norm(j.value("normalizer", SortedJson())));
     // Pre-tokenizer: Split(regex) and ByteLevel steps.
     bool has_byte_level = false;
-    std::function<Status(const Json&)> parse_pre = [&](const Json& p) -> Status {
+    std::function<Status(const SortedJson&)> parse_pre = [&](const SortedJson& p) -> Status {
         if (p.is_null()) return Status::ok();
         const std::string t = p.value("type", "");
         if (t == "Sequence") {
-            for (const Json& s : p.value("pretokenizers", Json::array())) GDN_RETURN_IF_ERROR(parse_pre(s));
+            for (const SortedJson& s : p.value("pretokenizers", SortedJson::array())) GDN_RETURN_IF_ERROR(parse_pre(s));
             return Status::ok();
         }
         if (t == "Split") {
@@ -577,7 +577,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
             if (beh == "Isolated") st.kind = PreStep::SPLIT_ISOLATED;
             else if (beh == "Removed") st.kind = PreStep::SPLIT_REMOVED;
             else return Status::error(origin + ": unsupported Split behavior '" + beh + "' (supported: Isolated, Removed)");
-            const Json& pat = p.value("pattern", Json());
+            const SortedJson& pat = p.value("pattern", SortedJson());
             if (pat.contains("Regex")) {
                 GDN_ASSIGN_OR_RETURN(st.regex, compile_regex(pat["Regex"].get<std::string>(), false, origin));
             } else if (pat.contains("String")) {
@@ -601,25 +601,25 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
         }
         return Status::error(origin + ": unsupported pre-tokenizer '" + t + "' (supported: Split, ByteLevel, Sequence)");
     };
-    GDN_RETURN_IF_ERROR(parse_pre(j.value("pre_tokenizer", Json())));
+    GDN_RETURN_IF_ERROR(parse_pre(j.value("pre_tokenizer", SortedJson())));
     if (!has_byte_level) return fail("unsupported tokenizer: no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
-    const Json& dec = j.value("decoder", Json());
+    const SortedJson& dec = j.value("decoder", SortedJson());
     const std::string dtype = dec.is_object() ? dec.value("type", "") : "";
     if (dtype != "ByteLevel") return fail("unsupported decoder '" + dtype + "' (supported: ByteLevel)");
 
     // tokenizer_config.json: extra special tokens, eos/bos, chat template.
     std::vector<std::string> extra_special;
     if (!config_json.empty()) {
-        GDN_ASSIGN_OR_RETURN(Json c, parse_json(config_json, origin + " (tokenizer_config.json)"));
+        GDN_ASSIGN_OR_RETURN(SortedJson c, parse_json_sorted(config_json, origin + " (tokenizer_config.json)"));
         if (c.contains("additional_special_tokens") && c["additional_special_tokens"].is_array())
-            for (const Json& s : c["additional_special_tokens"]) extra_special.push_back(token_content(s));
+            for (const SortedJson& s : c["additional_special_tokens"]) extra_special.push_back(token_content(s));
         if (c.contains("eos_token")) tok->eos_token_ = token_content(c["eos_token"]);
         if (c.contains("bos_token")) tok->bos_token_ = token_content(c["bos_token"]);
         if (c.contains("chat_template")) {
-            const Json& ct = c["chat_template"];
+            const SortedJson& ct = c["chat_template"];
             if (ct.is_string()) tok->chat_template_ = ct.get<std::string>();
             else if (ct.is_array())
-                for (const Json& e : ct)
+                for (const SortedJson& e : ct)
                     if (e.value("name", "") == "default" && e.contains("template"))
                         tok->chat_template_ = e["template"].get<std::string>();
         }

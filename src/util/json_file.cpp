@@ -64,22 +64,40 @@ size_t too_deep_at(const std::string& text, int max_depth) {
 
 }  // namespace
 
-Result<Json> parse_json(const std::string& text, const std::string& what, int max_depth) {
+namespace {
+
+template <class J>
+Result<J> parse_as(const std::string& text, const std::string& what, int max_depth) {
     if (const size_t at = too_deep_at(text, max_depth); at != std::string::npos)
         return Status::error(strprintf("%s: JSON nested deeper than %d levels (at byte %zu)", what.c_str(), max_depth, at));
     try {
-        return Json::parse(text);
-    } catch (const Json::parse_error& e) {
+        return J::parse(text);
+    } catch (const typename J::parse_error& e) {
         return Status::error(strprintf("%s: malformed JSON at byte %zu: %s", what.c_str(),
                                        static_cast<size_t>(e.byte), printable(e.what()).c_str()));
-    } catch (const Json::exception& e) {  // out_of_range: a number too large for a double (1e400)
+    } catch (const typename J::exception& e) {  // out_of_range: a number too large for a double (1e400)
         return Status::error(strprintf("%s: invalid JSON: %s", what.c_str(), printable(e.what()).c_str()));
     }
+}
+
+}  // namespace
+
+Result<Json> parse_json(const std::string& text, const std::string& what, int max_depth) {
+    return parse_as<Json>(text, what, max_depth);
+}
+
+Result<SortedJson> parse_json_sorted(const std::string& text, const std::string& what, int max_depth) {
+    return parse_as<SortedJson>(text, what, max_depth);
 }
 
 Result<Json> read_json_file(const std::string& path) {
     GDN_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
     return parse_json(text, path);
+}
+
+Result<SortedJson> read_json_file_sorted(const std::string& path) {
+    GDN_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+    return parse_json_sorted(text, path);
 }
 
 }  // namespace gdn

@@ -12,6 +12,10 @@ namespace gdn {
 // chat template renders request objects (tools, tool-call arguments) with tojson and |items, and the
 // model was trained on them in the order the client wrote (HF transformers, @huggingface/jinja).
 using Json = nlohmann::ordered_json;
+// Objects with sorted keys: parsing and lookups stay O(log n) per key (ordered_json's are linear, so a
+// 248k-entry tokenizer vocabulary parsed as Json took ~25 s). For big machine-written files (tokenizer,
+// safetensors headers, shard indexes) whose key order means nothing.
+using SortedJson = nlohmann::json;
 
 // The deepest nesting of arrays and objects any document may have. nlohmann::json copies and destroys
 // values recursively (and so does every walker of a document, the Jinja renderer's included): a
@@ -28,6 +32,8 @@ std::string to_json_text(const Json& j);
 // `s` with every byte outside printable ASCII written as \xNN (safe inside any message).
 std::string printable(std::string_view s);
 Result<Json> read_json_file(const std::string& path);
+Result<SortedJson> parse_json_sorted(const std::string& text, const std::string& what, int max_depth = kMaxJsonDepth);
+Result<SortedJson> read_json_file_sorted(const std::string& path);
 bool file_exists(const std::string& path);
 
 }  // namespace gdn
