@@ -176,9 +176,20 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnEveryPrefix) {
     const VocabTrie trie(**tok, (*tok)->vocab_size());
     auto g = compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
         "xs": {"type": "array", "items": {"type": "number"}}}, "required": ["name"]})");
-    for (const std::string doc : {std::string("{\"name\": \"The cat's \\\"mat\\\" é 🙂\", \"n\": -12, \"xs\": [1.5, 2e3]}"),
-                                  std::string("{\n  \"name\": \"a b c d e f\"\n}")}) {
-        GrammarState st(g.get());
+    // A string that is also something else (both fast-path checks: the loop's tokens, a changing state).
+    auto mixed = compile(R"({"anyOf": [{"type": "string"}, {"type": "string", "maxLength": 2}, {"const": "ab c"}]})");
+    auto xml = tool_call_grammar({{"write", Json::parse(R"({"type": "object", "properties": {"path": {"type": "string"},
+        "n": {"type": "integer"}}, "required": ["path"]})")}}, ToolCallForm::XML, true);
+    ASSERT_TRUE(xml.is_ok());
+    const std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>> docs = {
+        {g, "{\"name\": \"The cat's \\\"mat\\\" é 🙂\", \"n\": -12, \"xs\": [1.5, 2e3]}"},
+        {g, "{\n  \"name\": \"a b c d e f\"\n}"},
+        {mixed, "\"ab cd\""},
+        {*xml, "<tool_call>\n<function=write>\n<parameter=path>\n/tmp/a <b>\n\nc é\n</parameter>\n<parameter=n>\n3\n"
+               "</parameter>\n</function>\n</tool_call>"},
+    };
+    for (const auto& [grammar, doc] : docs) {
+        GrammarState st(grammar.get());
         for (size_t i = 0; i <= doc.size(); ++i) {
             std::vector<uint64_t> fast;
             allowed_tokens(trie, st, &fast);

@@ -65,11 +65,15 @@ public:
     // The rule whose loop reads a JSON string's characters (token_mask.cpp's fast path), or -1.
     int32_t string_body_rule() const { return string_body_rule_; }
     int32_t string_char_rule() const { return string_char_rule_; }
+    // The rule of free text up to a line that starts with '<' (XML tool-call string values:
+    // text := ε | [^\n] text | '\n' line), its alternative 1 reading [^\n]: the other fast path.
+    void set_text_rule(int32_t text) { text_rule_ = text; }
+    int32_t text_rule() const { return text_rule_; }
 
 private:
     std::vector<std::vector<Seq>> alts_;
     std::vector<std::string> names_;
-    int32_t string_body_rule_ = -1, string_char_rule_ = -1;
+    int32_t string_body_rule_ = -1, string_char_rule_ = -1, text_rule_ = -1;
 };
 
 struct GrammarFrame {

@@ -387,6 +387,7 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolS
         g.add_alt(text, {Compiler::cls(ByteClass::of('\n')), Compiler::ref(after_nl)});
         g.add_alt(after_nl, {Compiler::cls(line_start), Compiler::ref(text)});
         g.add_alt(after_nl, {Compiler::cls(ByteClass::of('\n')), Compiler::ref(after_nl)});
+        g.set_text_rule(text);
     }
     for (const ToolSignature& t : tools) {
         holder = t.parameters.is_null() ? Json::object() : t.parameters;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 #include <unordered_map>
 
 namespace gdn {
@@ -30,34 +31,46 @@ bool plain_string_bytes(const std::string& b) {
 void set_bit(std::vector<uint64_t>& bits, int32_t t) { bits[t >> 6] |= uint64_t{1} << (t & 63); }
 bool get_bit(const std::vector<uint64_t>& bits, int32_t t) { return (bits[t >> 6] >> (t & 63)) & 1; }
 
-// At a JSON string's character loop, on a character boundary.
-bool in_string_body(const Grammar& g, const GrammarState& st) {
-    const int32_t body = g.string_body_rule(), chr = g.string_char_rule();
-    if (body < 0) return false;
-    for (const auto& s : st.stacks())
-        if (s.size() >= 2 && s.back().rule == chr && s.back().pos == 0 && s[s.size() - 2] == GrammarFrame{body, 0, 1})
-            return true;
-    return false;
+bool no_newline(const std::string& b) { return b.find('\n') == std::string::npos; }
+
+// The loop the state is in (on a character boundary), or -1. A state may hold other parses beside the
+// loop's: the loop's tokens are allowed whatever they do, and the walk still tries every other token.
+int loop_of(const GrammarState& st) {
+    const Grammar* g = st.grammar();
+    if (!g) return -1;
+    const int32_t body = g->string_body_rule(), chr = g->string_char_rule(), text = g->text_rule();
+    for (const auto& s : st.stacks()) {
+        if (body >= 0 && s.size() >= 2 && s.back().rule == chr && s.back().pos == 0 && s[s.size() - 2] == GrammarFrame{body, 0, 1})
+            return VocabTrie::JSON_STRING;
+        if (text >= 0 && s.back() == GrammarFrame{text, 1, 0}) return VocabTrie::XML_TEXT;
+    }
+    return -1;
 }
 
 struct Walk {
     const VocabTrie& trie;
     std::vector<uint64_t>& bits;
-    bool only_nonplain;
-    std::vector<GrammarState> pool;  // one state per depth, reused
+    const VocabTrie::LoopTable* loop = nullptr;  // the fast path's table, when the start state is in a loop
+    std::vector<GrammarState> pool;              // one state per depth, reused
 
-    void node(int32_t n, const GrammarState& st, size_t depth) {
+    // `st` is the state after node n's bytes; at_loop: it is the start state itself (the path so far
+    // kept the loop where it was).
+    void node(int32_t n, const GrammarState& st, size_t depth, bool at_loop) {
         const auto& nodes = trie.node_list();
         if (pool.size() <= depth + 1) pool.resize(depth + 2);
         for (int32_t c = nodes[n].first_child; c >= 0; c = nodes[c].next_sibling) {
             const VocabTrie::Node& child = nodes[c];
-            if (only_nonplain && !child.has_nonplain) continue;
+            if (loop && !loop->has_other[c]) continue;  // every token below is in loop->tokens
+            if (at_loop && loop->same.has(child.byte)) {  // the same state: no step, tokens here already set
+                if (child.first_child >= 0) node(c, st, depth + 1, true);
+                continue;
+            }
             GrammarState& next = pool[depth + 1];
             if (!st.step_into(child.byte, &next)) continue;
             for (int32_t k = child.tokens_begin; k < child.tokens_end; ++k) set_bit(bits, trie.token_ids()[k]);
             if (child.first_child >= 0 && next.can_continue()) {
                 GrammarState mine = std::move(next);  // the deeper levels reuse pool[depth + 1]
-                node(c, mine, depth + 1);
+                node(c, mine, depth + 1, false);
                 pool[depth + 1] = std::move(mine);
             }
         }
@@ -74,7 +87,17 @@ VocabTrie::VocabTrie(const Tokenizer& tok, int32_t vocab) : vocab_(vocab) {
         auto b = tok.token_bytes(id);
         bytes_[id] = std::move(b);
     }
-    plain_.assign((vocab + 63) / 64, 0);
+    ByteClass plain_ascii;
+    plain_ascii.add_range(0x20, 0x7f);
+    plain_ascii.bits[0] &= ~(uint64_t{1} << '"');
+    plain_ascii.bits[1] &= ~(uint64_t{1} << ('\\' - 64));
+    ByteClass not_newline;
+    not_newline.add_range(0, 0xff);
+    not_newline.bits[0] &= ~(uint64_t{1} << '\n');
+    loops_[JSON_STRING].same = plain_ascii;
+    loops_[XML_TEXT].same = not_newline;
+    bool (*const reads[kLoops])(const std::string&) = {plain_string_bytes, no_newline};
+    for (auto& l : loops_) l.tokens.assign((vocab + 63) / 64, 0);
     nodes_.emplace_back();
     std::vector<int32_t> parent = {-1};
     std::unordered_map<uint64_t, int32_t> child_of;  // (node << 8 | byte) -> child
@@ -82,8 +105,9 @@ VocabTrie::VocabTrie(const Tokenizer& tok, int32_t vocab) : vocab_(vocab) {
     for (int32_t id = 0; id < vocab; ++id) {
         const std::string& b = bytes_[id];
         if (b.empty()) continue;
-        const bool plain = plain_string_bytes(b);
-        if (plain) set_bit(plain_, id);
+        bool in_loop[kLoops];
+        for (int k = 0; k < kLoops; ++k)
+            if ((in_loop[k] = reads[k](b))) set_bit(loops_[k].tokens, id);
         int32_t n = 0;
         for (char ch : b) {
             const uint8_t byte = static_cast<uint8_t>(ch);
@@ -102,8 +126,12 @@ VocabTrie::VocabTrie(const Tokenizer& tok, int32_t vocab) : vocab_(vocab) {
             n = it->second;
         }
         ends.emplace_back(n, id);
-        if (!plain) nodes_[n].has_nonplain = true;
+        for (int k = 0; k < kLoops; ++k) {
+            if (loops_[k].has_other.size() < nodes_.size()) loops_[k].has_other.resize(nodes_.size(), 0);
+            if (!in_loop[k]) loops_[k].has_other[n] = 1;
+        }
     }
+    for (auto& l : loops_) l.has_other.resize(nodes_.size(), 0);
     std::sort(ends.begin(), ends.end());
     token_ids_.reserve(ends.size());
     for (size_t i = 0; i < ends.size();) {
@@ -112,18 +140,54 @@ VocabTrie::VocabTrie(const Tokenizer& tok, int32_t vocab) : vocab_(vocab) {
         for (; i < ends.size() && ends[i].first == n; ++i) token_ids_.push_back(ends[i].second);
         nodes_[n].tokens_end = static_cast<int32_t>(token_ids_.size());
     }
-    for (size_t n = nodes_.size(); n-- > 1;)  // children come after their parents
-        if (nodes_[n].has_nonplain) nodes_[parent[n]].has_nonplain = true;
+    for (auto& l : loops_)
+        for (size_t n = nodes_.size(); n-- > 1;)  // children come after their parents
+            if (l.has_other[n]) l.has_other[parent[n]] = 1;
+}
+
+// Every byte of `same` leaves the state as it was (then the walk need not step along such bytes). A
+// step depends only on which parses' classes hold the byte, so one byte per such signature is tried.
+bool keeps_state(const GrammarState& st, const ByteClass& same) {
+    const auto& stacks = st.stacks();
+    if (stacks.size() > 64) return false;
+    auto sorted = [](std::vector<std::vector<GrammarFrame>> v) {
+        std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
+            return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](const GrammarFrame& x, const GrammarFrame& y) {
+                return std::tie(x.rule, x.alt, x.pos) < std::tie(y.rule, y.alt, y.pos);
+            });
+        });
+        return v;
+    };
+    const auto want = sorted(stacks);
+    std::vector<uint64_t> tried;
+    GrammarState next;
+    for (int b = 0; b < 256; ++b) {
+        if (!same.has(static_cast<uint8_t>(b))) continue;
+        uint64_t sig = 0;
+        for (size_t i = 0; i < stacks.size(); ++i) {
+            const GrammarFrame& top = stacks[i].back();
+            if (st.grammar()->alts(top.rule)[top.alt][top.pos].cls.has(static_cast<uint8_t>(b))) sig |= uint64_t{1} << i;
+        }
+        if (std::find(tried.begin(), tried.end(), sig) != tried.end()) continue;
+        tried.push_back(sig);
+        if (!st.step_into(static_cast<uint8_t>(b), &next) || next.can_end() != st.can_end() || sorted(next.stacks()) != want)
+            return false;
+    }
+    return true;
 }
 
 void allowed_tokens(const VocabTrie& trie, const GrammarState& state, std::vector<uint64_t>* bits) {
-    bits->assign((trie.vocab() + 63) / 64, 0);
-    Walk w{trie, *bits, false, {}};
-    if (state.grammar() && in_string_body(*state.grammar(), state)) {
-        *bits = trie.plain();
-        w.only_nonplain = true;
+    Walk w{trie, *bits, nullptr, {}};
+    const int loop = loop_of(state);
+    bool at_loop = false;
+    if (loop >= 0) {
+        w.loop = &trie.loop(static_cast<VocabTrie::Loop>(loop));
+        *bits = w.loop->tokens;
+        at_loop = keeps_state(state, w.loop->same);
+    } else {
+        bits->assign((trie.vocab() + 63) / 64, 0);
     }
-    w.node(0, state, 0);
+    w.node(0, state, 0, at_loop);
 }
 
 TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie, bool after_reasoning)

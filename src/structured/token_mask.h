@@ -1,9 +1,13 @@
 // Which tokens a grammar state allows next, without a pass over the vocabulary's strings: the token
 // byte strings are a trie built once per tokenizer, and the mask is a walk of that trie that advances
-// the grammar by each node's byte and cuts every subtree the grammar rejects. Inside a JSON string
-// (the one place where most of the vocabulary is allowed) "plain" tokens — complete characters that are
-// neither '"' nor '\' nor control bytes, possibly ending in a started UTF-8 character — are allowed as
-// one precomputed bitset, and the walk visits only the subtrees holding other tokens.
+// the grammar by each node's byte and cuts every subtree the grammar rejects.
+//
+// Two loops allow most of the vocabulary, and have fast paths: inside a JSON string ("plain" tokens:
+// complete characters that are neither '"' nor '\' nor control bytes, possibly ending in a started
+// UTF-8 character) and inside an XML tool-call string value (tokens without '\n'). There the loop's
+// tokens are one precomputed bitset, the walk visits only subtrees holding other tokens, and along a
+// path of bytes that keep the loop where it was (plain ASCII; any byte but '\n') it does not step the
+// grammar at all.
 #pragma once
 
 #include <cstdint>
@@ -27,20 +31,26 @@ public:
 
     struct Node {
         uint8_t byte = 0;
-        bool has_nonplain = false;              // the subtree holds a token not in plain()
         int32_t first_child = -1, next_sibling = -1;
         int32_t tokens_begin = 0, tokens_end = 0;  // token_ids_[begin, end): the tokens ending here
     };
     const std::vector<Node>& node_list() const { return nodes_; }
     const std::vector<int32_t>& token_ids() const { return token_ids_; }
-    const std::vector<uint64_t>& plain() const { return plain_; }  // bitset over [0, vocab)
+
+    enum Loop { JSON_STRING = 0, XML_TEXT = 1, kLoops = 2 };
+    struct LoopTable {
+        ByteClass same;                 // bytes after which the loop's state is unchanged
+        std::vector<uint64_t> tokens;   // bitset over [0, vocab): the tokens the loop reads whole
+        std::vector<uint8_t> has_other; // per node: the subtree holds a token not in `tokens`
+    };
+    const LoopTable& loop(Loop k) const { return loops_[k]; }
 
 private:
     int32_t vocab_;
     std::vector<std::string> bytes_;
     std::vector<Node> nodes_;  // 0 is the root (no byte)
     std::vector<int32_t> token_ids_;
-    std::vector<uint64_t> plain_;
+    LoopTable loops_[kLoops];
 };
 
 // Bits of the tokens the state can read whole (bitset over [0, trie.vocab())); end-of-sequence tokens
