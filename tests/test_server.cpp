@@ -122,8 +122,8 @@ TEST_F(ServerTest, ErrorCases) {
     check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})", 400,
                  "top_p must be in (0, 1]");
     check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})", 400, "temperature must be >= 0");
-    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":2})", 400,
-                 "only n = 1");
+    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":17})", 400,
+                 "'n' must be an integer in [1, 16]");
     check("/v1/completions", R"({"prompt":")" + std::string(3000, 'a') + "\"}", 400,
                  "maximum context length");
     check("/v1/completions", R"({"max_tokens":3})", 400, "'prompt' is required");

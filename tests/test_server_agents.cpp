@@ -100,7 +100,7 @@ TEST_F(AgentServerTest, EveryRefusedFieldNamesItself) {
     EXPECT_GE(refused, 10);
     // Values we cannot honour, and a field of the other endpoint.
     const std::vector<std::pair<Json, std::string>> chat_cases = {
-        {{{"n", 3}}, "n"},
+        {{{"n", 17}}, "n"},
         {{{"store", true}}, "store"},
         {{{"service_tier", "flex"}}, "service_tier"},
         {{{"modalities", {"text", "audio"}}}, "modalities"},
@@ -330,6 +330,67 @@ TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
     EXPECT_EQ(st, 400);
     EXPECT_EQ(bad["error"]["param"], "response_format");
     EXPECT_NE(bad["error"]["message"].get<std::string>().find("pattern"), std::string::npos) << bad.dump();
+}
+
+double metric(const std::string& name, int port) {
+    httplib::Client c("127.0.0.1", port);
+    auto r = c.Get("/metrics");
+    const auto p = r->body.find("\n" + name + " ");
+    return p == std::string::npos ? -1 : std::stod(r->body.substr(p + name.size() + 2));
+}
+
+// n = 3 with a seed: three distinct samples, the same three again, streamed as three indexed choices;
+// the prompt is prefilled once (the others compute only its tail after the last full block).
+TEST_F(AgentServerTest, NSamplesShareOnePrefill) {
+    std::string prompt;
+    for (int i = 0; i < 12; ++i) prompt += "The cat sat on the mat and looked at the moon. ";
+    const int64_t P = static_cast<int64_t>((*tok_)->encode(prompt).size());
+    const Json body = {{"prompt", prompt}, {"n", 3}, {"seed", 11}, {"temperature", 1.0}, {"max_tokens", 8}};
+    const int port = server_->bound_port();
+    const double q0 = metric("gdn_prefix_cache_queries_total", port), h0 = metric("gdn_prefix_cache_hits_total", port);
+    Json a = ok("/v1/completions", body);
+    const double q1 = metric("gdn_prefix_cache_queries_total", port), h1 = metric("gdn_prefix_cache_hits_total", port);
+    const double computed = (q1 - q0) - (h1 - h0);
+    EXPECT_GE(computed, P);
+    EXPECT_LT(computed, P + 2 * 16) << "the prompt was prefilled more than once";  // block size 16
+    ASSERT_EQ(a["choices"].size(), 3u);
+    std::vector<std::string> texts;
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(a["choices"][i]["index"], i);
+        texts.push_back(a["choices"][i]["text"]);
+    }
+    EXPECT_NE(texts[0], texts[1]);
+    EXPECT_NE(texts[1], texts[2]);
+    EXPECT_EQ(a["usage"]["prompt_tokens"], P);
+    Json again = ok("/v1/completions", body);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(again["choices"][i]["text"], texts[i]);
+    std::printf("n = 3: prompt %lld tokens, prompt tokens computed %.0f\n", (long long)P, computed);
+    EXPECT_GE(a["usage"]["completion_tokens"].get<int>(), 3);
+    // Streamed: chunks carry their choice's index and fold to the same texts.
+    Json sb = body;
+    sb["stream"] = true;
+    httplib::Client cl("127.0.0.1", port);
+    auto r = cl.Post("/v1/completions", sb.dump(), "application/json");
+    ASSERT_TRUE(r);
+    std::vector<std::string> streamed(3);
+    std::vector<int> finishes(3, 0);
+    SseReader sse;
+    sse.feed(r->body.data(), r->body.size(), [&](const std::string& data) {
+        if (data == "[DONE]") return true;
+        const Json c = Json::parse(data)["choices"][0];
+        streamed[c["index"].get<size_t>()] += c["text"].get<std::string>();
+        finishes[c["index"].get<size_t>()] += !c["finish_reason"].is_null();
+        return true;
+    });
+    for (size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(streamed[i], texts[i]);
+        EXPECT_EQ(finishes[i], 1);
+    }
+    // Chat too.
+    Json chat = ok("/v1/chat/completions", {{"messages", kUser}, {"n", 2}, {"seed", 1}, {"temperature", 1.0}, {"max_tokens", 6},
+                                            {"chat_template_kwargs", {{"enable_thinking", false}}}});
+    ASSERT_EQ(chat["choices"].size(), 2u);
+    EXPECT_EQ(chat["choices"][1]["index"], 1);
 }
 
 TEST(ToolsRequest, ATemplateWithoutToolsRefusesThem) {

@@ -166,6 +166,54 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
 }
 
 Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& params) {
+    GDN_ASSIGN_OR_RETURN(auto ids, add_requests(prompt, params, 1));
+    return ids[0];
+}
+
+Result<std::vector<int64_t>> Engine::add_requests(const Prompt& prompt, const SamplingParams& params, int n) {
+    if (n < 1) return Status::error(strprintf("n must be >= 1 (got %d)", n));
+    std::vector<std::unique_ptr<Request>> reqs;
+    for (int i = 0; i < n; ++i) {
+        SamplingParams p = params;
+        if (p.seed) p.seed = *p.seed + static_cast<uint64_t>(i);  // sample i: seed + i (distinct, reproducible)
+        GDN_ASSIGN_OR_RETURN(auto r, make_request(prompt, p));
+        reqs.push_back(std::move(r));
+    }
+    std::vector<int64_t> ids;
+    for (auto& r : reqs) ids.push_back(r->sched->id);
+    admit(std::move(reqs[0]));
+    // The others start once the first one's prompt is computed, from the prefix cache (without it,
+    // now: each computes its prompt).
+    for (size_t i = 1; i < reqs.size(); ++i) {
+        if (cfg_.enable_prefix_caching) held_.push_back({ids[0], std::move(reqs[i])});
+        else admit(std::move(reqs[i]));
+    }
+    return ids;
+}
+
+void Engine::admit(std::unique_ptr<Request> r) {
+    const int64_t id = r->sched->id;
+    scheduler_->add(r->sched);
+    prompt_tokens_total_ += r->sched->num_prompt;
+    requests_.emplace(id, std::move(r));
+}
+
+// Held samples of an n > 1 request whose first sample has computed its prompt (or ended) start now.
+void Engine::release_held() {
+    for (size_t i = 0; i < held_.size();) {
+        auto it = requests_.find(held_[i].leader);
+        const bool ready = it == requests_.end() || it->second->finish != FinishReason::NONE ||
+                           it->second->sched->num_computed >= it->second->sched->num_prompt;
+        if (!ready) {
+            ++i;
+            continue;
+        }
+        admit(std::move(held_[i].req));
+        held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+}
+
+Result<std::unique_ptr<Engine::Request>> Engine::make_request(const Prompt& prompt, const SamplingParams& params) {
     const int32_t V = model_->config().vocab;
     GDN_RETURN_IF_ERROR(params.validate(V));
     std::vector<int32_t> ids;
@@ -218,11 +266,7 @@ Result<int64_t> Engine::add_request(const Prompt& prompt, const SamplingParams& 
     r->sched->num_prompt = n;
     r->sched->max_total_tokens = n + r->params.max_tokens;
     if (cfg_.enable_prefix_caching) r->sched->snapshot_at = snapshot_positions(message_ends, n);
-    const int64_t id = r->sched->id;
-    scheduler_->add(r->sched);
-    prompt_tokens_total_ += n;
-    requests_.emplace(id, std::move(r));
-    return id;
+    return r;
 }
 
 void Engine::abort(int64_t id) {
@@ -379,6 +423,12 @@ std::span<const RequestOutput> Engine::step() {
             ids.swap(aborts_);
         }
         for (int64_t id : ids) {
+            for (size_t h = 0; h < held_.size(); ++h)  // a held sample of an n > 1 request: it never started
+                if (held_[h].req->sched->id == id) {
+                    admit(std::move(held_[h].req));
+                    held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(h));
+                    break;
+                }
             auto it = requests_.find(id);  // (aborts are rare: the id list above may allocate)
             if (it == requests_.end() || it->second->finish != FinishReason::NONE) continue;
             RequestOutput& out = next_output(id);
@@ -387,6 +437,7 @@ std::span<const RequestOutput> Engine::step() {
             finish(*it->second, FinishReason::ABORT, out);
         }
     }
+    release_held();
     const SchedulerOutput& so = scheduler_->schedule();
     const int k_this_step = k_planned_;
     bool pure_decode = !so.chunks.empty();

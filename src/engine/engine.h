@@ -121,12 +121,17 @@ public:
 
     ~Engine();
     Result<int64_t> add_request(const Prompt& prompt, const SamplingParams& params);
+    // n samples of one prompt (OpenAI's n): ids in sample order. The first is admitted now; the others
+    // wait until its prompt is computed, then start from the prefix cache (its KV blocks and the GDN
+    // snapshot at the prompt's last block boundary), so the prompt is prefilled once and each further
+    // sample computes only the tail after that boundary. With a seed, sample i uses seed + i.
+    Result<std::vector<int64_t>> add_requests(const Prompt& prompt, const SamplingParams& params, int n);
     // Runs one step; the outputs of requests that progressed (or were aborted) this step. The span is
     // valid until the next call.
     std::span<const RequestOutput> step();
     // Thread-safe: the request is aborted at the next step (its blocks and slot freed there).
     void abort(int64_t id);
-    bool has_unfinished() const { return !scheduler_->empty() || !pending_aborts_empty(); }
+    bool has_unfinished() const { return !scheduler_->empty() || !held_.empty() || !pending_aborts_empty(); }
 
     const EngineConfig& config() const { return cfg_; }
     std::string memory_plan() const { return memory_plan_; }
@@ -168,6 +173,14 @@ private:
     // logits row and advances past its rows.
     void verify(const ScheduledChunk& c, size_t& row, bool all_greedy, RequestOutput& out);
     void constrain(Request& r, float* logits);
+    Result<std::unique_ptr<Request>> make_request(const Prompt& prompt, const SamplingParams& params);
+    void admit(std::unique_ptr<Request> r);
+    void release_held();
+    struct Held {
+        int64_t leader;
+        std::unique_ptr<Request> req;
+    };
+    std::vector<Held> held_;  // samples 2..n of n > 1 requests, waiting for the first one's prompt
     // The hidden rows of a chunk's computed tokens, kept for the MTP layer's catch-up.
     void keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int64_t n_rows);
     // After a step: drafts for the next one, as many per request as the cost model chooses.

@@ -22,6 +22,7 @@ constexpr int kDefaultCompletionTokens = 16;  // /v1/completions without max_tok
 constexpr size_t kMaxStopStrings = 64, kMaxStopBytes = 4096, kMaxStopTokenIds = 1024;
 constexpr int64_t kMaxLogprobs = 20;
 constexpr size_t kMaxLogitBias = 1024;
+constexpr int64_t kMaxSamples = 16;  // n: each sample holds a sequence slot
 
 std::string got(const Json& v) {
     std::string s = to_json_text(v);
@@ -87,7 +88,8 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
     GDN_RETURN_IF_API_ERROR(read_int(b, "max_tokens", 1, kInt32Max, &max_tokens));
     GDN_RETURN_IF_API_ERROR(read_int(b, "max_completion_tokens", 1, kInt32Max, &max_tokens));
     GDN_RETURN_IF_API_ERROR(read_int(b, "min_tokens", 0, kInt32Max, &min_tokens));
-    GDN_RETURN_IF_API_ERROR(read_int(b, "n", 1, kInt32Max, &n));
+    GDN_RETURN_IF_API_ERROR(read_int(b, "n", 1, kMaxSamples, &n));
+    r->n = static_cast<int>(n);
     GDN_RETURN_IF_API_ERROR(read_bool(b, "ignore_eos", &sp.ignore_eos));
     GDN_RETURN_IF_API_ERROR(read_bool(b, "skip_special_tokens", &sp.skip_special_tokens));
     GDN_RETURN_IF_API_ERROR(read_bool(b, "include_stop_str_in_output", &sp.include_stop_str_in_output));

@@ -44,6 +44,7 @@ struct CompletionRequest {
     bool max_tokens_given = false;     // false: max_tokens becomes what the context leaves
     bool stream = false, include_usage = false, want_logprobs = false;
     bool echo = false;                 // completions: the prompt's text comes first
+    int n = 1;                         // samples of the prompt (one prefill, prefix-cache sharing)
     // Chat tools (prompt.tools holds them as sent, for the template).
     ToolSet tools;
     bool parse_tool_calls = false;     // tools given and tool_choice is not "none"

@@ -31,8 +31,13 @@ public:
                        std::shared_ptr<const Tokenizer> tok)
         : job_(std::move(job)), chat_(req.chat), stream_(req.stream), include_usage_(req.include_usage),
           want_logprobs_(req.want_logprobs), opts_(std::move(opts)), tok_(std::move(tok)), created_(unix_time()),
-          tools_(req.tools), parser_(parser_options(req)) {
-        text_offset_ = static_cast<int64_t>(opts_.echo.size());
+          tools_(req.tools) {
+        for (int i = 0; i < std::max(1, req.n); ++i) {
+            OutputParserOptions po = parser_options(req);
+            po.id_prefix += std::to_string(i) + "_";
+            choices_.push_back(std::make_unique<Choice>(po));
+            choices_.back()->text_offset = static_cast<int64_t>(opts_.echo.size());
+        }
     }
 
     std::optional<HttpResponse> head() override {
@@ -52,15 +57,19 @@ public:
         take();
         if (!job_->done) return std::nullopt;
         finished_ = true;
-        if (chat_) answer_.add(parser_.finish());
-        Json choice = {{"index", 0}, {"finish_reason", finish_reason()}};
-        if (chat_) choice["message"] = message();
-        else choice["text"] = opts_.echo + text_;
-        if (want_logprobs_ && logprobs_.is_null()) logprobs_ = logprobs_of({});  // no tokens: the empty form
-        choice["logprobs"] = want_logprobs_ ? logprobs_ : Json(nullptr);
+        Json list = Json::array();
+        for (size_t i = 0; i < choices_.size(); ++i) {
+            Choice& c = *choices_[i];
+            if (chat_) c.answer.add(c.parser.finish());
+            Json choice = {{"index", i}, {"finish_reason", finish_reason(c)}};
+            if (chat_) choice["message"] = message(c);
+            else choice["text"] = opts_.echo + c.text;
+            if (want_logprobs_ && c.logprobs.is_null()) c.logprobs = logprobs_of({}, c);  // no tokens: the empty form
+            choice["logprobs"] = want_logprobs_ ? c.logprobs : Json(nullptr);
+            list.push_back(std::move(choice));
+        }
         return json_response(200, {{"id", opts_.id}, {"object", chat_ ? "chat.completion" : "text_completion"},
-                                   {"created", created_}, {"model", opts_.model}, {"choices", Json::array({choice})},
-                                   {"usage", usage()}});
+                                   {"created", created_}, {"model", opts_.model}, {"choices", list}, {"usage", usage()}});
     }
 
     bool next_chunk(std::string* out) override {
@@ -68,31 +77,35 @@ public:
         while (!job_->outs.empty()) {
             RequestOutput o = std::move(job_->outs.front());
             job_->outs.pop_front();
+            const int index = index_of(o.id);
+            Choice& c = *choices_[index];
             prompt_tokens_ = o.prompt_tokens;
-            completion_tokens_ = o.completion_tokens;
-            if (chat_ && !sent_role_) {
-                *out += event({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
-                sent_role_ = true;
+            c.completion_tokens = o.completion_tokens;
+            if (chat_ && !c.sent_role) {
+                *out += event(index, {{"role", "assistant"}, {"content", ""}}, nullptr, nullptr);
+                c.sent_role = true;
             }
             Json lps = nullptr;
-            if (want_logprobs_ && !o.logprobs.empty()) lps = logprobs_of(o.logprobs);
+            if (want_logprobs_ && !o.logprobs.empty()) lps = logprobs_of(o.logprobs, c);
             if (chat_) {
                 const size_t before = out->size();
-                chat_events(parser_.feed(o.text_delta), lps, out);
-                if (out->size() == before && !lps.is_null()) *out += event(Json::object(), nullptr, lps);
+                chat_events(index, c.parser.feed(o.text_delta), lps, out);
+                if (out->size() == before && !lps.is_null()) *out += event(index, Json::object(), nullptr, lps);
             } else {
                 std::string text = o.text_delta;
-                if (!sent_echo_) text = opts_.echo + text, sent_echo_ = true;
-                if (!text.empty() || !lps.is_null()) *out += event(Json(text), nullptr, lps);
+                if (!c.sent_echo) text = opts_.echo + text, c.sent_echo = true;
+                if (!text.empty() || !lps.is_null()) *out += event(index, Json(text), nullptr, lps);
             }
             if (o.finish != FinishReason::NONE) {
-                finish_ = o.finish;
-                if (chat_) chat_events(parser_.finish(), nullptr, out);
-                *out += event(chat_ ? Json::object() : Json(""), finish_reason(), nullptr);
-                final_ = true;
+                c.finish = o.finish;
+                if (chat_) chat_events(index, c.parser.finish(), nullptr, out);
+                *out += event(index, chat_ ? Json::object() : Json(""), finish_reason(c), nullptr);
+                c.final = true;
             }
         }
-        if (!job_->done || !final_) return false;
+        if (!job_->done) return false;
+        for (const auto& c : choices_)
+            if (!c->final) return false;
         if (include_usage_) {
             Json u = {{"id", opts_.id}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
                       {"created", created_}, {"model", opts_.model}, {"choices", Json::array()}, {"usage", usage()}};
@@ -108,6 +121,18 @@ public:
     }
 
 private:
+    // One sample's answer so far.
+    struct Choice {
+        explicit Choice(const OutputParserOptions& po) : parser(po) {}
+        OutputParser parser;
+        ParsedOutput answer;  // chat
+        std::string text;     // completions
+        Json logprobs = nullptr;
+        int64_t text_offset = 0, completion_tokens = 0;
+        FinishReason finish = FinishReason::NONE;
+        bool sent_role = false, sent_echo = false, final = false;
+    };
+
     OutputParserOptions parser_options(const CompletionRequest& req) const {
         OutputParserOptions po;
         po.reasoning = req.chat && opts_.parsers.reasoning_on();
@@ -117,42 +142,49 @@ private:
         return po;
     }
 
-    // Non-streaming: folds the outputs so far into the answer (the job's lock held).
+    int index_of(int64_t engine_id) const {
+        for (size_t i = 0; i < job_->engine_ids.size(); ++i)
+            if (job_->engine_ids[i] == engine_id) return static_cast<int>(i);
+        return 0;
+    }
+
+    // Non-streaming: folds the outputs so far into the answers (the job's lock held).
     void take() {
         while (!job_->outs.empty()) {
             const RequestOutput& o = job_->outs.front();
-            if (chat_) answer_.add(parser_.feed(o.text_delta));
-            else text_ += o.text_delta;
-            if (want_logprobs_ && !o.logprobs.empty()) append_logprobs(logprobs_of(o.logprobs));
-            if (o.finish != FinishReason::NONE) finish_ = o.finish;
+            Choice& c = *choices_[index_of(o.id)];
+            if (chat_) c.answer.add(c.parser.feed(o.text_delta));
+            else c.text += o.text_delta;
+            if (want_logprobs_ && !o.logprobs.empty()) append_logprobs(c, logprobs_of(o.logprobs, c));
+            if (o.finish != FinishReason::NONE) c.finish = o.finish;
             prompt_tokens_ = o.prompt_tokens;
-            completion_tokens_ = o.completion_tokens;
+            c.completion_tokens = o.completion_tokens;
             job_->outs.pop_front();
         }
     }
 
-    const char* finish_reason() const {
-        if (finish_ == FinishReason::STOP && parser_.complete_calls() > 0) return "tool_calls";
-        return finish_reason_name(finish_);
+    const char* finish_reason(const Choice& c) const {
+        if (c.finish == FinishReason::STOP && c.parser.complete_calls() > 0) return "tool_calls";
+        return finish_reason_name(c.finish);
     }
 
-    Json message() const {
+    Json message(const Choice& c) const {
+        const ParsedOutput& a = c.answer;
         Json m = {{"role", "assistant"}};
-        m["content"] = answer_.calls.empty() || !answer_.content.empty() ? Json(answer_.content) : Json(nullptr);
-        if (opts_.parsers.reasoning_on())
-            m["reasoning_content"] = answer_.reasoning.empty() ? Json(nullptr) : Json(answer_.reasoning);
-        if (!answer_.calls.empty()) {
+        m["content"] = a.calls.empty() || !a.content.empty() ? Json(a.content) : Json(nullptr);
+        if (opts_.parsers.reasoning_on()) m["reasoning_content"] = a.reasoning.empty() ? Json(nullptr) : Json(a.reasoning);
+        if (!a.calls.empty()) {
             Json calls = Json::array();
-            for (const auto& c : answer_.calls)
-                calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+            for (const auto& t : a.calls)
+                calls.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
             m["tool_calls"] = std::move(calls);
         }
         return m;
     }
 
-    void chat_events(const OutputDelta& d, Json lps, std::string* out) {
+    void chat_events(int index, const OutputDelta& d, Json lps, std::string* out) const {
         auto send = [&](Json delta) {
-            *out += event(delta, nullptr, lps);
+            *out += event(index, delta, nullptr, lps);
             lps = nullptr;  // a step's logprobs go with its first event
         };
         if (!d.reasoning.empty()) send({{"reasoning_content", d.reasoning}});
@@ -171,11 +203,12 @@ private:
     }
 
     Json usage() const {
-        return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion_tokens_},
-                {"total_tokens", prompt_tokens_ + completion_tokens_}};
+        int64_t completion = 0;
+        for (const auto& c : choices_) completion += c->completion_tokens;
+        return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens_ + completion}};
     }
-    std::string event(const Json& delta_or_text, const Json& finish, const Json& logprobs) const {
-        Json choice = {{"index", 0}};
+    std::string event(int index, const Json& delta_or_text, const Json& finish, const Json& logprobs) const {
+        Json choice = {{"index", index}};
         if (chat_) choice["delta"] = delta_or_text;
         else choice["text"] = delta_or_text;
         choice["logprobs"] = logprobs;
@@ -191,7 +224,7 @@ private:
     }
     // Chat: {"content": [{token, logprob, top_logprobs: [{token, logprob}]}]}. Completions (OpenAI's
     // legacy form): {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
-    Json logprobs_of(const std::vector<std::vector<TokenLogprob>>& steps) {
+    Json logprobs_of(const std::vector<std::vector<TokenLogprob>>& steps, Choice& c) const {
         if (chat_) {
             Json content = Json::array();
             for (const auto& lp : steps) {
@@ -209,18 +242,18 @@ private:
             Json top = Json::object();
             for (size_t i = 1; i < lp.size(); ++i) top[piece(lp[i].token)] = lp[i].logprob;
             tops.push_back(top);
-            offsets.push_back(text_offset_);
-            text_offset_ += static_cast<int64_t>(p.size());
+            offsets.push_back(c.text_offset);
+            c.text_offset += static_cast<int64_t>(p.size());
         }
         return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
     }
-    void append_logprobs(const Json& part) {
-        if (logprobs_.is_null()) {
-            logprobs_ = part;
+    static void append_logprobs(Choice& c, const Json& part) {
+        if (c.logprobs.is_null()) {
+            c.logprobs = part;
             return;
         }
         for (auto it = part.begin(); it != part.end(); ++it)
-            for (const Json& x : it.value()) logprobs_[it.key()].push_back(x);
+            for (const Json& x : it.value()) c.logprobs[it.key()].push_back(x);
     }
 
     std::shared_ptr<Job> job_;
@@ -228,15 +261,10 @@ private:
     const ResponseOptions opts_;
     std::shared_ptr<const Tokenizer> tok_;
     const int64_t created_;
-    const ToolSet tools_;  // before parser_, which points at it
-    OutputParser parser_;
-    ParsedOutput answer_;
-    bool sent_role_ = false, sent_echo_ = false, final_ = false, finished_ = false;
-    std::string text_;
-    Json logprobs_ = nullptr;
-    int64_t text_offset_ = 0;
-    FinishReason finish_ = FinishReason::NONE;
-    int64_t prompt_tokens_ = 0, completion_tokens_ = 0;
+    const ToolSet tools_;  // before choices_, whose parsers point at it
+    std::vector<std::unique_ptr<Choice>> choices_;
+    bool finished_ = false;
+    int64_t prompt_tokens_ = 0;
 };
 
 }  // namespace

@@ -81,12 +81,12 @@ struct OpenAIServer::Impl {
     void register_routes();
     void cancel(const std::shared_ptr<Job>& job) {
         job->cancelled = true;
-        int64_t id;
+        std::vector<int64_t> ids;
         {
             std::lock_guard<std::mutex> lock(job->mu);
-            id = job->engine_id;
+            ids = job->engine_ids;
         }
-        if (id >= 0) engine->abort(id);  // thread-safe: applied at the next step
+        for (int64_t id : ids) engine->abort(id);  // thread-safe: applied at the next step
         q_cv.notify_one();
     }
 };
@@ -124,7 +124,7 @@ void OpenAIServer::Impl::engine_loop() {
             }
             Prompt prompt = Prompt::from_ids(std::move(job->ids));
             prompt.message_ends = std::move(job->message_ends);
-            auto id = engine->add_request(prompt, job->params);
+            auto id = engine->add_requests(prompt, job->params, job->n);
             if (!id) {
                 // Everything a client controls was checked before admission: this is our bug or a limit
                 // the checks missed, so it is logged, and the client hears what the engine said.
@@ -138,11 +138,14 @@ void OpenAIServer::Impl::engine_loop() {
             }
             {
                 std::lock_guard<std::mutex> lock(job->mu);
-                job->engine_id = *id;
+                job->engine_ids = *id;
+                job->engine_id = (*id)[0];
                 job->accepted = true;
             }
-            if (job->cancelled) engine->abort(*id);  // the client left while it was queued
-            active[*id] = job;
+            for (int64_t eid : *id) {
+                if (job->cancelled) engine->abort(eid);  // the client left while it was queued
+                active[eid] = job;
+            }
             job->wake();
         }
         if (stopping)
@@ -161,9 +164,9 @@ void OpenAIServer::Impl::engine_loop() {
                     job.t_last = t;
                 }
                 job.outs.push_back(o);
-                if (o.finish != FinishReason::NONE) job.done = true;
+                if (o.finish != FinishReason::NONE && ++job.finished == job.n) job.done = true;
             }
-            if (o.finish != FinishReason::NONE) {
+            if (o.finish != FinishReason::NONE && job.done) {  // the last of its samples
                 in_flight--;
                 std::lock_guard<std::mutex> ml(m_mu);
                 if (o.finish == FinishReason::ABORT) {
@@ -235,6 +238,7 @@ HandlerResult OpenAIServer::Impl::handle_completion(const HttpRequest& req, cons
         return error_response(shutting_down());
     }
     job->params = cr.params;
+    job->n = cr.n;
     job->wake = wake;
     job->t_arrival = now_seconds();
     const std::string rid = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_response_id++);

@@ -8,15 +8,9 @@ namespace {
 
 using Refusal = std::optional<std::string>;
 
-Refusal n_above_one(const Json& v) {
-    if (v.is_number_integer() && v.get<int64_t>() > 1)
-        return strprintf("only n = 1 is supported (got n = %lld)", (long long)v.get<int64_t>());
-    return std::nullopt;  // other values: read_int's range error
-}
-
 Refusal best_of_not_one(const Json& v) {
     if (v.is_number_integer() && v.get<int64_t>() == 1) return std::nullopt;
-    return std::string("only best_of = 1 is supported");
+    return std::string("only best_of = 1 is supported (n samples: send n)");
 }
 
 Refusal store_true(const Json& v) {
@@ -74,7 +68,7 @@ const std::vector<RequestField>& request_fields() {
         {"stop", true, true, FieldUse::IMPLEMENTED, ""},
         {"stream", true, true, FieldUse::IMPLEMENTED, ""},
         {"stream_options", true, true, FieldUse::IMPLEMENTED, "include_usage"},
-        {"n", true, true, FieldUse::IMPLEMENTED, "1 only for now", n_above_one},
+        {"n", true, true, FieldUse::IMPLEMENTED, "1..16 samples; the prompt is prefilled once (prefix cache)"},
         {"echo", false, true, FieldUse::IMPLEMENTED, "the prompt's text before the completion"},
         {"tools", true, false, FieldUse::IMPLEMENTED, "rendered by the template; calls parsed into tool_calls"},
         {"tool_choice", true, false, FieldUse::IMPLEMENTED, "none, auto, required, a named function (enforced by a grammar)",
