@@ -97,7 +97,7 @@ TEST_F(AgentServerTest, EveryRefusedFieldNamesItself) {
             refused++;
         }
     }
-    EXPECT_GE(refused, 10);
+    EXPECT_GE(refused, 8);
     // Values we cannot honour, and a field of the other endpoint.
     const std::vector<std::pair<Json, std::string>> chat_cases = {
         {{{"n", 17}}, "n"},
@@ -108,7 +108,8 @@ TEST_F(AgentServerTest, EveryRefusedFieldNamesItself) {
         {{{"tool_choice", {{"type", "function"}, {"function", {{"name", "f"}}}}}}, "tool_choice"},
         {{{"response_format", {{"type", "json_schema"}}}}, "response_format"},  // without json_schema
         {{{"response_format", {{"type", "yaml"}}}}, "response_format"},
-        {{{"structured_outputs", {{"regex", "a+"}}}}, "structured_outputs"},
+        {{{"structured_outputs", {{"grammar", "root ::= x"}}}}, "structured_outputs"},
+        {{{"structured_outputs", {{"regex", "(a"}}}}, "structured_outputs"},
         {{{"reasoning_effort", "extreme"}}, "reasoning_effort"},
         {{{"echo", true}}, "echo"},
         {{{"logit_bias", {{"99999999", 5}}}}, "logit_bias"},
@@ -326,10 +327,10 @@ TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
     EXPECT_TRUE(text == "sat" || text == "ran away") << text;
     int st = 0;
     Json bad = post("/v1/chat/completions", {{"messages", kUser}, {"response_format", {{"type", "json_schema"},
-                                            {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"pattern", "a+"}}}}}}}}, &st);
+                                            {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"format", "date"}}}}}}}}, &st);
     EXPECT_EQ(st, 400);
     EXPECT_EQ(bad["error"]["param"], "response_format");
-    EXPECT_NE(bad["error"]["message"].get<std::string>().find("pattern"), std::string::npos) << bad.dump();
+    EXPECT_NE(bad["error"]["message"].get<std::string>().find("format"), std::string::npos) << bad.dump();
 }
 
 double metric(const std::string& name, int port) {

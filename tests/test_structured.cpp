@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <regex>
 
 #include "engine/engine.h"
 #include "server/output_parser.h"
 #include "structured/json_schema.h"
+#include "structured/regex_grammar.h"
 #include "structured/token_mask.h"
 #include "test_util.h"
 
@@ -135,7 +137,7 @@ TEST(SchemaGrammar, RefsAnyOfAndAdditionalProperties) {
 }
 
 TEST(SchemaGrammar, UnsupportedKeywordsAreErrorsNamingThePath) {
-    for (const char* s : {R"({"type": "string", "pattern": "a+"})", R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})",
+    for (const char* s : {R"({"type": "string", "pattern": "(a)\\1"})", R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})",
                           R"({"type": "integer", "minimum": 3})", R"({"$ref": "https://x/y"})", R"({"type": "wat"})",
                           R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", R"({"allOf": [{}, {}]})"}) {
         auto g = json_schema_grammar(Json::parse(s));
@@ -144,6 +146,41 @@ TEST(SchemaGrammar, UnsupportedKeywordsAreErrorsNamingThePath) {
     }
     auto g = json_schema_grammar(Json::parse(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})"));
     EXPECT_NE(g.message().find("#/properties/d: 'format'"), std::string::npos) << g.message();
+}
+
+TEST(RegexGrammar, MatchesLikeARegexEngine) {
+    struct Case {
+        const char* re;
+        std::vector<const char*> yes, no;
+    };
+    const std::vector<Case> cases = {
+        {R"(\d{3}-[a-z]{2,4})", {"123-ab", "000-abcd"}, {"12-ab", "123-a", "123-abcde", "123_ab"}},
+        {"(yes|no)( please)?", {"yes", "no please"}, {"yes please please", "maybe", ""}},
+        {"[^a-c]+x", {"dx", "éé\tx", "z\nzx"}, {"ax", "x", "dbx"}},
+        {R"(^\w+@\w+\.(com|org)$)", {"a@b.com", "x_1@y.org"}, {"a@b.net", "@b.com"}},
+        {R"(a.c\.)", {"abc.", "aéc."}, {"abc", "a\nc.", "abcx"}},
+        {R"([\d\s-]*!)", {"!", "1 2-3!"}, {"a!"}},
+        {R"(\S\D\W)", {"a. ", "b!?"}, {"a1 ", " a."}},
+        {"x{2,}y??", {"xx", "xxxxy"}, {"x", "xxyy"}},
+    };
+    for (const Case& c : cases) {
+        auto g = regex_grammar(c.re);
+        ASSERT_TRUE(g.is_ok()) << c.re << ": " << g.message();
+        for (const char* y : c.yes) EXPECT_TRUE(accepts(**g, y)) << c.re << " should match " << y;
+        for (const char* n : c.no) EXPECT_FALSE(accepts(**g, n)) << c.re << " should not match " << n;
+    }
+    for (const char* bad : {"(a", "a)", "[ab", "*a", R"((a)\1)", "(?=a)b", R"(\bword)", "a^b", "a{2,1}", "a**", R"(\q)"}) {
+        auto g = regex_grammar(bad);
+        EXPECT_FALSE(g.is_ok()) << bad;
+        if (!g.is_ok()) EXPECT_NE(g.message().find("regex at"), std::string::npos) << g.message();
+    }
+    // A schema's pattern searches the raw string characters unless anchored.
+    auto p = compile(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}\\d+$"},
+        "note": {"type": "string", "pattern": "ok"}}, "required": ["id", "note"]})");
+    ASSERT_TRUE(p);
+    EXPECT_TRUE(accepts(*p, R"({"id": "AB12", "note": "it is ok here"})"));
+    EXPECT_FALSE(accepts(*p, R"({"id": "AB12x", "note": "ok"})"));
+    EXPECT_FALSE(accepts(*p, R"({"id": "AB1", "note": "nope"})"));
 }
 
 TEST(ToolCallGrammar, XmlAndHermesCallsParseIntoTypedArguments) {
@@ -225,6 +262,7 @@ TEST(StructuredSampling, EverySampleValidates) {
     auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *tok, ec);
     ASSERT_TRUE(e.is_ok()) << e.message();
     const std::vector<const char*> schemas = {
+        R"({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-\\d{2,4}$"}}, "required": ["code"]})",
         R"({"type": "object", "properties": {"fortune": {"type": "string", "maxLength": 24}, "lucky": {"type": "integer"}},
             "required": ["fortune", "lucky"]})",
         R"({"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 1, "maxItems": 4})",
@@ -272,6 +310,33 @@ TEST(StructuredSampling, EverySampleValidates) {
     }
     EXPECT_EQ((*e)->stats().grammar_dead_ends, 0);
     EXPECT_GT((*e)->stats().grammar_masks, 0);
+}
+
+// Raw-text regexes on the demo model: every sample matches (checked with std::regex).
+TEST(StructuredSampling, RegexSamplesMatch) {
+    OneThread one;
+    auto m = Model::load(demo_model_dir());
+    auto tok = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(m.is_ok() && tok.is_ok());
+    EngineConfig ec;
+    ec.max_model_len = 512;
+    ec.cache_memory = 64ull << 20;
+    auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *tok, ec);
+    ASSERT_TRUE(e.is_ok());
+    const std::vector<std::string> res = {R"(\d{3}-[a-z]{2,4})", "(yes|no|maybe)!?", R"([A-Z][a-z]+( [a-z]+){0,3}\.)"};
+    std::map<int64_t, std::pair<size_t, std::string>> out;
+    for (size_t i = 0; i < res.size(); ++i)
+        for (int seed = 0; seed < 4; ++seed) {
+            SamplingParams p;
+            p.temperature = 1.0f;
+            p.seed = seed;
+            p.max_tokens = 64;
+            p.grammar = *regex_grammar(res[i]);
+            out[*(*e)->add_request(Prompt::from_text("The answer: "), p)] = {i, ""};
+        }
+    while ((*e)->has_unfinished())
+        for (const RequestOutput& o : (*e)->step()) out[o.id].second += o.text_delta;
+    for (const auto& [id, v] : out) EXPECT_TRUE(std::regex_match(v.second, std::regex(res[v.first]))) << res[v.first] << ": " << v.second;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "server/request_fields.h"
 #include "structured/json_schema.h"
+#include "structured/regex_grammar.h"
 #include "tokenizer/chat_template.h"
 
 namespace gdn {
@@ -185,7 +186,7 @@ std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
             g = *cg;
         }
     }
-    for (const char* key : {"structured_outputs", "guided_json", "guided_choice"}) {
+    for (const char* key : {"structured_outputs", "guided_json", "guided_choice", "guided_regex"}) {
         auto so = b.find(key);
         if (so == b.end() || so->is_null()) continue;
         if (g) return ApiError::invalid(std::string("'") + key + "' cannot be combined with another output constraint", key);
@@ -193,6 +194,7 @@ std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
         Json spec = *so;
         if (std::string(key) == "guided_json") spec = Json{{"json", *so}};
         if (std::string(key) == "guided_choice") spec = Json{{"choice", *so}};
+        if (std::string(key) == "guided_regex") spec = Json{{"regex", *so}};
         if (!spec.is_object()) return ApiError::invalid(std::string("'") + key + "' must be an object", key);
         for (auto it = spec.begin(); it != spec.end(); ++it) {
             if (it.value().is_null()) continue;
@@ -208,11 +210,14 @@ std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
                 cg = json_schema_grammar(schema);
             } else if (it.key() == "choice") {
                 cg = choice_grammar(it.value());
+            } else if (it.key() == "regex") {
+                if (!it.value().is_string()) return ApiError::invalid(std::string(key) + ".regex must be a string", key);
+                cg = regex_grammar(it.value().get<std::string>());
             } else if (it.key() == "json_object" && it.value().is_boolean() && it.value().get<bool>()) {
                 cg = json_object_grammar();
             } else {
-                return ApiError::invalid(std::string("'") + key + "." + it.key() + "' is not supported (json, choice and "
-                                         "json_object are)", key);
+                return ApiError::invalid(std::string("'") + key + "." + it.key() + "' is not supported (json, regex, choice "
+                                         "and json_object are)", key);
             }
             if (!cg) return ApiError::invalid(std::string(key) + ": " + cg.message(), key);
             g = *cg;

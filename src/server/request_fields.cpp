@@ -104,10 +104,10 @@ const std::vector<RequestField>& request_fields() {
         {"stop_token_ids", true, true, FieldUse::IMPLEMENTED, "vLLM"},
         {"include_stop_str_in_output", true, true, FieldUse::IMPLEMENTED, "vLLM"},
         {"chat_template_kwargs", true, false, FieldUse::IMPLEMENTED, "vLLM: template variables (enable_thinking)"},
-        {"structured_outputs", true, true, FieldUse::IMPLEMENTED, "vLLM: json, choice, json_object (regex, grammar: not yet)"},
+        {"structured_outputs", true, true, FieldUse::IMPLEMENTED, "vLLM: json, regex, choice, json_object (grammar: not yet)"},
         {"guided_json", true, true, FieldUse::IMPLEMENTED, "vLLM's older name of structured_outputs.json"},
         {"guided_choice", true, true, FieldUse::IMPLEMENTED, "vLLM's older name of structured_outputs.choice"},
-        {"guided_regex", true, true, FieldUse::REFUSED, "regular-expression constraints are not implemented yet"},
+        {"guided_regex", true, true, FieldUse::IMPLEMENTED, "vLLM's older name of structured_outputs.regex"},
         {"guided_grammar", true, true, FieldUse::REFUSED, "grammar constraints are not implemented yet"},
     };
     return fields;

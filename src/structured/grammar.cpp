@@ -24,6 +24,28 @@ int32_t Grammar::new_rule(std::string name) {
 
 void Grammar::add_alt(int32_t rule, Seq seq) { alts_[rule].push_back(std::move(seq)); }
 
+int32_t Grammar::repeat(int32_t x, int64_t min, int64_t max, const char* name) {
+    int32_t tail = new_rule(name);
+    if (max < 0) {
+        add_alt(tail, {ref(x), ref(tail)});
+        add_alt(tail, {});
+    } else {
+        add_alt(tail, {});  // x{0,0}
+        for (int64_t k = 0; k < max - min; ++k) {
+            const int32_t t = new_rule(name);
+            add_alt(t, {ref(x), ref(tail)});
+            add_alt(t, {});
+            tail = t;
+        }
+    }
+    Seq s;
+    for (int64_t k = 0; k < min; ++k) s.push_back(ref(x));
+    s.push_back(ref(tail));
+    const int32_t r = new_rule(name);
+    add_alt(r, std::move(s));
+    return r;
+}
+
 void Grammar::append_literal(Seq* s, std::string_view bytes) {
     for (char c : bytes) s->push_back(cls(ByteClass::of(static_cast<uint8_t>(c))));
 }

@@ -52,6 +52,8 @@ public:
     static GrammarItem cls(ByteClass c) { return {-1, c}; }
     static GrammarItem ref(int32_t rule) { return {rule, {}}; }
     static void append_literal(Seq* s, std::string_view bytes);
+    // A rule matching rule x repeated min..max times (max < 0: unbounded), right-recursive.
+    int32_t repeat(int32_t x, int64_t min, int64_t max, const char* name = "repeat");
     static Seq literal(std::string_view bytes) {
         Seq s;
         append_literal(&s, bytes);

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/log.h"
+#include "structured/regex_grammar.h"
 
 namespace gdn {
 
@@ -30,7 +31,7 @@ const std::set<std::string> kAnnotations = {"title", "description", "default", "
                                             "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
 const std::set<std::string> kSupported = {"type", "properties", "required", "additionalProperties", "items", "minItems",
                                           "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
-                                          "maxLength"};
+                                          "maxLength", "pattern"};
 
 class Compiler {
 public:
@@ -47,22 +48,7 @@ public:
         return r;
     }
 
-    // x{min,max} (max < 0: unbounded) of rule x.
-    int32_t repeat(int32_t x, int64_t min, int64_t max, const char* name) {
-        int32_t tail;
-        if (max < 0) {
-            tail = g.new_rule(name);
-            g.add_alt(tail, {ref(x), ref(tail)});
-            g.add_alt(tail, {});
-        } else {
-            tail = rule(name, {{}});  // x{0,0}
-            for (int64_t k = 0; k < max - min; ++k) tail = rule(name, {{ref(x), ref(tail)}, {}});
-        }
-        Seq s;
-        for (int64_t k = 0; k < min; ++k) s.push_back(ref(x));
-        s.push_back(ref(tail));
-        return rule(name, {s});
-    }
+    int32_t repeat(int32_t x, int64_t min, int64_t max, const char* name) { return g.repeat(x, min, max, name); }
 
     int32_t ws() {
         if (ws_ < 0) {
@@ -261,6 +247,14 @@ Result<int32_t> Compiler::typed(const std::string& type, const Json& schema, con
     if (type == "boolean") return rule("boolean", {lit("true"), lit("false")});
     if (type == "null") return rule("null", {lit("null")});
     if (type == "string") {
+        if (auto p = schema.find("pattern"); p != schema.end()) {
+            if (!p->is_string()) return Status::error(path + ": pattern must be a string");
+            if (schema.contains("minLength") || schema.contains("maxLength"))
+                return Status::error(path + ": pattern beside minLength / maxLength is not supported");
+            auto re = regex_rule(&g, p->get<std::string>(), true);
+            if (!re) return Status::error(path + "/pattern: " + re.message());
+            return rule("string_pattern", {{cls(ByteClass::of('"')), ref(*re), cls(ByteClass::of('"'))}});
+        }
         if (!schema.contains("minLength") && !schema.contains("maxLength")) return string();
         GDN_ASSIGN_OR_RETURN(int64_t lo, bound(schema, "minLength", 0, path));
         GDN_ASSIGN_OR_RETURN(int64_t hi, bound(schema, "maxLength", -1, path));

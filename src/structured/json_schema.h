@@ -5,9 +5,10 @@
 // Supported schema keywords: type (one or a list), properties, required, additionalProperties (absent
 // means false, as OpenAI's strict mode: no undeclared keys; true or a schema allows them after the
 // declared ones), items, minItems / maxItems, enum, const, anyOf / oneOf, allOf of one schema, local
-// $ref (#, #/$defs/..., #/definitions/..., recursion allowed), minLength / maxLength; annotations
-// (title, description, default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are
-// read past. Anything else (pattern, format, minimum, ...) is an error naming its schema path: a
+// $ref (#, #/$defs/..., #/definitions/..., recursion allowed), minLength / maxLength, pattern
+// (regex_grammar.h: raw string characters only); annotations (title, description, default, examples,
+// $schema, $id, $comment, deprecated, readOnly, writeOnly) are read past. Anything else (format,
+// minimum, ...) is an error naming its schema path: a
 // constraint we cannot enforce is refused, never dropped. Numbers are bounded (16 integer digits, 16
 // fraction digits) and whitespace between tokens is at most a newline and 20 spaces or tabs, so a
 // small model cannot run away inside a number or an indent.
