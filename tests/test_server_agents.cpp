@@ -394,6 +394,16 @@ TEST_F(AgentServerTest, NSamplesShareOnePrefill) {
     EXPECT_EQ(chat["choices"][1]["index"], 1);
 }
 
+// The README lists every field of the table (the promise that unknown fields are documented).
+TEST(RequestFields, EveryFieldIsInTheReadme) {
+    const std::string readme = read_bytes(source_dir() + "/README.md");
+    const size_t at = readme.find("Request fields (");
+    ASSERT_NE(at, std::string::npos);
+    const std::string section = readme.substr(at, readme.find("\n\n", at) - at);
+    for (const RequestField& f : request_fields())
+        EXPECT_NE(section.find(std::string("`") + f.name + "`"), std::string::npos) << f.name << " is not in the README";
+}
+
 TEST(ToolsRequest, ATemplateWithoutToolsRefusesThem) {
     auto tok = Tokenizer::load(demo_model_dir());  // the demo template never reads `tools`
     ASSERT_TRUE(tok.is_ok());
