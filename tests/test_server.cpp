@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "server/openai_server.h"
 #include "server/sse_reader.h"
+#include "running_server.h"
 #include "test_util.h"
 
 using namespace gdn;
@@ -40,20 +41,14 @@ protected:
         sc.api_key = "sekrit";
         sc.max_body_bytes = 64 * 1024;
         sc.http_threads = 48;
-        server_ = new OpenAIServer(std::move(*e), *t, sc);
-        thread_ = new std::thread([] { server_->run(); });
-        for (int i = 0; i < 200 && server_->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        ASSERT_GT(server_->bound_port(), 0);
+        server_ = new RunningServer(std::move(*e), *t, sc);
     }
     static void TearDownTestSuite() {
-        server_->stop();
-        thread_->join();
-        delete thread_;
         delete server_;
         set_global_threads(default_thread_count());
     }
     static httplib::Client client() {
-        httplib::Client c("127.0.0.1", server_->bound_port());
+        httplib::Client c("127.0.0.1", server_->port());
         c.set_read_timeout(60, 0);
         c.set_default_headers({{"Authorization", "Bearer sekrit"}});
         return c;
@@ -73,11 +68,9 @@ protected:
         if (p == std::string::npos) return Json();
         return std::stod(b.substr(p + name.size() + 2));
     }
-    static OpenAIServer* server_;
-    static std::thread* thread_;
+    static RunningServer* server_;
 };
-OpenAIServer* ServerTest::server_ = nullptr;
-std::thread* ServerTest::thread_ = nullptr;
+RunningServer* ServerTest::server_ = nullptr;
 
 void expect_error(const Json& j, int status, int want_status, const std::string& needle);
 
@@ -129,7 +122,7 @@ TEST_F(ServerTest, ErrorCases) {
     check("/v1/completions", R"({"max_tokens":3})", 400, "'prompt' is required");
     check("/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})", 404, "does not exist");
     // Authentication
-    httplib::Client anon("127.0.0.1", server_->bound_port());
+    httplib::Client anon("127.0.0.1", server_->port());
     auto r = anon.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
     ASSERT_TRUE(r);
     expect_error(*parse_json(r->body, "r"), r->status, 401, "Missing API key");

@@ -13,6 +13,7 @@
 #include "server/openai_server.h"
 #include "server/request_fields.h"
 #include "server/sse_reader.h"
+#include "running_server.h"
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
 
@@ -41,21 +42,15 @@ protected:
         ServerConfig sc;
         sc.port = 0;
         sc.served_model_name = "demo";
-        server_ = new OpenAIServer(std::move(*e), *t, sc);
-        thread_ = new std::thread([] { server_->run(); });
-        for (int i = 0; i < 200 && server_->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        ASSERT_GT(server_->bound_port(), 0);
+        server_ = new RunningServer(std::move(*e), *t, sc);
     }
     static void TearDownTestSuite() {
-        server_->stop();
-        thread_->join();
-        delete thread_;
         delete server_;
         delete tok_;
         set_global_threads(default_thread_count());
     }
     static Json post(const std::string& path, const Json& body, int* status) {
-        httplib::Client c("127.0.0.1", server_->bound_port());
+        httplib::Client c("127.0.0.1", server_->port());
         c.set_read_timeout(60, 0);
         auto r = c.Post(path.c_str(), body.dump(), "application/json");
         EXPECT_TRUE(r) << "no response";
@@ -71,12 +66,10 @@ protected:
         return j;
     }
     static std::string piece(int32_t id) { return *(*tok_)->decode({id}, false); }
-    static OpenAIServer* server_;
-    static std::thread* thread_;
+    static RunningServer* server_;
     static std::shared_ptr<const Tokenizer>* tok_;
 };
-OpenAIServer* AgentServerTest::server_ = nullptr;
-std::thread* AgentServerTest::thread_ = nullptr;
+RunningServer* AgentServerTest::server_ = nullptr;
 std::shared_ptr<const Tokenizer>* AgentServerTest::tok_ = nullptr;
 
 const Json kUser = Json::parse(R"([{"role": "user", "content": "Tell me a fortune."}])");
@@ -267,7 +260,7 @@ TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
             }
             if (seed == 0 && choice.is_string()) {  // the stream folds to the same call
                 body["stream"] = true;
-                httplib::Client cl("127.0.0.1", server_->bound_port());
+                httplib::Client cl("127.0.0.1", server_->port());
                 auto r = cl.Post("/v1/chat/completions", body.dump(), "application/json");
                 ASSERT_TRUE(r);
                 std::string args, name, finish;
@@ -347,7 +340,7 @@ TEST_F(AgentServerTest, NSamplesShareOnePrefill) {
     for (int i = 0; i < 12; ++i) prompt += "The cat sat on the mat and looked at the moon. ";
     const int64_t P = static_cast<int64_t>((*tok_)->encode(prompt).size());
     const Json body = {{"prompt", prompt}, {"n", 3}, {"seed", 11}, {"temperature", 1.0}, {"max_tokens", 8}};
-    const int port = server_->bound_port();
+    const int port = server_->port();
     const double q0 = metric("gdn_prefix_cache_queries_total", port), h0 = metric("gdn_prefix_cache_hits_total", port);
     Json a = ok("/v1/completions", body);
     const double q1 = metric("gdn_prefix_cache_queries_total", port), h1 = metric("gdn_prefix_cache_hits_total", port);

@@ -1,30 +1,12 @@
 // The official openai npm client against a real `gdn serve` on loopback (started here, stopped at the end).
 // Usage: node openai_client.mjs <path to gdn> <model dir>
 import OpenAI from "openai";
-import { spawn } from "node:child_process";
+import { startServer, makeChecker, assert } from "./serve.mjs";
 
 const [gdn, modelDir] = process.argv.slice(2);
-const server = spawn(gdn, ["serve", "--model", modelDir, "--port", "0", "--served-model-name", "demo",
-                           "--api-key", "test-key", "--cache-memory", "64", "--max-model-len", "1024"],
-                     { stdio: ["ignore", "ignore", "pipe"] });
-let log = "";
-const port = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error("server did not start:\n" + log)), 60000);
-  server.stderr.on("data", (d) => {
-    log += d.toString();
-    const m = log.match(/on http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) { clearTimeout(timer); resolve(Number(m[1])); }
-  });
-  server.on("exit", (code) => reject(new Error(`server exited (${code}):\n` + log)));
-});
-
-const client = new OpenAI({ apiKey: "test-key", baseURL: `http://127.0.0.1:${port}/v1` });
-let passed = 0, failed = 0;
-async function check(name, fn) {
-  try { await fn(); passed++; console.log(`ok   ${name}`); }
-  catch (e) { failed++; console.log(`FAIL ${name}: ${e.message}`); }
-}
-function assert(c, msg) { if (!c) throw new Error(msg); }
+const server = await startServer(gdn, modelDir);
+const client = new OpenAI({ apiKey: "test-key", baseURL: `http://127.0.0.1:${server.port}/v1` });
+const { check, counts } = makeChecker();
 const messages = [{ role: "user", content: "Tell me a fortune." }];
 
 await check("chat completion with usage", async () => {
@@ -78,8 +60,8 @@ await check("errors surface as API errors", async () => {
   }
 });
 
-server.kill("SIGTERM");
-const code = await new Promise((r) => server.on("exit", r));
+server.stop();
+const code = await server.exited;
 await check("graceful shutdown exits 0", async () => assert(code === 0, `exit code ${code}`));
-console.log(`${passed} passed, ${failed} failed`);
-process.exit(failed ? 1 : 0);
+console.log(`${counts.passed} passed, ${counts.failed} failed`);
+process.exit(counts.failed ? 1 : 0);

@@ -1,4 +1,5 @@
-// Starts a real `gdn serve` on a free loopback port for the client tests; resolves to {port, stop}.
+// Starts a real `gdn serve` on a free loopback port for the client tests; resolves to
+// {port, exited (a promise of the exit code), log(), stop()}.
 import { spawn } from "node:child_process";
 
 export async function startServer(gdn, modelDir, extraArgs = []) {
@@ -15,7 +16,8 @@ export async function startServer(gdn, modelDir, extraArgs = []) {
     });
     server.on("exit", (code) => reject(new Error(`server exited (${code}):\n` + log)));
   });
-  return { port, log: () => log, stop: () => server.kill("SIGTERM") };
+  const exited = new Promise((resolve) => server.on("exit", resolve));
+  return { port, exited, log: () => log, stop: () => server.kill("SIGTERM") };
 }
 
 // check(name, fn): runs one case, counts it, prints ok / FAIL.
