@@ -227,7 +227,16 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnEveryPrefix) {
     };
     for (const auto& [grammar, doc] : docs) {
         GrammarState st(grammar.get());
+#ifdef __SANITIZE_ADDRESS__
+        const size_t every = 3;  // the sanitizer run checks every third prefix (the Release run all)
+#else
+        const size_t every = 1;
+#endif
         for (size_t i = 0; i <= doc.size(); ++i) {
+            if (i % every != 0 && i != doc.size()) {
+                ASSERT_TRUE(st.advance(static_cast<uint8_t>(doc[i]))) << i;
+                continue;
+            }
             std::vector<uint64_t> fast;
             allowed_tokens(trie, st, &fast);
             size_t n = 0;
@@ -275,7 +284,7 @@ TEST(StructuredSampling, EverySampleValidates) {
             "required": ["from", "to"]})",
     };
 #ifdef __SANITIZE_ADDRESS__
-    const int seeds = 3;
+    const int seeds = 2;
 #else
     const int seeds = 8;
 #endif

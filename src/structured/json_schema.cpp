@@ -298,7 +298,8 @@ Result<int32_t> Compiler::object(const Json& schema, const std::string& path, in
     for (auto it = props.begin(); it != props.end(); ++it) list.emplace_back(it.key(), &it.value());
     int32_t next_first = end_first, next_rest = end_rest;
     for (size_t k = list.size(); k-- > 0;) {
-        const auto& [name, sub] = list[k];
+        const std::string& name = list[k].first;  // (not a structured binding: lambdas capture it)
+        const Json* sub = list[k].second;
         GDN_ASSIGN_OR_RETURN(int32_t v, value(*sub, path + "/properties/" + name, depth + 1));
         auto pair = [&](bool first) {
             Seq s;
@@ -410,7 +411,8 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolS
         std::vector<std::pair<std::string, const Json*>> list;
         for (auto it = props.begin(); it != props.end(); ++it) list.emplace_back(it.key(), &it.value());
         for (size_t k = list.size(); k-- > 0;) {
-            const auto& [name, sub] = list[k];
+            const std::string& name = list[k].first;  // (not a structured binding: lambdas capture it)
+            const Json* sub = list[k].second;
             int32_t v;
             const bool is_string = sub->is_object() && sub->contains("type") && (*sub)["type"] == "string" && !sub->contains("enum");
             const bool string_enum = sub->is_object() && sub->contains("enum") && (*sub)["enum"].is_array() &&

@@ -79,14 +79,21 @@ struct Walk {
 
 }  // namespace
 
-VocabTrie::VocabTrie(const Tokenizer& tok, int32_t vocab) : vocab_(vocab) {
-    bytes_.resize(vocab);
+namespace {
+std::vector<std::string> text_token_bytes(const Tokenizer& tok, int32_t vocab) {
+    std::vector<std::string> bytes(vocab);
     const int32_t known = std::min(vocab, tok.vocab_size());
-    for (int32_t id = 0; id < known; ++id) {
-        if (tok.is_special(id) || tok.is_added(id)) continue;
-        auto b = tok.token_bytes(id);
-        bytes_[id] = std::move(b);
-    }
+    for (int32_t id = 0; id < known; ++id)
+        if (!tok.is_special(id) && !tok.is_added(id)) bytes[id] = tok.token_bytes(id);
+    return bytes;
+}
+}  // namespace
+
+VocabTrie::VocabTrie(const Tokenizer& tok, int32_t vocab) : VocabTrie(text_token_bytes(tok, vocab)) {}
+
+VocabTrie::VocabTrie(std::vector<std::string> token_bytes)
+    : vocab_(static_cast<int32_t>(token_bytes.size())), bytes_(std::move(token_bytes)) {
+    const int32_t vocab = vocab_;
     ByteClass plain_ascii;
     plain_ascii.add_range(0x20, 0x7f);
     plain_ascii.bits[0] &= ~(uint64_t{1} << '"');
@@ -204,10 +211,24 @@ bool TokenConstraint::mask(float* logits, const std::vector<int32_t>& eos) {
     if (state_.can_end())
         for (int32_t t : eos)
             if (t >= 0 && t < V) set_bit(bits_, t);
+    // Word by word: inside a string almost every word is all ones (one test), at a structural position
+    // almost every word is all zeros (64 stores the compiler vectorises); only mixed words go bit by bit.
     bool any = false;
-    for (int32_t t = 0; t < V; ++t) {
-        if (get_bit(bits_, t)) any = true;
-        else logits[t] = -INFINITY;
+    const size_t words = bits_.size();
+    for (size_t w = 0; w < words; ++w) {
+        const uint64_t allowed = bits_[w];
+        any |= allowed != 0;
+        const size_t base = w * 64, n = std::min<size_t>(64, static_cast<size_t>(V) - base);
+        if (allowed == 0) {
+            std::fill_n(logits + base, n, -INFINITY);
+            continue;
+        }
+        uint64_t rejected = ~allowed;
+        if (n < 64) rejected &= (uint64_t{1} << n) - 1;
+        while (rejected) {
+            logits[base + static_cast<size_t>(__builtin_ctzll(rejected))] = -INFINITY;
+            rejected &= rejected - 1;
+        }
     }
     return any;
 }

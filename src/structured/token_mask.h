@@ -25,6 +25,8 @@ public:
     // Tokens [0, vocab) of `tok` (ids beyond the tokenizer's, e.g. a model's padding rows, have no
     // bytes); special and added tokens are left out: constrained output is text.
     VocabTrie(const Tokenizer& tok, int32_t vocab);
+    // From the tokens' byte strings (empty: never allowed), e.g. a synthetic vocabulary for a benchmark.
+    explicit VocabTrie(std::vector<std::string> token_bytes);
     int32_t vocab() const { return vocab_; }
     const std::string& bytes(int32_t id) const { return bytes_[id]; }
     size_t nodes() const { return nodes_.size(); }
@@ -70,6 +72,9 @@ public:
     // starts, the text is searched for "</think>" (what follows it in the same text is read).
     void accept(int32_t token, const std::string& text);
     const GrammarState& state() const { return state_; }
+    // Reads bytes as if they had been generated (tests and benchmarks start mid-answer); false if the
+    // grammar cannot read them (the state is then unchanged).
+    bool advance_bytes(std::string_view bytes) { return state_.advance_bytes(bytes); }
 
 private:
     std::shared_ptr<const Grammar> g_;
