@@ -160,12 +160,6 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
     return std::nullopt;
 }
 
-// A named tool_choice: one call of that function.
-bool c_named(const Json& b) {
-    auto c = b.find("tool_choice");
-    return c != b.end() && c->is_object();
-}
-
 // response_format (json_object, json_schema) and vLLM's structured_outputs (json, choice): the grammar
 // the output must follow.
 std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
@@ -230,7 +224,10 @@ std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
 std::optional<ApiError> read_tools(const Json& b, const RequestLimits& lim, CompletionRequest* r) {
     auto t = b.find("tools");
     auto c = b.find("tool_choice");
-    const bool forced = c != b.end() && (c->is_object() || (c->is_string() && *c == "required"));
+    const bool named = c != b.end() && c->is_object();  // one call of that function
+    // none / auto / required (request_fields.cpp refused other strings).
+    const std::string choice = c != b.end() && c->is_string() ? c->get<std::string>() : "auto";
+    const bool forced = named || choice == "required";
     if (t == b.end() || t->is_null() || (t->is_array() && t->empty())) {
         if (forced) return ApiError::invalid("tool_choice asks for a tool call, but the request has no 'tools'", "tool_choice");
         return std::nullopt;
@@ -239,14 +236,12 @@ std::optional<ApiError> read_tools(const Json& b, const RequestLimits& lim, Comp
     if (!set) return ApiError::invalid(set.message(), "tools");
     r->tools = std::move(*set);
     r->prompt.tools = *t;
-    std::string choice = "auto";  // request_fields.cpp refused what we cannot honour
-    if (auto c = b.find("tool_choice"); c != b.end() && c->is_string()) choice = c->get<std::string>();
     r->parse_tool_calls = choice != "none";
     GDN_RETURN_IF_API_ERROR(read_bool(b, "parallel_tool_calls", &r->parallel_tool_calls));
     // "required" or a named function: the output is forced to be such a call (a grammar in the form the
     // tool-call parser reads).
     std::vector<ToolSignature> callable;
-    if (auto c = b.find("tool_choice"); c != b.end() && c->is_object()) {
+    if (named) {
         const Json* f = c->contains("function") ? &(*c)["function"] : nullptr;
         if (c->value("type", "") != "function" || !f || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
             return ApiError::invalid("a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
@@ -262,7 +257,7 @@ std::optional<ApiError> read_tools(const Json& b, const RequestLimits& lim, Comp
         if (r->params.grammar) return ApiError::invalid("tool_choice \"required\" or a named function cannot be combined with "
                                                         "response_format or structured_outputs", "tool_choice");
         const ToolCallForm form = lim.tool_call_parser == "hermes" ? ToolCallForm::HERMES : ToolCallForm::XML;
-        auto g = tool_call_grammar(callable, form, r->parallel_tool_calls && callable.size() >= 1 && !c_named(b));
+        auto g = tool_call_grammar(callable, form, r->parallel_tool_calls && !named);
         if (!g) return ApiError::invalid("tool_choice: " + g.message(), "tools");
         r->params.grammar = *g;
     }
