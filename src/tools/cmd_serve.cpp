@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "ops/dispatch.h"
 #include "server/openai_server.h"
+#include "server/output_parser.h"
 #include "tools/args.h"
 #include "tools/model_loading.h"
 #include "tools/commands.h"
@@ -67,6 +68,11 @@ int cmd_serve(int argc, char** argv) {
         std::fprintf(stderr,
                      "gdn serve: --port must be 0..65535, --cache-memory and --threads positive, --max-queue 0..1048576, "
                      "--max-connections 1..1048576, --http-threads 1..256\n");
+        return 2;
+    }
+    // Parser names are checked before the model loads (the template only decides "auto").
+    if (auto pc = choose_parsers("", args->get("--reasoning-parser", "auto"), args->get("--tool-call-parser", "auto")); !pc) {
+        std::fprintf(stderr, "gdn serve: %s\n", pc.message().c_str());
         return 2;
     }
     if (Status ks = configure_kernels_from_env(); !ks) {
