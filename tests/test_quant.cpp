@@ -185,6 +185,9 @@ TEST(Quant, ActivationQuantizersAreBitwiseTheReference) {
 TEST(Quant, EveryIsaHasAKernelRow) {
     for (Isa isa : {Isa::REF, Isa::AVX2, Isa::AVX512})
         for (WeightFormat f : kFormats) EXPECT_NE(quant_kernel(isa, f).gemm, nullptr);
+    // A CPU with AVX-512 VNNI runs the vpdpbusd kernels, one without it the AVX2 ones (both on AVX512).
+    for (WeightFormat f : kFormats)
+        EXPECT_EQ(quant_kernel(Isa::AVX512, f).needs_vnni, cpu_has_avx512_vnni()) << quant_kernel(Isa::AVX512, f).name;
     set_active_isa(cpu_isa());
     const std::string r = quant_kernel_report();
     EXPECT_NE(r.find("linear int8:"), std::string::npos) << r;

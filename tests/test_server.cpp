@@ -218,11 +218,12 @@ TEST_F(ServerTest, Soak) {
         post("/v1/completions", R"({"prompt":"warm up","max_tokens":8})", &st);
     }
     const size_t rss_before = rss_bytes() - static_cast<size_t>(metrics_value("gdn_prefix_cache_snapshot_bytes"));
+    const int n_requests = kSanitized ? 80 : 200;
     std::atomic<int> next{0}, completed{0}, disconnected{0}, bad{0};
     auto worker = [&](int seed) {
         std::mt19937 rng(seed);
         auto c = client();
-        for (int i; (i = next++) < 200;) {
+        for (int i; (i = next++) < n_requests;) {
             const int max_tokens = 1 + rng() % 48;
             const bool leave = rng() % 4 == 0;
             std::string prompt(1 + rng() % 200, 'a' + rng() % 26);
@@ -266,8 +267,8 @@ TEST_F(ServerTest, Soak) {
     for (int t = 0; t < 32; ++t) ts.emplace_back(worker, t);
     for (auto& t : ts) t.join();
     EXPECT_EQ(bad.load(), 0);
-    EXPECT_EQ(completed + disconnected, 200);
-    EXPECT_GT(disconnected.load(), 20);
+    EXPECT_EQ(completed + disconnected, n_requests);
+    EXPECT_GT(disconnected.load(), n_requests / 10);  // a quarter leave on average
     bool freed = false;
     for (int i = 0; i < 300 && !freed; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));

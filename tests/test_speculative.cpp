@@ -25,13 +25,6 @@ using namespace gdn::test;
 
 namespace {
 
-// The sanitizer run executes the same tests on smaller sizes (it is ~10x slower; CI runs both builds).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-
 std::shared_ptr<const Model> load_mtp(const std::string& dir) {
     LoadOptions lo;
     lo.mtp = true;

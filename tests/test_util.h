@@ -19,6 +19,14 @@
 
 namespace gdn::test {
 
+// The sanitizer run executes the same tests on smaller sizes (it is ~10x slower; CI runs both builds):
+// every assertion stays, only the number of requests / prompts / tokens shrinks.
+#if defined(__SANITIZE_ADDRESS__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 inline std::string source_dir() { return GDN_SOURCE_DIR; }
 inline std::string golden_dir(const std::string& family) { return source_dir() + "/tests/data/golden/" + family; }
 inline std::string demo_model_dir() { return source_dir() + "/models/demo"; }

@@ -217,6 +217,7 @@ Isa op_isa(OpId op) {
 
 bool has_bf16_dot() { return active_isa() == Isa::AVX512 && flags().avx512bf16; }
 bool has_int8_dot() { return active_isa() == Isa::AVX512 && flags().avx512vnni; }
+bool cpu_has_avx512_vnni() { return flags().avx512vnni; }
 
 void set_active_isa(Isa isa) {
     ensure_configured();

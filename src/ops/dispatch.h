@@ -43,6 +43,8 @@ Isa op_isa(OpId op);
 bool has_bf16_dot();
 // True if AVX-512 VNNI int8 dot products (vpdpbusd) are available for the active ISA.
 bool has_int8_dot();
+// True if the CPU has AVX-512 VNNI, whatever ISA is active (kernel tables whose AVX-512 rows need it).
+bool cpu_has_avx512_vnni();
 
 // Re-reads GDN_ISA / GDN_FORCE_REFERENCE (tests change them). Errors name the bad value.
 Status configure_kernels_from_env();

@@ -17,17 +17,23 @@ void ref_gemm(const quant::QuantizedRows& x, const PackedWeight& w, float* y, in
     ref::linear_quant(x, w, y, ldy);
 }
 
-// There is no AVX-512 VNNI kernel yet (this project's CI machine has no AVX-512 to test one on): the
-// AVX-512 rows run the AVX2 kernels, which every AVX-512 CPU executes, and say so.
+// The first row matching (ISA, format) whose CPU requirement holds runs. AVX-512 CPUs without VNNI
+// (Skylake-X) run the AVX2 kernels, which every AVX-512 CPU executes; the activation quantizer is the
+// AVX2 one everywhere (M x K work against the product's M x N x K).
 const QuantKernelRow kTable[] = {
-    {Isa::REF, WeightFormat::Q8, "reference (scalar)", quant::quantize_activation_row, ref_gemm, false, false},
-    {Isa::REF, WeightFormat::Q4, "reference (scalar)", quant::quantize_activation_row, ref_gemm, false, false},
-    {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, false, false},
-    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, false, false},
-    {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; no AVX-512 VNNI kernel yet)",
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8,
-     false, false},
-    {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; no AVX-512 VNNI kernel yet)",
+    {Isa::REF, WeightFormat::Q8, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
+    {Isa::REF, WeightFormat::Q4, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
+    {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", false, cpu::avx2::quantize_activation_row,
+     cpu::avx2::linear_q8, false, false},
+    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", false, cpu::avx2::quantize_activation_row,
+     cpu::avx2::linear_q4, false, false},
+    {Isa::AVX512, WeightFormat::Q8, "avx512 vpdpbusd (weight + 128, group-sum offset)", true,
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q8, false, false},
+    {Isa::AVX512, WeightFormat::Q4, "avx512 vpdpbusd (nibble + 8, group-sum offset)", true,
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4, false, false},
+    {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; this CPU has no AVX-512 VNNI)", false,
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, false, false},
+    {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; this CPU has no AVX-512 VNNI)", false,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, false, false},
 };
 
@@ -40,7 +46,7 @@ quant::QuantizedRows& activation_scratch() {
 
 const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format) {
     for (const QuantKernelRow& r : kTable)
-        if (r.isa == isa && r.format == format) return r;
+        if (r.isa == isa && r.format == format && (!r.needs_vnni || cpu_has_avx512_vnni())) return r;
     GDN_CHECK(false, "no quantized kernel for %s on %s", weight_format_name(format), isa_name(isa));
     return kTable[0];
 }

@@ -25,6 +25,7 @@ struct QuantKernelRow {
     Isa isa;
     WeightFormat format;
     const char* name;  // what runs, e.g. "avx2 vpmaddubsw"
+    bool needs_vnni;   // the row applies only where the CPU has AVX-512 VNNI
     QuantizeRowFn quantize;
     QuantGemmFn gemm;
     bool fused_swiglu;  // false: products, then ops::swiglu

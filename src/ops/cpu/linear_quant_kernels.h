@@ -16,3 +16,11 @@ void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, i
 // quant::quantize_activation_row, vectorised: the same bytes (max, one division, RNE conversion).
 void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
 }  // namespace gdn::cpu::avx2
+
+namespace gdn::cpu::avx512 {
+// int8 x int8 with vpdpbusd (AVX-512 VNNI): the weight made unsigned (q ^ 0x80 = q + 128), the offset
+// removed through the row's group sum.
+void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// int4 (stored q + 8 in [0, 15], unsigned as it is) x int8 with vpdpbusd, offset removed the same way.
+void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+}  // namespace gdn::cpu::avx512
