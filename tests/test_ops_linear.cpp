@@ -37,14 +37,14 @@ TEST(OpsLinear, EveryIsaMatchesReference) {
                 std::vector<float> want(s.M * s.N);
                 ref::linear(xr.data(), s.M, view, want.data());
                 // (bf16 mode also rounds the outputs: round_out = true below)
-                for (Isa isa : fast_isas()) {
-                    set_active_isa(isa);
+                for (const FastPath& path : fast_paths()) {
+                    path.use();
                     std::vector<float> got(s.M * s.N, NAN);
                     linear(x.data(), s.M, lw, got.data(), bf16_act, bf16_act);
                     // f32: summation order only (K <= 515 terms of O(0.5)); bf16 mode: output rounding to bf16.
                     for (int64_t i = 0; i < s.M * s.N; ++i) {
                         const float tol = bf16_act ? 1e-5f + std::abs(want[i]) * 8e-3f : 1e-4f;
-                        ASSERT_NEAR(got[i], want[i], tol) << isa_name(isa) << " " << dtype_name(dt) << " M=" << s.M
+                        ASSERT_NEAR(got[i], want[i], tol) << path.name() << " " << dtype_name(dt) << " M=" << s.M
                                                           << " N=" << s.N << " K=" << s.K << " bf16_act=" << bf16_act
                                                           << " i=" << i;
                     }
@@ -52,7 +52,35 @@ TEST(OpsLinear, EveryIsaMatchesReference) {
             }
         }
     }
-    set_active_isa(cpu_isa());
+    restore_default_kernels();
+}
+
+// A row's products do not depend on the batch it is computed in (bitwise): the engine's concurrent ==
+// alone and prefix-cache == recompute guarantees rest on it. M = 1 (decode), M = 12 (one vector tile),
+// M = 45 (AMX: a full 32-row block and a copied tail; vector: k-blocked prefill); K past both k blocks.
+TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
+    for (int64_t K : {int64_t{40}, int64_t{1024}, int64_t{4100}}) {
+        const int64_t N = 70, Mmax = 45;
+        auto wf = random_vec(N * K, static_cast<uint32_t>(K), -0.5f, 0.5f);
+        std::vector<uint16_t> wb(N * K);
+        convert_from_f32(wf.data(), DType::BF16, wb.data(), N * K);
+        const LinearWeight lw = make_linear({TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
+        auto x = random_vec(Mmax * K, 9);
+        for (const FastPath& path : fast_paths()) {
+            path.use();
+            std::vector<float> all(Mmax * N);
+            linear(x.data(), Mmax, lw, all.data(), true, true);
+            for (int64_t M : {int64_t{1}, int64_t{12}, int64_t{33}}) {
+                for (int64_t m0 : {int64_t{0}, Mmax - M}) {
+                    std::vector<float> part(M * N);
+                    linear(x.data() + m0 * K, M, lw, part.data(), true, true);
+                    for (int64_t i = 0; i < M * N; ++i)
+                        ASSERT_EQ(part[i], all[m0 * N + i]) << path.name() << " K=" << K << " M=" << M << " m0=" << m0 << " i=" << i;
+                }
+            }
+        }
+    }
+    restore_default_kernels();
 }
 
 TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
@@ -92,16 +120,16 @@ TEST(OpsLinear, ArgmaxWithoutMaterialisingEqualsArgmaxOfTheProducts) {
         LinearWeight lw = make_linear({TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
         auto x = random_vec(M * K, static_cast<uint32_t>(M), 0.0f, 1.0f);
         for (bool bf16 : {true, false})
-            for (Isa isa : fast_isas()) {
-                set_active_isa(isa);
+            for (const FastPath& path : fast_paths()) {
+                path.use();
                 std::vector<float> y(M * N);
                 linear(x.data(), M, lw, y.data(), bf16);
                 std::vector<int32_t> ids(M);
                 linear_argmax(x.data(), M, lw, ids.data(), bf16);
-                for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ref::argmax(&y[m * N], N)) << isa_name(isa) << " m=" << m;
+                for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ref::argmax(&y[m * N], N)) << path.name() << " m=" << m;
             }
     }
-    set_active_isa(cpu_isa());
+    restore_default_kernels();
 }
 
 TEST(OpsLinear, FusedSwigluEqualsSiluOfGateTimesUp) {
@@ -132,17 +160,18 @@ TEST(OpsLinear, FusedSwigluEqualsSiluOfGateTimesUp) {
                     ASSERT_NEAR(got[i], want[i], 1e-5f + std::abs(want[i]) * 2e-3f)
                         << path << " M=" << M << " I=" << I << " K=" << K << " bf16_act=" << bf16_act << " i=" << i;
             };
-            for (Isa isa : fast_isas()) {
-                set_active_isa(isa);
+            for (const FastPath& path : fast_paths()) {
+                path.use();
+                const Isa isa = path.isa;
                 const uint64_t fallbacks = fallback_count(OpId::SWIGLU);
-                check(isa_name(isa));
+                check(path.name().c_str());
                 // Where the fused kernel exists but K is too long for it, the slower path is counted.
-                if (isa == Isa::AVX512 && has_bf16_dot() && bf16_act && K > 4096)
+                if (isa == Isa::AVX512 && has_bf16_dot() && !has_amx_bf16() && bf16_act && K > 4096)
                     EXPECT_EQ(fallback_count(OpId::SWIGLU), fallbacks + 1);
                 else
                     EXPECT_EQ(fallback_count(OpId::SWIGLU), fallbacks);
             }
-            set_active_isa(cpu_isa());
+            restore_default_kernels();
             force_reference_all(true);
             check("reference");
             force_reference_all(false);

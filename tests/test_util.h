@@ -130,6 +130,28 @@ inline std::vector<Isa> fast_isas() {
     return v;
 }
 
+// The fast linear paths: each ISA, and on AVX-512 both the vector (vdpbf16ps) and, where the CPU has
+// it, the AMX form of the bf16 kernels. use() selects one; restore_default_kernels() undoes it.
+struct FastPath {
+    Isa isa;
+    bool amx;
+    std::string name() const { return std::string(isa_name(isa)) + (amx ? "+amx" : ""); }
+    void use() const {
+        set_active_isa(isa);
+        set_amx_bf16(amx);
+    }
+};
+inline std::vector<FastPath> fast_paths() {
+    std::vector<FastPath> v;
+    for (Isa isa : fast_isas()) v.push_back({isa, false});
+    if (cpu_isa() == Isa::AVX512 && cpu_has_amx_bf16()) v.push_back({Isa::AVX512, true});
+    return v;
+}
+inline void restore_default_kernels() {
+    set_active_isa(cpu_isa());
+    set_amx_bf16(cpu_has_amx_bf16());
+}
+
 inline std::vector<float> random_vec(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> d(lo, hi);

@@ -1,6 +1,8 @@
 #include "ops/dispatch.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -20,6 +22,7 @@ struct State {
     std::array<bool, static_cast<int>(OpId::COUNT)> forced{};
     std::array<std::atomic<uint64_t>, static_cast<int>(OpId::COUNT)> fallbacks{};
     DeltaRuleForm delta_rule = DeltaRuleForm::AUTO;
+    bool amx = false;  // the bf16 linear kernels use AMX tiles (GDN_AMX, set_amx_bf16)
     bool configured = false;
 };
 State& state() {
@@ -46,7 +49,18 @@ bool os_saves_ymm() {
 struct CpuFlags {
     bool avx2 = false, fma = false, f16c = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false, avx512vnni = false;
+    bool amx_bf16 = false;  // AMX-TILE + AMX-BF16, and the OS lets this process use the tile data
 };
+
+// Linux hands out the AMX tile state (XTILEDATA, 8 KB per thread) only to processes that ask for it.
+bool os_grants_amx() {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+    return false;
+#endif
+}
 CpuFlags detect() {
     CpuFlags f;
     unsigned a, b, c, d;
@@ -61,6 +75,7 @@ CpuFlags detect() {
         f.avx512bw = b & (1u << 30);
         f.avx512vl = b & (1u << 31);
         f.avx512vnni = c & (1u << 11);
+        f.amx_bf16 = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16, AMX-TILE
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = a & (1u << 5);
     const bool ymm = os_saves_ymm(), zmm = os_saves_zmm();
@@ -68,6 +83,7 @@ CpuFlags detect() {
     f.avx512f = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx2 && zmm;
     f.avx512bf16 = f.avx512bf16 && f.avx512f;
     f.avx512vnni = f.avx512vnni && f.avx512f;
+    f.amx_bf16 = f.amx_bf16 && f.avx512bf16 && os_grants_amx();
     return f;
 }
 const CpuFlags& flags() {
@@ -159,6 +175,12 @@ Status configure_kernels_from_env() {
             }
         }
     }
+    s.amx = flags().amx_bf16;
+    if (const char* e = std::getenv("GDN_AMX"); e && *e) {
+        const std::string v = e;
+        if (v == "0") s.amx = false;
+        else if (v != "1") return Status::error("GDN_AMX='" + v + "' is not 0 or 1");
+    }
     s.delta_rule = DeltaRuleForm::AUTO;
     if (const char* e = std::getenv("GDN_DELTA_RULE"); e && *e) {
         const std::string v = e;
@@ -218,6 +240,16 @@ Isa op_isa(OpId op) {
 bool has_bf16_dot() { return active_isa() == Isa::AVX512 && flags().avx512bf16; }
 bool has_int8_dot() { return active_isa() == Isa::AVX512 && flags().avx512vnni; }
 bool cpu_has_avx512_vnni() { return flags().avx512vnni; }
+bool cpu_has_amx_bf16() { return flags().amx_bf16; }
+bool has_amx_bf16() {
+    ensure_configured();
+    return has_bf16_dot() && state().amx;
+}
+bool set_amx_bf16(bool on) {
+    ensure_configured();
+    state().amx = on && flags().amx_bf16;
+    return state().amx;
+}
 
 void set_active_isa(Isa isa) {
     ensure_configured();
@@ -246,9 +278,11 @@ std::string kernel_selection_report() {
         }
         s += strprintf("  %-13s %s", op_name(op), isa_name(isa));
         if (state().forced[i]) s += " (forced by GDN_FORCE_REFERENCE)";
-        else if (op == OpId::LINEAR && isa == Isa::AVX512) s += has_bf16_dot() ? " (bf16 dot: vdpbf16ps)" : " (f32 fma)";
+        else if (op == OpId::LINEAR && isa == Isa::AVX512)
+            s += has_amx_bf16() ? " (bf16: AMX tiles, tdpbf16ps)" : has_bf16_dot() ? " (bf16 dot: vdpbf16ps)" : " (f32 fma)";
         else if (op == OpId::SWIGLU && isa == Isa::AVX512 && has_bf16_dot())
-            s += " (in the gate|up GEMM epilogue when I % 16 == 0 and H <= 4096)";
+            s += has_amx_bf16() ? " (in the gate|up GEMM epilogue when I % 16 == 0)"
+                                : " (in the gate|up GEMM epilogue when I % 16 == 0 and H <= 4096)";
         else if (op == OpId::GDN_RULE && isa != Isa::REF) {
             const DeltaRuleForm f = delta_rule_form();
             s += f == DeltaRuleForm::CHUNKED ? " (prefill: full 64-token chunks in the chunked form, forced by GDN_DELTA_RULE)"

@@ -4,6 +4,7 @@
 //   GDN_ISA=avx512|avx2|ref        force an ISA (an ISA the CPU lacks is an error, not a silent downgrade)
 //   GDN_FORCE_REFERENCE=op,op|all  run the named ops on the scalar reference (for A/B runs)
 //   GDN_DELTA_RULE=auto|recurrent|chunked   the prefill form of the fast delta rule (auto: by measured crossover)
+//   GDN_AMX=0|1                    bf16 linears on AMX tiles where the CPU and OS allow it (default 1)
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,14 @@ bool has_bf16_dot();
 bool has_int8_dot();
 // True if the CPU has AVX-512 VNNI, whatever ISA is active (kernel tables whose AVX-512 rows need it).
 bool cpu_has_avx512_vnni();
+// True if the CPU has AMX-BF16 tiles and the OS granted them to this process.
+bool cpu_has_amx_bf16();
+// True if the bf16 linear kernels run on AMX tiles: has_bf16_dot(), the CPU has AMX-BF16 and GDN_AMX is
+// not 0. All of a process's bf16 products take one path (a row's sums must not depend on the batch: the
+// engine's concurrent == alone and prefix-cache == recompute guarantees), so this is set at start-up.
+bool has_amx_bf16();
+// Turns the AMX path on or off (tests and A/B benchmarks; on only where the CPU allows). Returns the state.
+bool set_amx_bf16(bool on);
 
 // Re-reads GDN_ISA / GDN_FORCE_REFERENCE (tests change them). Errors name the bad value.
 Status configure_kernels_from_env();

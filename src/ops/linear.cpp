@@ -184,9 +184,11 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
     if (M <= 0) return;
     const bool has_epilogue = op_isa(OpId::LINEAR) == Isa::AVX512 && op_isa(OpId::SWIGLU) == Isa::AVX512 &&
                               bf16_act && p.format == WeightFormat::BF16 && has_bf16_dot();
-    if (has_epilogue && p.K2 > 2048)
+    // The vdpbf16ps epilogue needs the whole K in one k block; the AMX one takes any K.
+    const bool fits = p.K2 <= 2048 || has_amx_bf16();
+    if (has_epilogue && !fits)
         count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
-    if (has_epilogue && p.K2 <= 2048) {
+    if (has_epilogue && fits) {
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
         global_pool().parallel_for_balanced(p.n_panels, min_panels(p), [&](int, int64_t p0, int64_t p1) {

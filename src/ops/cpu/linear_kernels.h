@@ -25,6 +25,13 @@ void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
 // columns per panel. Whole K in one pass (K2 <= the kernel's k block).
 void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
                            int64_t p0, int64_t p1);
+// AMX tiles (linear_amx.cpp; only where dispatch.h has_amx_bf16()). amx_panel_block computes
+// c [rows x 32 columns] (row stride 32; rows <= 32) = rows [0, rows) of xp [., ldp] times the panel B over
+// k-pairs [0, kk_end), kk_end a multiple of 16, configuring the thread's tiles for that many rows;
+// amx_end releases them (once a call is done). prefetch: the panel streams from DRAM (its first row block).
+void amx_panel_block(const uint32_t* xp, int64_t ldp, int rows, const uint16_t* B, int64_t kk_end, float* c,
+                     bool prefetch);
+void amx_end();
 // x [M, K] f32 -> bf16 pairs [M, K2] (RNE; odd K padded with 0)
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
 void round_bf16_inplace(float* x, int64_t n);

@@ -7,6 +7,7 @@
 #include "ops/cpu/linear_kernels.h"
 #include "core/dtype.h"
 #include "ops/cpu/simd.h"
+#include "ops/dispatch.h"
 
 namespace gdn::cpu::avx512 {
 
@@ -66,10 +67,48 @@ void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_
     }
 }
 
+// The AMX form of the three entry points below, for every M (decode too: a row's sums must not depend on
+// the batch it is in). Rows go in blocks of up to 32 through amx_panel_block over the k-pairs [0, kk_end), kk_end
+// the largest multiple of 16; the remaining k-pairs, in order, and the epilogue run on vdpbf16ps:
+// finish(m, p, v0, v1) gets row m's 32 sums of panel p (columns 0-15, 16-31).
+template <class Finish>
+void amx_panels(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
+                Finish finish) {
+    const int64_t kk_end = w.K2 / 16 * 16;
+    alignas(64) float c[32 * 32];
+    for (int64_t p = p0; p < p1; ++p) {
+        const uint16_t* B = w.bf16_panel(p);
+        for (int64_t m0 = 0; m0 < M; m0 += 32) {
+            const int mr = static_cast<int>(std::min<int64_t>(32, M - m0));
+            if (kk_end > 0) amx_panel_block(xp + m0 * ldp, ldp, mr, B, kk_end, c, m0 == 0);
+            for (int r = 0; r < mr; ++r) {
+                __m512 v0 = kk_end > 0 ? _mm512_load_ps(c + r * 32) : _mm512_setzero_ps();
+                __m512 v1 = kk_end > 0 ? _mm512_load_ps(c + r * 32 + 16) : _mm512_setzero_ps();
+                const uint32_t* xr = xp + (m0 + r) * ldp;
+                for (int64_t kk = kk_end; kk < w.K2; ++kk) {
+                    const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[kk]));
+                    v0 = _mm512_dpbf16_ps(v0, a, (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols));
+                    v1 = _mm512_dpbf16_ps(v1, a, (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols + 32));
+                }
+                finish(m0 + r, p, v0, v1);
+            }
+        }
+    }
+    amx_end();
+}
+
+inline __mmask16 low_mask(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
+
 }  // namespace
 
 void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
                            int64_t p0, int64_t p1) {
+    if (has_amx_bf16()) {
+        amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 gate, __m512 up) {
+            _mm512_storeu_ps(y + m * ldy + p * 16, _mm512_mul_ps(simd::vsilu(gate), up));
+        });
+        return;
+    }
     for (int64_t p = p0; p < p1; ++p)
         for (int64_t m0 = 0; m0 < M; m0 += kMRdot) {
             const int mr = static_cast<int>(std::min<int64_t>(kMRdot, M - m0));
@@ -85,6 +124,19 @@ void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
     for (int64_t m = 0; m < M; ++m) {
         best_val[m] = -INFINITY;
         best_idx[m] = -1;
+    }
+    if (has_amx_bf16()) {
+        amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
+            const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
+            _mm512_store_ps(tile, v0);
+            _mm512_store_ps(tile + 16, v1);
+            for (int c = 0; c < ncols; ++c)
+                if (tile[c] > best_val[m] || best_idx[m] < 0) {
+                    best_val[m] = tile[c];
+                    best_idx[m] = p * kPanelCols + c;
+                }
+        });
+        return;
     }
     for (int64_t p = p0; p < p1; ++p) {
         const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
@@ -122,6 +174,15 @@ void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t
 
 void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                     int64_t p1, bool round_out) {
+    if (has_amx_bf16()) {
+        amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
+            const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
+            float* yr = y + m * ldy + p * kPanelCols;
+            _mm512_mask_storeu_ps(yr, low_mask(ncols), round_out ? simd::vround_bf16(v0) : v0);
+            _mm512_mask_storeu_ps(yr + 16, low_mask(ncols - 16), round_out ? simd::vround_bf16(v1) : v1);
+        });
+        return;
+    }
     if (M <= kMRdot) {
         // Decode / small batches: one pass over each weight panel, all rows at once (bandwidth bound).
         for (int64_t p = p0; p < p1; ++p) {
