@@ -265,12 +265,14 @@ void BM_AttentionPrefill(benchmark::State& state) {
     const KvArena kv(T * Hkv * D, 6);
     gdn::ops::Scratch sc;
     const std::vector<gdn::ops::AttnSeq> seqs = {{0, T, 0, kv.rows(Hkv * D, state.range(1) != 0)}};
-    for (auto _ : state) gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc);
+    const bool bf16_mode = state.range(2) != 0;  // AMX tiles where the CPU has them
+    for (auto _ : state)
+        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, bf16_mode);
     state.counters["GFLOP/s"] = benchmark::Counter(4.0 * D * Hq * T * (T + 1) / 2.0,
                                                    benchmark::Counter::kIsIterationInvariantRate);
     state.counters["fp32_peak_GFLOP/s"] = limits().fp32_gflops;
 }
-BENCHMARK(BM_AttentionPrefill)->ArgsProduct({{512, 2048}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionPrefill)->ArgsProduct({{512, 2048, 8192}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One decode query (8 heads) over n_past keys of a layer's KV cache, Qwen3.5-0.8B shape. Eight layers'
 // caches are cycled so they come from DRAM, as in a decode step. Arg 1: 0 = f32 KV, 1 = bf16 KV.
@@ -284,7 +286,7 @@ void BM_AttentionDecode(benchmark::State& state) {
     size_t i = 0;
     for (auto _ : state) {
         const std::vector<gdn::ops::AttnSeq> seqs = {{0, 1, n - 1, layers[i++ % layers.size()].rows(Hkv * D, bf16)}};
-        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc);
+        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, false);
     }
     state.counters["KV_GB/s"] = benchmark::Counter(2.0 * n * Hkv * D * (bf16 ? 2 : 4),
                                                    benchmark::Counter::kIsIterationInvariantRate);

@@ -242,7 +242,7 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
             const cpu::KvRows rows = bf16_kv ? cpu::KvRows{arena_k16.data(), arena_v16.data(), row, table.data(), bs, true}
                                              : cpu::KvRows{arena_k.data(), arena_v.data(), row, table.data(), bs, false};
             // q and gate interleaved per token: [q (Hq*D) | gate (Hq*D)]
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D, out.data(), sc);
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D, out.data(), sc, false);
             return out;
         };
         const std::string what = "attention T=" + std::to_string(T) + " n_past=" + std::to_string(n_past) + " Hq=" +
@@ -254,6 +254,66 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
             EXPECT_EQ(run(true), run(false)) << isa_name(isa) << " T=" << T << " D=" << D;
         }
         set_active_isa(cpu_isa());
+    }
+}
+
+// The bf16-mode prefill on AMX tiles (where the CPU has them): Q, K, V and the probabilities in bf16,
+// every product and sum in f32. Against the f32 reference: |error| <= 3e-3 (measured <= 9.3e-4, outputs O(0.7);
+// bf16 keeps 8 bits, so the scores are off by ~2^-9 of |q||k| and the probabilities by 2^-9 each). And
+// batch invariance, bitwise: a row gives the same output whether its sequence is prefilled in one
+// chunk or two (the second with the first as past keys), as the prefix cache needs (one-token rows are
+// decode steps: the f32 decode kernel, as before).
+TEST(OpsCpu, AttentionPrefillAmxBf16) {
+    if (!cpu_has_amx_bf16()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+    for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
+             {2, 0, 4, 2, 32}, {7, 0, 4, 2, 32}, {70, 3, 8, 2, 64}, {37, 21, 8, 2, 256}, {9, 50, 10, 2, 32}, {33, 0, 6, 1, 64},
+             {100, 260, 14, 2, 32}, {5, 0, 2, 2, 256}, {64, 31, 8, 2, 256}}) {  // GQA groups 1, 2, 4, 5, 6, 7
+        const int64_t nk = n_past + T, row = Hkv * D;
+        auto q = random_vec(T * 2 * Hq * D, 19 + T), kv = random_vec(2 * nk * row, 20 + nk);
+        for (float& x : kv) x = round_bf16(x);
+        const int64_t bs = 4, nb = (nk + bs - 1) / bs;
+        std::vector<int32_t> table(nb);
+        for (int64_t b = 0; b < nb; ++b) table[b] = static_cast<int32_t>((b * 7) % nb);
+        std::vector<float> arena_k(nb * bs * row), arena_v(nb * bs * row);
+        for (int64_t j = 0; j < nk; ++j) {
+            const int64_t r = table[j / bs] * bs + j % bs;
+            std::copy(kv.begin() + j * row, kv.begin() + (j + 1) * row, arena_k.begin() + r * row);
+            std::copy(kv.begin() + (nk + j) * row, kv.begin() + (nk + j + 1) * row, arena_v.begin() + r * row);
+        }
+        std::vector<uint16_t> k16(arena_k.size()), v16(arena_v.size());
+        convert_from_f32(arena_k.data(), DType::BF16, k16.data(), arena_k.size());
+        convert_from_f32(arena_v.data(), DType::BF16, v16.data(), arena_v.size());
+        const std::string what = "T=" + std::to_string(T) + " n_past=" + std::to_string(n_past) + " Hq=" +
+                                 std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+        // seqs of (t0, T, n_past) over the same keys; bf16 mode unless the reference is forced.
+        auto run = [&](bool bf16_kv, const std::vector<std::array<int64_t, 3>>& parts) {
+            const cpu::KvRows rows = bf16_kv ? cpu::KvRows{k16.data(), v16.data(), row, table.data(), bs, true}
+                                             : cpu::KvRows{arena_k.data(), arena_v.data(), row, table.data(), bs, false};
+            std::vector<ops::AttnSeq> seqs;
+            for (const auto& pt : parts) seqs.push_back({pt[0], pt[1], pt[2], rows});
+            std::vector<float> out(T * Hq * D, NAN);
+            ops::Scratch sc;
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc, true);
+            return out;
+        };
+        force_reference(OpId::ATTENTION, true);
+        const std::vector<float> want = run(false, {{0, T, n_past}});
+        force_reference(OpId::ATTENTION, false);
+        ASSERT_TRUE(ops::uses_amx_attention(Hq, Hkv, D, true)) << what;
+        const std::vector<float> got = run(false, {{0, T, n_past}});
+        float max_err = 0.0f, max_out = 0.0f;
+        for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(got[i], want[i], 3e-3f) << what << " i=" << i;
+            max_err = std::max(max_err, std::abs(got[i] - want[i]));
+            max_out = std::max(max_out, std::abs(want[i]));
+        }
+        std::printf("amx attention %s: max |error| %.2e (max |out| %.2f)\n", what.c_str(), max_err, max_out);
+        EXPECT_EQ(run(true, {{0, T, n_past}}), got) << what << ": a bf16 cache holding the same values";
+        const int64_t split = T / 2;  // both parts prefill chunks (a one-token chunk takes the decode kernel)
+        if (split >= 2 && T - split >= 2) {
+            const std::vector<float> two = run(false, {{0, split, n_past}, {split, T - split, n_past + split}});
+            for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(two[i], got[i]) << what << " split at " << split << " i=" << i;
+        }
     }
 }
 
@@ -290,7 +350,7 @@ TEST(OpsCpu, AttentionDecodeBatch) {
                                         : cpu::KvRows{kf.data(), vf.data(), row, tables[i].data(), bs, false}});
             std::vector<float> out(N * Hq * D);
             ops::Scratch sc;
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc);
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc, false);
             return out;
         }, 2e-5f, 2e-4f, bf16_kv ? "decode batch, bf16 KV" : "decode batch");
     }

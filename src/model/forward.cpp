@@ -256,7 +256,7 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
         }
     }
     float* o = sc_.f32(ACT, N * Hq * D);
-    ops::attention(q, gate, Hq * D, as, Hq, Hkv, D, o, sc_);
+    ops::attention(q, gate, Hq * D, as, Hq, Hkv, D, o, sc_, bf16_);
     ref::round_activations(o, N * Hq * D, hf_);
     lin(o, N, A.o, out);
 }

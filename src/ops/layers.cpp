@@ -1,5 +1,7 @@
 #include "ops/layers.h"
 
+#include "ops/cpu/attention_amx.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -446,8 +448,50 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
 // ------------------------------------------------------------------------------------------------
 // Attention
 
+namespace {
+
+// Prefill on AMX tiles (ops/cpu/attention_amx.h): per sequence, every KV head's keys are packed once
+// (in parallel over 256-key ranges), then the blocks of query rows run, dealt round-robin (later blocks
+// see more keys, so contiguous ranges would be unbalanced).
+void attention_prefill_amx(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& pre, int64_t Hq,
+                           int64_t Hkv, int64_t D, float scale, float* out, Scratch& sc) {
+    const int64_t group = Hq / Hkv, tokens_per_block = 32 / group;
+    constexpr int64_t kPackKeys = 256;
+    for (const AttnSeq& s : pre) {
+        const int64_t n_keys = s.n_past + s.T, nk = (n_keys + 31) / 32 * 32;
+        const int64_t per_head = D / 2 * nk;  // uint32 words of one head's kt, and of its vp
+        uint32_t* kt = reinterpret_cast<uint32_t*>(sc.f32(14, static_cast<size_t>(2 * Hkv * per_head)));
+        uint32_t* vp = kt + Hkv * per_head;
+        const int64_t ranges = (nk + kPackKeys - 1) / kPackKeys;
+        global_pool().parallel_for(Hkv * ranges, [&](int64_t u0, int64_t u1) {
+            for (int64_t u = u0; u < u1; ++u) {
+                const int64_t g = u / ranges, j0 = (u % ranges) * kPackKeys;
+                cpu::avx512::attention_amx_pack(s.kv, g * D, D, n_keys, j0, std::min(nk, j0 + kPackKeys),
+                                                kt + g * per_head, vp + g * per_head, nk);
+            }
+        });
+        const int64_t n_blocks = (s.T + tokens_per_block - 1) / tokens_per_block;
+        global_pool().run([&](int ith, int nth) {
+            for (int64_t u = ith; u < Hkv * n_blocks; u += nth) {
+                const int64_t blk = u / Hkv, g = u % Hkv, tb = blk * tokens_per_block;
+                const int64_t off = s.t0 * ldq + g * group * D;
+                cpu::avx512::attention_amx_block(q + off, gate ? gate + off : nullptr, ldq, group, D, s.n_past, tb,
+                                                 std::min(tokens_per_block, s.T - tb), kt + g * per_head,
+                                                 vp + g * per_head, nk, scale, out + (s.t0 * Hq + g * group) * D, Hq * D);
+            }
+        });
+    }
+}
+
+}  // namespace
+
+bool uses_amx_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16) {
+    return bf16 && op_isa(OpId::ATTENTION) == Isa::AVX512 && has_amx_bf16() &&
+           cpu::avx512::attention_amx_supported(D, Hq / Hkv);
+}
+
 void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
-               int64_t Hkv, int64_t D, float* out, Scratch& sc) {
+               int64_t Hkv, int64_t D, float* out, Scratch& sc, bool bf16) {
     GDN_PROFILE("attention");
     const Isa isa = op_isa(OpId::ATTENTION);
     const int64_t group = Hq / Hkv;
@@ -524,6 +568,7 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         });
     }
     if (pre.empty()) return;
+    if (uses_amx_attention(Hq, Hkv, D, bf16)) return attention_prefill_amx(q, gate, ldq, pre, Hq, Hkv, D, scale, out, sc);
     // Units: (sequence, query token, kv head); each covers its `group` query heads.
     int64_t n_units = 0;
     for (const AttnSeq& s : pre) n_units += s.T * Hkv;

@@ -92,7 +92,10 @@ struct AttnSeq {
     cpu::KvRows kv;
 };
 // out [N, Hq, D] = causal softmax attention with GQA, times sigmoid(gate). q, gate rows of ldq floats.
+// bf16 (the activation mode): prefill chunks may run on AMX tiles with Q, K, V and the probabilities in
+// bf16 (uses_amx_attention); one-token rows, and f32 mode, stay in f32.
 void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
-               int64_t Hkv, int64_t D, float* out, Scratch& scratch);
+               int64_t Hkv, int64_t D, float* out, Scratch& scratch, bool bf16);
+bool uses_amx_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16);
 
 }  // namespace gdn::ops

@@ -75,22 +75,28 @@ template <class Finish>
 void amx_panels(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
                 Finish finish) {
     const int64_t kk_end = w.K2 / 16 * 16;
+    // Rows in L2-sized slabs (~512 KB of activations), each meeting every panel of the range: a panel
+    // streams once per slab, the activations once per panel from L2 instead of L3 (M = 4096: 1.8 GB of
+    // L3 reads per GEMM otherwise).
+    const int64_t slab = std::clamp<int64_t>((512 << 10) / (std::max<int64_t>(w.K2, 1) * 4) / 32 * 32, 32, 1024);
     alignas(64) float c[32 * 32];
-    for (int64_t p = p0; p < p1; ++p) {
-        const uint16_t* B = w.bf16_panel(p);
-        for (int64_t m0 = 0; m0 < M; m0 += 32) {
-            const int mr = static_cast<int>(std::min<int64_t>(32, M - m0));
-            if (kk_end > 0) amx_panel_block(xp + m0 * ldp, ldp, mr, B, kk_end, c, m0 == 0);
-            for (int r = 0; r < mr; ++r) {
-                __m512 v0 = kk_end > 0 ? _mm512_load_ps(c + r * 32) : _mm512_setzero_ps();
-                __m512 v1 = kk_end > 0 ? _mm512_load_ps(c + r * 32 + 16) : _mm512_setzero_ps();
-                const uint32_t* xr = xp + (m0 + r) * ldp;
-                for (int64_t kk = kk_end; kk < w.K2; ++kk) {
-                    const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[kk]));
-                    v0 = _mm512_dpbf16_ps(v0, a, (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols));
-                    v1 = _mm512_dpbf16_ps(v1, a, (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols + 32));
+    for (int64_t s0 = 0; s0 < M; s0 += slab) {
+        for (int64_t p = p0; p < p1; ++p) {
+            const uint16_t* B = w.bf16_panel(p);
+            for (int64_t m0 = s0; m0 < std::min(M, s0 + slab); m0 += 32) {
+                const int mr = static_cast<int>(std::min<int64_t>(32, M - m0));
+                if (kk_end > 0) amx_panel_block(xp + m0 * ldp, ldp, mr, B, kk_end, c, m0 == s0);
+                for (int r = 0; r < mr; ++r) {
+                    __m512 v0 = kk_end > 0 ? _mm512_load_ps(c + r * 32) : _mm512_setzero_ps();
+                    __m512 v1 = kk_end > 0 ? _mm512_load_ps(c + r * 32 + 16) : _mm512_setzero_ps();
+                    const uint32_t* xr = xp + (m0 + r) * ldp;
+                    for (int64_t kk = kk_end; kk < w.K2; ++kk) {
+                        const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[kk]));
+                        v0 = _mm512_dpbf16_ps(v0, a, (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols));
+                        v1 = _mm512_dpbf16_ps(v1, a, (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols + 32));
+                    }
+                    finish(m0 + r, p, v0, v1);
                 }
-                finish(m0 + r, p, v0, v1);
             }
         }
     }
