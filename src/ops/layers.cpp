@@ -450,6 +450,12 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
 
 namespace {
 
+// Decode attention splits a row's keys into units of this many (flash-decoding over the threads). A row
+// with at most this many keys is one unit, and the f32 prefill kernel gives it the decode step's bits:
+// so prefill rows up to here stay on the f32 kernels even where AMX runs the rest (a prefill of decoded
+// tokens then equals their decode, the prefix cache's exactness for generated tokens).
+constexpr int64_t kKeysPerUnit = 256;
+
 // Prefill on AMX tiles (ops/cpu/attention_amx.h): per sequence, every KV head's keys are packed once
 // (in parallel over 256-key ranges), then the blocks of query rows run, dealt round-robin (later blocks
 // see more keys, so contiguous ranges would be unbalanced).
@@ -532,7 +538,6 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         // long contexts are split over the threads (flash-decoding), then merged per head. The ranges
         // are fixed blocks of keys, so a row's sums never depend on the batch or the thread count (a
         // verified draft row gives the bits of the decode step it replaces).
-        constexpr int64_t kKeysPerUnit = 256;
         const int64_t n_seqs = static_cast<int64_t>(dec.size());
         std::vector<int64_t>& first = sc.attn_units;  // first unit of each sequence, then the total
         first.clear();
@@ -568,7 +573,20 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         });
     }
     if (pre.empty()) return;
-    if (uses_amx_attention(Hq, Hkv, D, bf16)) return attention_prefill_amx(q, gate, ldq, pre, Hq, Hkv, D, scale, out, sc);
+    if (uses_amx_attention(Hq, Hkv, D, bf16)) {
+        // Rows past kKeysPerUnit keys to the AMX kernel, the first ones stay below (see kKeysPerUnit).
+        std::vector<AttnSeq>& amx = sc.attn_amx_seqs;
+        amx.clear();
+        size_t n_f32 = 0;
+        for (const AttnSeq& s : pre) {
+            const int64_t t_split = std::clamp<int64_t>(kKeysPerUnit - s.n_past, 0, s.T);
+            if (t_split < s.T) amx.push_back({s.t0 + t_split, s.T - t_split, s.n_past + t_split, s.kv});
+            if (t_split > 0) pre[n_f32++] = {s.t0, t_split, s.n_past, s.kv};
+        }
+        pre.resize(n_f32);
+        if (!amx.empty()) attention_prefill_amx(q, gate, ldq, amx, Hq, Hkv, D, scale, out, sc);
+        if (pre.empty()) return;
+    }
     // Units: (sequence, query token, kv head); each covers its `group` query heads.
     int64_t n_units = 0;
     for (const AttnSeq& s : pre) n_units += s.T * Hkv;
