@@ -194,3 +194,16 @@ TEST(Cli, PerplexityAndKlDivergence) {
     r = run_gdn(common + " --kl-divergence-base a --kl-divergence b");
     EXPECT_EQ(r.exit_code, 2);
 }
+
+// gdn bench --depth D (llama-bench -d): pp and tg after a D-token context, labelled, with the K/V bytes
+// counted in tg's roofline; a negative depth is refused.
+TEST(Cli, BenchAtDepth) {
+    RunResult r = run_gdn("bench --model " + demo_model_dir() + " --pp 16 --tg 4 --depth 40 -r 1 --no-limits");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("pp16 @ d40"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("tg4 @ d40"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("of K/V per step"), std::string::npos) << r.out;
+    r = run_gdn("bench --model " + demo_model_dir() + " --depth -1 --no-limits");
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.out.find("--depth must be >= 0"), std::string::npos) << r.out;
+}

@@ -90,7 +90,7 @@ int cmd_bench(int argc, char** argv) {
                                      "--output-len", "--range-ratio", "--max-concurrency", "--request-rate",
                                      "--num-warmups", "--plot", "--api-key", "--served-model-name", "--seed",
                                      "--cache-memory", "--quantization", "--speculative-config", "--prompts-file",
-                                     "--conversations", "--turns", "--turn-tokens", "--system-tokens"};
+                                     "--conversations", "--turns", "--turn-tokens", "--system-tokens", "--depth"};
     std::set<std::string> flags = {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos",
                                    "--speculation-ab", "--multi-turn", "--shared-prefix"};
     options.insert(kPrefixCacheOptions.begin(), kPrefixCacheOptions.end());
@@ -112,6 +112,8 @@ int cmd_bench(int argc, char** argv) {
                      "                 [--speculation-ab]: plain and speculative engines on the same prompts, steps\n"
                      "                 interleaved A B B A, and the tokens/s ratio\n"
                      "  pp: prefill of a random prompt of that many tokens; tg: that many single-token decode steps.\n"
+                     "  [--depth D]: both after a D-token prompt is already in the cache (llama-bench -d; not timed);\n"
+                     "  tg's roofline then counts the K/V bytes each step reads too.\n"
                      "serving mode (vllm bench serve style):\n"
                      "       gdn bench (--base-url http://127.0.0.1:8000/v1 | --model DIR) [--num-prompts 64]\n"
                      "                 [--input-len 256] [--output-len 64] [--range-ratio 0] [--max-concurrency 1,4,8]\n"
@@ -128,14 +130,18 @@ int cmd_bench(int argc, char** argv) {
         return args && args->has("--help") ? 0 : 2;
     }
     auto pp = args->get_int("--pp", 512), tg = args->get_int("--tg", 128), reps = args->get_int("-r", 5),
-         threads = args->get_int("--threads", default_thread_count());
-    for (auto* r : {&pp, &tg, &reps, &threads})
+         threads = args->get_int("--threads", default_thread_count()), depth = args->get_int("--depth", 0);
+    for (auto* r : {&pp, &tg, &reps, &threads, &depth})
         if (!*r) {
             std::fprintf(stderr, "gdn bench: %s\n", r->message().c_str());
             return 2;
         }
-    if (*pp < 0 || *tg < 0 || *reps < 1 || *threads < 1) {
-        std::fprintf(stderr, "gdn bench: --pp/--tg must be >= 0, -r and --threads >= 1\n");
+    if (*pp < 0 || *tg < 0 || *reps < 1 || *threads < 1 || *depth < 0) {
+        std::fprintf(stderr, "gdn bench: --pp/--tg/--depth must be >= 0, -r and --threads >= 1\n");
+        return 2;
+    }
+    if (*depth > 0 && args->has("--concurrency")) {
+        std::fprintf(stderr, "gdn bench: --depth applies to --pp/--tg runs, not to --concurrency\n");
         return 2;
     }
     if (Status ks = configure_kernels_from_env(); !ks) {
@@ -168,10 +174,21 @@ int cmd_bench(int argc, char** argv) {
     weight_traffic(m, &bytes, &flops, &lm_flops);
     const int V = m.config().vocab;
     std::mt19937 rng(1);
-    std::vector<int32_t> prompt(std::max<long long>(*pp, 1));
+    std::vector<int32_t> prompt(std::max<long long>(*pp, 1)), context(*depth);
     for (auto& t : prompt) t = static_cast<int32_t>(rng() % V);
+    for (auto& t : context) t = static_cast<int32_t>(rng() % V);
+    // K/V bytes a decode step reads at n keys (every attention layer, K and V).
+    const ModelConfig& mc = m.config();
+    const double kv_bytes_per_key = 2.0 * mc.n_attention_layers() * mc.attn_kv_heads * mc.head_dim * dtype_size(kv_dtype);
     std::vector<float> logits;
     logits.reserve(V * 2);
+    // The --depth context, prefilled (not timed) into a fresh state before each test.
+    auto state_at_depth = [&](int64_t extra) {
+        SequenceState st = m.new_state(kv_dtype);
+        st.reserve(*depth + extra + 1);
+        if (*depth > 0) m.forward({{&st, context.data(), *depth, false}}, fo, &logits);
+        return st;
+    };
     // Warm-up: one full-size prefill and a few decode steps (page in weights, grow and touch buffers).
     {
         SequenceState st = m.new_state(kv_dtype);
@@ -194,7 +211,7 @@ int cmd_bench(int argc, char** argv) {
     std::vector<double> pp_tps, tg_tps, tg_gbps, tg_ratio;
     for (long long r = 0; r < *reps; ++r) {
         if (*pp > 0) {
-            SequenceState st = m.new_state(kv_dtype);
+            SequenceState st = state_at_depth(*pp);
             logits.clear();
             const double t0 = now_seconds();
             m.forward({{&st, prompt.data(), *pp, false}}, fo, &logits);
@@ -203,8 +220,7 @@ int cmd_bench(int argc, char** argv) {
         if (*tg > 0) {
             // Greedy generation as the engine runs it: the lm_head returns the argmax (linear_argmax), so
             // no [V] logits row is written and scanned on the host between steps.
-            SequenceState st = m.new_state(kv_dtype);
-            st.reserve(*tg + 1);
+            SequenceState st = state_at_depth(*tg);
             std::vector<int32_t> next = {prompt[0]};
             next.reserve(2);
             double gen_s = 0, roof_s = 0, gbps_sum = 0;
@@ -221,7 +237,9 @@ int cmd_bench(int argc, char** argv) {
                 gen_s += now_seconds() - t0;
                 if (probe) {
                     const double after = probe->measure_gbps(2);
-                    roof_s += n * bytes / (0.5 * (gbps + after) * 1e9);
+                    // weights, and the K/V of keys depth + i0 + 1 ... depth + i0 + n (their mean: + (n + 1) / 2)
+                    const double kv = kv_bytes_per_key * (*depth + i0 + 0.5 * (n + 1));
+                    roof_s += n * (bytes + kv) / (0.5 * (gbps + after) * 1e9);
                     gbps_sum += 0.5 * (gbps + after);
                     ++n_probe;
                     gbps = after;
@@ -445,16 +463,25 @@ int cmd_bench(int argc, char** argv) {
     auto row = [&](const char* test, long long n, const std::vector<double>& v, double roof, const char* key) {
         if (v.empty()) return;
         Stats s = stats(v);
-        std::printf("| %s | %lld | %s | %s | %s%lld | %.2f ± %.2f | %.1f | %.2f |\n", name.c_str(), *threads,
-                    fo.bf16_activations ? "bf16" : "f32", weights_label, test, n, s.mean, s.sd, roof, roof > 0 ? s.mean / roof : 0.0);
-        out[key] = {{"n_tokens", n}, {"mean_tps", s.mean}, {"sd_tps", s.sd}, {"samples", v}, {"roofline_tps", roof},
-                    {"roofline_ratio", roof > 0 ? s.mean / roof : 0.0}};
+        const std::string at = *depth > 0 ? strprintf(" @ d%lld", *depth) : "";
+        std::printf("| %s | %lld | %s | %s | %s%lld%s | %.2f ± %.2f | %.1f | %.2f |\n", name.c_str(), *threads,
+                    fo.bf16_activations ? "bf16" : "f32", weights_label, test, n, at.c_str(), s.mean, s.sd, roof,
+                    roof > 0 ? s.mean / roof : 0.0);
+        out[key] = {{"n_tokens", n}, {"depth", *depth}, {"mean_tps", s.mean}, {"sd_tps", s.sd}, {"samples", v},
+                    {"roofline_tps", roof}, {"roofline_ratio", roof > 0 ? s.mean / roof : 0.0}};
     };
     const double peak = fo.bf16_activations && lim.bf16_gflops > 0 ? lim.bf16_gflops : lim.fp32_gflops;
     // Prefill: every layer matmul per token, the lm_head once per prompt (attention/GDN FLOPs not counted).
     const double pp_flops = *pp > 0 ? flops - lm_flops + lm_flops / *pp : flops;
     row("pp", *pp, pp_tps, peak > 0 ? peak * 1e9 / pp_flops : 0.0, "pp");
-    row("tg", *tg, tg_tps, lim.read_gbps > 0 ? lim.read_gbps * 1e9 / bytes : 0.0, "tg");
+    const double tg_kv = kv_bytes_per_key * (*depth + 0.5 * (*tg + 1));  // per step, on average
+    row("tg", *tg, tg_tps, lim.read_gbps > 0 ? lim.read_gbps * 1e9 / (bytes + tg_kv) : 0.0, "tg");
+    if (*depth > 0 && *tg > 0) {
+        std::printf("tg%lld @ d%lld reads %.3f GB of K/V per step on average (%s cache) beside %.3f GB of weights: the "
+                    "rooflines count both\n",
+                    *tg, *depth, tg_kv / 1e9, dtype_name(kv_dtype), bytes / 1e9);
+        out["tg"]["kv_bytes_per_token"] = tg_kv;
+    }
     if (!tg_ratio.empty()) {
         const Stats r = stats(tg_ratio), g = stats(tg_gbps);
         std::printf("tg%lld against the read bandwidth measured around every %lld steps (%.1f ± %.1f GB/s): "
