@@ -1,5 +1,6 @@
 #include "tools/bench_target.h"
 
+#include <algorithm>
 #include <httplib.h>
 
 #include <chrono>
@@ -60,7 +61,9 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     set_global_threads(static_cast<int>(threads));
     GDN_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_tool(a));
     GDN_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, Tokenizer::load(a.get("--model")));
-    t->vocab = model->config().vocab;
+    // Prompt ids the server accepts: below both the model's and the tokenizer's vocabulary (a random
+    // checkpoint pairs a 248k embedding with a 151k tokenizer).
+    t->vocab = std::min(model->config().vocab, tok->vocab_size());
     EngineConfig ec;
     ec.max_num_seqs = size.max_num_seqs;
     ec.max_model_len = size.max_model_len;
@@ -96,7 +99,9 @@ StreamOutcome post_stream(const BenchTarget& t, const std::string& path, const J
     const auto t0 = std::chrono::steady_clock::now();
     SseReader sse;
     bool done = false;
+    std::string head;  // the first bytes as sent: an error status carries a JSON body, not events
     req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+        if (head.size() < 4096) head.append(d, std::min(n, 4096 - head.size()));
         return sse.feed(d, n, [&](const std::string& ev) {
             if (ev == "[DONE]") {
                 done = true;
@@ -115,7 +120,8 @@ StreamOutcome post_stream(const BenchTarget& t, const std::string& path, const J
     auto res = c.send(req);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!res) out.error = "connection failed: " + httplib::to_string(res.error());
-    else if (res->status != 200 && out.error.empty()) out.error = strprintf("HTTP %d: %s", res->status, res->body.c_str());
+    else if (res->status != 200 && out.error.empty())
+        out.error = strprintf("HTTP %d: %s", res->status, (res->body.empty() ? head : res->body).c_str());
     else if (out.error.empty() && !done) out.error = "the stream ended without [DONE]";
     return out;
 }

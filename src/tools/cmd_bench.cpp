@@ -459,7 +459,9 @@ int cmd_bench(int argc, char** argv) {
     out["dtype"] = fo.bf16_activations ? "bf16" : "f32";
     out["weights_bytes_per_token"] = bytes;
     out["flops_per_token"] = flops;
-    if (lim.read_gbps > 0) out["machine"] = {{"read_gbps", lim.read_gbps}, {"fp32_gflops", lim.fp32_gflops}, {"bf16_gflops", lim.bf16_gflops}};
+    if (lim.read_gbps > 0)
+        out["machine"] = {{"read_gbps", lim.read_gbps}, {"fp32_gflops", lim.fp32_gflops}, {"bf16_gflops", lim.bf16_gflops},
+                          {"amx_gflops", lim.amx_gflops}};
     auto row = [&](const char* test, long long n, const std::vector<double>& v, double roof, const char* key) {
         if (v.empty()) return;
         Stats s = stats(v);
@@ -470,7 +472,11 @@ int cmd_bench(int argc, char** argv) {
         out[key] = {{"n_tokens", n}, {"depth", *depth}, {"mean_tps", s.mean}, {"sd_tps", s.sd}, {"samples", v},
                     {"roofline_tps", roof}, {"roofline_ratio", roof > 0 ? s.mean / roof : 0.0}};
     };
-    const double peak = fo.bf16_activations && lim.bf16_gflops > 0 ? lim.bf16_gflops : lim.fp32_gflops;
+    // The matmuls' peak in this mode: AMX tiles where they run the bf16 linears, else vdpbf16ps, else FMA.
+    const double peak = !fo.bf16_activations ? lim.fp32_gflops
+                        : lim.amx_gflops > 0 ? lim.amx_gflops
+                        : lim.bf16_gflops > 0 ? lim.bf16_gflops
+                                              : lim.fp32_gflops;
     // Prefill: every layer matmul per token, the lm_head once per prompt (attention/GDN FLOPs not counted).
     const double pp_flops = *pp > 0 ? flops - lm_flops + lm_flops / *pp : flops;
     row("pp", *pp, pp_tps, peak > 0 ? peak * 1e9 / pp_flops : 0.0, "pp");

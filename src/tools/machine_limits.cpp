@@ -14,8 +14,10 @@
 namespace gdn {
 
 std::string MachineLimits::summary() const {
-    return strprintf("%d threads: streaming read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s", threads,
-                     read_gbps, fp32_gflops, bf16_gflops);
+    std::string s = strprintf("%d threads: streaming read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s",
+                              threads, read_gbps, fp32_gflops, bf16_gflops);
+    if (amx_gflops > 0) s += strprintf(", AMX bf16 %.0f GFLOP/s", amx_gflops);
+    return s;
 }
 
 namespace {
@@ -55,16 +57,18 @@ MachineLimits measure_machine_limits(size_t buffer_bytes, int reps) {
     const bool avx512 = cpu_isa() == Isa::AVX512;
     L.read_gbps = ReadBandwidthProbe(buffer_bytes).measure_gbps(reps);
     std::vector<float> sink(8 * pool.size(), 0.0f);
-    auto peak = [&](bool bf16) {
+    enum Kind { FMA, BF16_DOT, AMX };
+    auto peak = [&](Kind kind) {
         double best = 0;
         for (int r = 0; r < reps; ++r) {
             std::vector<double> flops(pool.size());
             const double t0 = now();
             pool.run([&](int ith, int) {
-                const int64_t iters = 20'000'000;
-                flops[ith] = bf16 ? cpu::avx512::bf16_dot_chains(iters, &sink[ith * 8])
-                                  : (avx512 ? cpu::avx512::fma_chains(iters, &sink[ith * 8])
-                                            : cpu::avx2::fma_chains(iters, &sink[ith * 8]));
+                const int64_t iters = kind == AMX ? 200'000 : 20'000'000;
+                flops[ith] = kind == AMX        ? cpu::avx512::amx_dot_chains(iters, &sink[ith * 8])
+                             : kind == BF16_DOT ? cpu::avx512::bf16_dot_chains(iters, &sink[ith * 8])
+                             : avx512           ? cpu::avx512::fma_chains(iters, &sink[ith * 8])
+                                                : cpu::avx2::fma_chains(iters, &sink[ith * 8]);
             });
             const double dt = now() - t0;
             double total = 0;
@@ -73,8 +77,9 @@ MachineLimits measure_machine_limits(size_t buffer_bytes, int reps) {
         }
         return best;
     };
-    L.fp32_gflops = peak(false);
-    L.bf16_gflops = has_bf16_dot() ? peak(true) : 0.0;
+    L.fp32_gflops = peak(FMA);
+    L.bf16_gflops = has_bf16_dot() ? peak(BF16_DOT) : 0.0;
+    L.amx_gflops = has_amx_bf16() ? peak(AMX) : 0.0;
     return L;
 }
 

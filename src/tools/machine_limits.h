@@ -12,6 +12,7 @@ struct MachineLimits {
     double read_gbps = 0;      // streaming DRAM read, all threads
     double fp32_gflops = 0;    // FMA chains, all threads
     double bf16_gflops = 0;    // vdpbf16ps chains, all threads (0 without AVX-512 BF16)
+    double amx_gflops = 0;     // tdpbf16ps on tile-resident operands, all threads (0 where AMX is off)
     std::string summary() const;
 };
 

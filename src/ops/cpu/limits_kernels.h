@@ -12,6 +12,9 @@ float stream_read(const float* p, int64_t n);
 double fma_chains(int64_t iters, float* sink);
 // Same with vdpbf16ps (2 MACs per 32-bit lane per instruction); returns FLOPs executed.
 double bf16_dot_chains(int64_t iters, float* sink);
+// `iters` rounds of tdpbf16ps on four independent tile accumulators (operands stay in the tiles: TMUL's
+// own rate, linear_amx.cpp); returns FLOPs executed. Only where dispatch.h cpu_has_amx_bf16().
+double amx_dot_chains(int64_t iters, float* sink);
 }  // namespace avx512
 
 namespace avx2 {

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "ops/cpu/avx512/amx_tiles.h"
+#include "ops/cpu/limits_kernels.h"
 #include "ops/cpu/linear_kernels.h"
 
 namespace gdn::cpu::avx512 {
@@ -62,6 +63,30 @@ void amx_panel_block(const uint32_t* xp, int64_t ldp, int rows, const uint16_t* 
         _tile_stored(2, c + 16 * 32, 128);
         _tile_stored(3, c + 16 * 32 + 16, 128);
     }
+}
+
+double amx_dot_chains(int64_t iters, float* sink) {
+    alignas(64) static const uint32_t ones[16 * 16] = {};  // zeros: no denormals, no overflow
+    alignas(64) float c[16 * 16];
+    amx::configure(32);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, ones, 64);
+    _tile_loadd(5, ones, 64);
+    _tile_loadd(6, ones, 64);
+    _tile_loadd(7, ones, 64);
+    for (int64_t i = 0; i < iters; ++i) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, 64);
+    amx::release();
+    *sink += c[0];
+    return 4.0 * 16 * 16 * 32 * 2 * static_cast<double>(iters);  // 16 x 16 outputs, 32 bf16 products each
 }
 
 }  // namespace gdn::cpu::avx512
