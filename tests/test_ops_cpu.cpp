@@ -215,6 +215,36 @@ TEST(OpsCpu, GdnChunkKernelMatchesReferenceForms) {
     }
 }
 
+// K/V rows [2 * nk, row] (keys then values) in a paged arena: blocks of 4 rows, scattered by the block
+// table `step` x b mod nb (a permutation for the steps used), in f32 and in bf16.
+struct PagedKv {
+    static constexpr int64_t bs = 4;
+    int64_t row;
+    std::vector<int32_t> table;
+    std::vector<float> k, v;
+    std::vector<uint16_t> k16, v16;
+    PagedKv(const std::vector<float>& kv, int64_t nk, int64_t row_, int64_t step) : row(row_) {
+        const int64_t nb = (nk + bs - 1) / bs;
+        table.resize(nb);
+        for (int64_t b = 0; b < nb; ++b) table[b] = static_cast<int32_t>((b * step) % nb);
+        k.resize(nb * bs * row);
+        v.resize(nb * bs * row);
+        for (int64_t j = 0; j < nk; ++j) {
+            const int64_t r = table[j / bs] * bs + j % bs;
+            std::copy(kv.begin() + j * row, kv.begin() + (j + 1) * row, k.begin() + r * row);
+            std::copy(kv.begin() + (nk + j) * row, kv.begin() + (nk + j + 1) * row, v.begin() + r * row);
+        }
+        k16.resize(k.size());
+        v16.resize(v.size());
+        convert_from_f32(k.data(), DType::BF16, k16.data(), k.size());
+        convert_from_f32(v.data(), DType::BF16, v16.data(), v.size());
+    }
+    cpu::KvRows rows(bool bf16) const {
+        return bf16 ? cpu::KvRows{k16.data(), v16.data(), row, table.data(), bs, true}
+                    : cpu::KvRows{k.data(), v.data(), row, table.data(), bs, false};
+    }
+};
+
 TEST(OpsCpu, AttentionCausalGqaPaged) {
     for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
              {1, 0, 4, 2, 16}, {1, 100, 8, 2, 64}, {5, 0, 4, 4, 32}, {70, 3, 6, 2, 24}, {3, 130, 2, 1, 256},
@@ -223,24 +253,11 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
         const int64_t nk = n_past + T, row = Hkv * D;
         auto q = random_vec(T * 2 * Hq * D, 9 + T), kv = random_vec(2 * nk * row, 10 + nk);
         for (float& x : kv) x = round_bf16(x);  // bf16 values, so the f32 and bf16 caches hold the same keys
-        // Paged: blocks of 4 rows, scattered in the arena by a block table.
-        const int64_t bs = 4, nb = (nk + bs - 1) / bs;
-        std::vector<int32_t> table(nb);
-        for (int64_t b = 0; b < nb; ++b) table[b] = static_cast<int32_t>((b * 5) % nb);  // a permutation (nb odd or not)
-        std::vector<float> arena_k(nb * bs * row), arena_v(nb * bs * row);
-        for (int64_t j = 0; j < nk; ++j) {
-            const int64_t r = table[j / bs] * bs + j % bs;
-            std::copy(kv.begin() + j * row, kv.begin() + (j + 1) * row, arena_k.begin() + r * row);
-            std::copy(kv.begin() + (nk + j) * row, kv.begin() + (nk + j + 1) * row, arena_v.begin() + r * row);
-        }
-        std::vector<uint16_t> arena_k16(arena_k.size()), arena_v16(arena_v.size());
-        convert_from_f32(arena_k.data(), DType::BF16, arena_k16.data(), arena_k.size());
-        convert_from_f32(arena_v.data(), DType::BF16, arena_v16.data(), arena_v.size());
+        const PagedKv paged(kv, nk, row, 5);
         auto run = [&](bool bf16_kv) {
             std::vector<float> out(T * Hq * D);
             ops::Scratch sc;
-            const cpu::KvRows rows = bf16_kv ? cpu::KvRows{arena_k16.data(), arena_v16.data(), row, table.data(), bs, true}
-                                             : cpu::KvRows{arena_k.data(), arena_v.data(), row, table.data(), bs, false};
+            const cpu::KvRows rows = paged.rows(bf16_kv);
             // q and gate interleaved per token: [q (Hq*D) | gate (Hq*D)]
             ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D, out.data(), sc, false);
             return out;
@@ -272,24 +289,12 @@ TEST(OpsCpu, AttentionPrefillAmxBf16) {
         const int64_t nk = n_past + T, row = Hkv * D;
         auto q = random_vec(T * 2 * Hq * D, 19 + T), kv = random_vec(2 * nk * row, 20 + nk);
         for (float& x : kv) x = round_bf16(x);
-        const int64_t bs = 4, nb = (nk + bs - 1) / bs;
-        std::vector<int32_t> table(nb);
-        for (int64_t b = 0; b < nb; ++b) table[b] = static_cast<int32_t>((b * 7) % nb);
-        std::vector<float> arena_k(nb * bs * row), arena_v(nb * bs * row);
-        for (int64_t j = 0; j < nk; ++j) {
-            const int64_t r = table[j / bs] * bs + j % bs;
-            std::copy(kv.begin() + j * row, kv.begin() + (j + 1) * row, arena_k.begin() + r * row);
-            std::copy(kv.begin() + (nk + j) * row, kv.begin() + (nk + j + 1) * row, arena_v.begin() + r * row);
-        }
-        std::vector<uint16_t> k16(arena_k.size()), v16(arena_v.size());
-        convert_from_f32(arena_k.data(), DType::BF16, k16.data(), arena_k.size());
-        convert_from_f32(arena_v.data(), DType::BF16, v16.data(), arena_v.size());
+        const PagedKv paged(kv, nk, row, 7);
         const std::string what = "T=" + std::to_string(T) + " n_past=" + std::to_string(n_past) + " Hq=" +
                                  std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
         // seqs of (t0, T, n_past) over the same keys; bf16 mode unless the reference is forced.
         auto run = [&](bool bf16_kv, const std::vector<std::array<int64_t, 3>>& parts) {
-            const cpu::KvRows rows = bf16_kv ? cpu::KvRows{k16.data(), v16.data(), row, table.data(), bs, true}
-                                             : cpu::KvRows{arena_k.data(), arena_v.data(), row, table.data(), bs, false};
+            const cpu::KvRows rows = paged.rows(bf16_kv);
             std::vector<ops::AttnSeq> seqs;
             for (const auto& pt : parts) seqs.push_back({pt[0], pt[1], pt[2], rows});
             std::vector<float> out(T * Hq * D, NAN);
