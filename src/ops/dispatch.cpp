@@ -290,6 +290,8 @@ std::string kernel_selection_report() {
                  : kAutoUsesChunked ? " (prefill: full 64-token chunks in the chunked form, by measurement)"
                                     : " (prefill: recurrent, one token per pass; the chunked form measured slower here)";
         } else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
+        else if (op == OpId::ATTENTION && isa == Isa::AVX512 && has_amx_bf16())
+            s += " (bf16-mode prefill rows past 256 keys: AMX tiles, Q/K/V/P in bf16)";
         else if (op == OpId::ARGMAX && isa == Isa::AVX512 && has_bf16_dot() && has_int8_dot())
             s += " (greedy lm_head: int8 screen (vpdpbusd), candidates rechecked in bf16)";
         s += "\n";
