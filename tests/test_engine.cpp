@@ -150,6 +150,26 @@ INSTANTIATE_TEST_SUITE_P(Families, EngineGolden,
                                            std::make_tuple("qwen3_5", "int8"), std::make_tuple("qwen3_5_moe", "int4")),
                          [](const auto& info) { return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
 
+// prefault_memory (gdn serve's setting) touches the caches at creation; the engine then gives the same
+// tokens as one that faults its pages in as it goes.
+TEST(Engine, PrefaultedCachesGiveTheSameOutputs) {
+    OneThread one_thread;
+    Loaded l = load(golden_dir("qwen3_5"));
+    auto ps = prompts(4, 11);
+    std::vector<std::vector<int32_t>> outs[2];
+    for (bool prefault : {false, true}) {
+        EngineConfig cfg;
+        cfg.prefault_memory = prefault;
+        cfg.prefix_cache_memory = 16ull << 20;
+        auto e = make_engine(l, cfg);
+        std::vector<int64_t> ids;
+        for (const auto& p : ps) ids.push_back(*e->add_request(Prompt::from_ids(p), greedy(8)));
+        auto got = run_all(*e);
+        for (int64_t id : ids) outs[prefault].push_back(got[id]);
+    }
+    EXPECT_EQ(outs[0], outs[1]);
+}
+
 TEST(Engine, SeededSamplingIsReproducibleAcrossBatchCompositions) {
     Loaded l = load(golden_dir("qwen3_5"));
     SamplingParams s;

@@ -29,6 +29,12 @@ public:
     void* v(int layer) { return v_[layer].data(); }
     // Stores one f32 row (row_elems values) at arena row r of a layer, converted to the cache's dtype.
     void write_row(int layer, int64_t r, const float* k, const float* v);
+    // The K and V arenas (EngineConfig::prefault_memory touches them once at creation).
+    std::vector<Buffer*> buffers() {
+        std::vector<Buffer*> b;
+        for (size_t l = 0; l < k_.size(); ++l) b.insert(b.end(), {&k_[l], &v_[l]});
+        return b;
+    }
     // Arena offset (in rows) of position pos of a sequence with this block table.
     int64_t slot_of(const int32_t* block_table, int64_t pos) const {
         return static_cast<int64_t>(block_table[pos / block_size_]) * block_size_ + pos % block_size_;

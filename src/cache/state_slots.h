@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "cache/id_pool.h"
 #include "core/buffer.h"
@@ -23,6 +24,8 @@ public:
     float* ssm(int layer, int32_t slot) { return ssm_.as<float>() + (int64_t{layer} * n_slots_ + slot) * ssm_n_; }
     // Copies every layer's state of slot `from` into slot `to` (prefix-cache snapshots and restores).
     void copy(int32_t from, int32_t to);
+    // The storage (EngineConfig::prefault_memory touches it once at creation).
+    std::vector<Buffer*> buffers() { return {&conv_, &ssm_}; }
     static size_t bytes_per_slot(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats) {
         return static_cast<size_t>(n_gdn_layers) * (conv_floats + ssm_floats) * sizeof(float);
     }

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "core/clock.h"
+#include "core/thread_pool.h"
 #include "core/log.h"
 #include "engine/chat_prompt.h"
 #include "engine/engine_request.h"
@@ -131,6 +132,17 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     e->slot_bytes_ = slot_bytes;
     e->cost_.reset(spec.max_drafts());
     e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots + n_snapshots);
+    if (cfg.prefault_memory) {
+        const double t0 = now_seconds();
+        std::vector<Buffer*> bufs = e->kv_->buffers();
+        for (Buffer* b : e->slots_->buffers()) bufs.push_back(b);
+        size_t bytes = 0;
+        for (Buffer* b : bufs) {
+            global_pool().parallel_for(static_cast<int64_t>(b->pages()), [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
+            bytes += b->size();
+        }
+        GDN_LOG_INFO("cache memory touched at start-up: %.1f MiB in %.2f s", bytes / 1048576.0, now_seconds() - t0);
+    }
     SchedulerConfig sc;
     sc.max_num_seqs = cfg.max_num_seqs;
     sc.max_num_batched_tokens = cfg.max_num_batched_tokens;

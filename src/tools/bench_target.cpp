@@ -69,6 +69,7 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     ec.max_model_len = size.max_model_len;
     ec.max_num_batched_tokens = std::max(512, ec.max_num_seqs + kPrefillChunkAlign);
     ec.cache_memory = static_cast<size_t>(mem) << 20;
+    ec.prefault_memory = true;  // as gdn serve
     GDN_ASSIGN_OR_RETURN(ec.speculative, speculative_config(a));
     GDN_RETURN_IF_ERROR(apply_prefix_cache_options(a, &ec));
     GDN_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::shared_ptr<const Model>(std::move(model)), tok, ec));

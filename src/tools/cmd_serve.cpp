@@ -115,6 +115,7 @@ int cmd_serve(int argc, char** argv) {
     ec.max_num_batched_tokens = static_cast<int>(*mnbt);
     ec.cache_memory = static_cast<size_t>(*mem) << 20;
     ec.block_size = static_cast<int>(*bs);
+    ec.prefault_memory = true;  // a server's first requests should not pay for page faults
     ec.bf16 = args->get("--dtype", "bf16") == "bf16";
     auto kv = kv_cache_dtype(*args, ec.bf16);
     if (!kv) {
