@@ -17,6 +17,8 @@ inline V vzero() { return _mm512_setzero_ps(); }
 inline V vset1(float x) { return _mm512_set1_ps(x); }
 inline V vload(const float* p) { return _mm512_loadu_ps(p); }
 inline void vstore(float* p, V v) { _mm512_storeu_ps(p, v); }
+// The first n lanes (n clamped to [0, 16]): partial panels, key tails, causal limits.
+inline __mmask16 lanes_mask(int64_t n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
 inline V vload_n(const float* p, int n) { return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p); }
 inline void vstore_n(float* p, V v, int n) { _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v); }
 inline V vadd(V a, V b) { return _mm512_add_ps(a, b); }

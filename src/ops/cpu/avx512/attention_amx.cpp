@@ -108,9 +108,7 @@ void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t
         float* sr = b.s.data() + r * nkb32;
         const int64_t nv = n_past + tb + r / group + 1;
         __m512 vmax = _mm512_set1_ps(-INFINITY);
-        auto valid = [nv](int64_t j) -> __mmask16 {
-            return j + 16 <= nv ? 0xffff : j >= nv ? 0 : static_cast<__mmask16>((1u << (nv - j)) - 1);
-        };
+        auto valid = [nv](int64_t j) { return simd::lanes_mask(nv - j); };
         for (int64_t j = 0; j < nkb32; j += 16) {
             const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(sr + j), vscale);
             _mm512_storeu_ps(sr + j, v);

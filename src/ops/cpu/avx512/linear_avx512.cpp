@@ -24,8 +24,7 @@ template <int MR, bool kSwiglu = false>
 void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y, int64_t ldy,
               int ncols, bool accumulate, bool round_out) {
     __m512 acc[MR][2];
-    const __mmask16 m0 = ncols >= 16 ? 0xffff : static_cast<__mmask16>((1u << ncols) - 1);
-    const __mmask16 m1 = ncols >= 32 ? 0xffff : ncols <= 16 ? 0 : static_cast<__mmask16>((1u << (ncols - 16)) - 1);
+    const __mmask16 m0 = simd::lanes_mask(ncols), m1 = simd::lanes_mask(ncols - 16);
     for (int m = 0; m < MR; ++m) {
         acc[m][0] = accumulate ? _mm512_maskz_loadu_ps(m0, y + m * ldy) : _mm512_setzero_ps();
         acc[m][1] = accumulate ? _mm512_maskz_loadu_ps(m1, y + m * ldy + 16) : _mm512_setzero_ps();
@@ -102,8 +101,6 @@ void amx_panels(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& 
     }
     amx_end();
 }
-
-inline __mmask16 low_mask(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
 
 }  // namespace
 
@@ -184,8 +181,8 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
         amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
             const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
             float* yr = y + m * ldy + p * kPanelCols;
-            _mm512_mask_storeu_ps(yr, low_mask(ncols), round_out ? simd::vround_bf16(v0) : v0);
-            _mm512_mask_storeu_ps(yr + 16, low_mask(ncols - 16), round_out ? simd::vround_bf16(v1) : v1);
+            _mm512_mask_storeu_ps(yr, simd::lanes_mask(ncols), round_out ? simd::vround_bf16(v0) : v0);
+            _mm512_mask_storeu_ps(yr + 16, simd::lanes_mask(ncols - 16), round_out ? simd::vround_bf16(v1) : v1);
         });
         return;
     }

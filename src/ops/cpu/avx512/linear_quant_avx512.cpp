@@ -9,12 +9,14 @@
 //
 // Cost per group and 16 columns: 8 vpdpbusd per row; the epilogue (convert, scale product, FMA) is 3 more
 // per row, and the weight's unsigned form (xor / nibble split) is shared by all rows of the tile.
+#define GDN_SIMD_AVX512
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "ops/cpu/linear_quant_kernels.h"
+#include "ops/cpu/simd.h"
 
 namespace gdn::cpu::avx512 {
 
@@ -34,8 +36,7 @@ inline __m512 scales16(const uint8_t* p) {
 
 template <int MR>
 inline void store_tile(__m512 (&sum)[MR][2], float* y, int64_t ldy, int ncols) {
-    const __mmask16 m0 = ncols >= 16 ? 0xffff : static_cast<__mmask16>((1u << ncols) - 1);
-    const __mmask16 m1 = ncols >= 32 ? 0xffff : ncols <= 16 ? 0 : static_cast<__mmask16>((1u << (ncols - 16)) - 1);
+    const __mmask16 m0 = simd::lanes_mask(ncols), m1 = simd::lanes_mask(ncols - 16);
     for (int m = 0; m < MR; ++m) {
         _mm512_mask_storeu_ps(y + m * ldy, m0, sum[m][0]);
         _mm512_mask_storeu_ps(y + m * ldy + 16, m1, sum[m][1]);

@@ -1,12 +1,14 @@
 // The int8 screen of the greedy argmax (ops/argmax_screen.h): vpdpbusd over a panel's k-quads, then
 // each column's estimate and error bound, the running threshold and the candidates, all in registers.
 // Compiled with AVX-512 VNNI (this file only); called only when the CPU has it.
+#define GDN_SIMD_AVX512
 #include <immintrin.h>
 
 #include <algorithm>
 
 #include "ops/argmax_screen.h"
 #include "ops/cpu/linear_kernels.h"
+#include "ops/cpu/simd.h"
 
 namespace gdn::cpu::avx512 {
 
@@ -55,7 +57,7 @@ int64_t screen_i8(const uint32_t* xq, const Int8Screen& s, const ScreenRow& r, i
         for (int h = 0; h < 2; ++h) {
             const int64_t n0 = p * 32 + h * 16;
             if (n0 >= s.N) break;
-            const __mmask16 valid = s.N - n0 >= 16 ? 0xffff : static_cast<__mmask16>((1u << (s.N - n0)) - 1);
+            const __mmask16 valid = simd::lanes_mask(s.N - n0);
             // x is stored as xq + 128 (vpdpbusd's unsigned operand): I = acc - 128 sum_k q_nk, exactly.
             const __m512i I = _mm512_sub_epi32(acc[h], _mm512_slli_epi32(_mm512_loadu_si512(s.qsum() + n0), 7));
             const __m512 A = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_loadu_ps(s.scale() + n0), sx));
