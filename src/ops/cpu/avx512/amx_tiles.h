@@ -47,9 +47,11 @@ inline void release() {
 
 // c [rows x 32] (row stride ldc floats) = a [rows, lda] x b over `steps` k-steps of 16 bf16 pairs: step s
 // reads a's pairs [16 s, 16 s + 16) and b's 16 rows from b + s * b_step (uint32 units; row stride ldb,
-// columns 0-15 at the row start, 16-31 at +16). The configuration for `rows` must be loaded.
+// columns 0-15 at the row start, 16-31 at +16). Loads the configuration for `rows`. prefetch_bytes > 0:
+// each step also prefetches the b_step words that far ahead of its own b (an operand streaming from DRAM).
 inline void gemm_block(const uint32_t* a, int64_t lda, int rows, const uint32_t* b, int64_t ldb, int64_t b_step,
-                       int64_t steps, float* c, int64_t ldc) {
+                       int64_t steps, float* c, int64_t ldc, int64_t prefetch_bytes = 0) {
+    configure(rows);
     const bool two = rows > 16;
     _tile_zero(0);
     _tile_zero(1);
@@ -59,6 +61,10 @@ inline void gemm_block(const uint32_t* a, int64_t lda, int rows, const uint32_t*
     }
     for (int64_t s = 0; s < steps; ++s) {
         const uint32_t* bs = b + s * b_step;
+        if (prefetch_bytes > 0) {
+            const char* pf = reinterpret_cast<const char*>(bs) + prefetch_bytes;
+            for (int64_t off = 0; off < b_step * 4; off += 64) _mm_prefetch(pf + off, _MM_HINT_T0);
+        }
         _tile_loadd(4, a + 16 * s, lda * 4);
         _tile_loadd(6, bs, ldb * 4);
         _tile_loadd(7, bs + 16, ldb * 4);

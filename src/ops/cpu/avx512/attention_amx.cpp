@@ -97,7 +97,6 @@ void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t
     for (int r = 0; r < rows; ++r)
         for (int64_t d = 0; d < D; d += 32) pack_pairs32(q_row(r) + d, b.qa.data() + r * D2 + d / 2);
 
-    amx::configure(rows);
     // S: 32 keys per block of C tiles, D / 32 k-steps of 16 dim pairs.
     for (int64_t kc = 0; kc < nkb32; kc += 32)
         amx::gemm_block(b.qa.data(), D2, rows, kt + kc, nk, 16 * nk, D / 32, b.s.data() + kc, nkb32);
