@@ -128,16 +128,19 @@ void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
         best_val[m] = -INFINITY;
         best_idx[m] = -1;
     }
+    // Row m's products of panel p (ncols of them at `row`) against its best so far: the first maximum.
+    auto scan = [&](int64_t m, int64_t p, const float* row, int ncols) {
+        for (int c = 0; c < ncols; ++c)
+            if (row[c] > best_val[m] || best_idx[m] < 0) {
+                best_val[m] = row[c];
+                best_idx[m] = p * kPanelCols + c;
+            }
+    };
     if (has_amx_bf16()) {
         amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
-            const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
             _mm512_store_ps(tile, v0);
             _mm512_store_ps(tile + 16, v1);
-            for (int c = 0; c < ncols; ++c)
-                if (tile[c] > best_val[m] || best_idx[m] < 0) {
-                    best_val[m] = tile[c];
-                    best_idx[m] = p * kPanelCols + c;
-                }
+            scan(m, p, tile, static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols)));
         });
         return;
     }
@@ -147,12 +150,7 @@ void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
             const int mr = static_cast<int>(std::min<int64_t>(kMRdot, M - m0));
             tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols, ncols, false,
                                       false);
-            for (int r = 0; r < mr; ++r)
-                for (int c = 0; c < ncols; ++c)
-                    if (tile[r * kPanelCols + c] > best_val[m0 + r] || best_idx[m0 + r] < 0) {
-                        best_val[m0 + r] = tile[r * kPanelCols + c];
-                        best_idx[m0 + r] = p * kPanelCols + c;
-                    }
+            for (int r = 0; r < mr; ++r) scan(m0 + r, p, tile + r * kPanelCols, ncols);
         }
     }
 }
