@@ -321,6 +321,17 @@ TEST(OpsCpu, AttentionPrefillAmxBf16) {
             for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(two[i], got[i]) << what << " split at " << split << " i=" << i;
         }
     }
+    // A head size the AMX kernel does not take stays on f32 FMA, and says so (counted, logged once).
+    const int64_t Hq = 4, Hkv = 2, D = 24, T = 4, n_past = 300, nk = n_past + T;
+    ASSERT_FALSE(ops::uses_amx_attention(Hq, Hkv, D, true));
+    auto q = random_vec(T * 2 * Hq * D, 3), kv = random_vec(2 * nk * Hkv * D, 4);
+    const PagedKv paged(kv, nk, Hkv * D, 5);
+    std::vector<float> out(T * Hq * D);
+    ops::Scratch sc;
+    const uint64_t before = fallback_count(OpId::ATTENTION);
+    ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, paged.rows(false)}}, Hq, Hkv, D, out.data(),
+                   sc, true);
+    EXPECT_EQ(fallback_count(OpId::ATTENTION), before + 1);
 }
 
 // A decode step of several sequences (different lengths, paged, one long enough to be split over key

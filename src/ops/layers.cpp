@@ -1,7 +1,5 @@
 #include "ops/layers.h"
 
-#include "ops/cpu/attention_amx.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +7,7 @@
 #include "core/log.h"
 #include "core/profiler.h"
 #include "core/thread_pool.h"
+#include "ops/cpu/attention_amx.h"
 #include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/linear.h"
@@ -573,6 +572,10 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         });
     }
     if (pre.empty()) return;
+    if (bf16 && isa == Isa::AVX512 && has_amx_bf16() && !uses_amx_attention(Hq, Hkv, D, bf16) &&
+        std::any_of(pre.begin(), pre.end(), [](const AttnSeq& s) { return s.n_past + s.T > kKeysPerUnit; }))
+        count_fallback(OpId::ATTENTION, "prefill stays on f32 FMA: the AMX kernel needs D % 32 == 0, D <= 512 and "
+                                        "at most 32 query heads per KV head");
     if (uses_amx_attention(Hq, Hkv, D, bf16)) {
         // Rows past kKeysPerUnit keys to the AMX kernel, the first ones stay below (see kKeysPerUnit).
         std::vector<AttnSeq>& amx = sc.attn_amx_seqs;

@@ -1,8 +1,8 @@
 #include "tools/bench_target.h"
 
-#include <algorithm>
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "core/log.h"
