@@ -393,10 +393,19 @@ TEST(Dispatch, EnvOverridesAreValidated) {
     EXPECT_EQ(delta_rule_form(), DeltaRuleForm::CHUNKED);
     EXPECT_NE(kernel_selection_report().find("forced by GDN_DELTA_RULE"), std::string::npos);
     unsetenv("GDN_DELTA_RULE");
+    setenv("GDN_AMX", "yes", 1);
+    st = configure_kernels_from_env();
+    EXPECT_NE(st.message().find("GDN_AMX='yes' is not 0 or 1"), std::string::npos) << st.message();
+    setenv("GDN_AMX", "0", 1);
+    ASSERT_TRUE(configure_kernels_from_env().is_ok());
+    EXPECT_FALSE(has_amx_bf16());
+    if (cpu_has_amx_bf16()) EXPECT_NE(kernel_selection_report().find("AMX off by GDN_AMX=0"), std::string::npos);
+    unsetenv("GDN_AMX");
     unsetenv("GDN_FORCE_REFERENCE");
     ASSERT_TRUE(configure_kernels_from_env().is_ok());
     EXPECT_EQ(op_isa(OpId::ATTENTION), cpu_isa());
     EXPECT_EQ(delta_rule_form(), DeltaRuleForm::AUTO);
+    EXPECT_EQ(has_amx_bf16(), cpu_has_amx_bf16() && has_bf16_dot());
 }
 
 }  // namespace

@@ -50,6 +50,7 @@ struct CpuFlags {
     bool avx2 = false, fma = false, f16c = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false, avx512vnni = false;
     bool amx_bf16 = false;  // AMX-TILE + AMX-BF16, and the OS lets this process use the tile data
+    bool amx_refused = false;  // the CPU has them but the OS did not grant the tile data
 };
 
 // Linux hands out the AMX tile state (XTILEDATA, 8 KB per thread) only to processes that ask for it.
@@ -83,7 +84,12 @@ CpuFlags detect() {
     f.avx512f = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx2 && zmm;
     f.avx512bf16 = f.avx512bf16 && f.avx512f;
     f.avx512vnni = f.avx512vnni && f.avx512f;
-    f.amx_bf16 = f.amx_bf16 && f.avx512bf16 && os_grants_amx();
+    if (f.amx_bf16 && f.avx512bf16) {
+        f.amx_refused = !os_grants_amx();
+        f.amx_bf16 = !f.amx_refused;
+    } else {
+        f.amx_bf16 = false;
+    }
     return f;
 }
 const CpuFlags& flags() {
@@ -279,7 +285,11 @@ std::string kernel_selection_report() {
         s += strprintf("  %-13s %s", op_name(op), isa_name(isa));
         if (state().forced[i]) s += " (forced by GDN_FORCE_REFERENCE)";
         else if (op == OpId::LINEAR && isa == Isa::AVX512)
-            s += has_amx_bf16() ? " (bf16: AMX tiles, tdpbf16ps)" : has_bf16_dot() ? " (bf16 dot: vdpbf16ps)" : " (f32 fma)";
+            s += has_amx_bf16()        ? " (bf16: AMX tiles, tdpbf16ps)"
+                 : !has_bf16_dot()     ? " (f32 fma)"
+                 : flags().amx_refused ? " (bf16 dot: vdpbf16ps; the CPU has AMX but the OS did not grant its tile state)"
+                 : flags().amx_bf16    ? " (bf16 dot: vdpbf16ps; AMX off by GDN_AMX=0)"
+                                       : " (bf16 dot: vdpbf16ps)";
         else if (op == OpId::SWIGLU && isa == Isa::AVX512 && has_bf16_dot())
             s += has_amx_bf16() ? " (in the gate|up GEMM epilogue when I % 16 == 0)"
                                 : " (in the gate|up GEMM epilogue when I % 16 == 0 and H <= 4096)";
