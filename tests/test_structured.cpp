@@ -205,8 +205,60 @@ TEST(ToolCallGrammar, XmlAndHermesCallsParseIntoTypedArguments) {
     EXPECT_FALSE(accepts(**hermes, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>"));
 }
 
-// The trie walk (with the in-string fast path) against the brute force: every token tried on a copy of
-// the state. On every prefix of valid documents, the mask is the same and not empty.
+using Docs = std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>>;
+
+// The trie walk (its loop fast paths) against the brute force: every token tried on a copy of the
+// state, on every prefix of valid documents (every `every`-th one); there the mask is never empty.
+// A constraint that reads the same bytes masks the same tokens (its cache of recent states included).
+void expect_walk_equals_brute_force(const VocabTrie& trie, const Docs& docs, size_t every) {
+    for (const auto& [grammar, doc] : docs) {
+        GrammarState st(grammar.get());
+        TokenConstraint constraint(grammar, std::shared_ptr<const VocabTrie>(std::shared_ptr<const VocabTrie>{}, &trie), false);
+        std::vector<float> logits(trie.vocab());
+        for (size_t i = 0; i <= doc.size(); ++i) {
+            if (i % every != 0 && i != doc.size()) {
+                ASSERT_TRUE(st.advance(static_cast<uint8_t>(doc[i]))) << i;
+                ASSERT_TRUE(constraint.advance_bytes(doc.substr(i, 1)));
+                continue;
+            }
+            std::vector<uint64_t> fast;
+            allowed_tokens(trie, st, &fast);
+            std::fill(logits.begin(), logits.end(), 0.0f);
+            constraint.mask(logits.data(), {});
+            size_t n = 0;
+            for (int32_t t = 0; t < trie.vocab(); ++t) {
+                GrammarState copy = st;
+                const bool brute = !trie.bytes(t).empty() && copy.advance_bytes(trie.bytes(t));
+                const bool walk = (fast[t >> 6] >> (t & 63)) & 1;
+                ASSERT_EQ(walk, brute) << "prefix " << i << " '" << doc.substr(0, i) << "' token " << t << " '" << trie.bytes(t) << "'";
+                ASSERT_EQ(logits[t] == 0.0f, brute) << "constraint, prefix " << i << " token " << t;
+                n += walk;
+            }
+            if (i < doc.size()) {
+                EXPECT_GT(n, 0u) << "empty mask after " << i << " bytes";
+                ASSERT_TRUE(st.advance(static_cast<uint8_t>(doc[i]))) << i;
+                ASSERT_TRUE(constraint.advance_bytes(doc.substr(i, 1)));
+            }
+        }
+        EXPECT_TRUE(st.can_end());
+    }
+}
+
+#ifdef __SANITIZE_ADDRESS__
+constexpr size_t kEveryPrefix = 3;  // the sanitizer run checks every third prefix (the Release run all)
+#else
+constexpr size_t kEveryPrefix = 1;
+#endif
+
+std::shared_ptr<const Grammar> xml_write_tool() {
+    auto xml = tool_call_grammar({{"write", Json::parse(R"({"type": "object", "properties": {"path": {"type": "string"},
+        "n": {"type": "integer"}}, "required": ["path"]})")}}, ToolCallForm::XML, true);
+    EXPECT_TRUE(xml.is_ok());
+    return xml.is_ok() ? *xml : nullptr;
+}
+
+}  // namespace
+
 TEST(TokenMask, TrieWalkEqualsBruteForceOnEveryPrefix) {
     auto tok = Tokenizer::load(demo_model_dir());
     ASSERT_TRUE(tok.is_ok());
@@ -215,46 +267,90 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnEveryPrefix) {
         "xs": {"type": "array", "items": {"type": "number"}}}, "required": ["name"]})");
     // A string that is also something else (both fast-path checks: the loop's tokens, a changing state).
     auto mixed = compile(R"({"anyOf": [{"type": "string"}, {"type": "string", "maxLength": 2}, {"const": "ab c"}]})");
-    auto xml = tool_call_grammar({{"write", Json::parse(R"({"type": "object", "properties": {"path": {"type": "string"},
-        "n": {"type": "integer"}}, "required": ["path"]})")}}, ToolCallForm::XML, true);
-    ASSERT_TRUE(xml.is_ok());
-    const std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>> docs = {
+    expect_walk_equals_brute_force(trie, {
         {g, "{\"name\": \"The cat's \\\"mat\\\" é 🙂\", \"n\": -12, \"xs\": [1.5, 2e3]}"},
         {g, "{\n  \"name\": \"a b c d e f\"\n}"},
         {mixed, "\"ab cd\""},
-        {*xml, "<tool_call>\n<function=write>\n<parameter=path>\n/tmp/a <b>\n\nc é\n</parameter>\n<parameter=n>\n3\n"
+        {xml_write_tool(), "<tool_call>\n<function=write>\n<parameter=path>\n/tmp/a <b>\n\nc é\n</parameter>\n<parameter=n>\n3\n"
                "</parameter>\n</function>\n</tool_call>"},
-    };
-    for (const auto& [grammar, doc] : docs) {
-        GrammarState st(grammar.get());
-#ifdef __SANITIZE_ADDRESS__
-        const size_t every = 3;  // the sanitizer run checks every third prefix (the Release run all)
-#else
-        const size_t every = 1;
-#endif
-        for (size_t i = 0; i <= doc.size(); ++i) {
-            if (i % every != 0 && i != doc.size()) {
-                ASSERT_TRUE(st.advance(static_cast<uint8_t>(doc[i]))) << i;
-                continue;
-            }
-            std::vector<uint64_t> fast;
-            allowed_tokens(trie, st, &fast);
-            size_t n = 0;
-            for (int32_t t = 0; t < trie.vocab(); ++t) {
-                GrammarState copy = st;
-                const bool brute = !trie.bytes(t).empty() && copy.advance_bytes(trie.bytes(t));
-                const bool walk = (fast[t >> 6] >> (t & 63)) & 1;
-                ASSERT_EQ(walk, brute) << "prefix " << i << " token " << t << " '" << trie.bytes(t) << "'";
-                n += walk;
-            }
-            if (i < doc.size()) {
-                EXPECT_GT(n, 0u) << "empty mask after " << i << " bytes";
-                ASSERT_TRUE(st.advance(static_cast<uint8_t>(doc[i]))) << i;
-            }
-        }
-        EXPECT_TRUE(st.can_end());
-    }
+    }, kEveryPrefix);
 }
+
+// A vocabulary made to sit on the fast paths' edges: characters of 2, 3 and 4 bytes before a quote, a
+// backslash or a control byte, started and broken characters, lone continuation and invalid bytes,
+// newlines followed by text or by '<' (the XML loop left and re-entered inside one token), and the
+// demo tokens joined in pairs (as a large vocabulary's merges are).
+TEST(TokenMask, TrieWalkEqualsBruteForceOnAnEdgeVocabulary) {
+    auto tok = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(tok.is_ok());
+    const VocabTrie demo(**tok, (*tok)->vocab_size());
+    std::vector<std::string> bytes;
+    for (int32_t id = 0; id < demo.vocab(); ++id) bytes.push_back(demo.bytes(id));
+    const std::vector<std::string> chars = {"é", "€", "🙂", "\xc3", "\xe2\x82", "\xf0\x9f\x99", "\x80", "\xff", "\xc0\xaf"};
+    const std::vector<std::string> after = {"", "\"", "\\", "\\n", "\n", "\t", "a", "é", "\", ", "\"}", "\n<", "\nx", "\n\n", "<"};
+    for (const auto& c : chars)
+        for (const auto& a : after) {
+            bytes.push_back(c + a);
+            bytes.push_back("ab" + c + a);
+            bytes.push_back(a + c);
+        }
+    for (const char* t : {"\nimport", "\n</parameter>", "\n</", "x\ny\nz", "\n<b>\n", "é\né", "\"\n", "\\\"abc", "\\nabc",
+                          "\\u00e9xyz", "é\\\"ab", "x\\\\y\\\"z", "\\q", "é\\q\"", "a\\q\"", "\\q\""})
+        bytes.push_back(t);
+    uint32_t seed = 7;
+    for (int k = 0; k < 3000; ++k) {
+        seed = seed * 1664525u + 1013904223u;
+        const std::string& x = demo.bytes(static_cast<int32_t>((seed >> 8) % demo.vocab()));
+        seed = seed * 1664525u + 1013904223u;
+        bytes.push_back(x + demo.bytes(static_cast<int32_t>((seed >> 8) % demo.vocab())));
+    }
+    const VocabTrie trie(std::move(bytes));
+    auto g = compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
+        "items": {"type": "string"}}}, "required": ["name"]})");
+    // A second parse that takes printable ASCII but no other character: the loop's plain bytes keep
+    // the state, complete characters do not (the walk's frontier does not apply).
+    auto ascii = compile(R"({"anyOf": [{"type": "string"}, {"type": "string", "pattern": "^[ -~]*$"}]})");
+    // A handmade one: beside the JSON string loop, a parse that keeps over every plain ASCII byte and
+    // reads "\q" where a JSON string cannot; a character ends it.
+    auto loop_and_more = std::make_shared<Grammar>();
+    {
+        Grammar& h = *loop_and_more;
+        ByteClass plain, cont;
+        plain.add_range(0x20, 0x7f);
+        plain.bits[0] &= ~(uint64_t{1} << '"');
+        plain.bits[1] &= ~(uint64_t{1} << ('\\' - 64));
+        cont.add_range(0x80, 0xbf);
+        ByteClass lead2, lead3, lead4;
+        lead2.add_range(0xc2, 0xdf);
+        lead3.add_range(0xe0, 0xef);
+        lead4.add_range(0xf0, 0xf4);
+        const int32_t esc = h.new_rule("esc"), chr = h.new_rule("char"), body = h.new_rule("body"), other = h.new_rule("other");
+        h.add_alt(esc, {Grammar::cls(ByteClass::of('n'))});
+        h.add_alt(esc, {Grammar::cls(ByteClass::of('"'))});
+        h.add_alt(chr, {Grammar::cls(plain)});
+        h.add_alt(chr, {Grammar::cls(lead2), Grammar::cls(cont)});
+        h.add_alt(chr, {Grammar::cls(lead3), Grammar::cls(cont), Grammar::cls(cont)});
+        h.add_alt(chr, {Grammar::cls(lead4), Grammar::cls(cont), Grammar::cls(cont), Grammar::cls(cont)});
+        h.add_alt(chr, {Grammar::cls(ByteClass::of('\\')), Grammar::ref(esc)});
+        h.add_alt(body, {Grammar::ref(chr), Grammar::ref(body)});
+        h.add_alt(body, Grammar::literal("\""));
+        h.add_alt(other, {Grammar::cls(plain), Grammar::ref(other)});
+        h.add_alt(other, Grammar::literal("\\q\""));
+        h.set_string_rules(body, chr);
+        h.add_alt(h.root(), {Grammar::cls(ByteClass::of('"')), Grammar::ref(body)});
+        h.add_alt(h.root(), {Grammar::cls(ByteClass::of('"')), Grammar::ref(other)});
+    }
+    expect_walk_equals_brute_force(trie, {
+        {loop_and_more, "\"ab\\q\""},
+        {loop_and_more, "\"ab é\\n\""},
+        {g, "{\"name\": \"é€🙂 x\\\"y\\n\", \"tags\": [\"a\", \"🙂\"]}"},
+        {ascii, "\"ab c\""},
+        {ascii, "\"ab é\""},
+        {xml_write_tool(), "<tool_call>\n<function=write>\n<parameter=path>\nx\ny é <b\n\nz\n</parameter>\n</function>\n</tool_call>"},
+    }, kEveryPrefix);
+}
+
+namespace {
 
 // The demo model under each schema of a suite, temperature 1, many seeds: every answer parses and
 // validates, and the engine met no dead end.
