@@ -43,13 +43,16 @@ Stats stats(const std::vector<double>& v) {
 
 // Bytes of weights one decode token reads, and matmul FLOPs per token (2 per weight element used);
 // lm_flops: the lm_head's share (prefill computes logits for the last token only).
-void weight_traffic(const Model& m, double* bytes, double* flops, double* lm_flops) {
+// ranges: the memory of every weight counted (MoE: every expert, of which a token reads top-k).
+void weight_traffic(const Model& m, double* bytes, double* flops, double* lm_flops,
+                    std::vector<std::pair<const void*, size_t>>* ranges) {
     const ModelConfig& c = m.config();
     const ModelWeights& w = m.weights();
     double b = 0, f = 0;
     auto add = [&](const LinearWeight& l, double uses = 1.0) {
         b += uses * l.packed.data.size();
         f += uses * 2.0 * l.N() * l.K();
+        ranges->emplace_back(l.packed.data.data(), l.packed.data.size());
     };
     for (const LayerWeights& L : w.layers) {
         if (L.kind == LayerKind::FULL_ATTENTION) {
@@ -171,7 +174,18 @@ int cmd_bench(int argc, char** argv) {
     const Model& m = **model;
     log_kernel_selection();
     double bytes = 0, flops = 0, lm_flops = 0;
-    weight_traffic(m, &bytes, &flops, &lm_flops);
+    std::vector<std::pair<const void*, size_t>> weight_ranges;
+    weight_traffic(m, &bytes, &flops, &lm_flops, &weight_ranges);
+    // Greedy decode streams the lm_head's int8 screen instead of its bf16 copy where it runs
+    // (ops/argmax_screen.h); `streamed` counts the bytes a step reads, weight_ranges holds them.
+    const LinearWeight& lm = m.weights().lm_head_packed;
+    const bool screened = *tg > 0 && fo.bf16_activations && lm.screen && argmax_screen_available();
+    double streamed = bytes;
+    if (screened) {
+        streamed = bytes - lm.packed.data.size() + lm.screen->q.size() + lm.screen->meta.size();
+        weight_ranges.back() = {lm.screen->q.data(), lm.screen->q.size()};
+        weight_ranges.emplace_back(lm.screen->meta.data(), lm.screen->meta.size());
+    }
     const int V = m.config().vocab;
     std::mt19937 rng(1);
     std::vector<int32_t> prompt(std::max<long long>(*pp, 1)), context(*depth);
@@ -201,14 +215,19 @@ int cmd_bench(int argc, char** argv) {
             m.forward({{&st, &t, 1, false}}, fo, &logits, &next);
         }
     }
-    // The read bandwidth of this VM moves between windows of seconds (45-80 GB/s), so besides the
-    // start-of-run limit the tg steps are compared with the bandwidth measured right next to them: a
-    // streaming read of 512 MiB, best of 2 (~16 ms, not timed as generation) before and after every kTgSegment steps.
-    // Each segment's roofline time is kTgSegment x bytes / (mean of its two readings).
+    // The read bandwidth of these VMs moves between windows of seconds (45-80 GB/s) and perhaps between
+    // stretches of physical memory (26-30 against 48-54 GB/s on the Zen 4 VM), so besides the
+    // start-of-run limit the tg steps are compared with two bandwidths measured right next to them,
+    // before and after every kTgSegment steps (best of 2, not timed as generation): a streaming read of
+    // a 512 MiB buffer of its own, and one of the very weights a step streams (their memory's own
+    // speed). Each segment's roofline time is kTgSegment x bytes / (mean of its two readings).
     constexpr long long kTgSegment = 16;
-    std::unique_ptr<ReadBandwidthProbe> probe;
-    if (lim.read_gbps > 0 && *tg > 0) probe = std::make_unique<ReadBandwidthProbe>(size_t{512} << 20);
-    std::vector<double> pp_tps, tg_tps, tg_gbps, tg_ratio;
+    std::unique_ptr<ReadBandwidthProbe> probe, weights_probe;
+    if (lim.read_gbps > 0 && *tg > 0) {
+        probe = std::make_unique<ReadBandwidthProbe>(size_t{512} << 20);
+        weights_probe = std::make_unique<ReadBandwidthProbe>(weight_ranges);
+    }
+    std::vector<double> pp_tps, tg_tps, tg_gbps, tg_ratio, tg_weights_gbps, tg_weights_ratio;
     for (long long r = 0; r < *reps; ++r) {
         if (*pp > 0) {
             SequenceState st = state_at_depth(*pp);
@@ -223,9 +242,10 @@ int cmd_bench(int argc, char** argv) {
             SequenceState st = state_at_depth(*tg);
             std::vector<int32_t> next = {prompt[0]};
             next.reserve(2);
-            double gen_s = 0, roof_s = 0, gbps_sum = 0;
+            double gen_s = 0, roof_s = 0, gbps_sum = 0, roof_w_s = 0, gbps_w_sum = 0;
             int n_probe = 0;
             double gbps = probe ? probe->measure_gbps(2) : 0.0;
+            double gbps_w = weights_probe ? weights_probe->measure_gbps(2) : 0.0;
             for (long long i0 = 0; i0 < *tg; i0 += kTgSegment) {
                 const long long n = std::min(kTgSegment, *tg - i0);
                 const double t0 = now_seconds();
@@ -241,14 +261,20 @@ int cmd_bench(int argc, char** argv) {
                     const double kv = kv_bytes_per_key * (*depth + i0 + 0.5 * (n + 1));
                     roof_s += n * (bytes + kv) / (0.5 * (gbps + after) * 1e9);
                     gbps_sum += 0.5 * (gbps + after);
+                    const double after_w = weights_probe->measure_gbps(2);
+                    roof_w_s += n * (streamed + kv) / (0.5 * (gbps_w + after_w) * 1e9);
+                    gbps_w_sum += 0.5 * (gbps_w + after_w);
                     ++n_probe;
                     gbps = after;
+                    gbps_w = after_w;
                 }
             }
             tg_tps.push_back(*tg / gen_s);
             if (probe) {
                 tg_gbps.push_back(gbps_sum / n_probe);
                 tg_ratio.push_back(roof_s / gen_s);
+                tg_weights_gbps.push_back(gbps_w_sum / n_probe);
+                tg_weights_ratio.push_back(roof_w_s / gen_s);
             }
         }
     }
@@ -497,14 +523,21 @@ int cmd_bench(int argc, char** argv) {
         out["tg"]["adjacent_read_gbps"] = tg_gbps;
         out["tg"]["adjacent_roofline_ratio"] = tg_ratio;
         out["tg"]["adjacent_roofline_ratio_mean"] = r.mean;
+        const Stats rw = stats(tg_weights_ratio), gw = stats(tg_weights_gbps);
+        std::printf("tg%lld against the read bandwidth of the streamed weights' own memory (%.3f GB), measured the "
+                    "same way (%.1f ± %.1f GB/s): ratio %.3f ± %.3f (per repetition:",
+                    *tg, weights_probe->bytes() / 1e9, gw.mean, gw.sd, rw.mean, rw.sd);
+        for (double x : tg_weights_ratio) std::printf(" %.3f", x);
+        std::printf(")\n");
+        out["tg"]["weights_memory_read_gbps"] = tg_weights_gbps;
+        out["tg"]["weights_memory_roofline_ratio"] = tg_weights_ratio;
+        out["tg"]["weights_memory_roofline_ratio_mean"] = rw.mean;
     }
     std::printf("weights read per decode token: %.3f GB; matmul FLOPs per prefill token: %.3f G\n", bytes / 1e9,
                 pp_flops / 1e9);
     // The roofline above counts the model's bf16 weights. Greedy decode streams fewer bytes where the
     // lm_head's int8 screen runs (ops/argmax_screen.h): say so, with the ratio against those bytes.
-    const LinearWeight& lm = m.weights().lm_head_packed;
-    if (*tg > 0 && fo.bf16_activations && lm.screen && argmax_screen_available()) {
-        const double streamed = bytes - lm.packed.data.size() + lm.screen->q.size() + lm.screen->meta.size();
+    if (screened) {
         std::printf("greedy decode streams %.3f GB per token: the lm_head's int8 screen (%.3f GB) instead of its bf16 "
                     "copy (%.3f GB), plus the rechecked panels",
                     streamed / 1e9, (lm.screen->q.size() + lm.screen->meta.size()) / 1e9, lm.packed.data.size() / 1e9);

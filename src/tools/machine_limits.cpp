@@ -30,20 +30,40 @@ ReadBandwidthProbe::ReadBandwidthProbe(size_t buffer_bytes) : bytes_(buffer_byte
     global_pool().parallel_for(n, [&](int64_t b, int64_t e) {  // first touch by the thread that reads it
         for (int64_t i = b; i < e; ++i) p[i] = 1.0f;
     });
+    ranges_ = {p};
+    starts_ = {0, n};
+}
+
+ReadBandwidthProbe::ReadBandwidthProbe(const std::vector<std::pair<const void*, size_t>>& ranges) {
+    starts_ = {0};
+    for (const auto& [p, bytes] : ranges) {
+        const int64_t n = static_cast<int64_t>(bytes / 64) * 16;  // whole 64-byte lines (buffers are aligned)
+        if (!p || n == 0) continue;
+        ranges_.push_back(static_cast<const float*>(p));
+        starts_.push_back(starts_.back() + n);
+    }
+    bytes_ = static_cast<size_t>(starts_.back()) * sizeof(float);
 }
 
 double ReadBandwidthProbe::measure_gbps(int reps) {
     ThreadPool& pool = global_pool();
     const bool avx512 = cpu_isa() == Isa::AVX512;
-    const int64_t n = static_cast<int64_t>(bytes_ / sizeof(float));
-    const float* p = buf_.as<float>();
+    const int64_t n = starts_.back();
+    if (n == 0) return 0.0;
     std::vector<float> sink(8 * pool.size(), 0.0f);
     double best = 0;
     for (int r = 0; r < reps; ++r) {
         const double t0 = now();
         // Balanced like the decode GEMVs (the vCPUs do not stream at the same rate), 32 KiB smallest claims.
         pool.parallel_for_balanced(n, int64_t{8} << 10, [&](int ith, int64_t b, int64_t e) {
-            sink[ith * 8] += avx512 ? cpu::avx512::stream_read(p + b, e - b) : cpu::avx2::stream_read(p + b, e - b);
+            // The ranges [b, e) crosses, read as one stream each.
+            size_t k = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), b) - starts_.begin()) - 1;
+            for (; b < e; ++k) {
+                const int64_t end = std::min(e, starts_[k + 1]);
+                const float* p = ranges_[k] + (b - starts_[k]);
+                sink[ith * 8] += avx512 ? cpu::avx512::stream_read(p, end - b) : cpu::avx2::stream_read(p, end - b);
+                b = end;
+            }
         });
         best = std::max(best, bytes_ / (now() - t0) / 1e9);
     }
