@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 
 #include "test_util.h"
 
@@ -197,6 +198,24 @@ TEST(Cli, PerplexityAndKlDivergence) {
 
 // gdn bench --depth D (llama-bench -d): pp and tg after a D-token context, labelled, with the K/V bytes
 // counted in tg's roofline; a negative depth is refused.
+// With the machine's limits measured, tg is compared with two bandwidths read next to its steps: a
+// buffer of the probe's own and the streamed weights' memory (both reported, both positive).
+TEST(Cli, BenchComparesDecodeWithTheWeightsOwnMemory) {
+    if (kSanitized) GTEST_SKIP() << "the limits' 1 GiB probe and peak loops: Release only";
+    RunResult r = run_gdn("bench --model " + demo_model_dir() + " --pp 0 --tg 16 -r 1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    for (const char* line : {"tg16 against the read bandwidth measured around every 16 steps (",
+                             "tg16 against the read bandwidth of the streamed weights' own memory ("}) {
+        const size_t at = r.out.find(line);
+        ASSERT_NE(at, std::string::npos) << r.out;
+        const double gbps = std::atof(r.out.c_str() + at + std::string(line).size());
+        EXPECT_GT(gbps, 0.0) << r.out.substr(at);
+        const size_t ratio = r.out.find("ratio ", at);
+        ASSERT_NE(ratio, std::string::npos);
+        EXPECT_GT(std::atof(r.out.c_str() + ratio + 6), 0.0) << r.out.substr(at);
+    }
+}
+
 TEST(Cli, BenchAtDepth) {
     RunResult r = run_gdn("bench --model " + demo_model_dir() + " --pp 16 --tg 4 --depth 40 -r 1 --no-limits");
     ASSERT_EQ(r.exit_code, 0) << r.out;
