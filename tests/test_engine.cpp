@@ -170,6 +170,74 @@ TEST(Engine, PrefaultedCachesGiveTheSameOutputs) {
     EXPECT_EQ(outs[0], outs[1]);
 }
 
+// Prompt logprobs (echo with logprobs): every prompt token's log-softmax under the model at the row
+// before it, with the top-n there, computed over several prefill chunks beside another request; the
+// generated tokens are those of the same request without them; a cached copy of the prompt is not
+// used (its rows' logits are needed).
+TEST(Engine, PromptLogprobsAreTheModelsDistribution) {
+    Loaded l = load(golden_dir("qwen3_5"));
+    const std::vector<int32_t> prompt = prompts(1, 21)[0];
+    std::vector<int32_t> long_prompt = prompt;
+    for (int rep = 0; long_prompt.size() < 150; ++rep) long_prompt.insert(long_prompt.end(), prompt.begin(), prompt.end());
+    // The reference: one forward over the whole prompt, logits for every row.
+    ForwardOptions fo;
+    fo.bf16_activations = EngineConfig{}.bf16;
+    fo.gdn_form = GdnForm::RECURRENT;
+    SequenceState st = l.model->new_state(EngineConfig{}.kv_dtype);
+    st.reserve(static_cast<int64_t>(long_prompt.size()));
+    std::vector<float> ref;
+    ASSERT_TRUE(l.model->forward({{&st, long_prompt.data(), static_cast<int64_t>(long_prompt.size()), true}}, fo, &ref).is_ok());
+    const int32_t V = l.model->config().vocab;
+    std::vector<int32_t> plain;
+    {
+        auto e = make_engine(l);
+        auto id = *e->add_request(Prompt::from_ids(long_prompt), greedy(4));
+        plain = run_all(*e)[id];
+    }
+    SamplingParams sp = greedy(4);
+    sp.prompt_logprobs = 3;
+    auto e = make_engine(l);
+    e->add_request(Prompt::from_ids(long_prompt), greedy(4));  // caches the prompt's blocks and snapshots
+    run_all(*e);
+    const int64_t hits_before = e->stats().prefix.hit_tokens;
+    auto other = *e->add_request(Prompt::from_ids(prompts(1, 5)[0]), greedy(6));
+    auto id = *e->add_request(Prompt::from_ids(long_prompt), sp);
+    std::vector<std::vector<TokenLogprob>> got;
+    std::vector<int32_t> tokens;
+    while (e->has_unfinished())
+        for (const RequestOutput& o : e->step())
+            if (o.id == id) {
+                if (!o.prompt_logprobs.empty()) {
+                    EXPECT_TRUE(got.empty()) << "prompt logprobs came twice";
+                    EXPECT_TRUE(tokens.empty()) << "prompt logprobs came after the first token";
+                    got = o.prompt_logprobs;
+                }
+                tokens.insert(tokens.end(), o.new_tokens.begin(), o.new_tokens.end());
+            }
+    (void)other;
+    EXPECT_EQ(tokens, plain);
+    EXPECT_EQ(e->stats().prefix.hit_tokens, hits_before) << "a prompt-logprobs request took a prefix-cache hit";
+    ASSERT_EQ(got.size(), long_prompt.size());
+    ASSERT_EQ(got[0].size(), 1u);
+    EXPECT_EQ(got[0][0].token, long_prompt[0]);
+    EXPECT_TRUE(std::isnan(got[0][0].logprob));
+    for (size_t i = 1; i < long_prompt.size(); ++i) {
+        const float* row = ref.data() + (i - 1) * V;
+        double mx = -INFINITY, sum = 0;
+        for (int32_t t = 0; t < V; ++t) mx = std::max<double>(mx, row[t]);
+        for (int32_t t = 0; t < V; ++t) sum += std::exp(row[t] - mx);
+        auto lsm = [&](int32_t t) { return row[t] - mx - std::log(sum); };
+        ASSERT_EQ(got[i].size(), 4u) << i;
+        EXPECT_EQ(got[i][0].token, long_prompt[i]) << i;
+        EXPECT_NEAR(got[i][0].logprob, lsm(long_prompt[i]), 1e-4) << i;
+        EXPECT_EQ(got[i][1].token, static_cast<int32_t>(std::max_element(row, row + V) - row)) << i;
+        for (size_t k = 1; k < 4; ++k) {
+            EXPECT_NEAR(got[i][k].logprob, lsm(got[i][k].token), 1e-4) << i;
+            if (k > 1) EXPECT_GE(got[i][k - 1].logprob, got[i][k].logprob) << i;
+        }
+    }
+}
+
 TEST(Engine, SeededSamplingIsReproducibleAcrossBatchCompositions) {
     Loaded l = load(golden_dir("qwen3_5"));
     SamplingParams s;

@@ -121,9 +121,6 @@ TEST_F(AgentServerTest, EveryRefusedFieldNamesItself) {
     Json j = post("/v1/completions", {{"prompt", "x"}, {"best_of", 2}}, &st);
     EXPECT_EQ(st, 400);
     EXPECT_EQ(j["error"]["param"], "best_of");
-    j = post("/v1/completions", {{"prompt", "x"}, {"echo", true}, {"logprobs", 1}}, &st);
-    EXPECT_EQ(st, 400);
-    EXPECT_EQ(j["error"]["param"], "echo");
     // Accepted identifiers and hints, and fields that are nobody's.
     ok("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 2}, {"user", "u1"}, {"store", false},
                                 {"metadata", {{"k", "v"}}}, {"service_tier", "auto"}, {"prompt_cache_key", "p"},
@@ -177,6 +174,66 @@ TEST_F(AgentServerTest, CompletionsLogprobsEchoAndStopStrings) {
     body = base;
     body["echo"] = true;
     EXPECT_EQ(ok("/v1/completions", body)["choices"][0]["text"], "The cat" + text);
+    // echo with logprobs (a loglikelihood request of lm-evaluation-harness): the prompt's tokens come
+    // first, the first one's logprob null, then the generated ones as without echo.
+    body["logprobs"] = 1;
+    const Json ep = ok("/v1/completions", body)["choices"][0]["logprobs"];
+    const std::vector<int32_t> prompt_ids = (*tok_)->encode("The cat");
+    const size_t P = prompt_ids.size();
+    ASSERT_EQ(ep["tokens"].size(), P + n);
+    ASSERT_EQ(ep["token_logprobs"].size(), P + n);
+    ASSERT_EQ(ep["top_logprobs"].size(), P + n);
+    ASSERT_EQ(ep["text_offset"].size(), P + n);
+    EXPECT_TRUE(ep["token_logprobs"][0].is_null());
+    EXPECT_TRUE(ep["top_logprobs"][0].is_null());
+    std::string echoed;
+    for (size_t i = 0; i < P + n; ++i) {
+        EXPECT_EQ(ep["text_offset"][i].get<size_t>(), echoed.size()) << i;
+        echoed += ep["tokens"][i].get<std::string>();
+        if (i < P) EXPECT_EQ(ep["tokens"][i], piece(prompt_ids[i]));
+        if (i == 0) continue;
+        EXPECT_LE(ep["token_logprobs"][i].get<double>(), 0.0) << i;
+        EXPECT_EQ(ep["top_logprobs"][i].size(), 1u) << i;
+    }
+    EXPECT_EQ(echoed.substr(0, 7 + text.size()), "The cat" + text);
+    Json one = base;
+    one["logprobs"] = 1;
+    const Json gen = ok("/v1/completions", one)["choices"][0]["logprobs"];
+    for (size_t i = 0; i < size_t(n); ++i) {
+        EXPECT_EQ(ep["tokens"][P + i], gen["tokens"][i]) << i;
+        EXPECT_NEAR(ep["token_logprobs"][P + i].get<double>(), gen["token_logprobs"][i].get<double>(), 1e-5) << i;
+    }
+    // Streamed, the same lists; n = 2: each choice has the prompt's part (computed once).
+    Json sb = body;
+    sb["stream"] = true;
+    sb["n"] = 2;
+    sb["temperature"] = 1.0;
+    sb["seed"] = 3;
+    httplib::Client cl("127.0.0.1", server_->port());
+    auto r = cl.Post("/v1/completions", sb.dump(), "application/json");
+    ASSERT_TRUE(r);
+    std::vector<Json> streamed(2, Json::array());
+    SseReader sse;
+    sse.feed(r->body.data(), r->body.size(), [&](const std::string& data) {
+        if (data == "[DONE]") return true;
+        const Json c = Json::parse(data)["choices"][0];
+        if (!c["logprobs"].is_null())
+            for (const Json& t : c["logprobs"]["tokens"]) streamed[c["index"].get<size_t>()].push_back(t);
+        return true;
+    });
+    for (size_t c = 0; c < 2; ++c) {
+        ASSERT_GT(streamed[c].size(), P) << c;
+        for (size_t i = 0; i < P; ++i) EXPECT_EQ(streamed[c][i], piece(prompt_ids[i])) << c << " " << i;
+    }
+    sb["stream"] = false;
+    const Json two = ok("/v1/completions", sb);
+    for (size_t c = 0; c < 2; ++c) {
+        const Json& l = two["choices"][c]["logprobs"];
+        ASSERT_GT(l["tokens"].size(), P) << c;
+        EXPECT_TRUE(l["token_logprobs"][0].is_null()) << c;
+        for (size_t i = 1; i < P; ++i)
+            EXPECT_NEAR(l["token_logprobs"][i].get<double>(), ep["token_logprobs"][i].get<double>(), 1e-5) << c << " " << i;
+    }
     // A stop string inside the text: cut before it, or kept with include_stop_str_in_output.
     const std::string stop = text.substr(3, 3);
     body = base;

@@ -188,6 +188,8 @@ Result<std::vector<int64_t>> Engine::add_requests(const Prompt& prompt, const Sa
     for (int i = 0; i < n; ++i) {
         SamplingParams p = params;
         if (p.seed) p.seed = *p.seed + static_cast<uint64_t>(i);  // sample i: seed + i (distinct, reproducible)
+        // Samples that start from the first one's prefix cache cannot compute them: its output carries them.
+        if (i > 0 && cfg_.enable_prefix_caching) p.prompt_logprobs = -1;
         GDN_ASSIGN_OR_RETURN(auto r, make_request(prompt, p));
         reqs.push_back(std::move(r));
     }
@@ -277,6 +279,7 @@ Result<std::unique_ptr<Engine::Request>> Engine::make_request(const Prompt& prom
     r->sched->blocks.reserve((n + r->params.max_tokens + cfg_.block_size - 1) / cfg_.block_size);
     r->sched->num_prompt = n;
     r->sched->max_total_tokens = n + r->params.max_tokens;
+    r->sched->prompt_rows = params.prompt_logprobs >= 0;
     if (cfg_.enable_prefix_caching) r->sched->snapshot_at = snapshot_positions(message_ends, n);
     return r;
 }
@@ -374,6 +377,24 @@ void Engine::constrain(Request& r, float* logits) {
     grammar_mask_seconds_ += now_seconds() - t0;
 }
 
+// A prefill chunk of a request that wants prompt logprobs: its rows (from `logits`) whose next token is
+// a prompt token give that token's logprob; returns how many rows it read. When the prompt is done, the
+// request stops asking for rows (the next output carries the list).
+int64_t Engine::prompt_logprobs(Request& r, const ScheduledChunk& c, const float* logits) {
+    SchedRequest& s = *c.req;
+    const int32_t V = model_->config().vocab;
+    if (s.num_computed == 0 && r.prompt_logprobs.empty()) r.prompt_logprobs.push_back({{s.tokens[0], NAN}});
+    int64_t rows = 0;
+    for (int64_t pos = s.num_computed; pos < s.num_computed + c.num_new && pos + 1 < s.num_prompt; ++pos, ++rows) {
+        if (pos + 1 < static_cast<int64_t>(r.prompt_logprobs.size())) continue;  // recomputed after a preemption
+        r.prompt_logprobs.emplace_back();
+        token_logprobs(logits + rows * V, V, s.tokens[pos + 1], r.params.prompt_logprobs, &r.prompt_logprobs.back(),
+                       &prompt_order_);
+    }
+    if (static_cast<int64_t>(r.prompt_logprobs.size()) == s.num_prompt) s.prompt_rows = false;
+    return rows;
+}
+
 void Engine::build_plan(const SchedulerOutput& so) {
     BatchPlan& p = plan_;
     p.clear();
@@ -403,9 +424,13 @@ void Engine::build_plan(const SchedulerOutput& so) {
             for (int64_t i = c.num_new; i > 0; --i) p.logits_rows.push_back(p.n_tokens() - i);
             p.gdn_out_slot.push_back(c.fresh_slot >= 0 ? c.fresh_slot : r.slot);
             for (int d = 0; d < c.num_draft; ++d) p.gdn_out_slot.push_back(c.spare_slots[d]);
-        } else if (r.num_computed + c.num_new == static_cast<int64_t>(r.tokens.size())) {
-            // Logits only where the chunk reaches the end of the known tokens (a new token is sampled there).
-            p.logits_rows.push_back(p.n_tokens() - 1);
+        } else {
+            // Prompt logprobs: the rows whose next token is a prompt token.
+            if (r.prompt_rows)
+                for (int64_t i = 0; i < c.num_new && r.num_computed + i + 1 < r.num_prompt; ++i)
+                    p.logits_rows.push_back(p.n_tokens() - c.num_new + i);
+            // Logits where the chunk reaches the end of the known tokens (a new token is sampled there).
+            if (r.num_computed + c.num_new == static_cast<int64_t>(r.tokens.size())) p.logits_rows.push_back(p.n_tokens() - 1);
         }
         if (c.num_draft == 0 && c.fresh_slot >= 0) p.gdn_out_slot.push_back(c.fresh_slot);  // a one-token step
         if (outs) p.gdn_out_offset.push_back(static_cast<int64_t>(p.gdn_out_slot.size()));
@@ -420,6 +445,7 @@ RequestOutput& Engine::next_output(int64_t id) {
     o.new_tokens.clear();
     o.text_delta.clear();
     o.logprobs.clear();
+    o.prompt_logprobs.clear();
     o.finish = FinishReason::NONE;
     o.prompt_tokens = o.completion_tokens = 0;
     return o;
@@ -469,6 +495,7 @@ std::span<const RequestOutput> Engine::step() {
         // When every row to sample is plain greedy, the lm_head returns argmaxes, not vocabulary rows.
         bool all_greedy = true;
         for (const auto& c : so.chunks) {
+            if (c.req->prompt_rows) all_greedy = false;  // rows of logits, not argmaxes
             if (c.num_draft == 0 && c.req->num_computed + c.num_new != static_cast<int64_t>(c.req->tokens.size())) continue;
             const Request& r = *requests_.at(c.req->id);
             all_greedy &= r.params.greedy() && r.params.logprobs < 0 && r.params.repetition_penalty == 1.0f &&
@@ -507,6 +534,7 @@ std::span<const RequestOutput> Engine::step() {
                 continue;
             }
             const bool sampled = c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
+            if (c.req->prompt_rows) row += prompt_logprobs(r, c, logits_.data() + row * V);
             scheduler_->on_computed(c);
             do_state_copies(scheduler_->pending_copies());
             scheduler_->pending_copies().clear();
@@ -518,6 +546,7 @@ std::span<const RequestOutput> Engine::step() {
                                              : sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt,
                                                                r.output, eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
             ++row;
+            if (!r.prompt_logprobs.empty() && !c.req->prompt_rows) out.prompt_logprobs = std::move(r.prompt_logprobs);
             emit(r, token, r.params.logprobs >= 0 ? &lp : nullptr, out);
             out.prompt_tokens = c.req->num_prompt;
             out.completion_tokens = static_cast<int64_t>(r.output.size());

@@ -91,6 +91,8 @@ struct RequestOutput {
     std::vector<int32_t> new_tokens;
     std::string text_delta;
     std::vector<std::vector<TokenLogprob>> logprobs;  // per new token, when asked
+    // SamplingParams::prompt_logprobs: per prompt token, once (with the first new token).
+    std::vector<std::vector<TokenLogprob>> prompt_logprobs;
     FinishReason finish = FinishReason::NONE;
     int64_t prompt_tokens = 0, completion_tokens = 0;
 };
@@ -167,6 +169,7 @@ private:
     Engine() = default;
     bool pending_aborts_empty() const;
     void build_plan(const SchedulerOutput& so);
+    int64_t prompt_logprobs(Request& r, const ScheduledChunk& c, const float* logits);
     // Prefix caching (engine_prefix.cpp): the positions of a new request whose GDN state is kept, and the
     // state copies the scheduler asks for.
     std::vector<int64_t> snapshot_positions(const std::vector<int64_t>& message_ends, int64_t n_prompt) const;
@@ -214,6 +217,7 @@ private:
     BatchPlan plan_;
     std::vector<float> logits_;
     std::vector<int32_t> greedy_ids_;
+    std::vector<int32_t> prompt_order_;  // prompt logprobs: the top-n sort
     RequestOutput& next_output(int64_t id);
     std::vector<RequestOutput> outputs_;  // reused records; the first n_outputs_ belong to this step
     size_t n_outputs_ = 0;

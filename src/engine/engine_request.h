@@ -23,6 +23,8 @@ struct Engine::Request {
     size_t emitted = 0;    // bytes of `text` already returned
     size_t max_stop = 0;   // longest stop string
     FinishReason finish = FinishReason::NONE;
+    // params.prompt_logprobs: one entry per prompt token computed so far (SamplingParams says the form).
+    std::vector<std::vector<TokenLogprob>> prompt_logprobs;
     // MTP: its KV holds slots [0, mtp_done); mtp_hidden holds h_t of the following slots (rows of H) that
     // the MTP layer has yet to see.
     int64_t mtp_done = 0;

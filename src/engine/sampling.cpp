@@ -135,10 +135,8 @@ int32_t Sampler::draw(SamplerState& st, int32_t exclude) {
     return chosen;
 }
 
-void Sampler::logprobs(int32_t chosen, std::vector<TokenLogprob>* lp) {
-    // Log-probabilities of the (penalised) model distribution at temperature 1.
-    const float* logits = logits_;
-    const int32_t V = V_;
+void token_logprobs(const float* logits, int32_t V, int32_t chosen, int n, std::vector<TokenLogprob>* lp,
+                    std::vector<int32_t>* order) {
     float mx = -INFINITY;
     for (int32_t i = 0; i < V; ++i) mx = std::max(mx, logits[i]);
     double s = 0;
@@ -147,17 +145,21 @@ void Sampler::logprobs(int32_t chosen, std::vector<TokenLogprob>* lp) {
     auto log_softmax_of = [&](int32_t t) { return static_cast<float>(logits[t] - mx - lse); };
     lp->clear();
     lp->push_back({chosen, log_softmax_of(chosen)});
-    if (logprobs_n_ > 0) {
-        // Sorts its own index list: idx_ holds the prepared distribution.
-        std::vector<int32_t>& order = order_;
-        order.resize(V);
-        std::iota(order.begin(), order.end(), 0);
-        const int32_t k = std::min(logprobs_n_, V);
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    if (n > 0) {
+        order->resize(V);
+        std::iota(order->begin(), order->end(), 0);
+        const int32_t k = std::min(n, V);
+        std::partial_sort(order->begin(), order->begin() + k, order->end(), [&](int32_t a, int32_t b) {
             return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
         });
-        for (int32_t i = 0; i < k; ++i) lp->push_back({order[i], log_softmax_of(order[i])});
+        for (int32_t i = 0; i < k; ++i) lp->push_back({(*order)[i], log_softmax_of((*order)[i])});
     }
+}
+
+void Sampler::logprobs(int32_t chosen, std::vector<TokenLogprob>* lp) {
+    // Log-probabilities of the (penalised) model distribution at temperature 1; sorts its own index
+    // list (idx_ holds the prepared distribution).
+    token_logprobs(logits_, V_, chosen, logprobs_n_, lp, &order_);
 }
 
 }  // namespace gdn

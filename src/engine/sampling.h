@@ -28,6 +28,10 @@ struct SamplingParams {
     bool ignore_eos = false;
     std::optional<uint64_t> seed;      // per-request: same seed, same output, whatever the batch
     int logprobs = -1;                 // -1: none; n >= 0: the sampled token's logprob + top-n alternatives
+    // -1: none; n >= 0: every prompt token's logprob under the model (raw logits, temperature 1) + the
+    // top-n alternatives at its position; the first token's is NaN (nothing precedes it). Returned in
+    // the output that carries the first generated token; the request then takes no prefix-cache hit.
+    int prompt_logprobs = -1;
     bool skip_special_tokens = true;
     // Stop strings that stay in the text whatever include_stop_str_in_output says: the server's own (the
     // closing tag of a tool call when parallel_tool_calls is false).
@@ -49,6 +53,11 @@ struct TokenLogprob {
     int32_t token;
     float logprob;
 };
+
+// lp = {chosen's log-softmax, then the top-n tokens' (ties: the lower id first)} of one logits row.
+// `order`: scratch for the top-n sort.
+void token_logprobs(const float* logits, int32_t V, int32_t chosen, int n, std::vector<TokenLogprob>* lp,
+                    std::vector<int32_t>* order);
 
 // Per-request sampling state: its RNG and its output-token counts (for the penalties).
 struct SamplerState {

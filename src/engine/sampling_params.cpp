@@ -24,6 +24,8 @@ Status SamplingParams::validate(int32_t V) const {
     if (min_tokens < 0 || min_tokens > max_tokens)
         return bad(strprintf("min_tokens must be in [0, max_tokens] (got %d, max_tokens %d)", min_tokens, max_tokens));
     if (logprobs < -1 || logprobs > 20) return bad(strprintf("logprobs must be in [0, 20] (got %d)", logprobs));
+    if (prompt_logprobs < -1 || prompt_logprobs > 20)
+        return bad(strprintf("prompt_logprobs must be in [0, 20] (got %d)", prompt_logprobs));
     for (int32_t id : stop_token_ids)
         if (id < 0 || id >= V) return bad(strprintf("stop_token_ids: %d is not a token id (vocabulary %d)", id, V));
     for (const auto& s : stop)

@@ -81,7 +81,7 @@ void Scheduler::release(SchedRequest& r) {
 // The longest cached prefix of r's known tokens that ends in a snapshot, leaving at least one token to
 // compute (its logits are needed): its blocks join r's table, r starts after them.
 void Scheduler::lookup_prefix(SchedRequest& r) {
-    if (!snaps_ || r.num_computed != 0 || !r.blocks.empty()) return;
+    if (!snaps_ || r.num_computed != 0 || !r.blocks.empty() || r.prompt_rows) return;
     const int64_t n = static_cast<int64_t>(r.tokens.size());
     chain_.clear();
     int32_t parent = -1;
@@ -248,6 +248,7 @@ const SchedulerOutput& Scheduler::schedule() {
     auto chunk_size = [&](const SchedRequest& r, int64_t avail) -> int64_t {
         const int64_t remaining = static_cast<int64_t>(r.tokens.size()) - r.num_computed;
         int64_t n = std::min<int64_t>({remaining, avail, cfg_.max_prefill_chunk});
+        if (r.prompt_rows) n = std::min<int64_t>(n, cfg_.gdn_chunk);
         if (n < remaining && remaining > 1) {
             const int64_t end = (r.num_computed + n) / cfg_.gdn_chunk * cfg_.gdn_chunk;
             n = std::max<int64_t>(0, end - r.num_computed);

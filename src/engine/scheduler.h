@@ -52,6 +52,9 @@ struct SchedRequest {
     int32_t num_committed = 0;    // leading blocks whose identity is settled (registered or a duplicate)
     int32_t chain_tail = -1;      // the registered block standing for blocks[0, num_committed) (-2: chain lost)
     int32_t rolling_block = -1;   // block carrying this request's latest decode-time snapshot
+    // Prompt logprobs: every prompt row's logits are needed, so no prefix-cache hit, and prefill chunks
+    // of at most one GDN chunk (their [rows, V] logits stay small). Cleared once they are computed.
+    bool prompt_rows = false;
 };
 
 // A state copy between GDN state slots that the engine performs (prefix-cache snapshot or restore).

@@ -149,8 +149,9 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
         sp.logprobs = static_cast<int>(lp);
         r->want_logprobs = lp >= 0;
         GDN_RETURN_IF_API_ERROR(read_bool(b, "echo", &r->echo));
-        if (r->echo && r->want_logprobs)
-            return ApiError::invalid("'echo' with 'logprobs' needs the prompt's logprobs, which this server does not compute", "echo");
+        // With logprobs, the prompt's tokens come first in them (the first one's logprob null), as
+        // OpenAI's legacy completions and vLLM return them (lm-evaluation-harness scores prompts so).
+        if (r->echo && r->want_logprobs) sp.prompt_logprobs = sp.logprobs;
     }
     GDN_RETURN_IF_API_ERROR(read_bool(b, "stream", &r->stream));
     if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {

@@ -1,6 +1,7 @@
 #include "server/completion_response.h"
 
 #include <chrono>
+#include <cmath>
 
 #include "util/json_file.h"
 
@@ -30,7 +31,7 @@ public:
     CompletionResponse(std::shared_ptr<Job> job, const CompletionRequest& req, ResponseOptions opts,
                        std::shared_ptr<const Tokenizer> tok)
         : job_(std::move(job)), chat_(req.chat), stream_(req.stream), include_usage_(req.include_usage),
-          want_logprobs_(req.want_logprobs), opts_(std::move(opts)), tok_(std::move(tok)), created_(unix_time()),
+          want_logprobs_(req.want_logprobs), echo_logprobs_(!req.chat && req.echo && req.want_logprobs), opts_(std::move(opts)), tok_(std::move(tok)), created_(unix_time()),
           tools_(req.tools) {
         for (int i = 0; i < std::max(1, req.n); ++i) {
             OutputParserOptions po = parser_options(req);
@@ -87,6 +88,7 @@ public:
             }
             Json lps = nullptr;
             if (want_logprobs_ && !o.logprobs.empty()) lps = logprobs_of(o.logprobs, c);
+            lps = with_prompt(c, o, std::move(lps));
             if (chat_) {
                 const size_t before = out->size();
                 chat_events(index, c.parser.feed(o.text_delta), lps, out);
@@ -131,6 +133,7 @@ private:
         int64_t text_offset = 0, completion_tokens = 0;
         FinishReason finish = FinishReason::NONE;
         bool sent_role = false, sent_echo = false, final = false;
+        bool prompt_done = false;  // echo with logprobs: the prompt's part is in (it comes first)
     };
 
     OutputParserOptions parser_options(const CompletionRequest& req) const {
@@ -156,6 +159,13 @@ private:
             if (chat_) c.answer.add(c.parser.feed(o.text_delta));
             else c.text += o.text_delta;
             if (want_logprobs_ && !o.logprobs.empty()) append_logprobs(c, logprobs_of(o.logprobs, c));
+            if (echo_logprobs_ && !c.prompt_done) {  // the prompt's part goes first
+                Json lps = with_prompt(c, o, nullptr);
+                if (!lps.is_null()) {
+                    if (!c.logprobs.is_null()) append_logprobs(lps, c.logprobs);
+                    c.logprobs = std::move(lps);
+                }
+            }
             if (o.finish != FinishReason::NONE) c.finish = o.finish;
             prompt_tokens_ = o.prompt_tokens;
             c.completion_tokens = o.completion_tokens;
@@ -247,17 +257,55 @@ private:
         }
         return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
     }
-    static void append_logprobs(Choice& c, const Json& part) {
-        if (c.logprobs.is_null()) {
-            c.logprobs = part;
+    static void append_logprobs(Choice& c, const Json& part) { append_logprobs(c.logprobs, part); }
+    static void append_logprobs(Json& to, const Json& part) {
+        if (to.is_null()) {
+            to = part;
             return;
         }
         for (auto it = part.begin(); it != part.end(); ++it)
-            for (const Json& x : it.value()) c.logprobs[it.key()].push_back(x);
+            for (const Json& x : it.value()) to[it.key()].push_back(x);
+    }
+
+    // Echo with logprobs (completions): the prompt's tokens in the legacy form, the first one's
+    // logprob and alternatives null (nothing precedes it), offsets from the start of the echoed text.
+    Json prompt_logprobs_of(const std::vector<std::vector<TokenLogprob>>& steps) const {
+        Json tokens = Json::array(), values = Json::array(), tops = Json::array(), offsets = Json::array();
+        int64_t offset = 0;
+        for (const auto& lp : steps) {
+            const std::string p = piece(lp[0].token);
+            tokens.push_back(p);
+            const bool none = std::isnan(lp[0].logprob);
+            values.push_back(none ? Json(nullptr) : Json(lp[0].logprob));
+            Json top = none ? Json(nullptr) : Json::object();
+            for (size_t i = 1; i < lp.size(); ++i) top[piece(lp[i].token)] = lp[i].logprob;
+            tops.push_back(top);
+            offsets.push_back(offset);
+            offset += static_cast<int64_t>(p.size());
+        }
+        return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+    }
+    // `lps` (this output's tokens) behind the prompt's part when this choice has not sent it yet. Only
+    // the first sample computes the prompt's logprobs (n > 1 with prefix caching): the others take its.
+    Json with_prompt(Choice& c, const RequestOutput& o, Json lps) {
+        if (!echo_logprobs_ || c.prompt_done) return lps;
+        Json part;
+        if (!o.prompt_logprobs.empty()) {
+            part = prompt_logprobs_of(o.prompt_logprobs);
+            if (prompt_part_.is_null()) prompt_part_ = part;
+        } else if (!prompt_part_.is_null()) {
+            part = prompt_part_;
+        } else {
+            return lps;
+        }
+        c.prompt_done = true;
+        if (!lps.is_null()) append_logprobs(part, lps);
+        return part;
     }
 
     std::shared_ptr<Job> job_;
-    const bool chat_, stream_, include_usage_, want_logprobs_;
+    const bool chat_, stream_, include_usage_, want_logprobs_, echo_logprobs_;
+    Json prompt_part_;  // echo with logprobs: the prompt's part, from the first sample
     const ResponseOptions opts_;
     std::shared_ptr<const Tokenizer> tok_;
     const int64_t created_;

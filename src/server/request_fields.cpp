@@ -69,7 +69,7 @@ const std::vector<RequestField>& request_fields() {
         {"stream", true, true, FieldUse::IMPLEMENTED, ""},
         {"stream_options", true, true, FieldUse::IMPLEMENTED, "include_usage"},
         {"n", true, true, FieldUse::IMPLEMENTED, "1..16 samples; the prompt is prefilled once (prefix cache)"},
-        {"echo", false, true, FieldUse::IMPLEMENTED, "the prompt's text before the completion"},
+        {"echo", false, true, FieldUse::IMPLEMENTED, "the prompt's text before the completion (with logprobs: the prompt's logprobs first)"},
         {"tools", true, false, FieldUse::IMPLEMENTED, "rendered by the template; calls parsed into tool_calls"},
         {"tool_choice", true, false, FieldUse::IMPLEMENTED, "none, auto, required, a named function (enforced by a grammar)",
          tool_choice},
