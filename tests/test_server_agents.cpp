@@ -203,6 +203,23 @@ TEST_F(AgentServerTest, CompletionsLogprobsEchoAndStopStrings) {
         EXPECT_EQ(ep["tokens"][P + i], gen["tokens"][i]) << i;
         EXPECT_NEAR(ep["token_logprobs"][P + i].get<double>(), gen["token_logprobs"][i].get<double>(), 1e-5) << i;
     }
+    // max_tokens 0 with echo (OpenAI's legacy scoring): the prompt and its logprobs, nothing generated.
+    Json zero = body;
+    zero["max_tokens"] = 0;
+    const Json z = ok("/v1/completions", zero);
+    EXPECT_EQ(z["choices"][0]["text"], "The cat");
+    EXPECT_EQ(z["choices"][0]["finish_reason"], "length");
+    EXPECT_EQ(z["usage"]["completion_tokens"], 0);
+    ASSERT_EQ(z["choices"][0]["logprobs"]["tokens"].size(), P);
+    for (size_t i = 1; i < P; ++i)
+        EXPECT_NEAR(z["choices"][0]["logprobs"]["token_logprobs"][i].get<double>(), ep["token_logprobs"][i].get<double>(), 1e-5);
+    int status = 0;
+    Json no_echo = base;
+    no_echo["max_tokens"] = 0;
+    EXPECT_EQ(post("/v1/completions", no_echo, &status)["error"]["param"], "max_tokens");
+    EXPECT_EQ(status, 400);
+    EXPECT_EQ(post("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 0}}, &status)["error"]["param"], "max_tokens");
+    EXPECT_EQ(status, 400);
     // Streamed, the same lists; n = 2: each choice has the prompt's part (computed once).
     Json sb = body;
     sb["stream"] = true;

@@ -2,6 +2,7 @@
 
 #include "engine/chat_prompt.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <cerrno>
@@ -86,7 +87,8 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
     GDN_RETURN_IF_API_ERROR(read_number(b, "repetition_penalty", &rep));
     GDN_RETURN_IF_API_ERROR(read_number(b, "presence_penalty", &pres));
     GDN_RETURN_IF_API_ERROR(read_number(b, "frequency_penalty", &freq));
-    GDN_RETURN_IF_API_ERROR(read_int(b, "max_tokens", 1, kInt32Max, &max_tokens));
+    // Completions accept 0 with echo (OpenAI's legacy way to score a prompt): checked below.
+    GDN_RETURN_IF_API_ERROR(read_int(b, "max_tokens", chat ? 1 : 0, kInt32Max, &max_tokens));
     GDN_RETURN_IF_API_ERROR(read_int(b, "max_completion_tokens", 1, kInt32Max, &max_tokens));
     GDN_RETURN_IF_API_ERROR(read_int(b, "min_tokens", 0, kInt32Max, &min_tokens));
     GDN_RETURN_IF_API_ERROR(read_int(b, "n", 1, kMaxSamples, &n));
@@ -102,8 +104,11 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
     sp.repetition_penalty = static_cast<float>(rep);
     sp.presence_penalty = static_cast<float>(pres);
     sp.frequency_penalty = static_cast<float>(freq);
-    r->max_tokens_given = max_tokens > 0;
-    sp.max_tokens = r->max_tokens_given ? static_cast<int>(max_tokens) : (chat ? lim.max_model_len : kDefaultCompletionTokens);
+    r->max_tokens_given = max_tokens >= 0;
+    // max_tokens 0: the engine computes the prompt and one token, which the response leaves out.
+    r->score_only = max_tokens == 0;
+    sp.max_tokens = r->max_tokens_given ? static_cast<int>(std::max<int64_t>(max_tokens, 1))
+                                        : (chat ? lim.max_model_len : kDefaultCompletionTokens);
     sp.min_tokens = static_cast<int>(min_tokens);
     if (auto it = b.find("seed"); it != b.end() && !it->is_null()) {
         // Any 64-bit integer, signed or not, names a seed (its bits).
@@ -152,6 +157,9 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
         // With logprobs, the prompt's tokens come first in them (the first one's logprob null), as
         // OpenAI's legacy completions and vLLM return them (lm-evaluation-harness scores prompts so).
         if (r->echo && r->want_logprobs) sp.prompt_logprobs = sp.logprobs;
+        if (r->score_only && !r->echo)
+            return ApiError::invalid("'max_tokens' must be >= 1 unless 'echo' is true (0 returns the prompt, nothing generated)",
+                                     "max_tokens");
     }
     GDN_RETURN_IF_API_ERROR(read_bool(b, "stream", &r->stream));
     if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {

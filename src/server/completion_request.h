@@ -44,6 +44,7 @@ struct CompletionRequest {
     bool max_tokens_given = false;     // false: max_tokens becomes what the context leaves
     bool stream = false, include_usage = false, want_logprobs = false;
     bool echo = false;                 // completions: the prompt's text comes first
+    bool score_only = false;           // completions max_tokens 0 (with echo): the generated token is left out
     int n = 1;                         // samples of the prompt (one prefill, prefix-cache sharing)
     // Chat tools (prompt.tools holds them as sent, for the template).
     ToolSet tools;

@@ -31,7 +31,8 @@ public:
     CompletionResponse(std::shared_ptr<Job> job, const CompletionRequest& req, ResponseOptions opts,
                        std::shared_ptr<const Tokenizer> tok)
         : job_(std::move(job)), chat_(req.chat), stream_(req.stream), include_usage_(req.include_usage),
-          want_logprobs_(req.want_logprobs), echo_logprobs_(!req.chat && req.echo && req.want_logprobs), opts_(std::move(opts)), tok_(std::move(tok)), created_(unix_time()),
+          want_logprobs_(req.want_logprobs), echo_logprobs_(!req.chat && req.echo && req.want_logprobs),
+          score_only_(!req.chat && req.score_only), opts_(std::move(opts)), tok_(std::move(tok)), created_(unix_time()),
           tools_(req.tools) {
         for (int i = 0; i < std::max(1, req.n); ++i) {
             OutputParserOptions po = parser_options(req);
@@ -78,6 +79,7 @@ public:
         while (!job_->outs.empty()) {
             RequestOutput o = std::move(job_->outs.front());
             job_->outs.pop_front();
+            if (score_only_) leave_out_generated(o);
             const int index = index_of(o.id);
             Choice& c = *choices_[index];
             prompt_tokens_ = o.prompt_tokens;
@@ -154,7 +156,8 @@ private:
     // Non-streaming: folds the outputs so far into the answers (the job's lock held).
     void take() {
         while (!job_->outs.empty()) {
-            const RequestOutput& o = job_->outs.front();
+            RequestOutput& o = job_->outs.front();
+            if (score_only_) leave_out_generated(o);
             Choice& c = *choices_[index_of(o.id)];
             if (chat_) c.answer.add(c.parser.feed(o.text_delta));
             else c.text += o.text_delta;
@@ -257,6 +260,13 @@ private:
         }
         return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
     }
+    // max_tokens 0 (with echo): the one token the engine had to generate is not part of the answer.
+    static void leave_out_generated(RequestOutput& o) {
+        o.text_delta.clear();
+        o.logprobs.clear();
+        o.completion_tokens = 0;
+        if (o.finish != FinishReason::NONE && o.finish != FinishReason::ABORT) o.finish = FinishReason::LENGTH;
+    }
     static void append_logprobs(Choice& c, const Json& part) { append_logprobs(c.logprobs, part); }
     static void append_logprobs(Json& to, const Json& part) {
         if (to.is_null()) {
@@ -304,7 +314,7 @@ private:
     }
 
     std::shared_ptr<Job> job_;
-    const bool chat_, stream_, include_usage_, want_logprobs_, echo_logprobs_;
+    const bool chat_, stream_, include_usage_, want_logprobs_, echo_logprobs_, score_only_;
     Json prompt_part_;  // echo with logprobs: the prompt's part, from the first sample
     const ResponseOptions opts_;
     std::shared_ptr<const Tokenizer> tok_;
