@@ -210,7 +210,8 @@ using Docs = std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>>
 // The trie walk (its loop fast paths) against the brute force: every token tried on a copy of the
 // state, on every prefix of valid documents (every `every`-th one); there the mask is never empty.
 // A constraint that reads the same bytes masks the same tokens (its cache of recent states included).
-void expect_walk_equals_brute_force(const VocabTrie& trie, const Docs& docs, size_t every) {
+// *cached: how many masks the constraints answered from their caches.
+void expect_walk_equals_brute_force(const VocabTrie& trie, const Docs& docs, size_t every, uint64_t* cached = nullptr) {
     for (const auto& [grammar, doc] : docs) {
         GrammarState st(grammar.get());
         TokenConstraint constraint(grammar, std::shared_ptr<const VocabTrie>(std::shared_ptr<const VocabTrie>{}, &trie), false);
@@ -241,6 +242,7 @@ void expect_walk_equals_brute_force(const VocabTrie& trie, const Docs& docs, siz
             }
         }
         EXPECT_TRUE(st.can_end());
+        if (cached) *cached += constraint.cached_masks();
     }
 }
 
@@ -267,13 +269,15 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnEveryPrefix) {
         "xs": {"type": "array", "items": {"type": "number"}}}, "required": ["name"]})");
     // A string that is also something else (both fast-path checks: the loop's tokens, a changing state).
     auto mixed = compile(R"({"anyOf": [{"type": "string"}, {"type": "string", "maxLength": 2}, {"const": "ab c"}]})");
+    uint64_t cached = 0;
     expect_walk_equals_brute_force(trie, {
         {g, "{\"name\": \"The cat's \\\"mat\\\" é 🙂\", \"n\": -12, \"xs\": [1.5, 2e3]}"},
         {g, "{\n  \"name\": \"a b c d e f\"\n}"},
         {mixed, "\"ab cd\""},
         {xml_write_tool(), "<tool_call>\n<function=write>\n<parameter=path>\n/tmp/a <b>\n\nc é\n</parameter>\n<parameter=n>\n3\n"
                "</parameter>\n</function>\n</tool_call>"},
-    }, kEveryPrefix);
+    }, kEveryPrefix, &cached);
+    EXPECT_GT(cached, 0u) << "a string's loop state comes back after its characters: its mask should come from the cache";
 }
 
 // A vocabulary made to sit on the fast paths' edges: characters of 2, 3 and 4 bytes before a quote, a
