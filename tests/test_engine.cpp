@@ -233,7 +233,9 @@ TEST(Engine, PromptLogprobsAreTheModelsDistribution) {
         EXPECT_EQ(got[i][1].token, static_cast<int32_t>(std::max_element(row, row + V) - row)) << i;
         for (size_t k = 1; k < 4; ++k) {
             EXPECT_NEAR(got[i][k].logprob, lsm(got[i][k].token), 1e-4) << i;
-            if (k > 1) EXPECT_GE(got[i][k - 1].logprob, got[i][k].logprob) << i;
+            if (k > 1) {
+                EXPECT_GE(got[i][k - 1].logprob, got[i][k].logprob) << i;
+            }
         }
     }
 }

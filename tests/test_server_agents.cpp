@@ -190,7 +190,9 @@ TEST_F(AgentServerTest, CompletionsLogprobsEchoAndStopStrings) {
     for (size_t i = 0; i < P + n; ++i) {
         EXPECT_EQ(ep["text_offset"][i].get<size_t>(), echoed.size()) << i;
         echoed += ep["tokens"][i].get<std::string>();
-        if (i < P) EXPECT_EQ(ep["tokens"][i], piece(prompt_ids[i]));
+        if (i < P) {
+            EXPECT_EQ(ep["tokens"][i], piece(prompt_ids[i]));
+        }
         if (i == 0) continue;
         EXPECT_LE(ep["token_logprobs"][i].get<double>(), 0.0) << i;
         EXPECT_EQ(ep["top_logprobs"][i].size(), 1u) << i;
