@@ -55,7 +55,7 @@ TEST(ArgmaxScreen, RandomOutputsGiveTheFullPassIds) {
             // x is quantised with one scale: an outlier channel widens the bounds, and the candidates may
             // overflow (then the full pass runs, counted); otherwise the screen must run.
             int32_t got = -7;
-            const bool ran = screened_argmax(xp.data(), w.screened, &got);
+            const bool ran = screened_argmax(xp.data(), 1, w.screened, &got);
             if (trial % 4 != 1) {
                 ASSERT_TRUE(ran) << "N=" << N << " K=" << K << " trial=" << trial;
             }
@@ -63,6 +63,41 @@ TEST(ArgmaxScreen, RandomOutputsGiveTheFullPassIds) {
                 EXPECT_EQ(got, want) << "N=" << N << " K=" << K << " trial=" << trial;
             }
             EXPECT_EQ(argmax_of(x.data(), w.screened), want) << "N=" << N << " K=" << K << " trial=" << trial;
+        }
+    }
+}
+
+// Up to four rows in one stream of the int8 copy (a speculative verify's rows): each row's id is the
+// full pass's, whatever the other rows hold (an outlier row, a zero row, rows that share the argmax).
+TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
+    if (!screen_runs()) GTEST_SKIP() << "no AVX-512 VNNI here";
+    for (auto [N, K] : std::vector<std::array<int64_t, 2>>{{33, 5}, {1000, 127}, {40000, 256}}) {
+        Screened w(random_vec(N * K, static_cast<uint32_t>(3 * N + K), -0.1f, 0.1f), N, K);
+        for (int64_t M = 1; M <= 5; ++M) {
+            for (uint32_t trial = 0; trial < 6; ++trial) {
+                std::vector<float> x = random_vec(M * K, 500 + 10 * static_cast<uint32_t>(M) + trial, -2.0f, 2.0f);
+                if (M > 1 && trial % 3 == 1)
+                    for (int64_t k = 0; k < K; ++k) x[K + k] = 0.0f;                       // a zero row
+                if (M > 2 && trial % 3 == 2) std::copy(x.begin(), x.begin() + K, x.begin() + 2 * K);  // a repeated row
+                std::vector<int32_t> want(M), got(M, -7), through(M, -7);
+                for (int64_t m = 0; m < M; ++m) want[m] = argmax_of(x.data() + m * K, w.full);
+                const int64_t K2 = (K + 1) / 2;
+                std::vector<uint32_t> xp(M * K2, 0);
+                for (int64_t m = 0; m < M; ++m)
+                    for (int64_t k = 0; k < K; ++k)
+                        xp[m * K2 + k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[m * K + k])) << (16 * (k & 1));
+                const bool ran = screened_argmax(xp.data(), M, w.screened, got.data());
+                // A zero row's outputs are all equal: beyond the candidate capacity the full pass runs.
+                const bool flat_row = M > 1 && trial % 3 == 1;
+                if (!flat_row || N <= 4096) {
+                    EXPECT_EQ(ran, M <= 4) << "N=" << N << " M=" << M << " trial=" << trial;
+                }
+                if (ran) {
+                    EXPECT_EQ(got, want) << "N=" << N << " M=" << M << " trial=" << trial;
+                }
+                linear_argmax(x.data(), M, w.screened, through.data(), true);
+                EXPECT_EQ(through, want) << "N=" << N << " M=" << M << " trial=" << trial;
+            }
         }
     }
 }
@@ -114,7 +149,7 @@ TEST(ArgmaxScreen, FlatZeroAndNonFiniteRowsStillGiveTheFullPassIds) {
     int32_t id = -7;
     uint32_t xp[8];
     for (int64_t k = 0; k < K; k += 2) xp[k / 2] = f32_to_bf16(bad[k]) | static_cast<uint32_t>(f32_to_bf16(bad[k + 1])) << 16;
-    EXPECT_FALSE(screened_argmax(xp, r.screened, &id));
+    EXPECT_FALSE(screened_argmax(xp, 1, r.screened, &id));
     EXPECT_EQ(id, -7);
 }
 

@@ -87,17 +87,13 @@ bool argmax_screen_available() {
            has_int8_dot();
 }
 
-bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
-    if (!w.screen || !argmax_screen_available()) return false;
-    const Int8Screen& s = *w.screen;
-    const PackedWeight& pw = w.packed;
-    const int64_t K = s.K;
-    // The row as the exact kernel multiplies it (bf16 values), its int8 quantisation and the bound's
-    // per-row terms, accumulated in double.
+namespace {
+// x (bf16 pairs [K2]) as the screen reads it: xq (k-quads of xq_k + 128, padding xq = 0) and the bound's
+// per-row terms, accumulated in double. False for a non-finite row.
+bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenRow* out) {
     thread_local std::vector<float> xf;
-    thread_local std::vector<uint32_t> xq;
     xf.resize(K);
-    xq.assign(s.K4, 0x80808080u);  // xq = 0 (stored + 128) in the padding
+    std::fill(xq, xq + K4, 0x80808080u);
     double amax = 0.0, xabs = 0.0;
     for (int64_t k = 0; k < K; ++k) {
         xf[k] = bf16_to_f32(static_cast<uint16_t>(xp[k / 2] >> (16 * (k & 1))));
@@ -119,24 +115,42 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
     const double gamma = (K + 2) * kUnit / (1.0 - (K + 2) * kUnit);
     const double up = round_up_factor(K);
     const double xn = std::sqrt(x2), exn = std::sqrt(ex2);
-    const ScreenRow r{sx, static_cast<float>((xn + exn) * up), static_cast<float>(exn * up),
-                      static_cast<float>((gamma * xabs + K * 0x1p-126) * up),
-                      static_cast<float>((xabs + K) * 0x1p-126 * up + 1e-30)};
+    *out = ScreenRow{sx, static_cast<float>((xn + exn) * up), static_cast<float>(exn * up),
+                     static_cast<float>((gamma * xabs + K * 0x1p-126) * up),
+                     static_cast<float>((xabs + K) * 0x1p-126 * up + 1e-30)};
+    return true;
+}
+}  // namespace
 
-    // Pass 1: the screen, balanced over the threads like the bf16 pass it replaces.
+bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids) {
+    if (!w.screen || !argmax_screen_available() || M < 1 || M > cpu::avx512::kScreenRows) return false;
+    const Int8Screen& s = *w.screen;
+    const PackedWeight& pw = w.packed;
+    const int rows = static_cast<int>(M);
+    thread_local std::vector<uint32_t> xq;
+    xq.resize(static_cast<size_t>(rows) * s.K4);
+    ScreenRow r[cpu::avx512::kScreenRows];
+    for (int m = 0; m < rows; ++m)
+        if (!screen_row(xp + m * pw.K2, s.K, s.K4, xq.data() + m * s.K4, &r[m])) return false;
+
+    // Pass 1: the screen of every row in one stream of the int8 copy, balanced over the threads like the
+    // bf16 pass it replaces. Per thread and row: the running threshold and the candidates.
     ThreadPool& pool = global_pool();
     const int nth = pool.size();
-    constexpr int64_t kCap = 4096;  // candidates per thread; more means near-flat outputs
+    constexpr int64_t kCap = 4096;  // candidates per thread and row; more means near-flat outputs
     thread_local std::vector<int32_t> cand;
     thread_local std::vector<float> cand_hi;
-    cand.resize(static_cast<size_t>(nth) * kCap);
-    cand_hi.resize(static_cast<size_t>(nth) * kCap);
+    cand.resize(static_cast<size_t>(nth) * rows * kCap);
+    cand_hi.resize(static_cast<size_t>(nth) * rows * kCap);
     thread_local std::vector<float> lo_buf;
     thread_local std::vector<int64_t> n_cand_buf;
-    lo_buf.assign(nth, -INFINITY);
-    n_cand_buf.assign(nth, 0);
+    thread_local std::vector<uint8_t> ok_buf;
+    lo_buf.assign(static_cast<size_t>(nth) * rows, -INFINITY);
+    n_cand_buf.assign(static_cast<size_t>(nth) * rows, 0);
+    ok_buf.assign(nth, 1);
     float* lo = lo_buf.data();
     int64_t* n_cand = n_cand_buf.data();
+    uint8_t* ok = ok_buf.data();
     {
         GDN_PROFILE("lm_head screen");
         // Plain pointers: inside the job, a thread_local name would be the worker's own (empty) vector.
@@ -144,57 +158,62 @@ bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id) {
         int32_t* cand_p = cand.data();
         float* cand_hi_p = cand_hi.data();
         pool.parallel_for_balanced(s.n_panels, min_stream_panels(s.K4 * 128), [&](int ith, int64_t p0, int64_t p1) {
-            if (n_cand[ith] < 0) return;
-            n_cand[ith] = cpu::avx512::screen_i8(xq_p, s, r, p0, p1, &lo[ith], cand_p + ith * kCap,
-                                                 cand_hi_p + ith * kCap, n_cand[ith], kCap);
+            if (!ok[ith]) return;
+            ok[ith] = cpu::avx512::screen_i8(xq_p, rows, s, r, p0, p1, lo + ith * rows, cand_p + ith * rows * kCap,
+                                             cand_hi_p + ith * rows * kCap, n_cand + ith * rows, kCap);
         });
     }
-    float thr = -INFINITY;
-    for (int t = 0; t < nth; ++t) {
-        if (n_cand[t] < 0) {
+    for (int t = 0; t < nth; ++t)
+        if (!ok[t]) {
             count_fallback(OpId::ARGMAX, "screen overflow (near-flat outputs): the lm_head ran in full bf16");
             return false;
         }
-        thr = std::max(thr, lo[t]);
-    }
-    // Pass 2: the panels of the columns that can still reach the threshold, exactly.
-    thread_local std::vector<int64_t> panels;
-    panels.clear();
-    for (int t = 0; t < nth; ++t)
-        for (int64_t i = 0; i < n_cand[t]; ++i)
-            if (cand_hi[t * kCap + i] >= thr) panels.push_back(cand[t * kCap + i] / kPanelCols);
-    GDN_CHECK(!panels.empty(), "argmax screen: no candidate (bound arithmetic broken)");
-    std::sort(panels.begin(), panels.end());
-    panels.erase(std::unique(panels.begin(), panels.end()), panels.end());
     GDN_PROFILE("lm_head exact");
-    // Per thread: the best (value, column) of its panels; ties to the lowest column, so the id does
-    // not depend on which thread took which panel.
-    thread_local std::vector<float> best_v_buf;
-    thread_local std::vector<int64_t> best_ix_buf;
-    best_v_buf.assign(nth, 0.0f);
-    best_ix_buf.assign(nth, -1);
-    float* best_v = best_v_buf.data();
-    int64_t* best_ix = best_ix_buf.data();
-    const int64_t* panels_p = panels.data();
-    pool.parallel_for_balanced(static_cast<int64_t>(panels.size()), 1, [&](int ith, int64_t i0, int64_t i1) {
-        for (int64_t j = i0; j < i1; ++j) {
-            float v;
-            int64_t i;
-            cpu::avx512::linear_bf16dot_argmax(xp, 1, pw.K2, pw, panels_p[j], panels_p[j] + 1, &v, &i);
-            if (argmax_better(v, i, best_v[ith], best_ix[ith])) {
-                best_v[ith] = v;
-                best_ix[ith] = i;
+    for (int m = 0; m < rows; ++m) {
+        float thr = -INFINITY;
+        for (int t = 0; t < nth; ++t) thr = std::max(thr, lo[t * rows + m]);
+        // Pass 2: the panels of the columns that can still reach the threshold, exactly.
+        thread_local std::vector<int64_t> panels;
+        panels.clear();
+        for (int t = 0; t < nth; ++t) {
+            const int32_t* c = cand.data() + (static_cast<size_t>(t) * rows + m) * kCap;
+            const float* hi = cand_hi.data() + (static_cast<size_t>(t) * rows + m) * kCap;
+            for (int64_t i = 0; i < n_cand[t * rows + m]; ++i)
+                if (hi[i] >= thr) panels.push_back(c[i] / kPanelCols);
+        }
+        GDN_CHECK(!panels.empty(), "argmax screen: no candidate (bound arithmetic broken)");
+        std::sort(panels.begin(), panels.end());
+        panels.erase(std::unique(panels.begin(), panels.end()), panels.end());
+        // Per thread: the best (value, column) of its panels; ties to the lowest column, so the id does
+        // not depend on which thread took which panel.
+        thread_local std::vector<float> best_v_buf;
+        thread_local std::vector<int64_t> best_ix_buf;
+        best_v_buf.assign(nth, 0.0f);
+        best_ix_buf.assign(nth, -1);
+        float* best_v = best_v_buf.data();
+        int64_t* best_ix = best_ix_buf.data();
+        const int64_t* panels_p = panels.data();
+        const uint32_t* xm = xp + m * pw.K2;
+        pool.parallel_for_balanced(static_cast<int64_t>(panels.size()), 1, [&](int ith, int64_t i0, int64_t i1) {
+            for (int64_t j = i0; j < i1; ++j) {
+                float v;
+                int64_t i;
+                cpu::avx512::linear_bf16dot_argmax(xm, 1, pw.K2, pw, panels_p[j], panels_p[j] + 1, &v, &i);
+                if (argmax_better(v, i, best_v[ith], best_ix[ith])) {
+                    best_v[ith] = v;
+                    best_ix[ith] = i;
+                }
             }
-        }
-    });
-    float bv = 0.0f;
-    int64_t best_i = -1;
-    for (int t = 0; t < nth; ++t)
-        if (argmax_better(best_v[t], best_ix[t], bv, best_i)) {
-            bv = best_v[t];
-            best_i = best_ix[t];
-        }
-    *id = static_cast<int32_t>(best_i);
+        });
+        float bv = 0.0f;
+        int64_t best_i = -1;
+        for (int t = 0; t < nth; ++t)
+            if (argmax_better(best_v[t], best_ix[t], bv, best_i)) {
+                bv = best_v[t];
+                best_i = best_ix[t];
+            }
+        ids[m] = static_cast<int32_t>(best_i);
+    }
     return true;
 }
 

@@ -58,11 +58,12 @@ struct ScreenRow {
 // The screen of a BF16 packed weight (threaded over panels). Needs AVX-512 VNNI to be used.
 std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w);
 
-// True and *id = argmax_n (x @ W^T) for one row given as bf16 pairs [K2] (the exact kernel's input),
-// when w has a screen and this CPU runs it; false (nothing written) otherwise or when the row is not
-// finite, so the caller runs the full pass. Counts a fallback when the candidates overflow (near-flat
-// outputs: then the full pass is cheaper).
-bool screened_argmax(const uint32_t* xp, const LinearWeight& w, int32_t* id);
+// True and ids[m] = argmax_n (x_m @ W^T) for M <= 4 rows given as bf16 pairs [M, K2] (the exact
+// kernel's input; a speculative verify's rows share one stream of the int8 copy), when w has a screen
+// and this CPU runs it; false (nothing written) otherwise or when a row is not finite, so the caller
+// runs the full pass. Counts a fallback when the candidates overflow (near-flat outputs: then the full
+// pass is cheaper).
+bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids);
 
 // Whether screened_argmax can run here (AVX-512 with VNNI and bf16 dot products, not forced to the
 // reference).

@@ -217,7 +217,7 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     }
     uint32_t* xp = scratch<uint32_t>(M * p.K2);
     cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
-    if (M == 1 && screened_argmax(xp, w, ids)) return;
+    if (screened_argmax(xp, M, w, ids)) return;  // M <= 4 rows: the int8 screen
     ThreadPool& pool = global_pool();
     const int nth = pool.size();
     // Rows [0, nth M): each thread's best (value, column) so far; [nth M, 2 nth M): its current chunk's.

@@ -35,12 +35,15 @@ void amx_end();
 // x [M, K] f32 -> bf16 pairs [M, K2] (RNE; odd K padded with 0)
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
 void round_bf16_inplace(float* x, int64_t n);
-// The greedy argmax's int8 screen (ops/argmax_screen.h) over panels [p0, p1); needs AVX-512 VNNI. xq: the
-// row's k-quads as 4 bytes xq_k + 128. Raises *lo_max to the largest A_n - B_n seen and appends (n,
-// A_n + B_n) of every column reaching the running *lo_max to cand / cand_hi (capacity cap; entries that
-// fell below it are dropped when full). Returns the new count, or -1 if cap is still too small.
-int64_t screen_i8(const uint32_t* xq, const Int8Screen& s, const ScreenRow& r, int64_t p0, int64_t p1, float* lo_max,
-                  int32_t* cand, float* cand_hi, int64_t n_cand, int64_t cap);
+// The greedy argmax's int8 screen (ops/argmax_screen.h) over panels [p0, p1) for M <= kScreenRows rows
+// at once (each weight vector loaded once for all of them); needs AVX-512 VNNI. Row m: xq + m * K4, its
+// k-quads as 4 bytes xq_k + 128, and r[m]. Raises lo_max[m] to the largest A_n - B_n seen and appends
+// (n, A_n + B_n) of every column reaching the running lo_max[m] to cand / cand_hi + m * cap (capacity
+// cap; entries that fell below it are dropped when full), n_cand[m] the counts. False if a row's cap is
+// still too small.
+constexpr int kScreenRows = 4;
+bool screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+               float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap);
 }  // namespace avx512
 
 namespace avx2 {

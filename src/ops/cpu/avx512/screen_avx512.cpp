@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "core/log.h"
 #include "ops/argmax_screen.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/cpu/simd.h"
@@ -25,63 +26,92 @@ int64_t prune(int32_t* cand, float* cand_hi, int64_t n, float lo) {
     return m;
 }
 
-}  // namespace
-
-int64_t screen_i8(const uint32_t* xq, const Int8Screen& s, const ScreenRow& r, int64_t p0, int64_t p1, float* lo_max,
-                  int32_t* cand, float* cand_hi, int64_t n_cand, int64_t cap) {
-    const __m512 sx = _mm512_set1_ps(r.sx), c_err = _mm512_set1_ps(r.c_err), c_wq = _mm512_set1_ps(r.c_wq),
-                 c_wmax = _mm512_set1_ps(r.c_wmax);
-    const __m512 eight_u = _mm512_set1_ps(8.0f * 0x1p-24f), inflate = _mm512_set1_ps(1.001f),
-                 c_abs = _mm512_set1_ps(r.c_abs);
+// MR rows: per row two chains per 16 columns (even and odd k-quads: integer sums, so the split changes
+// nothing), 4 * MR accumulators.
+template <int MR>
+bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* lo_max,
+                 int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
+    const __m512 eight_u = _mm512_set1_ps(8.0f * 0x1p-24f), inflate = _mm512_set1_ps(1.001f);
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    float lm = *lo_max;
+    const int64_t K4 = s.K4;
+    float lm[MR];
+    for (int m = 0; m < MR; ++m) lm[m] = lo_max[m];
     for (int64_t p = p0; p < p1; ++p) {
         const int8_t* b = s.panel(p);
-        // Two chains per 16 columns (even and odd k-quads): integer sums, so the split changes nothing.
-        __m512i a0 = _mm512_setzero_si512(), a1 = a0, c0 = a0, c1 = a0;
+        __m512i a0[MR], a1[MR], c0[MR], c1[MR];
+        for (int m = 0; m < MR; ++m) a0[m] = a1[m] = c0[m] = c1[m] = _mm512_setzero_si512();
         int64_t kk = 0;
-        for (; kk + 1 < s.K4; kk += 2, b += 256) {
-            const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xq[kk]));
-            const __m512i x1 = _mm512_set1_epi32(static_cast<int>(xq[kk + 1]));
-            a0 = _mm512_dpbusd_epi32(a0, x0, _mm512_loadu_si512(b));
-            a1 = _mm512_dpbusd_epi32(a1, x0, _mm512_loadu_si512(b + 64));
-            c0 = _mm512_dpbusd_epi32(c0, x1, _mm512_loadu_si512(b + 128));
-            c1 = _mm512_dpbusd_epi32(c1, x1, _mm512_loadu_si512(b + 192));
-        }
-        if (kk < s.K4) {
-            const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xq[kk]));
-            a0 = _mm512_dpbusd_epi32(a0, x0, _mm512_loadu_si512(b));
-            a1 = _mm512_dpbusd_epi32(a1, x0, _mm512_loadu_si512(b + 64));
-        }
-        const __m512i acc[2] = {_mm512_add_epi32(a0, c0), _mm512_add_epi32(a1, c1)};
-        for (int h = 0; h < 2; ++h) {
-            const int64_t n0 = p * 32 + h * 16;
-            if (n0 >= s.N) break;
-            const __mmask16 valid = simd::lanes_mask(s.N - n0);
-            // x is stored as xq + 128 (vpdpbusd's unsigned operand): I = acc - 128 sum_k q_nk, exactly.
-            const __m512i I = _mm512_sub_epi32(acc[h], _mm512_slli_epi32(_mm512_loadu_si512(s.qsum() + n0), 7));
-            const __m512 A = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_loadu_ps(s.scale() + n0), sx));
-            __m512 B = _mm512_mul_ps(_mm512_abs_ps(A), eight_u);
-            B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wmax() + n0), c_wmax, B);
-            B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wq_norm() + n0), c_wq, B);
-            B = _mm512_fmadd_ps(_mm512_loadu_ps(s.err_norm() + n0), c_err, B);
-            B = _mm512_fmadd_ps(B, inflate, c_abs);
-            const __m512 lo = _mm512_sub_ps(A, B), hi = _mm512_add_ps(A, B);
-            lm = std::max(lm, _mm512_mask_reduce_max_ps(valid, lo));
-            const __mmask16 c = valid & _mm512_cmp_ps_mask(hi, _mm512_set1_ps(lm), _CMP_GE_OQ);
-            if (!c) continue;
-            const int cnt = __builtin_popcount(c);
-            if (n_cand + cnt > cap) {
-                n_cand = prune(cand, cand_hi, n_cand, lm);
-                if (n_cand + cnt > cap) return -1;
+        for (; kk + 1 < K4; kk += 2, b += 256) {
+            const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64), w2 = _mm512_loadu_si512(b + 128),
+                          w3 = _mm512_loadu_si512(b + 192);
+            for (int m = 0; m < MR; ++m) {
+                const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk]));
+                const __m512i x1 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk + 1]));
+                a0[m] = _mm512_dpbusd_epi32(a0[m], x0, w0);
+                a1[m] = _mm512_dpbusd_epi32(a1[m], x0, w1);
+                c0[m] = _mm512_dpbusd_epi32(c0[m], x1, w2);
+                c1[m] = _mm512_dpbusd_epi32(c1[m], x1, w3);
             }
-            _mm512_mask_compressstoreu_epi32(cand + n_cand, c, _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(n0)), iota));
-            _mm512_mask_compressstoreu_ps(cand_hi + n_cand, c, hi);
-            n_cand += cnt;
+        }
+        if (kk < K4) {
+            const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64);
+            for (int m = 0; m < MR; ++m) {
+                const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk]));
+                a0[m] = _mm512_dpbusd_epi32(a0[m], x0, w0);
+                a1[m] = _mm512_dpbusd_epi32(a1[m], x0, w1);
+            }
+        }
+        for (int m = 0; m < MR; ++m) {
+            const ScreenRow& rm = r[m];
+            const __m512 sx = _mm512_set1_ps(rm.sx), c_err = _mm512_set1_ps(rm.c_err), c_wq = _mm512_set1_ps(rm.c_wq),
+                         c_wmax = _mm512_set1_ps(rm.c_wmax), c_abs = _mm512_set1_ps(rm.c_abs);
+            const __m512i acc[2] = {_mm512_add_epi32(a0[m], c0[m]), _mm512_add_epi32(a1[m], c1[m])};
+            int32_t* cm = cand + m * cap;
+            float* hm = cand_hi + m * cap;
+            for (int h = 0; h < 2; ++h) {
+                const int64_t n0 = p * 32 + h * 16;
+                if (n0 >= s.N) break;
+                const __mmask16 valid = simd::lanes_mask(s.N - n0);
+                // x is stored as xq + 128 (vpdpbusd's unsigned operand): I = acc - 128 sum_k q_nk, exactly.
+                const __m512i I = _mm512_sub_epi32(acc[h], _mm512_slli_epi32(_mm512_loadu_si512(s.qsum() + n0), 7));
+                const __m512 A = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_loadu_ps(s.scale() + n0), sx));
+                __m512 B = _mm512_mul_ps(_mm512_abs_ps(A), eight_u);
+                B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wmax() + n0), c_wmax, B);
+                B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wq_norm() + n0), c_wq, B);
+                B = _mm512_fmadd_ps(_mm512_loadu_ps(s.err_norm() + n0), c_err, B);
+                B = _mm512_fmadd_ps(B, inflate, c_abs);
+                const __m512 lo = _mm512_sub_ps(A, B), hi = _mm512_add_ps(A, B);
+                lm[m] = std::max(lm[m], _mm512_mask_reduce_max_ps(valid, lo));
+                const __mmask16 c = valid & _mm512_cmp_ps_mask(hi, _mm512_set1_ps(lm[m]), _CMP_GE_OQ);
+                if (!c) continue;
+                const int cnt = __builtin_popcount(c);
+                if (n_cand[m] + cnt > cap) {
+                    n_cand[m] = prune(cm, hm, n_cand[m], lm[m]);
+                    if (n_cand[m] + cnt > cap) return false;
+                }
+                _mm512_mask_compressstoreu_epi32(cm + n_cand[m], c,
+                                                 _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(n0)), iota));
+                _mm512_mask_compressstoreu_ps(hm + n_cand[m], c, hi);
+                n_cand[m] += cnt;
+            }
         }
     }
-    *lo_max = lm;
-    return n_cand;
+    for (int m = 0; m < MR; ++m) lo_max[m] = lm[m];
+    return true;
+}
+
+}  // namespace
+
+bool screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+               float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
+    switch (M) {
+        case 1: return screen_rows<1>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+        case 2: return screen_rows<2>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+        case 3: return screen_rows<3>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+        case 4: return screen_rows<4>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+    }
+    GDN_CHECK(false, "screen_i8: %d rows (at most %d)", M, kScreenRows);
+    return false;
 }
 
 }  // namespace gdn::cpu::avx512
