@@ -247,16 +247,22 @@ private:
             }
             return {{"content", content}};
         }
+        return legacy_logprobs(steps, &c.text_offset);
+    }
+    // The legacy form from *offset on (advanced past the tokens). A NaN logprob (the prompt's first
+    // token: nothing precedes it) is null, and so are its alternatives.
+    Json legacy_logprobs(const std::vector<std::vector<TokenLogprob>>& steps, int64_t* offset) const {
         Json tokens = Json::array(), values = Json::array(), tops = Json::array(), offsets = Json::array();
         for (const auto& lp : steps) {
             const std::string p = piece(lp[0].token);
             tokens.push_back(p);
-            values.push_back(lp[0].logprob);
-            Json top = Json::object();
+            const bool none = std::isnan(lp[0].logprob);
+            values.push_back(none ? Json(nullptr) : Json(lp[0].logprob));
+            Json top = none ? Json(nullptr) : Json::object();
             for (size_t i = 1; i < lp.size(); ++i) top[piece(lp[i].token)] = lp[i].logprob;
             tops.push_back(top);
-            offsets.push_back(c.text_offset);
-            c.text_offset += static_cast<int64_t>(p.size());
+            offsets.push_back(*offset);
+            *offset += static_cast<int64_t>(p.size());
         }
         return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
     }
@@ -277,31 +283,14 @@ private:
             for (const Json& x : it.value()) to[it.key()].push_back(x);
     }
 
-    // Echo with logprobs (completions): the prompt's tokens in the legacy form, the first one's
-    // logprob and alternatives null (nothing precedes it), offsets from the start of the echoed text.
-    Json prompt_logprobs_of(const std::vector<std::vector<TokenLogprob>>& steps) const {
-        Json tokens = Json::array(), values = Json::array(), tops = Json::array(), offsets = Json::array();
-        int64_t offset = 0;
-        for (const auto& lp : steps) {
-            const std::string p = piece(lp[0].token);
-            tokens.push_back(p);
-            const bool none = std::isnan(lp[0].logprob);
-            values.push_back(none ? Json(nullptr) : Json(lp[0].logprob));
-            Json top = none ? Json(nullptr) : Json::object();
-            for (size_t i = 1; i < lp.size(); ++i) top[piece(lp[i].token)] = lp[i].logprob;
-            tops.push_back(top);
-            offsets.push_back(offset);
-            offset += static_cast<int64_t>(p.size());
-        }
-        return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
-    }
     // `lps` (this output's tokens) behind the prompt's part when this choice has not sent it yet. Only
     // the first sample computes the prompt's logprobs (n > 1 with prefix caching): the others take its.
     Json with_prompt(Choice& c, const RequestOutput& o, Json lps) {
         if (!echo_logprobs_ || c.prompt_done) return lps;
         Json part;
         if (!o.prompt_logprobs.empty()) {
-            part = prompt_logprobs_of(o.prompt_logprobs);
+            int64_t offset = 0;  // the echoed text starts the answer
+            part = legacy_logprobs(o.prompt_logprobs, &offset);
             if (prompt_part_.is_null()) prompt_part_ = part;
         } else if (!prompt_part_.is_null()) {
             part = prompt_part_;
