@@ -10,6 +10,14 @@ namespace gdn {
 
 namespace {
 
+// The continuation bytes a UTF-8 lead byte announces (0: not a lead byte).
+int utf8_continuations(uint8_t b) {
+    if (b >= 0xc2 && b <= 0xdf) return 1;
+    if (b >= 0xe0 && b <= 0xef) return 2;
+    if (b >= 0xf0 && b <= 0xf4) return 3;
+    return 0;
+}
+
 // Complete UTF-8 characters allowed raw inside a JSON string, possibly ending in a started one.
 bool plain_string_bytes(const std::string& b) {
     size_t i = 0;
@@ -18,10 +26,7 @@ bool plain_string_bytes(const std::string& b) {
         int cont;
         if (c < 0x20 || c == '"' || c == '\\') return false;
         if (c < 0x80) cont = 0;
-        else if (c >= 0xc2 && c <= 0xdf) cont = 1;
-        else if (c >= 0xe0 && c <= 0xef) cont = 2;
-        else if (c >= 0xf0 && c <= 0xf4) cont = 3;
-        else return false;  // a continuation byte first, or never valid
+        else if ((cont = utf8_continuations(c)) == 0) return false;  // a continuation byte first, or never valid
         ++i;
         for (int k = 0; k < cont && i < b.size(); ++k, ++i)
             if ((static_cast<uint8_t>(b[i]) & 0xc0) != 0x80) return false;
@@ -45,14 +50,6 @@ int loop_of(const GrammarState& st) {
         if (text >= 0 && s.back() == GrammarFrame{text, 1, 0}) return VocabTrie::XML_TEXT;
     }
     return -1;
-}
-
-// The continuation bytes a UTF-8 lead byte announces (0: not a lead byte).
-int utf8_continuations(uint8_t b) {
-    if (b >= 0xc2 && b <= 0xdf) return 1;
-    if (b >= 0xe0 && b <= 0xef) return 2;
-    if (b >= 0xf0 && b <= 0xf4) return 3;
-    return 0;
 }
 
 bool same_state(const GrammarState& a, const GrammarState& b) {
