@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 
+#include "cache/state_slots.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/profiler.h"
@@ -194,6 +195,10 @@ int cmd_bench(int argc, char** argv) {
     // K/V bytes a decode step reads at n keys (every attention layer, K and V).
     const ModelConfig& mc = m.config();
     const double kv_bytes_per_key = 2.0 * mc.n_attention_layers() * mc.attn_kv_heads * mc.head_dim * dtype_size(kv_dtype);
+    // A decode step also reads every GDN layer's conv window and recurrent state and writes them back
+    // in place (f32; 37.7 MB at the 0.8B shape, ~5% of its int8 weights): bytes streamed like the weights.
+    const double state_bytes =
+        2.0 * StateSlots::bytes_per_slot(mc.n_gdn_layers(), mc.gdn_conv_state_floats(), mc.gdn_ssm_state_floats());
     std::vector<float> logits;
     logits.reserve(V * 2);
     // The --depth context, prefilled (not timed) into a fresh state before each test.
@@ -259,10 +264,10 @@ int cmd_bench(int argc, char** argv) {
                     const double after = probe->measure_gbps(2);
                     // weights, and the K/V of keys depth + i0 + 1 ... depth + i0 + n (their mean: + (n + 1) / 2)
                     const double kv = kv_bytes_per_key * (*depth + i0 + 0.5 * (n + 1));
-                    roof_s += n * (bytes + kv) / (0.5 * (gbps + after) * 1e9);
+                    roof_s += n * (bytes + kv + state_bytes) / (0.5 * (gbps + after) * 1e9);
                     gbps_sum += 0.5 * (gbps + after);
                     const double after_w = weights_probe->measure_gbps(2);
-                    roof_w_s += n * (streamed + kv) / (0.5 * (gbps_w + after_w) * 1e9);
+                    roof_w_s += n * (streamed + kv + state_bytes) / (0.5 * (gbps_w + after_w) * 1e9);
                     gbps_w_sum += 0.5 * (gbps_w + after_w);
                     ++n_probe;
                     gbps = after;
@@ -507,7 +512,13 @@ int cmd_bench(int argc, char** argv) {
     const double pp_flops = *pp > 0 ? flops - lm_flops + lm_flops / *pp : flops;
     row("pp", *pp, pp_tps, peak > 0 ? peak * 1e9 / pp_flops : 0.0, "pp");
     const double tg_kv = kv_bytes_per_key * (*depth + 0.5 * (*tg + 1));  // per step, on average
-    row("tg", *tg, tg_tps, lim.read_gbps > 0 ? lim.read_gbps * 1e9 / (bytes + tg_kv) : 0.0, "tg");
+    row("tg", *tg, tg_tps, lim.read_gbps > 0 ? lim.read_gbps * 1e9 / (bytes + tg_kv + state_bytes) : 0.0, "tg");
+    if (*tg > 0 && state_bytes > 0) {
+        std::printf("tg%lld reads and writes %.1f MB of GDN state per step (conv windows and recurrent states, f32) "
+                    "beside the weights: the rooflines count it\n",
+                    *tg, state_bytes / 1e6);
+        out["tg"]["state_bytes_per_token"] = state_bytes;
+    }
     if (*depth > 0 && *tg > 0) {
         std::printf("tg%lld @ d%lld reads %.3f GB of K/V per step on average (%s cache) beside %.3f GB of weights: the "
                     "rooflines count both\n",
