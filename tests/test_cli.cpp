@@ -144,6 +144,43 @@ TEST(Cli, MakeModelWritesALoadableCheckpoint) {
     ASSERT_EQ(r.exit_code, 0) << r.out;
 }
 
+// gdn quantize writes a folder that runs exactly as --quantization does at load (logits byte for byte),
+// with the source's other files, and refuses what would clobber or say nothing.
+TEST(Cli, QuantizeWritesACheckpointThatLoadsWithoutQuantizing) {
+    TempDir tmp;
+    const std::string src = tmp.path() + "/m", out = tmp.path() + "/m-int4";
+    RunResult r = run_gdn("make-model --preset qwen3_5_moe-tiny --seed 5 --out " + src + " --tokenizer " +
+                          demo_model_dir());
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    r = run_gdn("quantize --model " + src + " --out " + out + " --quantization int4 --threads 1");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("(int4, "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("with the MTP layer"), std::string::npos) << r.out;
+    EXPECT_TRUE(file_exists(out + "/tokenizer.json"));
+    EXPECT_TRUE(file_exists(out + "/config.json"));
+    const std::string run = " --prompt-ids 1,2,3 -n 4 --ignore-eos --threads 1 --dump-logits ";
+    r = run_gdn("run --model " + src + " --quantization int4" + run + tmp.path() + "/a.f32");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    r = run_gdn("run --model " + out + run + tmp.path() + "/b.f32");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("int4"), std::string::npos) << r.out;  // the weights summary
+    EXPECT_EQ(read_bytes(tmp.path() + "/a.f32"), read_bytes(tmp.path() + "/b.f32"));
+    r = run_gdn("run --model " + out + " --quantization int8" + run + tmp.path() + "/c.f32");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("was quantized to int4 by gdn quantize"), std::string::npos) << r.out;
+
+    r = run_gdn("quantize --model " + src + " --out " + out + " --quantization int8");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("exists and is not an empty folder"), std::string::npos) << r.out;
+    r = run_gdn("quantize --model " + src + " --out " + tmp.path() + "/x --quantization none");
+    EXPECT_EQ(r.exit_code, 2);
+    EXPECT_NE(r.out.find("--quantization must be int8 or int4"), std::string::npos) << r.out;
+    r = run_gdn("quantize --model " + tmp.path() + "/nothing --out " + tmp.path() + "/y --quantization int8");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("is not a folder"), std::string::npos) << r.out;
+    EXPECT_FALSE(file_exists(tmp.path() + "/y"));
+}
+
 }  // namespace
 
 namespace {

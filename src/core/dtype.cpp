@@ -1,5 +1,8 @@
 #include "core/dtype.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace gdn {
 
 const char* dtype_name(DType t) {
@@ -7,6 +10,7 @@ const char* dtype_name(DType t) {
         case DType::F32: return "f32";
         case DType::BF16: return "bf16";
         case DType::F16: return "f16";
+        case DType::U8: return "u8";
     }
     return "?";
 }
@@ -75,6 +79,11 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
             for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
             return;
         }
+        case DType::U8: {
+            auto* s = static_cast<const uint8_t*>(src);
+            for (size_t i = 0; i < n; ++i) dst[i] = s[i];
+            return;
+        }
     }
 }
 
@@ -89,6 +98,11 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
         case DType::F16: {
             auto* d = static_cast<uint16_t*>(dst);
             for (size_t i = 0; i < n; ++i) d[i] = f32_to_f16(src[i]);
+            return;
+        }
+        case DType::U8: {
+            auto* d = static_cast<uint8_t*>(dst);
+            for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(std::nearbyint(std::clamp(src[i], 0.0f, 255.0f)));
             return;
         }
     }

@@ -7,18 +7,21 @@
 
 namespace gdn {
 
-enum class DType : uint8_t { F32, BF16, F16 };
+// U8: raw bytes, for the packed weights of a pre-quantized checkpoint (model/packed_checkpoint.h); never a
+// float tensor's type (the loader refuses it there) and not a --dtype / --kv-cache-dtype choice.
+enum class DType : uint8_t { F32, BF16, F16, U8 };
 
 inline size_t dtype_size(DType t) {
     switch (t) {
         case DType::F32: return 4;
         case DType::BF16: return 2;
         case DType::F16: return 2;
+        case DType::U8: return 1;
     }
     return 0;
 }
 const char* dtype_name(DType t);
-// Parses "f32"/"bf16"/"f16" (and the safetensors spellings "F32"/"BF16"/"F16").
+// Parses "f32"/"bf16"/"f16" (and the safetensors spellings "F32"/"BF16"/"F16"); the float types only.
 bool parse_dtype(std::string_view s, DType* out);
 
 inline float bf16_to_f32(uint16_t h) {
@@ -42,9 +45,9 @@ inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 
-// Converts n elements of type `src_type` at `src` to f32.
+// Converts n elements of type `src_type` at `src` to f32 (U8: the byte values).
 void convert_to_f32(DType src_type, const void* src, float* dst, size_t n);
-// Converts n f32 values to `dst_type` at `dst`.
+// Converts n f32 values to `dst_type` at `dst` (U8: rounded and clamped to [0, 255]).
 void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n);
 
 }  // namespace gdn

@@ -21,7 +21,8 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 }  // namespace
 
 Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8_t* base, size_t file_size,
-                                                                    const std::string& path) {
+                                                                    const std::string& path,
+                                                                    std::map<std::string, std::string>* metadata) {
     if (file_size < 8)
         return Status::error(strprintf("%s: truncated safetensors file (%zu bytes; the 8-byte header length is "
                                        "missing)", path.c_str(), file_size));
@@ -39,7 +40,12 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
     const uint64_t data_size = file_size - data_start;
     std::vector<SafetensorsFile::Entry> entries;
     for (auto it = header.begin(); it != header.end(); ++it) {
-        if (it.key() == "__metadata__") continue;
+        if (it.key() == "__metadata__") {  // free text, strings to strings; other writers' non-strings are kept out
+            if (it.value().is_object())
+                for (auto m = it.value().begin(); m != it.value().end(); ++m)
+                    if (metadata && m.value().is_string()) (*metadata)[m.key()] = m.value().get<std::string>();
+            continue;
+        }
         const std::string& name = it.key();
         const SortedJson& e = it.value();
         auto fail = [&](const std::string& what) {
@@ -54,9 +60,9 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
         if (off == e.end() || !off->is_array() || off->size() != 2) return fail("missing 'data_offsets' [begin, end]");
         DType dtype;
         std::string dts = dt->get<std::string>();
-        if (dts != "F32" && dts != "BF16" && dts != "F16")
-            return fail("unknown or unsupported dtype '" + dts + "' (supported: F32, BF16, F16)");
-        parse_dtype(dts, &dtype);
+        if (dts == "U8") dtype = DType::U8;  // packed weights (model/packed_checkpoint.h)
+        else if (!parse_dtype(dts, &dtype) || (dts != "F32" && dts != "BF16" && dts != "F16"))
+            return fail("unknown or unsupported dtype '" + dts + "' (supported: F32, BF16, F16, U8)");
         if (sh->size() > 8) return fail(strprintf("rank %zu is not supported (at most 8)", sh->size()));
         SafetensorsFile::Entry entry;
         entry.name = name;
@@ -136,7 +142,7 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     ::close(fd);
     static const uint8_t kEmpty[1] = {0};
     const uint8_t* base = f->map_ ? static_cast<const uint8_t*>(f->map_) : kEmpty;
-    GDN_ASSIGN_OR_RETURN(f->entries_, parse_safetensors_header(base, f->size_, path));
+    GDN_ASSIGN_OR_RETURN(f->entries_, parse_safetensors_header(base, f->size_, path, &f->metadata_));
     size_t moved = 0;
     for (Entry& e : f->entries_) {
         const size_t align = dtype_size(e.view.dtype), bytes = e.end - e.begin;
@@ -213,6 +219,12 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
             if (!canonical_tensor_name(e.name, &canon)) continue;
             if (!ck.tensors_.emplace(canon, e.view).second)
                 return Status::error(strprintf("%s: two tensors map to the same name '%s'", dir.c_str(), canon.c_str()));
+        }
+        for (const auto& [k, v] : file->metadata()) {
+            auto [it, fresh] = ck.metadata_.emplace(k, v);
+            if (!fresh && it->second != v)
+                return Status::error(strprintf("%s: shards disagree on __metadata__ '%s' ('%s' and '%s')",
+                                               dir.c_str(), k.c_str(), it->second.c_str(), v.c_str()));
         }
         ck.files_.push_back(std::move(file));
     }

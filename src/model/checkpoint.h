@@ -34,6 +34,8 @@ public:
     }
     const std::vector<Entry>& entries() const { return entries_; }
     size_t file_size() const { return size_; }
+    // The header's __metadata__ (strings only; "format": "pt" in files written by torch).
+    const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
 private:
     SafetensorsFile() = default;
@@ -41,6 +43,7 @@ private:
     void* map_ = nullptr;
     size_t size_ = 0;
     std::vector<Entry> entries_;
+    std::map<std::string, std::string> metadata_;
     // Copies of tensors whose bytes in the file are not aligned to their element size (a header length
     // that is not a multiple of 8, odd data offsets): every view is read through aligned memory.
     std::vector<Buffer> realigned_;
@@ -49,7 +52,8 @@ private:
 // Parses and validates a safetensors header against a file of `file_size` bytes whose bytes are at
 // `base` (the data pointers of the entries point into it). Exposed for tests.
 Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8_t* base, size_t file_size,
-                                                                    const std::string& path);
+                                                                    const std::string& path,
+                                                                    std::map<std::string, std::string>* metadata = nullptr);
 
 // All tensors of a checkpoint folder under canonical names: the prefixes `model.language_model.` or
 // `model.` stripped, `model.visual.*` skipped, `mtp.*` and `lm_head.weight` kept as they are.
@@ -59,6 +63,8 @@ public:
 
     const TensorView* find(const std::string& canonical_name) const;
     const std::map<std::string, TensorView>& tensors() const { return tensors_; }
+    // Every shard's __metadata__ merged (shards that disagree on a key are an error at open).
+    const std::map<std::string, std::string>& metadata() const { return metadata_; }
     const std::string& dir() const { return dir_; }
     size_t total_bytes() const;
     // Gives the resident pages inside rows [r0, r1) of t (all rows by default) back to the kernel
@@ -70,6 +76,7 @@ private:
     std::string dir_;
     std::vector<std::shared_ptr<SafetensorsFile>> files_;
     std::map<std::string, TensorView> tensors_;
+    std::map<std::string, std::string> metadata_;
 };
 
 // Maps a stored name to its canonical name; returns false for tensors a text engine ignores.

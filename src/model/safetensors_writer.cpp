@@ -20,6 +20,10 @@ void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> 
     tensors_.push_back({std::move(name), dtype, std::move(shape), std::move(fill)});
 }
 
+void SafetensorsWriter::add_raw(std::string name, DType dtype, std::vector<int64_t> shape, RawFill fill) {
+    tensors_.push_back({std::move(name), dtype, std::move(shape), nullptr, std::move(fill)});
+}
+
 std::vector<SafetensorsWriter::Pending> SafetensorsWriter::ordered() const {
     std::vector<Pending> v = tensors_;
     std::stable_sort(v.begin(), v.end(), [](const Pending& a, const Pending& b) {
@@ -49,11 +53,17 @@ std::vector<std::pair<std::string, uint64_t>> SafetensorsWriter::sizes() const {
 Status SafetensorsWriter::write(const std::string& path) const {
     std::vector<Pending> order = ordered();
     Json header = Json::object();
-    header["__metadata__"] = {{"format", "pt"}};
+    Json meta = Json::object();
+    meta["format"] = "pt";
+    for (const auto& [k, v] : metadata_) meta[k] = v;
+    header["__metadata__"] = meta;
     uint64_t off = 0;
     for (const auto& t : order) {
         uint64_t n = t.numel() * dtype_size(t.dtype);
-        const char* dt = t.dtype == DType::F32 ? "F32" : t.dtype == DType::BF16 ? "BF16" : "F16";
+        const char* dt = t.dtype == DType::F32    ? "F32"
+                         : t.dtype == DType::BF16 ? "BF16"
+                         : t.dtype == DType::F16  ? "F16"
+                                                  : "U8";
         header[t.name] = {{"dtype", dt}, {"shape", t.shape}, {"data_offsets", {off, off + n}}};
         off += n;
     }
@@ -69,6 +79,12 @@ Status SafetensorsWriter::write(const std::string& path) const {
     for (const auto& t : order) {
         if (!ok) break;
         const uint64_t n = t.numel();
+        if (t.raw) {
+            bytes.assign(n * dtype_size(t.dtype), 0);
+            t.raw(bytes.data(), bytes.size());
+            ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+            continue;
+        }
         vals.assign(n, 0.0f);
         t.fill(vals.data(), static_cast<int64_t>(n));
         bytes.resize(n * dtype_size(t.dtype));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,11 @@ public:
     // fill(dst, numel) writes numel f32 values; they are converted to `dtype` on write.
     using Fill = std::function<void(float* dst, int64_t numel)>;
     void add(std::string name, DType dtype, std::vector<int64_t> shape, Fill fill);
+    // fill(dst, bytes) writes the tensor's bytes as they are stored (any dtype; U8 for packed weights).
+    using RawFill = std::function<void(uint8_t* dst, uint64_t bytes)>;
+    void add_raw(std::string name, DType dtype, std::vector<int64_t> shape, RawFill fill);
+    // An entry of the header's __metadata__ ("format": "pt" is always there).
+    void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
     size_t n_tensors() const { return tensors_.size(); }
     uint64_t data_bytes() const;
     // Tensor names in write order with their byte sizes (for shard planning).
@@ -33,10 +39,12 @@ private:
         DType dtype;
         std::vector<int64_t> shape;
         Fill fill;
+        RawFill raw;  // set instead of fill for add_raw
         uint64_t numel() const;
     };
     std::vector<Pending> ordered() const;
     std::vector<Pending> tensors_;
+    std::map<std::string, std::string> metadata_;
 };
 
 }  // namespace gdn

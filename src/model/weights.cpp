@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/log.h"
+#include "model/packed_checkpoint.h"
 #include "ops/argmax_screen.h"
 #include "ops/dispatch.h"
 
@@ -24,9 +25,14 @@ std::string shape_str(std::initializer_list<int64_t> dims) {
     return s + "]";
 }
 
+using Quant = std::optional<WeightFormat>;
+
 class Loader {
 public:
-    Loader(const ModelConfig& c, std::shared_ptr<Checkpoint> ck, ModelWeights* w) : c_(c), ck_(std::move(ck)), w_(w) {}
+    // prepacked: the checkpoint was written by `gdn quantize` (model/packed_checkpoint.h): the matrices
+    // of the quantized linears are not in it, their packed forms are.
+    Loader(const ModelConfig& c, std::shared_ptr<Checkpoint> ck, ModelWeights* w, Quant q, bool prepacked)
+        : c_(c), ck_(std::move(ck)), w_(w), q_(q), prepacked_(prepacked) {}
 
     // A tensor that must exist with exactly this shape.
     Result<TensorView> get(const std::string& name, std::initializer_list<int64_t> dims) {
@@ -34,6 +40,9 @@ public:
         if (!t)
             return Status::error(strprintf("%s: missing tensor '%s' (needed by the %s config)", ck_->dir().c_str(),
                                            name.c_str(), family_name(c_.family)));
+        if (t->dtype == DType::U8)
+            return Status::error(strprintf("%s: tensor '%s' has dtype U8; it must be a float tensor (F32, BF16, F16)",
+                                           ck_->dir().c_str(), name.c_str()));
         bool ok = t->rank == static_cast<int>(dims.size());
         int i = 0;
         for (int64_t d : dims) ok = ok && i < t->rank && t->shape[i++] == d;
@@ -44,6 +53,52 @@ public:
         used_.insert(name);
         taken_.push_back(*t);
         return *t;
+    }
+    // The source matrix of a linear that will be packed (quantized when q is set). From a pre-quantized
+    // checkpoint: a view with the expected shape and no data (the packed form is read by linear()).
+    Result<TensorView> matrix(const std::string& name, std::initializer_list<int64_t> dims) {
+        if (prepacked_) {
+            TensorView v;
+            v.dtype = DType::BF16;
+            v.rank = static_cast<int>(dims.size());
+            int i = 0;
+            for (int64_t d : dims) v.shape[i++] = d;
+            int64_t st = 1;
+            for (int d = v.rank - 1; d >= 0; --d) {
+                v.stride[d] = st;
+                st *= v.shape[d];
+            }
+            return v;
+        }
+        GDN_ASSIGN_OR_RETURN(TensorView t, get(name, dims));
+        if (q_) quantized_sources_.insert(name);
+        return t;
+    }
+    // A packed linear named as for_each_linear names it, stacked from `parts` ([N_i, K], one K): packed
+    // (quantized to `format`) from the parts, or read from a pre-quantized checkpoint.
+    Result<LinearWeight> linear(const std::string& name, const std::vector<TensorView>& parts, Quant format,
+                                const std::function<void(int64_t, int64_t)>& rows_done = nullptr) {
+        if (!prepacked_) return make_linear(parts, format, rows_done);
+        int64_t N = 0;
+        for (const TensorView& t : parts) N += t.shape[0];
+        LinearWeight lw;
+        GDN_ASSIGN_OR_RETURN(lw.packed, read_packed_weight(*ck_, name, N, parts[0].shape[1]));
+        used_.insert(kPackedPrefix + name);
+        return lw;
+    }
+    Result<LinearWeight> swiglu_linear(const std::string& name, const TensorView& gate, const TensorView& up) {
+        if (!prepacked_) return make_swiglu_linear(gate, up, q_);
+        return linear(name, {gate, up}, q_);
+    }
+    bool prepacked() const { return prepacked_; }
+    Quant quantization() const { return q_; }
+    // The tensors read in float form and kept so (norms, conv taps, gates, router...): what a
+    // pre-quantized checkpoint must carry beside the packed weights.
+    std::vector<std::string> float_tensors() const {
+        std::vector<std::string> v;
+        for (const std::string& n : used_)
+            if (!quantized_sources_.count(n) && n.rfind(kPackedPrefix, 0) != 0) v.push_back(n);
+        return v;
     }
     // Drops the resident pages of every tensor taken since the last call (quantized loads: their
     // values now live in the packed copies; the mapping re-reads from the file if ever touched again).
@@ -75,9 +130,9 @@ public:
     }
     Result<MlpWeights> mlp(const std::string& p, int64_t inter) {
         MlpWeights m;
-        GDN_ASSIGN_OR_RETURN(m.gate, get(p + "gate_proj.weight", {inter, c_.hidden}));
-        GDN_ASSIGN_OR_RETURN(m.up, get(p + "up_proj.weight", {inter, c_.hidden}));
-        GDN_ASSIGN_OR_RETURN(m.down, get(p + "down_proj.weight", {c_.hidden, inter}));
+        GDN_ASSIGN_OR_RETURN(m.gate, matrix(p + "gate_proj.weight", {inter, c_.hidden}));
+        GDN_ASSIGN_OR_RETURN(m.up, matrix(p + "up_proj.weight", {inter, c_.hidden}));
+        GDN_ASSIGN_OR_RETURN(m.down, matrix(p + "down_proj.weight", {c_.hidden, inter}));
         return m;
     }
     Status load_attention(const std::string& p, AttentionWeights* a);
@@ -89,7 +144,9 @@ private:
     const ModelConfig& c_;
     std::shared_ptr<Checkpoint> ck_;
     ModelWeights* w_;
-    std::set<std::string> used_;
+    Quant q_;
+    bool prepacked_;
+    std::set<std::string> used_, quantized_sources_;
     std::vector<TensorView> taken_;
 };
 
@@ -117,10 +174,10 @@ Status Loader::load_attention(const std::string& p, AttentionWeights* a) {
     if (!c_.attn_output_gate)
         return Status::error(ck_->dir() + ": attn_output_gate=false is not supported (all released checkpoints "
                                           "use the gated q_proj)");
-    GDN_ASSIGN_OR_RETURN(a->q_proj, get(p + "q_proj.weight", {Hq * 2 * D, H}));
-    GDN_ASSIGN_OR_RETURN(a->k_proj, get(p + "k_proj.weight", {Hkv * D, H}));
-    GDN_ASSIGN_OR_RETURN(a->v_proj, get(p + "v_proj.weight", {Hkv * D, H}));
-    GDN_ASSIGN_OR_RETURN(a->o_proj, get(p + "o_proj.weight", {H, Hq * D}));
+    GDN_ASSIGN_OR_RETURN(a->q_proj, matrix(p + "q_proj.weight", {Hq * 2 * D, H}));
+    GDN_ASSIGN_OR_RETURN(a->k_proj, matrix(p + "k_proj.weight", {Hkv * D, H}));
+    GDN_ASSIGN_OR_RETURN(a->v_proj, matrix(p + "v_proj.weight", {Hkv * D, H}));
+    GDN_ASSIGN_OR_RETURN(a->o_proj, matrix(p + "o_proj.weight", {H, Hq * D}));
     GDN_ASSIGN_OR_RETURN(a->q_norm, get_norm1p(p + "q_norm.weight", D));
     GDN_ASSIGN_OR_RETURN(a->k_norm, get_norm1p(p + "k_norm.weight", D));
     return Status::ok();
@@ -129,10 +186,15 @@ Status Loader::load_attention(const std::string& p, AttentionWeights* a) {
 Status Loader::load_gdn(const std::string& p, GdnWeights* g) {
     const int64_t H = c_.hidden, Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim, Dv = c_.gdn_v_dim;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, K = c_.conv_kernel, r = Hv / Hk;
-    if (c_.family == ModelFamily::QWEN3_NEXT) {
+    if (prepacked_) {  // the packed in_proj is already in the flat order
+        GDN_ASSIGN_OR_RETURN(g->in_qkv, matrix("", {CD, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_z, matrix("", {VD, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_b, matrix("", {Hv, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_a, matrix("", {Hv, H}));
+    } else if (c_.family == ModelFamily::QWEN3_NEXT) {
         // Regroup the per-key-head interleaved rows into the flat Qwen3.5 order (model_spec.md §4.5.1).
-        GDN_ASSIGN_OR_RETURN(TensorView qkvz, get(p + "in_proj_qkvz.weight", {2 * KD + 2 * VD, H}));
-        GDN_ASSIGN_OR_RETURN(TensorView ba, get(p + "in_proj_ba.weight", {2 * Hv, H}));
+        GDN_ASSIGN_OR_RETURN(TensorView qkvz, matrix(p + "in_proj_qkvz.weight", {2 * KD + 2 * VD, H}));
+        GDN_ASSIGN_OR_RETURN(TensorView ba, matrix(p + "in_proj_ba.weight", {2 * Hv, H}));
         g->in_qkv = alloc_matrix(qkvz.dtype, CD, H);
         g->in_z = alloc_matrix(qkvz.dtype, VD, H);
         g->in_b = alloc_matrix(ba.dtype, Hv, H);
@@ -150,16 +212,16 @@ Status Loader::load_gdn(const std::string& p, GdnWeights* g) {
             }
         }
     } else {
-        GDN_ASSIGN_OR_RETURN(g->in_qkv, get(p + "in_proj_qkv.weight", {CD, H}));
-        GDN_ASSIGN_OR_RETURN(g->in_z, get(p + "in_proj_z.weight", {VD, H}));
-        GDN_ASSIGN_OR_RETURN(g->in_b, get(p + "in_proj_b.weight", {Hv, H}));
-        GDN_ASSIGN_OR_RETURN(g->in_a, get(p + "in_proj_a.weight", {Hv, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_qkv, matrix(p + "in_proj_qkv.weight", {CD, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_z, matrix(p + "in_proj_z.weight", {VD, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_b, matrix(p + "in_proj_b.weight", {Hv, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_a, matrix(p + "in_proj_a.weight", {Hv, H}));
     }
     GDN_ASSIGN_OR_RETURN(g->conv, get_plain(p + "conv1d.weight", {CD, 1, K}));
     GDN_ASSIGN_OR_RETURN(g->neg_exp_A, get_f32(p + "A_log", {Hv}, [](float x) { return -std::exp(x); }));
     GDN_ASSIGN_OR_RETURN(g->dt_bias, get_plain(p + "dt_bias", {Hv}));
     GDN_ASSIGN_OR_RETURN(g->norm, get_plain(p + "norm.weight", {Dv}));
-    GDN_ASSIGN_OR_RETURN(g->out_proj, get(p + "out_proj.weight", {H, VD}));
+    GDN_ASSIGN_OR_RETURN(g->out_proj, matrix(p + "out_proj.weight", {H, VD}));
     return Status::ok();
 }
 
@@ -169,8 +231,8 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
     m->experts.resize(E);
     if (ck_->find(p + "experts.gate_up_proj")) {
         // Packed 3-D experts (Qwen3.5-MoE): gate rows [0, Ie), up rows [Ie, 2Ie).
-        GDN_ASSIGN_OR_RETURN(TensorView gate_up, get(p + "experts.gate_up_proj", {E, 2 * Ie, H}));
-        GDN_ASSIGN_OR_RETURN(TensorView down, get(p + "experts.down_proj", {E, H, Ie}));
+        GDN_ASSIGN_OR_RETURN(TensorView gate_up, matrix(p + "experts.gate_up_proj", {E, 2 * Ie, H}));
+        GDN_ASSIGN_OR_RETURN(TensorView down, matrix(p + "experts.down_proj", {E, H, Ie}));
         for (int64_t e = 0; e < E; ++e) {
             TensorView gu = matrix_of(gate_up, e);
             m->experts[e].gate = rows_of(gu, 0, Ie);
@@ -190,27 +252,31 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
     return Status::ok();
 }
 
-using Quant = std::optional<WeightFormat>;
-
-Mlp pack_mlp(const MlpWeights& v, Quant q) {
+Result<Mlp> pack_mlp(Loader& ld, const std::string& name, const MlpWeights& v) {
     Mlp m;
-    if (!q) m.views = v;  // quantized: the packed weights are the layer (no view into the checkpoint)
+    if (!ld.quantization()) m.views = v;  // quantized: the packed weights are the layer (no view into the checkpoint)
     m.fused = v.gate.shape[0] % 16 == 0;
-    m.gate_up = m.fused ? make_swiglu_linear(v.gate, v.up, q) : make_linear({v.gate, v.up}, q);
-    m.down = make_linear({v.down}, q);
+    if (m.fused) {
+        GDN_ASSIGN_OR_RETURN(m.gate_up, ld.swiglu_linear(name + "gate_up", v.gate, v.up));
+    } else {
+        GDN_ASSIGN_OR_RETURN(m.gate_up, ld.linear(name + "gate_up", {v.gate, v.up}, ld.quantization()));
+    }
+    GDN_ASSIGN_OR_RETURN(m.down, ld.linear(name + "down", {v.down}, ld.quantization()));
     return m;
 }
 
-// Packs every matrix of a layer into the kernels' layout, fusing projections that share an input.
-void pack_layer(const ModelConfig& c, LayerWeights* L, HugePageArena* small, Quant q) {
+// Packs every matrix of a layer (prefix p, for_each_linear's names) into the kernels' layout, fusing
+// projections that share an input.
+Status pack_layer(Loader& ld, const ModelConfig& c, const std::string& p, LayerWeights* L, HugePageArena* small) {
+    const Quant q = ld.quantization();
     if (L->kind == LayerKind::FULL_ATTENTION) {
-        L->attn.qkv = make_linear({L->attn.q_proj, L->attn.k_proj, L->attn.v_proj}, q);
-        L->attn.o = make_linear({L->attn.o_proj}, q);
+        GDN_ASSIGN_OR_RETURN(L->attn.qkv, ld.linear(p + "self_attn.qkv", {L->attn.q_proj, L->attn.k_proj, L->attn.v_proj}, q));
+        GDN_ASSIGN_OR_RETURN(L->attn.o, ld.linear(p + "self_attn.o", {L->attn.o_proj}, q));
         if (q) L->attn.q_proj = L->attn.k_proj = L->attn.v_proj = L->attn.o_proj = TensorView();
     } else {
         GdnWeights& g = L->gdn;
-        g.in_proj = make_linear({g.in_qkv, g.in_z, g.in_b, g.in_a}, q);
-        g.out = make_linear({g.out_proj}, q);
+        GDN_ASSIGN_OR_RETURN(g.in_proj, ld.linear(p + "linear_attn.in_proj", {g.in_qkv, g.in_z, g.in_b, g.in_a}, q));
+        GDN_ASSIGN_OR_RETURN(g.out, ld.linear(p + "linear_attn.out", {g.out_proj}, q));
         if (q) g.in_qkv = g.in_z = g.in_b = g.in_a = g.out_proj = TensorView();
         const int64_t CD = c.gdn_conv_dim(), K = c.conv_kernel;
         float* t = small->alloc_f32(CD * K);
@@ -218,6 +284,7 @@ void pack_layer(const ModelConfig& c, LayerWeights* L, HugePageArena* small, Qua
             for (int64_t j = 0; j < K; ++j) t[j * CD + ch] = g.conv[ch * K + j];
         g.conv_T = t;
     }
+    return Status::ok();
 }
 
 }  // namespace
@@ -226,13 +293,28 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
                                                    const LoadProgress& progress, const LoadOptions& opt) {
     auto w = std::make_unique<ModelWeights>();
     w->checkpoint = ck;
-    const Quant q = opt.quantization;
+    GDN_ASSIGN_OR_RETURN(const Quant packed, packed_checkpoint_format(*ck));
+    if (packed && opt.quantization && *opt.quantization != *packed)
+        return Status::error(strprintf("%s was quantized to %s by gdn quantize and loads only as that: drop "
+                                       "--quantization %s (or pass %s)",
+                                       ck->dir().c_str(), weight_format_name(*packed),
+                                       weight_format_name(*opt.quantization), weight_format_name(*packed)));
+    const Quant q = packed ? packed : opt.quantization;
     w->quantization = q;
-    Loader ld(c, ck, w.get());
-    GDN_ASSIGN_OR_RETURN(w->embed, ld.get("embed_tokens.weight", {c.vocab, c.hidden}));
+    w->prepacked = packed.has_value();
+    Loader ld(c, ck, w.get(), q, packed.has_value());
+    // A pre-quantized checkpoint holds the lm_head packed, and the embedding too when it is not tied.
+    const bool packed_tied = packed && !ck->find(std::string(kPackedPrefix) + "embed_tokens");
+    GDN_ASSIGN_OR_RETURN(w->embed, ld.matrix("embed_tokens.weight", {c.vocab, c.hidden}));
     GDN_ASSIGN_OR_RETURN(w->final_norm, ld.get_norm1p("norm.weight", c.hidden));
-    if (ck->find("lm_head.weight")) {
-        GDN_ASSIGN_OR_RETURN(w->lm_head, ld.get("lm_head.weight", {c.vocab, c.hidden}));
+    if (packed) {
+        if (!packed_tied) {
+            GDN_ASSIGN_OR_RETURN(w->lm_head, ld.matrix("lm_head.weight", {c.vocab, c.hidden}));
+        } else {
+            w->lm_head = w->embed;
+        }
+    } else if (ck->find("lm_head.weight")) {
+        GDN_ASSIGN_OR_RETURN(w->lm_head, ld.matrix("lm_head.weight", {c.vocab, c.hidden}));
     } else if (c.tie_embeddings) {
         w->lm_head = w->embed;
     } else {
@@ -253,19 +335,22 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         if (L.is_moe) {
             GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe.views));
             const MoeWeights& v = L.moe.views;
-            L.moe.router = make_linear({v.router});
-            for (const auto& e : v.experts) L.moe.experts.push_back(pack_mlp(e, q));
+            L.moe.router = make_linear({v.router});  // stays in its float format (LoadOptions::quantization)
+            for (size_t e = 0; e < v.experts.size(); ++e) {
+                GDN_ASSIGN_OR_RETURN(Mlp m, pack_mlp(ld, p + "mlp.experts." + std::to_string(e) + ".", v.experts[e]));
+                L.moe.experts.push_back(std::move(m));
+            }
             if (v.has_shared) {
-                L.moe.shared = pack_mlp(v.shared, q);
+                GDN_ASSIGN_OR_RETURN(L.moe.shared, pack_mlp(ld, p + "mlp.shared_expert.", v.shared));
                 L.moe.shared_gate = make_linear({v.shared_gate});
             }
             if (q) L.moe.views = MoeWeights();  // the forward composes the MoE from the packed weights
         } else {
             MlpWeights mv;
             GDN_ASSIGN_OR_RETURN(mv, ld.mlp(p + "mlp.", c.intermediate));
-            L.mlp = pack_mlp(mv, q);
+            GDN_ASSIGN_OR_RETURN(L.mlp, pack_mlp(ld, p + "mlp.", mv));
         }
-        pack_layer(c, &L, &w->small, q);
+        GDN_RETURN_IF_ERROR(pack_layer(ld, c, p, &L, &w->small));
         if (q) {  // the layer's source bytes are no longer needed: keep memory at quantized size + one layer
             ld.release_taken();
             w->owned.erase(w->owned.begin() + static_cast<std::ptrdiff_t>(owned_before), w->owned.end());
@@ -282,7 +367,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     if (opt.mtp) {
         // model_spec.md §3.7: mtp.* at the top level for every family; one full-attention layer whose FFN
         // is the family's (MoE for Qwen3-Next and Qwen3.5-MoE).
-        if (!ck->find("mtp.fc.weight"))
+        if (!ck->find(packed ? std::string(kPackedPrefix) + "mtp.fc" : std::string("mtp.fc.weight")))
             return Status::error(ck->dir() + ": this checkpoint has no MTP layer (no 'mtp.fc.weight' tensor): use "
                                  "n-gram speculation (\"method\": \"ngram\") or none");
         if (c.mtp_layers > 1)
@@ -292,8 +377,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_embedding, ld.get_norm1p("mtp.pre_fc_norm_embedding.weight", c.hidden));
         GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_hidden, ld.get_norm1p("mtp.pre_fc_norm_hidden.weight", c.hidden));
         GDN_ASSIGN_OR_RETURN(m->norm, ld.get_norm1p("mtp.norm.weight", c.hidden));
-        GDN_ASSIGN_OR_RETURN(TensorView fc, ld.get("mtp.fc.weight", {c.hidden, 2 * int64_t{c.hidden}}));
-        m->fc = make_linear({fc}, q);
+        GDN_ASSIGN_OR_RETURN(TensorView fc, ld.matrix("mtp.fc.weight", {c.hidden, 2 * int64_t{c.hidden}}));
+        GDN_ASSIGN_OR_RETURN(m->fc, ld.linear("mtp.fc", {fc}, q));
         GDN_RETURN_IF_ERROR(load_layer("mtp.layers.0.", LayerKind::FULL_ATTENTION, c.n_experts > 0, m->layer));
         w->mtp = std::move(m);
         if (progress) progress(c.n_layers + 1, n_steps);
@@ -307,12 +392,16 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     auto drop_rows = [&](const TensorView& t) -> std::function<void(int64_t, int64_t)> {
         return [&ck, t](int64_t n0, int64_t n1) { ck->release(t, n0, n1); };
     };
-    const bool tied = w->lm_head.data == w->embed.data;
-    w->lm_head_packed = make_linear({w->lm_head}, q_head, q ? drop_rows(w->lm_head) : nullptr);
+    const bool tied = packed ? packed_tied : w->lm_head.data == w->embed.data;
+    GDN_ASSIGN_OR_RETURN(w->lm_head_packed,
+                         ld.linear("lm_head", {w->lm_head}, q_head, q ? drop_rows(w->lm_head) : nullptr));
     if (q) {
         // An untied embedding is only gathered (its error never meets the logits directly): the plain
         // format, as llama.cpp's Q4_K_M keeps token_embd in Q4_K while its output matrix is Q6_K.
-        if (!tied) w->embed_quantized = make_linear({w->embed}, q, drop_rows(w->embed)).packed;
+        if (!tied) {
+            GDN_ASSIGN_OR_RETURN(LinearWeight e, ld.linear("embed_tokens", {w->embed}, q, drop_rows(w->embed)));
+            w->embed_quantized = std::move(e.packed);
+        }
         w->embed_packed = tied ? &w->lm_head_packed.packed : &w->embed_quantized;
         ld.release_taken();
         w->lm_head.data = w->embed.data = nullptr;  // shapes stay for reports; the rows are the packed ones
@@ -336,9 +425,12 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data)
         w->mtp->draft_head = make_linear({w->lm_head}, opt.mtp_draft_head);
     if (progress) progress(n_steps, n_steps);
+    w->float_tensors = ld.float_tensors();
     int unused = 0;
+    const std::string packed_mtp = std::string(kPackedPrefix) + "mtp.";
     for (const auto& [name, t] : ck->tensors()) {
-        if (ld.used().count(name) || (!opt.mtp && name.rfind("mtp.", 0) == 0)) continue;
+        if (ld.used().count(name) || (!opt.mtp && (name.rfind("mtp.", 0) == 0 || name.rfind(packed_mtp, 0) == 0)))
+            continue;
         if (++unused <= 5) GDN_LOG_WARN("%s: tensor '%s' is not used by the model", ck->dir().c_str(), name.c_str());
     }
     if (unused > 5) GDN_LOG_WARN("%s: %d tensors in total are not used", ck->dir().c_str(), unused);

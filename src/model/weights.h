@@ -98,6 +98,7 @@ struct ModelWeights {
     // Set when the matrices were quantized at load (--quantization): every LinearWeight is packed in
     // that format, no view into the checkpoint is kept, and the mapping's pages were released.
     std::optional<WeightFormat> quantization;
+    bool prepacked = false;  // read packed from a `gdn quantize` checkpoint (model/packed_checkpoint.h)
     TensorView embed;          // [V, H]; data null when quantized (rows come from embed_packed)
     const float* final_norm;   // [H], (1 + w)
     TensorView lm_head;        // [V, H] (the embedding when tied)
@@ -107,6 +108,9 @@ struct ModelWeights {
     std::vector<LayerWeights> layers;
     std::unique_ptr<MtpWeights> mtp;  // loaded with LoadOptions::mtp
 
+    // Canonical names of the checkpoint tensors read and kept in float form (norms, conv taps, gates,
+    // the MoE router): with the packed weights, all that `gdn quantize` writes out.
+    std::vector<std::string> float_tensors;
     std::shared_ptr<Checkpoint> checkpoint;  // keeps the mapping alive
     std::vector<Buffer> owned;               // regrouped matrices (Qwen3-Next in_proj)
     HugePageArena small;                     // the small f32 tensors (norms, conv taps, gates): huge pages
@@ -123,6 +127,7 @@ struct LoadOptions {
     // experts) stay in their float format. With int4, the lm_head (and a tied embedding with it) is
     // int8: the one matrix whose error reaches the logits directly (docs/perf.md has the measurement).
     std::optional<WeightFormat> quantization;
+    bool prepacked = false;  // read packed from a `gdn quantize` checkpoint (model/packed_checkpoint.h)
     // Load the MTP draft layer (mtp.*) too, for --speculative-config '{"method": "mtp"}' (an error when the
     // checkpoint has none). Off, the mtp.* tensors are not read.
     bool mtp = false;

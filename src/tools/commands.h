@@ -14,6 +14,7 @@ int cmd_detokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_profile(int argc, char** argv);
 int cmd_perplexity(int argc, char** argv);
+int cmd_quantize(int argc, char** argv);
 int cmd_serve(int argc, char** argv);
 
 }  // namespace gdn

@@ -19,6 +19,8 @@ void usage() {
                  "  bench        throughput, llama-bench style (--model DIR --pp 512 --tg 128 -r 5)\n"
                  "  profile      per-op statistics and a Chrome trace (--model DIR --prompt-len N --gen-len M)\n"
                  "  perplexity   PPL and KL divergence on a text file (--model DIR --file TEXT [--ctx 512])\n"
+                 "  quantize     write an int8 / int4 copy that loads without quantizing (--model DIR --out DIR\n"
+                 "               --quantization int8|int4)\n"
                  "  make-model   write a random-weight checkpoint in Hugging Face layout (--preset NAME --out DIR)\n"
                  "\n"
                  "Run 'gdn <command> --help' for its options.\n");
@@ -38,6 +40,7 @@ int main(int argc, char** argv) {
     if (cmd == "bench") return gdn::cmd_bench(argc - 2, argv + 2);
     if (cmd == "serve") return gdn::cmd_serve(argc - 2, argv + 2);
     if (cmd == "profile") return gdn::cmd_profile(argc - 2, argv + 2);
+    if (cmd == "quantize") return gdn::cmd_quantize(argc - 2, argv + 2);
     if (cmd == "perplexity") return gdn::cmd_perplexity(argc - 2, argv + 2);
     if (cmd == "detokenize") return gdn::cmd_detokenize(argc - 2, argv + 2);
     std::fprintf(stderr, "gdn: unknown command '%s'\n", cmd.c_str());

@@ -98,12 +98,14 @@ Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a) {
     auto model = Model::load(dir, [&](int done, int total) { print_progress(label, done, total); }, opt);
     if (!model) return model.status();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    GDN_LOG_INFO("loaded %s in %.2f s%s: %s", dir.c_str(), s,
-                 opt.quantization ? (std::string(" (quantized at load to ") + weight_format_name(*opt.quantization) + ")").c_str()
-                                  : "",
-                 (*model)->config().summary().c_str());
+    const auto& q = (*model)->weights().quantization;
+    const std::string how = !q ? ""
+                            : opt.quantization && !(*model)->weights().prepacked
+                                ? std::string(" (quantized at load to ") + weight_format_name(*q) + ")"
+                                : std::string(" (") + weight_format_name(*q) + ", as gdn quantize wrote it)";
+    GDN_LOG_INFO("loaded %s in %.2f s%s: %s", dir.c_str(), s, how.c_str(), (*model)->config().summary().c_str());
     GDN_LOG_INFO("%s; peak RSS %.1f MB", weights_summary((*model)->weights()).c_str(), peak_rss_bytes() / 1e6);
-    if (opt.quantization) {
+    if (q) {
         const std::string rep = quant_kernel_report();
         size_t b = 0;
         for (size_t e; (e = rep.find('\n', b)) != std::string::npos; b = e + 1)
