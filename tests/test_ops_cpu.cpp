@@ -399,7 +399,9 @@ TEST(Dispatch, EnvOverridesAreValidated) {
     setenv("GDN_AMX", "0", 1);
     ASSERT_TRUE(configure_kernels_from_env().is_ok());
     EXPECT_FALSE(has_amx_bf16());
-    if (cpu_has_amx_bf16()) EXPECT_NE(kernel_selection_report().find("AMX off by GDN_AMX=0"), std::string::npos);
+    if (cpu_has_amx_bf16()) {
+        EXPECT_NE(kernel_selection_report().find("AMX off by GDN_AMX=0"), std::string::npos);
+    }
     unsetenv("GDN_AMX");
     unsetenv("GDN_FORCE_REFERENCE");
     ASSERT_TRUE(configure_kernels_from_env().is_ok());

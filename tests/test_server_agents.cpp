@@ -314,7 +314,7 @@ TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
       {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
         "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}}, "required": ["city", "days"]}}},
       {"type": "function", "function": {"name": "now"}}])");
-    for (const Json choice : {Json("required"), Json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    for (const Json& choice : {Json("required"), Json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
 #ifdef __SANITIZE_ADDRESS__
         const int seeds = 1;  // the Release run samples three
 #else
@@ -336,13 +336,17 @@ TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
             ASSERT_GE(calls.size(), 1u) << j.dump();
             for (const Json& call : calls) {
                 const std::string name = call["function"]["name"];
-                if (choice.is_object()) EXPECT_EQ(name, "get_weather");
+                if (choice.is_object()) {
+                    EXPECT_EQ(name, "get_weather");
+                }
                 auto args = parse_json(call["function"]["arguments"].get<std::string>(), "arguments");
                 ASSERT_TRUE(args.is_ok()) << j.dump();
                 if (name == "get_weather") {
                     EXPECT_TRUE((*args)["city"].is_string()) << j.dump();
                     EXPECT_TRUE((*args)["days"].is_number_integer()) << j.dump();
-                    if (args->contains("unit")) EXPECT_TRUE((*args)["unit"] == "c" || (*args)["unit"] == "f");
+                    if (args->contains("unit")) {
+                        EXPECT_TRUE((*args)["unit"] == "c" || (*args)["unit"] == "f");
+                    }
                 } else {
                     EXPECT_EQ(name, "now");
                 }
@@ -401,7 +405,9 @@ TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
         ASSERT_TRUE(v.is_ok()) << j.dump();
         EXPECT_TRUE((*v)["fortune"].is_string()) << j.dump();
         EXPECT_TRUE((*v)["stars"].is_number_integer()) << j.dump();
-        if (thinking) EXPECT_TRUE(m["reasoning_content"].is_string()) << j.dump();
+        if (thinking) {
+            EXPECT_TRUE(m["reasoning_content"].is_string()) << j.dump();
+        }
     }
     Json c = ok("/v1/completions", {{"prompt", "The cat"}, {"max_tokens", 20}, {"temperature", 1.0},
                                     {"structured_outputs", {{"choice", {"sat", "ran away"}}}}});
