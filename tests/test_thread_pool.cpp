@@ -63,5 +63,66 @@ TEST(ThreadPool, BalancedRangesAreReusableBackToBack) {
     }
 }
 
+TEST(ThreadPool, ParallelForCoversEachItemExactlyOnceBackToBack) {
+    // Ranges claimed whole by their thread or by one done with its own; tiny jobs back to back, some
+    // after a pause long enough for the workers to fall asleep (so the caller often closes them out),
+    // interleaved with run() (which always waits for every thread).
+    for (int threads : {2, 3}) {
+        ThreadPool pool(threads);
+        for (int rep = 0; rep < 3000; ++rep) {
+            if (rep % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+            const int64_t n = 1 + rep % 13;
+            std::vector<std::atomic<int>> hits(n);
+            pool.parallel_for(n, [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i) ++hits[i];
+            });
+            for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "rep " << rep << " item " << i;
+            if (rep % 7 == 0) {
+                std::atomic<int> ran{0};
+                pool.run([&](int, int) { ++ran; });
+                ASSERT_EQ(ran.load(), threads) << "rep " << rep;
+            }
+        }
+    }
+}
+
+TEST(ThreadPool, AClaimedJobDoesNotWaitForAWorkerThatHasNotStarted) {
+    // A worker the OS has descheduled (the test hook holds it 300 ms before it joins): parallel_for and
+    // parallel_for_balanced return once the caller has done every range, long before the worker runs;
+    // run() must wait for it. The held worker then skips the jobs it missed and serves the next one.
+    using Clock = std::chrono::steady_clock;
+    ThreadPool pool(2);
+    const auto me = std::this_thread::get_id();
+    for (int kind = 0; kind < 2; ++kind) {
+        pool.run([](int, int) {});  // both threads idle and spinning
+        pool.delay_next_join_for_test(1, 300);
+        std::atomic<int> items{0}, others{0};
+        const auto t0 = Clock::now();
+        for (int rep = 0; rep < 10; ++rep) {
+            auto body = [&](int64_t b, int64_t e) {
+                if (std::this_thread::get_id() != me) ++others;
+                items += static_cast<int>(e - b);
+            };
+            if (kind == 0) pool.parallel_for(100, body);
+            else pool.parallel_for_balanced(100, 1, [&](int, int64_t b, int64_t e) { body(b, e); });
+        }
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        EXPECT_EQ(items.load(), 1000);
+        EXPECT_EQ(others.load(), 0);
+        EXPECT_LT(ms, 150.0) << (kind ? "parallel_for_balanced" : "parallel_for") << " waited for the held worker";
+        std::this_thread::sleep_for(std::chrono::milliseconds(350));
+        std::atomic<int> ran{0};
+        pool.run([&](int, int) { ++ran; });
+        EXPECT_EQ(ran.load(), 2);
+    }
+    pool.delay_next_join_for_test(1, 100);
+    const auto t0 = Clock::now();
+    std::atomic<int> ran{0};
+    pool.run([&](int, int) { ++ran; });
+    EXPECT_EQ(ran.load(), 2);
+    const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    EXPECT_GE(run_ms, 90.0);
+}
+
 }  // namespace
 }  // namespace gdn

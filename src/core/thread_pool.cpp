@@ -1,6 +1,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 
 #include "core/log.h"
@@ -56,42 +57,49 @@ void ThreadPool::worker_loop(int ith) {
         }
         if (stop_.load()) return;
         seen = gen;
+        if (shares_[ith].delay_ms.load(std::memory_order_relaxed) > 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(shares_[ith].delay_ms.exchange(0)));
+        if (!join(ith, gen)) continue;  // closed out: the caller did (or took) this thread's part
         (*job_.load(std::memory_order_acquire))(ith, n_threads_);
         pending_.fetch_sub(1, std::memory_order_acq_rel);
     }
 }
 
-void ThreadPool::run(FunctionRef<void(int, int)> fn) {
+bool ThreadPool::join(int ith, uint64_t gen) {
+    std::atomic<uint64_t>& seat = shares_[ith].seat;
+    uint64_t v = seat.load(std::memory_order_acquire);
+    // Seats only grow: one behind `gen` means undecided; at or past it, closed (or a later job's: this
+    // worker read a generation the caller has finished since).
+    return (v >> 1) < gen && seat.compare_exchange_strong(v, gen << 1, std::memory_order_acq_rel);
+}
+
+bool ThreadPool::close(int ith, uint64_t gen) {
+    std::atomic<uint64_t>& seat = shares_[ith].seat;
+    uint64_t v = seat.load(std::memory_order_acquire);
+    return (v >> 1) < gen && seat.compare_exchange_strong(v, gen << 1 | 1, std::memory_order_acq_rel);
+}
+
+void ThreadPool::run(FunctionRef<void(int, int)> fn) { dispatch(fn, false); }
+
+void ThreadPool::dispatch(FunctionRef<void(int, int)> fn, bool skippable) {
     if (n_threads_ == 1) {
         fn(0, 1);
         return;
     }
     job_.store(&fn, std::memory_order_release);
     pending_.store(n_threads_ - 1, std::memory_order_release);
+    uint64_t gen;
     {
         // Publishing under the mutex orders the generation bump with a sleeper's predicate check.
         std::lock_guard<std::mutex> lock(mu_);
-        generation_.fetch_add(1, std::memory_order_acq_rel);
+        gen = generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
     }
     if (sleepers_.load() > 0) cv_start_.notify_all();
     fn(0, n_threads_);
+    if (skippable)  // every item is claimed: a worker that has not joined has nothing left to do
+        for (int i = 1; i < n_threads_; ++i)
+            if (close(i, gen)) pending_.fetch_sub(1, std::memory_order_acq_rel);
     while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
-}
-
-void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
-    if (n <= 0) return;
-    int nth = n_threads_;
-    if (n < nth) nth = static_cast<int>(n);
-    if (nth == 1) {
-        fn(0, n);
-        return;
-    }
-    run([&](int ith, int) {
-        if (ith >= nth) return;
-        int64_t b, e;
-        split_range(n, ith, nth, &b, &e);
-        if (b < e) fn(b, e);
-    });
 }
 
 namespace {
@@ -117,6 +125,34 @@ bool claim(std::atomic<uint64_t>& range, int64_t min_chunk, int64_t divisor, boo
 
 }  // namespace
 
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
+    if (n <= 0) return;
+    const int nth = static_cast<int>(std::min<int64_t>(n_threads_, n));
+    if (nth == 1) {
+        fn(0, n);
+        return;
+    }
+    if (n >= (int64_t{1} << 32)) {  // beyond the packed 32-bit ends: every thread its own range
+        run([&](int ith, int nt) {
+            int64_t b, e;
+            split_range(n, ith, nt, &b, &e);
+            if (b < e) fn(b, e);
+        });
+        return;
+    }
+    // The ranges of split_range(n, i, nth), each claimed whole: by its thread, or by one done with its own.
+    for (int i = 0; i < n_threads_; ++i) {
+        int64_t b = 0, e = 0;
+        if (i < nth) split_range(n, i, nth, &b, &e);
+        shares_[i].range.store(static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(b), std::memory_order_relaxed);
+    }
+    dispatch([&](int ith, int nt) {
+        int64_t b, e;
+        for (int k = 0; k < nt; ++k)
+            if (claim(shares_[(ith + k) % nt].range, n, 1, true, &b, &e)) fn(b, e);
+    }, true);
+}
+
 void ThreadPool::parallel_for_balanced(int64_t n, int64_t min_chunk,
                                        FunctionRef<void(int ith, int64_t begin, int64_t end)> fn) {
     if (n <= 0) return;
@@ -139,15 +175,15 @@ void ThreadPool::parallel_for_balanced(int64_t n, int64_t min_chunk,
         split_range(n, i, nth, &b, &e);
         shares_[i].range.store(static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(b), std::memory_order_relaxed);
     }
-    // run() publishes the shares (release) before any worker starts the job.
-    run([&](int ith, int) {
+    // dispatch() publishes the shares (release) before any worker starts the job.
+    dispatch([&](int ith, int) {
         int64_t b, e;
         while (claim(shares_[ith].range, min_chunk, 2 * nth, true, &b, &e)) fn(ith, b, e);
         for (int k = 1; k < nth; ++k) {
             std::atomic<uint64_t>& other = shares_[(ith + k) % nth].range;
             while (claim(other, min_chunk, 2 * nth, false, &b, &e)) fn(ith, b, e);
         }
-    });
+    }, true);
 }
 
 namespace {

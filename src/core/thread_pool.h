@@ -1,6 +1,8 @@
 // A fixed pool of worker threads. Every output is computed by exactly one call over a fixed range, so a
 // kernel's result never depends on timing: run() and parallel_for() split by (thread index, thread
-// count); parallel_for_balanced() lets timing decide only which thread computes a chunk, not its value.
+// count); parallel_for() and parallel_for_balanced() let timing decide only which thread computes a
+// range, not its value. On a shared machine a worker may be descheduled for milliseconds: jobs whose
+// ranges any thread can take do not wait for a worker that has not started them.
 #pragma once
 
 #include <atomic>
@@ -42,7 +44,9 @@ public:
     int size() const { return n_threads_; }
     // Runs fn(ith, nth) on every thread (the caller is thread 0) and waits for all.
     void run(FunctionRef<void(int ith, int nth)> fn);
-    // Splits [0, n) into nth contiguous ranges and calls fn(begin, end) for each non-empty one.
+    // Splits [0, n) into nth contiguous ranges and calls fn(begin, end) for each non-empty one, each
+    // range by one thread: its own, or one that is done with its own while that thread has not started
+    // (a worker the OS has descheduled, or one waking from sleep, is not waited for).
     void parallel_for(int64_t n, FunctionRef<void(int64_t begin, int64_t end)> fn);
     // For bandwidth-bound loops (decode GEMVs): [0, n) is cut into nth equal shares; thread i works
     // through share i from its front, then takes from the back of the shares still unfinished, so both
@@ -54,8 +58,18 @@ public:
     // docs/perf.md.
     void parallel_for_balanced(int64_t n, int64_t min_chunk, FunctionRef<void(int ith, int64_t begin, int64_t end)> fn);
 
+    // Test hook: worker ith sleeps this long before it joins its next job (an OS descheduling it).
+    void delay_next_join_for_test(int ith, int milliseconds) { shares_[ith].delay_ms.store(milliseconds); }
+
 private:
     void worker_loop(int ith);
+    // run(), or with `skippable` a job whose items the threads claim (parallel_for, _balanced): once
+    // the caller's fn returns every item is claimed, so a worker that has not joined yet is closed out
+    // of the job (it skips it when it wakes) instead of waited for. One CAS on the worker's seat decides
+    // between its join and the close.
+    void dispatch(FunctionRef<void(int, int)> fn, bool skippable);
+    bool join(int ith, uint64_t gen);   // the worker: false when the caller closed it out of job `gen`
+    bool close(int ith, uint64_t gen);  // the caller: false when the worker has joined job `gen`
 
     int n_threads_;
     std::vector<std::thread> workers_;
@@ -70,8 +84,11 @@ private:
     std::atomic<int> sleepers_{0};
     std::atomic<bool> stop_{false};
     // parallel_for_balanced's shares: the unclaimed range [front, back) packed as back << 32 | front.
+    // seat: the last job the thread joined (gen << 1) or was closed out of (gen << 1 | 1).
     struct alignas(64) Share {
         std::atomic<uint64_t> range{0};
+        std::atomic<uint64_t> seat{0};
+        std::atomic<int> delay_ms{0};  // delay_next_join_for_test
     };
     std::unique_ptr<Share[]> shares_;
 };
