@@ -123,22 +123,27 @@ TEST(PackedCheckpoint, CorruptFilesAreErrorsNamingTheTensor) {
         EXPECT_FALSE(m.is_ok());
         return m.is_ok() ? std::string() : m.message();
     };
-    // The shape the metadata states must be the config's ([hidden, intermediate] = [64, 128] here).
-    patch(path, "\"int8 64 128\"", "\"int8 64 127\"");
-    EXPECT_HAS(load_error(), "holds [64, 127], the config needs [64, 128]");
-    write_bytes(path, pristine);
-    patch(path, "\"int8 64 128\"", "\"int9 64 128\"");
-    EXPECT_HAS(load_error(), "is not '<int8|int4> <N> <K>'");
-    write_bytes(path, pristine);
-    patch(path, "\"gdn.packed.version\":\"1\"", "\"gdn.packed.version\":\"7\"");
-    EXPECT_HAS(load_error(), "packed-format version '7'; this build reads version 1");
-    write_bytes(path, pristine);
-    patch(path, "\"gdn.quantization\":\"int8\"", "\"gdn.quantization\":\"fp8!\"");
-    EXPECT_HAS(load_error(), "gdn.quantization is 'fp8!', expected int8 or int4");
-    // A packed weight missing: renamed in the header (and in its metadata key).
-    write_bytes(path, pristine);
-    patch(path, "\"gdn.packed.layers.1.mlp.down\":{", "\"gdn.packed.layers.1.mlp.dowX\":{");
-    EXPECT_HAS(load_error(), "packed weight 'gdn.packed.layers.1.mlp.down': missing");
+    // Same-length edits of the header, each an error that names what is wrong.
+    const struct {
+        const char *from, *to, *error;
+    } edits[] = {
+        // the shape the metadata states must be the config's ([hidden, intermediate] = [64, 128] here)
+        {"\"int8 64 128\"", "\"int8 64 127\"", "holds [64, 127], the config needs [64, 128]"},
+        {"\"int8 64 128\"", "\"int9 64 128\"", "is not '<int8|int4> <N> <K>'"},
+        {"\"gdn.packed.version\":\"1\"", "\"gdn.packed.version\":\"7\"", "packed-format version '7'; this build reads version 1"},
+        {"\"gdn.quantization\":\"int8\"", "\"gdn.quantization\":\"fp8!\"", "gdn.quantization is 'fp8!', expected int8 or int4"},
+        // a packed weight missing (the tensor renamed; its metadata entry stays)
+        {"\"gdn.packed.layers.1.mlp.down\":{", "\"gdn.packed.layers.1.mlp.dowX\":{",
+         "packed weight 'gdn.packed.layers.1.mlp.down': missing"},
+        // a U8 tensor where a float one belongs
+        {"\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[64]", "\"model.norm.weight\":{\"dtype\":\"U8\" ,\"shape\":[128]",
+         "tensor 'norm.weight' has dtype U8; it must be a float tensor"},
+    };
+    for (const auto& e : edits) {
+        write_bytes(path, pristine);
+        patch(path, e.from, e.to);
+        EXPECT_HAS(load_error(), e.error);
+    }
     // A non-finite scale: the first scale of the blob's first block.
     write_bytes(path, pristine);
     {
@@ -157,11 +162,6 @@ TEST(PackedCheckpoint, CorruptFilesAreErrorsNamingTheTensor) {
         write_bytes(path, b);
     }
     EXPECT_HAS(load_error(), "'gdn.packed.layers.2.linear_attn.out': a non-finite scale (f16 0x7c00) in panel 0, group 0");
-    // A U8 tensor where a float one belongs.
-    write_bytes(path, pristine);
-    patch(path, "\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[64]",
-          "\"model.norm.weight\":{\"dtype\":\"U8\" ,\"shape\":[128]");
-    EXPECT_HAS(load_error(), "tensor 'norm.weight' has dtype U8; it must be a float tensor");
     write_bytes(path, pristine);
     EXPECT_TRUE(Model::load(out.path()).is_ok());
 }

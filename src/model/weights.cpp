@@ -57,19 +57,7 @@ public:
     // The source matrix of a linear that will be packed (quantized when q is set). From a pre-quantized
     // checkpoint: a view with the expected shape and no data (the packed form is read by linear()).
     Result<TensorView> matrix(const std::string& name, std::initializer_list<int64_t> dims) {
-        if (prepacked_) {
-            TensorView v;
-            v.dtype = DType::BF16;
-            v.rank = static_cast<int>(dims.size());
-            int i = 0;
-            for (int64_t d : dims) v.shape[i++] = d;
-            int64_t st = 1;
-            for (int d = v.rank - 1; d >= 0; --d) {
-                v.stride[d] = st;
-                st *= v.shape[d];
-            }
-            return v;
-        }
+        if (prepacked_) return TensorView::contiguous(nullptr, DType::BF16, dims);
         GDN_ASSIGN_OR_RETURN(TensorView t, get(name, dims));
         if (q_) quantized_sources_.insert(name);
         return t;
