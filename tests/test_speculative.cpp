@@ -583,3 +583,45 @@ TEST(Speculative, ServerReportsAcceptanceInMetrics) {
         th.join();
     }
 }
+
+namespace gdn {
+namespace {
+
+// The cost model on made-up timings (seconds): the machine's speed moves between samples, so a verify
+// cell measured in a fast moment must not beat plain decoding on timing alone.
+int chosen_k_over(SpecCostModel& m, int steps, double plain_s, double k1_s, bool accept, int* probes) {
+    int speculated = 0;
+    for (int i = 0; i < steps; ++i) {
+        const int k = m.choose(1);
+        if (k > 0) {
+            for (int p = 0; p < k; ++p) m.observe_acceptance(p, accept);
+            m.observe_draft(0.010);
+        }
+        if (m.probing()) ++*probes;
+        else if (k > 0) ++speculated;
+        if (!m.probing()) m.observe_step(1, k, k == 0 ? plain_s : k1_s + 0.010 * (k - 1));
+    }
+    return speculated;
+}
+
+TEST(SpecCostModel, AVerifyTimedInAFastMomentDoesNotBeatPlainDecoding) {
+    // Acceptance 0; the k = 1 steps happened to be timed below the plain step (33 vs 35 ms).
+    SpecCostModel m(2);
+    int probes = 0;
+    const int spec = chosen_k_over(m, 400, 0.035, 0.033, false, &probes);
+    EXPECT_LE(spec, 6) << "speculated steps at acceptance 0 (the first acceptance measurements included)";
+    EXPECT_LE(probes, 8);
+}
+
+TEST(SpecCostModel, HighAcceptanceSpeculates) {
+    // Every draft accepted and a verify at 40 ms + 10 ms drafting against a 35 ms plain step: k = 2
+    // yields 3 tokens per ~60 ms, plain 1 per 35 ms.
+    SpecCostModel m(2);
+    int probes = 0;
+    const int spec = chosen_k_over(m, 400, 0.035, 0.040, true, &probes);
+    EXPECT_GE(spec, 350);
+    EXPECT_GE(m.choose(1), 1);
+}
+
+}  // namespace
+}  // namespace gdn

@@ -170,11 +170,16 @@ int SpecCostModel::choose(int batch) {
     }
     // Measured cells by their expected rate; an unmeasured k only when even at the plain step's cost (a
     // verify never costs less) it could beat the best measured one: with low acceptance nothing is tried.
+    // A measured cell is never taken as cheaper than the plain step plus its drafting: a verify step is
+    // a forward of at least the plain step's and k draft steps, so a sample below that came from a faster
+    // moment of the machine, not from the verify (this VM's bandwidth moves by 30-50% between seconds;
+    // k = 1 at acceptance ~0 was once measured at 33.2 ms against plain 35.7 and then used throughout).
+    auto cost = [&](int k) { return std::max(t[k], t[0] + k * draft_s_); };
     int best = 0;
     double best_rate = expected_tokens(0) / t[0];
     for (int k = 1; k <= max_k_; ++k)
-        if (n[k] >= 2 && expected_tokens(k) / t[k] > best_rate) {
-            best_rate = expected_tokens(k) / t[k];
+        if (n[k] >= 2 && expected_tokens(k) / cost(k) > best_rate) {
+            best_rate = expected_tokens(k) / cost(k);
             best = k;
         }
     // A verify of more drafts costs at least what fewer cost, plus their drafting.
