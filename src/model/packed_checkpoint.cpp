@@ -1,6 +1,5 @@
 #include "model/packed_checkpoint.h"
 
-#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -56,15 +55,15 @@ Result<PackedWeight> read_packed_weight(const Checkpoint& ck, const std::string&
     auto md = ck.metadata().find(name);
     if (!t) return fail("missing (needed by the config)");
     if (md == ck.metadata().end()) return fail("no '<format> <N> <K>' entry in __metadata__");
-    PackedWeight p;
-    if (!parse_entry(md->second, &p.format, &p.N, &p.K))
+    WeightFormat format;
+    int64_t stored_N, stored_K;
+    if (!parse_entry(md->second, &format, &stored_N, &stored_K))
         return fail("__metadata__ entry '" + md->second + "' is not '<int8|int4> <N> <K>'");
-    if (p.N != N || p.K != K)
-        return fail(strprintf("holds [%lld, %lld], the config needs [%lld, %lld]", (long long)p.N, (long long)p.K,
-                              (long long)N, (long long)K));
-    p.K2 = (K + 1) / 2;
-    p.n_panels = (N + kPanelCols - 1) / kPanelCols;
-    p.n_groups = quant::n_groups(K);
+    if (stored_N != N || stored_K != K)
+        return fail(strprintf("holds [%lld, %lld], the config needs [%lld, %lld]", (long long)stored_N,
+                              (long long)stored_K, (long long)N, (long long)K));
+    PackedWeight p;
+    quant::set_quantized_shape(format, N, K, &p);
     const int64_t bb = quant::block_bytes(p.format);
     if (t->dtype != DType::U8 || t->rank != 3 || t->shape[0] != p.n_panels || t->shape[1] != p.n_groups ||
         t->shape[2] != bb)

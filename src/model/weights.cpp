@@ -78,7 +78,6 @@ public:
         if (!prepacked_) return make_swiglu_linear(gate, up, q_);
         return linear(name, {gate, up}, q_);
     }
-    bool prepacked() const { return prepacked_; }
     Quant quantization() const { return q_; }
     // The tensors read in float form and kept so (norms, conv taps, gates, router...): what a
     // pre-quantized checkpoint must carry beside the packed weights.
@@ -174,12 +173,8 @@ Status Loader::load_attention(const std::string& p, AttentionWeights* a) {
 Status Loader::load_gdn(const std::string& p, GdnWeights* g) {
     const int64_t H = c_.hidden, Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim, Dv = c_.gdn_v_dim;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, K = c_.conv_kernel, r = Hv / Hk;
-    if (prepacked_) {  // the packed in_proj is already in the flat order
-        GDN_ASSIGN_OR_RETURN(g->in_qkv, matrix("", {CD, H}));
-        GDN_ASSIGN_OR_RETURN(g->in_z, matrix("", {VD, H}));
-        GDN_ASSIGN_OR_RETURN(g->in_b, matrix("", {Hv, H}));
-        GDN_ASSIGN_OR_RETURN(g->in_a, matrix("", {Hv, H}));
-    } else if (c_.family == ModelFamily::QWEN3_NEXT) {
+    // A pre-quantized checkpoint holds the packed in_proj already in the flat order.
+    if (c_.family == ModelFamily::QWEN3_NEXT && !prepacked_) {
         // Regroup the per-key-head interleaved rows into the flat Qwen3.5 order (model_spec.md §4.5.1).
         GDN_ASSIGN_OR_RETURN(TensorView qkvz, matrix(p + "in_proj_qkvz.weight", {2 * KD + 2 * VD, H}));
         GDN_ASSIGN_OR_RETURN(TensorView ba, matrix(p + "in_proj_ba.weight", {2 * Hv, H}));
@@ -292,18 +287,12 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     w->prepacked = packed.has_value();
     Loader ld(c, ck, w.get(), q, packed.has_value());
     // A pre-quantized checkpoint holds the lm_head packed, and the embedding too when it is not tied.
-    const bool packed_tied = packed && !ck->find(std::string(kPackedPrefix) + "embed_tokens");
+    const bool tied = packed ? !ck->find(std::string(kPackedPrefix) + "embed_tokens") : !ck->find("lm_head.weight");
     GDN_ASSIGN_OR_RETURN(w->embed, ld.matrix("embed_tokens.weight", {c.vocab, c.hidden}));
     GDN_ASSIGN_OR_RETURN(w->final_norm, ld.get_norm1p("norm.weight", c.hidden));
-    if (packed) {
-        if (!packed_tied) {
-            GDN_ASSIGN_OR_RETURN(w->lm_head, ld.matrix("lm_head.weight", {c.vocab, c.hidden}));
-        } else {
-            w->lm_head = w->embed;
-        }
-    } else if (ck->find("lm_head.weight")) {
+    if (!tied) {
         GDN_ASSIGN_OR_RETURN(w->lm_head, ld.matrix("lm_head.weight", {c.vocab, c.hidden}));
-    } else if (c.tie_embeddings) {
+    } else if (packed || c.tie_embeddings) {
         w->lm_head = w->embed;
     } else {
         return Status::error(ck->dir() + ": missing tensor 'lm_head.weight' and tie_word_embeddings is false");
@@ -380,7 +369,6 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     auto drop_rows = [&](const TensorView& t) -> std::function<void(int64_t, int64_t)> {
         return [&ck, t](int64_t n0, int64_t n1) { ck->release(t, n0, n1); };
     };
-    const bool tied = packed ? packed_tied : w->lm_head.data == w->embed.data;
     GDN_ASSIGN_OR_RETURN(w->lm_head_packed,
                          ld.linear("lm_head", {w->lm_head}, q_head, q ? drop_rows(w->lm_head) : nullptr));
     if (q) {

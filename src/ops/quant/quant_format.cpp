@@ -106,15 +106,19 @@ uint16_t quantize_group(WeightFormat f, const float* w_in, int n, int8_t* q, boo
     return f32_to_f16(best_d);
 }
 
-void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<void(int64_t n, float* out)>& row,
-                    PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
-    GDN_CHECK(is_quantized(f), "pack_quantized: %s is not a quantized format", weight_format_name(f));
+void set_quantized_shape(WeightFormat f, int64_t N, int64_t K, PackedWeight* w) {
     w->format = f;
     w->N = N;
     w->K = K;
     w->K2 = (K + 1) / 2;
     w->n_panels = (N + kCols - 1) / kCols;
     w->n_groups = n_groups(K);
+}
+
+void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<void(int64_t n, float* out)>& row,
+                    PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
+    GDN_CHECK(is_quantized(f), "pack_quantized: %s is not a quantized format", weight_format_name(f));
+    set_quantized_shape(f, N, K, w);
     // Padding columns and k are q = 0 with scale 0: zero bytes for int8, and for int4 the offset level 8
     // in every nibble (0x88), not a zero nibble (q = -8).
     w->data.allocate(w->bytes(), true);

@@ -48,6 +48,10 @@ inline int64_t n_groups(int64_t K) { return (K + kQuantGroup - 1) / kQuantGroup;
 // zeros and sets *nonfinite (pack_quantized counts them in PackedWeight::nonfinite_groups).
 uint16_t quantize_group(WeightFormat f, const float* w, int n, int8_t* q, bool* nonfinite = nullptr);
 
+// Sets w's format and the geometry of a quantized [N, K] weight (panels, groups; data untouched): the
+// one definition pack_quantized and the pre-quantized checkpoint reader share.
+void set_quantized_shape(WeightFormat f, int64_t N, int64_t K, PackedWeight* w);
+
 // Packs rows of a logical [N, K] matrix into `w` (format, shape and data set). row(n, out) writes the
 // K f32 values of row n (the caller's source: a checkpoint tensor of any dtype, or several stacked).
 // rows_done(n0, n1), if set, is called once rows [n0, n1) have been read (in chunks of 256 rows, from
