@@ -71,6 +71,21 @@ BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({
     ->Args({2, 7168, 1024})->Args({3, 7168, 1024})->Args({4, 7168, 1024})->Args({5, 7168, 1024})->Args({8, 7168, 1024})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// One bf16 weight that stays in cache (the demo model's shapes: gate_up 1536 x 256, down 256 x 768,
+// lm_head 4160 x 256) at M = 1..4 rows: what a speculative verify of M tokens costs where the weights
+// are not streamed from DRAM (there the rows are not free: the step is compute and call bound).
+void BM_LinearResident(benchmark::State& state) {
+    const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
+    auto w = random_bf16(N * K);
+    const gdn::LinearWeight lw = gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
+    std::vector<float> x(M * K, 0.01f), y(M * N);
+    for (auto _ : state) gdn::linear(x.data(), M, lw, y.data(), true);
+    state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LinearResident)->ArgsProduct({{1, 2, 3, 4}, {1536}, {256}})->ArgsProduct({{1, 2, 3, 4}, {256}, {768}})
+    ->ArgsProduct({{1, 3}, {4160}, {256}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 // The quantized formats (4th arg: 0 = int8, 1 = int4) on the same shapes, weights streamed from DRAM as
 // in BM_LinearStream: GB/s counts the bytes actually packed (values and scales). A 5th arg of 1 keeps
 // one copy, resident in L3 (N = 4096, K = 1024: 4.5 MB int8, 2.4 MB int4): the kernel's compute ceiling.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -621,6 +622,100 @@ TEST(SpecCostModel, HighAcceptanceSpeculates) {
     const int spec = chosen_k_over(m, 400, 0.035, 0.040, true, &probes);
     EXPECT_GE(spec, 350);
     EXPECT_GE(m.choose(1), 1);
+}
+
+// A made-up machine and model for the cost model: plain steps of plain_s (the first cold_steps of them
+// at cold_s, as after a prefill), a verify of k drafts at verify_s(k) (its drafting included), draft
+// steps of draft_s, and drafts accepted with probability accept, one position after another.
+struct SimMachine {
+    int batch = 1;
+    double plain_s = 0.035, cold_s = 0.035, draft_s = 0.010;
+    int cold_steps = 0;
+    std::function<double(int)> verify_s;
+    double accept = 0.0;
+};
+
+struct SimCounts {
+    int speculated = 0, probes = 0, plain_after_start = 0;
+};
+
+SimCounts simulate(SpecCostModel& m, const SimMachine& sim, int steps) {
+    SimCounts c;
+    std::mt19937 rng(12345);
+    std::bernoulli_distribution ok(sim.accept);
+    int plain_steps = 0;
+    for (int i = 0; i < steps; ++i) {
+        const int k = m.choose(sim.batch);
+        if (k > 0) {
+            for (int p = 0; p < k; ++p) {
+                const bool a = ok(rng);
+                m.observe_acceptance(p, a);
+                if (!a) break;
+            }
+            m.observe_draft(sim.draft_s);
+        }
+        if (m.probing()) {
+            ++c.probes;
+            continue;  // a probe step is not timed
+        }
+        if (k > 0) {
+            ++c.speculated;
+            m.observe_step(sim.batch, k, sim.verify_s(k));
+        } else {
+            m.observe_step(sim.batch, 0, plain_steps++ < sim.cold_steps ? sim.cold_s : sim.plain_s);
+            if (i >= 100) ++c.plain_after_start;
+        }
+    }
+    return c;
+}
+
+TEST(SpecCostModel, ColdFirstPlainStepsDoNotMakeSpeculationLookCheap) {
+    // The demo model on an AVX2 machine: plain 0.9 ms (its first two steps 1.5 ms, cold after the
+    // prefill), a verify of k drafts 0.9 + 0.5 k ms, acceptance 0.5: k = 1 yields 1.5 tokens per 1.4 ms,
+    // less than plain's 1 per 0.9. With the minimum of two cold samples as the baseline the model chose
+    // speculation throughout (0.92 of plain measured).
+    SpecCostModel m(2);
+    SimMachine sim;
+    sim.plain_s = 0.0009;
+    sim.cold_s = 0.0015;
+    sim.cold_steps = 2;
+    sim.draft_s = 0.0002;
+    sim.verify_s = [](int k) { return 0.0009 + 0.0005 * k; };
+    sim.accept = 0.5;
+    const SimCounts c = simulate(m, sim, 400);
+    EXPECT_LE(c.speculated, 40) << m.describe();
+}
+
+TEST(SpecCostModel, HopelessProbesStopEarly) {
+    // Four sequences, a 46 ms plain step, a 10 ms draft step, nothing accepted: after two probes even
+    // the cheapest k = 1 step (56 ms for at most 1 + 0.17 tokens per sequence) loses to plain decoding,
+    // so the start-up probes stop there; the next comes from the exploration schedule.
+    SpecCostModel m(3);
+    SimMachine sim;
+    sim.batch = 4;
+    sim.plain_s = sim.cold_s = 0.046;
+    sim.verify_s = [](int k) { return 0.050 + 0.010 * k; };
+    const SimCounts c = simulate(m, sim, 128);
+    EXPECT_EQ(c.speculated, 0) << m.describe();
+    EXPECT_LE(c.probes, 3) << m.describe();
+    // With drafts accepted the same start probes four times and then speculates.
+    SpecCostModel h(3);
+    sim.accept = 0.9;
+    const SimCounts ch = simulate(h, sim, 128);
+    EXPECT_GE(ch.probes, 4);
+    EXPECT_GE(ch.speculated, 100) << h.describe();
+}
+
+TEST(SpecCostModel, PlainDecodingIsReMeasuredWhileSpeculating) {
+    // Speculation wins (everything accepted), and plain decoding keeps being timed now and then, so a
+    // baseline measured in a slow moment does not stay.
+    SpecCostModel m(2);
+    SimMachine sim;
+    sim.verify_s = [](int k) { return 0.040 + 0.010 * (k - 1); };
+    sim.accept = 1.0;
+    const SimCounts c = simulate(m, sim, 400);
+    EXPECT_GE(c.speculated, 350);
+    EXPECT_GE(c.plain_after_start, 2) << m.describe();
 }
 
 }  // namespace

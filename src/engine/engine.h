@@ -239,6 +239,7 @@ private:
     DraftHook draft_hook_;
     uint64_t reads_during_forward_ = 0;
     double host_seconds_ = 0, forward_seconds_ = 0;
+    double draft_seconds_ = 0;  // propose_drafts() at the end of the last step: the coming step's drafting
     int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
 };
 

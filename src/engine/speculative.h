@@ -65,8 +65,9 @@ struct SpecCounters {
 // used only where it measured faster. Plain decoding is measured first; another k is measured only while
 // its rate at a floor of its cost (the plain step plus its drafting) would beat the best measured rate
 // by kTryMargin, so with low acceptance the costly cells are never tried. Every kExplorePeriod steps of
-// a bucket a neighbour of the best k is re-measured; when plain decoding is best, one sequence drafts
-// one token instead (a probe of the acceptance), at doubling intervals while plain keeps winning.
+// a bucket plain decoding or a neighbour of the best k is re-measured; when plain decoding is best, one
+// sequence drafts one token instead (a probe of the acceptance), at doubling intervals while plain keeps
+// winning. A cell's time is the lower median of its recent samples.
 class SpecCostModel {
 public:
     static constexpr int kBuckets = 7;           // B = 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
@@ -75,6 +76,9 @@ public:
     // An unmeasured k is tried only if its optimistic rate beats the best measured one by this factor:
     // measuring a bad k costs whole steps at its price.
     static constexpr double kTryMargin = 1.25;
+    static constexpr int kPlainFirst = 4;     // plain steps timed before anything else
+    static constexpr int kInitialProbes = 4;  // acceptance probes at the start, at most ...
+    static constexpr int kMinProbes = 2;      // ... and at least
 
     explicit SpecCostModel(int max_k = 0) { reset(max_k); }
     void reset(int max_k);
@@ -101,6 +105,7 @@ private:
     int64_t steps_[kBuckets] = {};
     int64_t period_[kBuckets] = {}, next_explore_[kBuckets] = {};  // exploration schedule per bucket
     std::vector<double> acc_, seen_;        // per position: decayed accepted / reached counts
+    int64_t first_drafts_seen_ = 0;         // drafts verified at position 0 so far (not decayed)
     bool probe_ = false;
     double draft_s_ = 0;  // EMA of observe_draft()
 };
