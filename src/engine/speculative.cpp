@@ -168,8 +168,8 @@ int SpecCostModel::choose(int batch) {
     // Then the acceptance, from one-sequence probes (at B = 1 a probe is a k = 1 step), kInitialProbes of
     // them unless the first ones already show that drafting cannot pay: even at its cheapest (the plain
     // step plus one draft step) k = 1 would lose to plain decoding at the acceptance seen so far. Each
-    // probe costs a draft step (a third to a fifth of a plain step at the 0.8B shape), so with acceptance
-    // ~0 two probes instead of four were 1-2% of a 128-token run.
+    // probe costs a draft step (a fifth to a third of a plain step at the 0.8B shape) and the MTP
+    // catch-up: with acceptance ~0 the probes past the second only cost.
     if (first_drafts_seen_ < kInitialProbes) {
         const bool hopeless = first_drafts_seen_ >= kMinProbes && draft_s_ > 0 &&
                               expected_tokens(1) / (t[0] + draft_s_) < expected_tokens(0) / t[0];
