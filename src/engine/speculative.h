@@ -99,7 +99,7 @@ public:
 
 private:
     int max_k_ = 0;
-    std::vector<double> step_s_[kBuckets];  // [k + 1]: step seconds (recent minimum); 0 = unmeasured
+    std::vector<double> step_s_[kBuckets];  // [k + 1]: step seconds (recent lower median); 0 = unmeasured
     std::vector<std::vector<double>> recent_[kBuckets];  // [k + 1]: the last samples
     std::vector<int> samples_[kBuckets];    // [k + 1]: measurements so far
     int64_t steps_[kBuckets] = {};
