@@ -588,42 +588,6 @@ TEST(Speculative, ServerReportsAcceptanceInMetrics) {
 namespace gdn {
 namespace {
 
-// The cost model on made-up timings (seconds): the machine's speed moves between samples, so a verify
-// cell measured in a fast moment must not beat plain decoding on timing alone.
-int chosen_k_over(SpecCostModel& m, int steps, double plain_s, double k1_s, bool accept, int* probes) {
-    int speculated = 0;
-    for (int i = 0; i < steps; ++i) {
-        const int k = m.choose(1);
-        if (k > 0) {
-            for (int p = 0; p < k; ++p) m.observe_acceptance(p, accept);
-            m.observe_draft(0.010);
-        }
-        if (m.probing()) ++*probes;
-        else if (k > 0) ++speculated;
-        if (!m.probing()) m.observe_step(1, k, k == 0 ? plain_s : k1_s + 0.010 * (k - 1));
-    }
-    return speculated;
-}
-
-TEST(SpecCostModel, AVerifyTimedInAFastMomentDoesNotBeatPlainDecoding) {
-    // Acceptance 0; the k = 1 steps happened to be timed below the plain step (33 vs 35 ms).
-    SpecCostModel m(2);
-    int probes = 0;
-    const int spec = chosen_k_over(m, 400, 0.035, 0.033, false, &probes);
-    EXPECT_LE(spec, 6) << "speculated steps at acceptance 0 (the first acceptance measurements included)";
-    EXPECT_LE(probes, 8);
-}
-
-TEST(SpecCostModel, HighAcceptanceSpeculates) {
-    // Every draft accepted and a verify at 40 ms + 10 ms drafting against a 35 ms plain step: k = 2
-    // yields 3 tokens per ~60 ms, plain 1 per 35 ms.
-    SpecCostModel m(2);
-    int probes = 0;
-    const int spec = chosen_k_over(m, 400, 0.035, 0.040, true, &probes);
-    EXPECT_GE(spec, 350);
-    EXPECT_GE(m.choose(1), 1);
-}
-
 // A made-up machine and model for the cost model: plain steps of plain_s (the first cold_steps of them
 // at cold_s, as after a prefill), a verify of k drafts at verify_s(k) (its drafting included), draft
 // steps of draft_s, and drafts accepted with probability accept, one position after another.
@@ -667,6 +631,30 @@ SimCounts simulate(SpecCostModel& m, const SimMachine& sim, int steps) {
         }
     }
     return c;
+}
+
+TEST(SpecCostModel, AVerifyTimedInAFastMomentDoesNotBeatPlainDecoding) {
+    // Acceptance 0; the k = 1 steps happened to be timed below the plain step (33 vs 35 ms): the
+    // machine's speed moves between samples, so a verify cell measured in a fast moment must not beat
+    // plain decoding on timing alone.
+    SpecCostModel m(2);
+    SimMachine sim;
+    sim.verify_s = [](int k) { return 0.033 + 0.010 * (k - 1); };
+    const SimCounts c = simulate(m, sim, 400);
+    EXPECT_LE(c.speculated, 6) << "speculated steps at acceptance 0 (the first acceptance measurements included)";
+    EXPECT_LE(c.probes, 8);
+}
+
+TEST(SpecCostModel, HighAcceptanceSpeculates) {
+    // Every draft accepted and a verify at 40 ms + 10 ms drafting against a 35 ms plain step: k = 2
+    // yields 3 tokens per ~60 ms, plain 1 per 35 ms.
+    SpecCostModel m(2);
+    SimMachine sim;
+    sim.verify_s = [](int k) { return 0.040 + 0.010 * (k - 1); };
+    sim.accept = 1.0;
+    const SimCounts c = simulate(m, sim, 400);
+    EXPECT_GE(c.speculated, 350);
+    EXPECT_GE(m.choose(1), 1);
 }
 
 TEST(SpecCostModel, ColdFirstPlainStepsDoNotMakeSpeculationLookCheap) {
