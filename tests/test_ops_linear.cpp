@@ -57,9 +57,10 @@ TEST(OpsLinear, EveryIsaMatchesReference) {
 
 // A row's products do not depend on the batch it is computed in (bitwise): the engine's concurrent ==
 // alone and prefix-cache == recompute guarantees rest on it. M = 1 (decode), M = 12 (one vector tile),
-// M = 45 (AMX: a full 32-row block and a copied tail; vector: k-blocked prefill); K past both k blocks.
+// M = 45 (AMX: a full 32-row block and a copied tail; vector: k-blocked prefill); K past both k blocks,
+// and an odd K (its last k-pair half empty). M = 2..5: a verify step's rows (whole-K tiles or k blocks).
 TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
-    for (int64_t K : {int64_t{40}, int64_t{1024}, int64_t{4100}}) {
+    for (int64_t K : {int64_t{40}, int64_t{41}, int64_t{1024}, int64_t{4100}}) {
         const int64_t N = 70, Mmax = 45;
         auto wf = random_vec(N * K, static_cast<uint32_t>(K), -0.5f, 0.5f);
         std::vector<uint16_t> wb(N * K);
@@ -70,7 +71,7 @@ TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
             path.use();
             std::vector<float> all(Mmax * N);
             linear(x.data(), Mmax, lw, all.data(), true, true);
-            for (int64_t M : {int64_t{1}, int64_t{12}, int64_t{33}}) {
+            for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{12}, int64_t{33}}) {
                 for (int64_t m0 : {int64_t{0}, Mmax - M}) {
                     std::vector<float> part(M * N);
                     linear(x.data() + m0 * K, M, lw, part.data(), true, true);
