@@ -34,123 +34,140 @@ int32_t argmax_of(const float* x, const LinearWeight& w) {
     return id;
 }
 
-// The screen only runs on AVX-512 with VNNI; elsewhere these tests check the full path against itself.
-bool screen_runs() { return argmax_screen_available(); }
+// Runs body on every fast path whose kernels run a screen (AVX-512 VNNI: vpdpbusd; AVX2: vpmaddubsw, also
+// on an AVX-512 CPU), each against that path's own full pass; skips where no path has one.
+template <typename F>
+void on_screen_paths(const F& body) {
+    int ran = 0;
+    for (const FastPath& path : fast_paths()) {
+        path.use();
+        if (!argmax_screen_available()) continue;
+        SCOPED_TRACE(path.name());
+        body();
+        ++ran;
+    }
+    restore_default_kernels();
+    if (ran == 0) GTEST_SKIP() << "no screen kernel here (needs AVX2)";
+}
 
 TEST(ArgmaxScreen, RandomOutputsGiveTheFullPassIds) {
-    if (!screen_runs()) GTEST_SKIP() << "no AVX-512 VNNI here";
-    for (auto [N, K] : std::vector<std::array<int64_t, 2>>{{1, 1}, {31, 3}, {33, 5}, {100, 64}, {1000, 127}, {5000, 1024},
-                                                           {40000, 256}}) {
-        Screened w(random_vec(N * K, static_cast<uint32_t>(N + K), -0.1f, 0.1f), N, K);
-        ASSERT_TRUE(w.screened.screen);
-        for (uint32_t trial = 0; trial < 20; ++trial) {
-            auto x = random_vec(K, 100 + trial, -2.0f, 2.0f);
-            if (trial % 4 == 1) x[trial % K] = 60.0f;   // an outlier channel: coarse x quantisation
-            if (trial % 4 == 2)
-                for (auto& v : x) v *= 1e-3f;           // small activations
-            const int32_t want = argmax_of(x.data(), w.full);
-            // The screen itself (true: it ran, no overflow), and through linear_argmax.
-            std::vector<uint32_t> xp((K + 1) / 2, 0);
-            for (int64_t k = 0; k < K; ++k) xp[k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[k])) << (16 * (k & 1));
-            // x is quantised with one scale: an outlier channel widens the bounds, and the candidates may
-            // overflow (then the full pass runs, counted); otherwise the screen must run.
-            int32_t got = -7;
-            const bool ran = screened_argmax(xp.data(), 1, w.screened, &got);
-            if (trial % 4 != 1) {
-                ASSERT_TRUE(ran) << "N=" << N << " K=" << K << " trial=" << trial;
+    on_screen_paths([&] {
+        for (auto [N, K] : std::vector<std::array<int64_t, 2>>{{1, 1}, {31, 3}, {33, 5}, {100, 64}, {1000, 127}, {5000, 1024},
+                                                               {40000, 256}}) {
+            Screened w(random_vec(N * K, static_cast<uint32_t>(N + K), -0.1f, 0.1f), N, K);
+            ASSERT_TRUE(w.screened.screen);
+            for (uint32_t trial = 0; trial < 20; ++trial) {
+                auto x = random_vec(K, 100 + trial, -2.0f, 2.0f);
+                if (trial % 4 == 1) x[trial % K] = 60.0f;   // an outlier channel: coarse x quantisation
+                if (trial % 4 == 2)
+                    for (auto& v : x) v *= 1e-3f;           // small activations
+                const int32_t want = argmax_of(x.data(), w.full);
+                // The screen itself (true: it ran, no overflow), and through linear_argmax.
+                std::vector<uint32_t> xp((K + 1) / 2, 0);
+                for (int64_t k = 0; k < K; ++k) xp[k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[k])) << (16 * (k & 1));
+                // x is quantised with one scale: an outlier channel widens the bounds, and the candidates may
+                // overflow (then the full pass runs, counted); otherwise the screen must run.
+                int32_t got = -7;
+                const bool ran = screened_argmax(xp.data(), 1, w.screened, &got);
+                if (trial % 4 != 1) {
+                    ASSERT_TRUE(ran) << "N=" << N << " K=" << K << " trial=" << trial;
+                }
+                if (ran) {
+                    EXPECT_EQ(got, want) << "N=" << N << " K=" << K << " trial=" << trial;
+                }
+                EXPECT_EQ(argmax_of(x.data(), w.screened), want) << "N=" << N << " K=" << K << " trial=" << trial;
             }
-            if (ran) {
-                EXPECT_EQ(got, want) << "N=" << N << " K=" << K << " trial=" << trial;
-            }
-            EXPECT_EQ(argmax_of(x.data(), w.screened), want) << "N=" << N << " K=" << K << " trial=" << trial;
         }
-    }
+    });
 }
 
 // Up to four rows in one stream of the int8 copy (a speculative verify's rows): each row's id is the
 // full pass's, whatever the other rows hold (an outlier row, a zero row, rows that share the argmax).
 TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
-    if (!screen_runs()) GTEST_SKIP() << "no AVX-512 VNNI here";
-    for (auto [N, K] : std::vector<std::array<int64_t, 2>>{{33, 5}, {1000, 127}, {40000, 256}}) {
-        Screened w(random_vec(N * K, static_cast<uint32_t>(3 * N + K), -0.1f, 0.1f), N, K);
-        for (int64_t M = 1; M <= 5; ++M) {
-            for (uint32_t trial = 0; trial < 6; ++trial) {
-                std::vector<float> x = random_vec(M * K, 500 + 10 * static_cast<uint32_t>(M) + trial, -2.0f, 2.0f);
-                if (M > 1 && trial % 3 == 1)
-                    for (int64_t k = 0; k < K; ++k) x[K + k] = 0.0f;                       // a zero row
-                if (M > 2 && trial % 3 == 2) std::copy(x.begin(), x.begin() + K, x.begin() + 2 * K);  // a repeated row
-                std::vector<int32_t> want(M), got(M, -7), through(M, -7);
-                for (int64_t m = 0; m < M; ++m) want[m] = argmax_of(x.data() + m * K, w.full);
-                const int64_t K2 = (K + 1) / 2;
-                std::vector<uint32_t> xp(M * K2, 0);
-                for (int64_t m = 0; m < M; ++m)
-                    for (int64_t k = 0; k < K; ++k)
-                        xp[m * K2 + k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[m * K + k])) << (16 * (k & 1));
-                const bool ran = screened_argmax(xp.data(), M, w.screened, got.data());
-                // A zero row's outputs are all equal: beyond the candidate capacity the full pass runs.
-                const bool flat_row = M > 1 && trial % 3 == 1;
-                if (!flat_row || N <= 4096) {
-                    EXPECT_EQ(ran, M <= 4) << "N=" << N << " M=" << M << " trial=" << trial;
+    on_screen_paths([&] {
+        for (auto [N, K] : std::vector<std::array<int64_t, 2>>{{33, 5}, {1000, 127}, {40000, 256}}) {
+            Screened w(random_vec(N * K, static_cast<uint32_t>(3 * N + K), -0.1f, 0.1f), N, K);
+            for (int64_t M = 1; M <= 5; ++M) {
+                for (uint32_t trial = 0; trial < 6; ++trial) {
+                    std::vector<float> x = random_vec(M * K, 500 + 10 * static_cast<uint32_t>(M) + trial, -2.0f, 2.0f);
+                    if (M > 1 && trial % 3 == 1)
+                        for (int64_t k = 0; k < K; ++k) x[K + k] = 0.0f;                       // a zero row
+                    if (M > 2 && trial % 3 == 2) std::copy(x.begin(), x.begin() + K, x.begin() + 2 * K);  // a repeated row
+                    std::vector<int32_t> want(M), got(M, -7), through(M, -7);
+                    for (int64_t m = 0; m < M; ++m) want[m] = argmax_of(x.data() + m * K, w.full);
+                    const int64_t K2 = (K + 1) / 2;
+                    std::vector<uint32_t> xp(M * K2, 0);
+                    for (int64_t m = 0; m < M; ++m)
+                        for (int64_t k = 0; k < K; ++k)
+                            xp[m * K2 + k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[m * K + k])) << (16 * (k & 1));
+                    const bool ran = screened_argmax(xp.data(), M, w.screened, got.data());
+                    // A zero row's outputs are all equal: beyond the candidate capacity the full pass runs.
+                    const bool flat_row = M > 1 && trial % 3 == 1;
+                    if (!flat_row || N <= 4096) {
+                        EXPECT_EQ(ran, M <= 4) << "N=" << N << " M=" << M << " trial=" << trial;
+                    }
+                    if (ran) {
+                        EXPECT_EQ(got, want) << "N=" << N << " M=" << M << " trial=" << trial;
+                    }
+                    linear_argmax(x.data(), M, w.screened, through.data(), true);
+                    EXPECT_EQ(through, want) << "N=" << N << " M=" << M << " trial=" << trial;
                 }
-                if (ran) {
-                    EXPECT_EQ(got, want) << "N=" << N << " M=" << M << " trial=" << trial;
-                }
-                linear_argmax(x.data(), M, w.screened, through.data(), true);
-                EXPECT_EQ(through, want) << "N=" << N << " M=" << M << " trial=" << trial;
             }
         }
-    }
+    });
 }
 
 TEST(ArgmaxScreen, ExactAndNearTiesAreDecidedByTheExactKernel) {
-    if (!screen_runs()) GTEST_SKIP() << "no AVX-512 VNNI here";
-    const int64_t N = 30000, K = 96;
-    auto wf = random_vec(N * K, 3, -0.05f, 0.05f);
-    const auto x = random_vec(K, 4, 0.5f, 1.0f);  // positive: a row of large positive weights wins
-    auto set_row = [&](int64_t n, float v) {
-        for (int64_t k = 0; k < K; ++k) wf[n * K + k] = v;
-    };
-    // Exact ties in different panels and balanced chunks: the lowest column wins.
-    set_row(20001, 0.5f);
-    set_row(9, 0.5f);
-    set_row(29999, 0.5f);
-    {
-        Screened w(wf, N, K);
-        EXPECT_EQ(argmax_of(x.data(), w.full), 9);
-        EXPECT_EQ(argmax_of(x.data(), w.screened), 9);
-    }
-    // A near tie: column 20001 larger by one bf16 ulp in one weight (far below the int8 resolution).
-    wf[20001 * K + 17] = bf16_to_f32(static_cast<uint16_t>(f32_to_bf16(0.5f) + 1));
-    {
-        Screened w(wf, N, K);
-        EXPECT_EQ(argmax_of(x.data(), w.full), 20001);
-        EXPECT_EQ(argmax_of(x.data(), w.screened), 20001);
-    }
+    on_screen_paths([&] {
+        const int64_t N = 30000, K = 96;
+        auto wf = random_vec(N * K, 3, -0.05f, 0.05f);
+        const auto x = random_vec(K, 4, 0.5f, 1.0f);  // positive: a row of large positive weights wins
+        auto set_row = [&](int64_t n, float v) {
+            for (int64_t k = 0; k < K; ++k) wf[n * K + k] = v;
+        };
+        // Exact ties in different panels and balanced chunks: the lowest column wins.
+        set_row(20001, 0.5f);
+        set_row(9, 0.5f);
+        set_row(29999, 0.5f);
+        {
+            Screened w(wf, N, K);
+            EXPECT_EQ(argmax_of(x.data(), w.full), 9);
+            EXPECT_EQ(argmax_of(x.data(), w.screened), 9);
+        }
+        // A near tie: column 20001 larger by one bf16 ulp in one weight (far below the int8 resolution).
+        wf[20001 * K + 17] = bf16_to_f32(static_cast<uint16_t>(f32_to_bf16(0.5f) + 1));
+        {
+            Screened w(wf, N, K);
+            EXPECT_EQ(argmax_of(x.data(), w.full), 20001);
+            EXPECT_EQ(argmax_of(x.data(), w.screened), 20001);
+        }
+    });
 }
 
 TEST(ArgmaxScreen, FlatZeroAndNonFiniteRowsStillGiveTheFullPassIds) {
-    if (!screen_runs()) GTEST_SKIP() << "no AVX-512 VNNI here";
-    // Every column equal: all are candidates, more than the screen keeps; it falls back (counted).
-    const int64_t N = 20000, K = 16;
-    std::vector<float> flat(N * K, 0.25f);
-    Screened w(flat, N, K);
-    auto x = random_vec(K, 9);
-    const uint64_t before = fallback_count(OpId::ARGMAX);
-    EXPECT_EQ(argmax_of(x.data(), w.screened), 0);
-    EXPECT_EQ(fallback_count(OpId::ARGMAX), before + 1);
-    // A zero row: every output is 0, the first column wins.
-    Screened r(random_vec(300 * K, 10), 300, K);
-    std::vector<float> zero(K, 0.0f);
-    EXPECT_EQ(argmax_of(zero.data(), r.screened), argmax_of(zero.data(), r.full));
-    EXPECT_EQ(argmax_of(zero.data(), r.screened), 0);
-    // A non-finite row is left to the full pass (whose NaN outputs the screen cannot bound).
-    std::vector<float> bad(K, 1.0f);
-    bad[3] = INFINITY;
-    int32_t id = -7;
-    uint32_t xp[8];
-    for (int64_t k = 0; k < K; k += 2) xp[k / 2] = f32_to_bf16(bad[k]) | static_cast<uint32_t>(f32_to_bf16(bad[k + 1])) << 16;
-    EXPECT_FALSE(screened_argmax(xp, 1, r.screened, &id));
-    EXPECT_EQ(id, -7);
+    on_screen_paths([&] {
+        // Every column equal: all are candidates, more than the screen keeps; it falls back (counted).
+        const int64_t N = 20000, K = 16;
+        std::vector<float> flat(N * K, 0.25f);
+        Screened w(flat, N, K);
+        auto x = random_vec(K, 9);
+        const uint64_t before = fallback_count(OpId::ARGMAX);
+        EXPECT_EQ(argmax_of(x.data(), w.screened), 0);
+        EXPECT_EQ(fallback_count(OpId::ARGMAX), before + 1);
+        // A zero row: every output is 0, the first column wins.
+        Screened r(random_vec(300 * K, 10), 300, K);
+        std::vector<float> zero(K, 0.0f);
+        EXPECT_EQ(argmax_of(zero.data(), r.screened), argmax_of(zero.data(), r.full));
+        EXPECT_EQ(argmax_of(zero.data(), r.screened), 0);
+        // A non-finite row is left to the full pass (whose NaN outputs the screen cannot bound).
+        std::vector<float> bad(K, 1.0f);
+        bad[3] = INFINITY;
+        int32_t id = -7;
+        uint32_t xp[8];
+        for (int64_t k = 0; k < K; k += 2) xp[k / 2] = f32_to_bf16(bad[k]) | static_cast<uint32_t>(f32_to_bf16(bad[k + 1])) << 16;
+        EXPECT_FALSE(screened_argmax(xp, 1, r.screened, &id));
+        EXPECT_EQ(id, -7);
+    });
 }
 
 TEST(ArgmaxScreen, NotBuiltForNonFiniteWeightsAndOffWhenForcedToTheReference) {

@@ -383,8 +383,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         w->lm_head.data = w->embed.data = nullptr;  // shapes stay for reports; the rows are the packed ones
     }
     // The exact greedy argmax streams an int8 copy of the lm_head (half its bytes; +50% of its memory)
-    // where the CPU has int8 dot products (ops/argmax_screen.h).
-    if (has_int8_dot() && has_bf16_dot() && w->lm_head_packed.packed.format == WeightFormat::BF16)
+    // on AVX-512 VNNI and AVX2 CPUs (ops/argmax_screen.h).
+    if (argmax_screen_supported_by_cpu() && w->lm_head_packed.packed.format == WeightFormat::BF16)
         w->lm_head_packed.screen = make_int8_screen(w->lm_head_packed.packed);
     // Tied: the embedding rows come from the packed copy (huge pages) at no extra memory. Untied tables
     // stay on the checkpoint mapping (a packed copy would cost V x H more memory for ~10-50 us a step).

@@ -82,10 +82,24 @@ std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w) {
     return s;
 }
 
-bool argmax_screen_available() {
-    return op_isa(OpId::ARGMAX) == Isa::AVX512 && op_isa(OpId::LINEAR) == Isa::AVX512 && has_bf16_dot() &&
-           has_int8_dot();
+namespace {
+// Which kernels the screen and its exact pass run on: the full pass's own (linear_argmax).
+//   VNNI: vpdpbusd screen; exact pass = linear_bf16dot_argmax (the bf16 dot full pass).
+//   AVX2: vpmaddubsw screen (any AVX2 CPU); exact pass = the f32-FMA linear kernel of the linear op's ISA
+//         on the bf16-rounded x, as linear() computes the full pass there.
+enum class ScreenPath { NONE, VNNI, AVX2 };
+ScreenPath screen_path() {
+    const Isa lin = op_isa(OpId::LINEAR), am = op_isa(OpId::ARGMAX);
+    if (lin == Isa::REF || am == Isa::REF) return ScreenPath::NONE;
+    if (lin == Isa::AVX512 && am == Isa::AVX512 && has_bf16_dot() && has_int8_dot()) return ScreenPath::VNNI;
+    if (lin == Isa::AVX512 && has_bf16_dot()) return ScreenPath::NONE;  // bf16 dot without VNNI: no CPU has it
+    return ScreenPath::AVX2;
 }
+}  // namespace
+
+bool argmax_screen_available() { return screen_path() != ScreenPath::NONE; }
+
+bool argmax_screen_supported_by_cpu() { return cpu_isa() != Isa::REF; }
 
 namespace {
 // x (bf16 pairs [K2]) as the screen reads it: xq (k-quads of xq_k + 128, padding xq = 0) and the bound's
@@ -123,13 +137,14 @@ bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenR
 }  // namespace
 
 bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids) {
-    if (!w.screen || !argmax_screen_available() || M < 1 || M > cpu::avx512::kScreenRows) return false;
+    const ScreenPath path = screen_path();
+    if (!w.screen || path == ScreenPath::NONE || M < 1 || M > cpu::kScreenRows) return false;
     const Int8Screen& s = *w.screen;
     const PackedWeight& pw = w.packed;
     const int rows = static_cast<int>(M);
     thread_local std::vector<uint32_t> xq;
     xq.resize(static_cast<size_t>(rows) * s.K4);
-    ScreenRow r[cpu::avx512::kScreenRows];
+    ScreenRow r[cpu::kScreenRows];
     for (int m = 0; m < rows; ++m)
         if (!screen_row(xp + m * pw.K2, s.K, s.K4, xq.data() + m * s.K4, &r[m])) return false;
 
@@ -159,8 +174,9 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
         float* cand_hi_p = cand_hi.data();
         pool.parallel_for_balanced(s.n_panels, min_stream_panels(s.K4 * 128), [&](int ith, int64_t p0, int64_t p1) {
             if (!ok[ith]) return;
-            ok[ith] = cpu::avx512::screen_i8(xq_p, rows, s, r, p0, p1, lo + ith * rows, cand_p + ith * rows * kCap,
-                                             cand_hi_p + ith * rows * kCap, n_cand + ith * rows, kCap);
+            auto* kernel = path == ScreenPath::VNNI ? cpu::avx512::screen_i8 : cpu::avx2::screen_i8;
+            ok[ith] = kernel(xq_p, rows, s, r, p0, p1, lo + ith * rows, cand_p + ith * rows * kCap,
+                             cand_hi_p + ith * rows * kCap, n_cand + ith * rows, kCap);
         });
     }
     for (int t = 0; t < nth; ++t)
@@ -194,11 +210,34 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
         int64_t* best_ix = best_ix_buf.data();
         const int64_t* panels_p = panels.data();
         const uint32_t* xm = xp + m * pw.K2;
+        // The f32 kernels' input: the row's bf16 values (xp holds the rounded x linear() multiplies).
+        thread_local std::vector<float> xf_buf;
+        const float* xf = nullptr;
+        if (path == ScreenPath::AVX2) {
+            xf_buf.resize(pw.K);
+            for (int64_t k = 0; k < pw.K; ++k) xf_buf[k] = bf16_to_f32(static_cast<uint16_t>(xm[k / 2] >> (16 * (k & 1))));
+            xf = xf_buf.data();
+        }
+        const bool f32_avx512 = op_isa(OpId::LINEAR) == Isa::AVX512;
         pool.parallel_for_balanced(static_cast<int64_t>(panels.size()), 1, [&](int ith, int64_t i0, int64_t i1) {
+            thread_local std::vector<float> y;  // the exact outputs of this thread's panels (at their columns)
+            if (path == ScreenPath::AVX2 && y.size() < static_cast<size_t>(pw.n_panels * kPanelCols))
+                y.resize(pw.n_panels * kPanelCols);
             for (int64_t j = i0; j < i1; ++j) {
-                float v;
-                int64_t i;
-                cpu::avx512::linear_bf16dot_argmax(xm, 1, pw.K2, pw, panels_p[j], panels_p[j] + 1, &v, &i);
+                const int64_t pj = panels_p[j];
+                float v = 0.0f;
+                int64_t i = -1;
+                if (path == ScreenPath::VNNI) {
+                    cpu::avx512::linear_bf16dot_argmax(xm, 1, pw.K2, pw, pj, pj + 1, &v, &i);
+                } else {
+                    if (f32_avx512) cpu::avx512::linear_f32(xf, 1, pw.K, pw, y.data(), pw.N, pj, pj + 1, false);
+                    else cpu::avx2::linear_f32(xf, 1, pw.K, pw, y.data(), pw.N, pj, pj + 1, false);
+                    for (int64_t n = pj * kPanelCols; n < std::min(pw.N, (pj + 1) * kPanelCols); ++n)
+                        if (argmax_better(y[n], n, v, i)) {
+                            v = y[n];
+                            i = n;
+                        }
+                }
                 if (argmax_better(v, i, best_v[ith], best_ix[ith])) {
                     best_v[ith] = v;
                     best_ix[ith] = i;

@@ -55,18 +55,22 @@ struct ScreenRow {
     float c_abs;  // absolute: weights below 2^-126 (flushed), denormal partial sums (flushed), bound rounding
 };
 
-// The screen of a BF16 packed weight (threaded over panels). Needs AVX-512 VNNI to be used.
+// The screen of a BF16 packed weight (threaded over panels). Runs where argmax_screen_available().
 std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w);
 
 // True and ids[m] = argmax_n (x_m @ W^T) for M <= 4 rows given as bf16 pairs [M, K2] (the exact
-// kernel's input; a speculative verify's rows share one stream of the int8 copy), when w has a screen
-// and this CPU runs it; false (nothing written) otherwise or when a row is not finite, so the caller
+// kernel's input, bf16-rounded as linear() rounds it; a speculative verify's rows share one stream of
+// the int8 copy), when w has a screen and argmax_screen_available(); false (nothing written) otherwise or when a row is not finite, so the caller
 // runs the full pass. Counts a fallback when the candidates overflow (near-flat outputs: then the full
 // pass is cheaper).
 bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids);
 
-// Whether screened_argmax can run here (AVX-512 with VNNI and bf16 dot products, not forced to the
-// reference).
+// Whether screened_argmax can run with the kernels selected now: AVX-512 with VNNI and bf16 dot products
+// (vpdpbusd), or the AVX2 kernel where the linear op runs the f32-FMA kernels (AVX2, or AVX-512 without
+// bf16 dot products); not where the linear or argmax op is forced to the reference.
 bool argmax_screen_available();
+// Whether this CPU can run a screen at all (AVX2 or better), whatever ISA is selected now: a loaded
+// weight gets its screen then, so that switching ISAs (tests, A/B runs) finds it.
+bool argmax_screen_supported_by_cpu();
 
 }  // namespace gdn

@@ -1,5 +1,7 @@
 #include "ops/dispatch.h"
 
+#include "ops/argmax_screen.h"
+
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -304,6 +306,8 @@ std::string kernel_selection_report() {
             s += " (bf16-mode prefill rows past 256 keys: AMX tiles, Q/K/V/P in bf16)";
         else if (op == OpId::ARGMAX && isa == Isa::AVX512 && has_bf16_dot() && has_int8_dot())
             s += " (greedy lm_head: int8 screen (vpdpbusd), candidates rechecked in bf16)";
+        else if (op == OpId::ARGMAX && argmax_screen_available())
+            s += " (greedy lm_head: int8 screen (vpmaddubsw), candidates rechecked by the f32 linear kernel)";
         s += "\n";
     }
     return s;

@@ -112,6 +112,18 @@ float* products_scratch(size_t n) {
 
 int64_t min_panels(const PackedWeight& p) { return min_stream_panels(p.panel_bytes()); }
 
+// x [M, K], already bf16 values, as bf16 pairs [M, K2] (the top half of each f32: exact; odd K padded 0).
+void pack_rounded_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
+    for (int64_t m = 0; m < M; ++m) {
+        std::fill(xp + m * K2, xp + (m + 1) * K2, 0u);
+        for (int64_t k = 0; k < K; ++k) {
+            uint32_t bits;
+            std::memcpy(&bits, x + m * K + k, 4);
+            xp[m * K2 + k / 2] |= (bits >> 16) << (16 * (k & 1));
+        }
+    }
+}
+
 }  // namespace
 
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
@@ -208,8 +220,21 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
-    if (!(op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_act && p.format == WeightFormat::BF16 && p.data.data() && has_bf16_dot())) {
-        // Other paths materialise the products, then take the argmax of each row.
+    const bool bf16_weight = bf16_act && p.format == WeightFormat::BF16 && p.data.data();
+    const bool dot = op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_weight && has_bf16_dot();
+    if (!dot) {
+        // The f32-FMA kernels: M <= 4 rows try the int8 screen on the x that linear() multiplies (rounded
+        // by the same code, then packed as bf16 pairs: exact); otherwise, and when the screen declines,
+        // the products are materialised and each row's argmax taken.
+        if (bf16_weight && w.screen && M <= cpu::kScreenRows && argmax_screen_available()) {
+            float* xr = products_scratch(M * K);
+            std::memcpy(xr, x, M * K * sizeof(float));
+            if (op_isa(OpId::LINEAR) == Isa::AVX512) cpu::avx512::round_bf16_inplace(xr, M * K);
+            else cpu::avx2::round_bf16_inplace(xr, M * K);
+            uint32_t* xp = scratch<uint32_t>(M * p.K2);
+            pack_rounded_bf16_pairs(xr, M, K, xp, p.K2);
+            if (screened_argmax(xp, M, w, ids)) return;
+        }
         float* y = products_scratch(M * N);
         linear(x, M, w, y, bf16_act);
         for (int64_t m = 0; m < M; ++m) ids[m] = static_cast<int32_t>(ops::argmax(y + m * N, N));

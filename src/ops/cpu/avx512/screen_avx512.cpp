@@ -15,17 +15,6 @@ namespace gdn::cpu::avx512 {
 
 namespace {
 
-// Keeps the candidates that can still reach `lo` (the threshold only rises): returns the new count.
-int64_t prune(int32_t* cand, float* cand_hi, int64_t n, float lo) {
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; ++i)
-        if (cand_hi[i] >= lo) {
-            cand[m] = cand[i];
-            cand_hi[m++] = cand_hi[i];
-        }
-    return m;
-}
-
 // MR rows: per row two chains per 16 columns (even and odd k-quads: integer sums, so the split changes
 // nothing), 4 * MR accumulators.
 template <int MR>
@@ -86,7 +75,7 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
                 if (!c) continue;
                 const int cnt = __builtin_popcount(c);
                 if (n_cand[m] + cnt > cap) {
-                    n_cand[m] = prune(cm, hm, n_cand[m], lm[m]);
+                    n_cand[m] = screen_prune(cm, hm, n_cand[m], lm[m]);
                     if (n_cand[m] + cnt > cap) return false;
                 }
                 _mm512_mask_compressstoreu_epi32(cm + n_cand[m], c,

@@ -1,0 +1,130 @@
+// The int8 screen of the greedy argmax (ops/argmax_screen.h) on AVX2: the same estimates, bounds and
+// candidates as the AVX-512 kernel, with vpmaddubsw for the integer dots. vpmaddubsw multiplies unsigned
+// by signed bytes into saturating int16 pair sums, so the stored xq + 128 (vpdpbusd's operand) would
+// overflow them (2 x 255 x 127); the kernel instead multiplies |xq| by the weight with xq's sign (at most
+// 2 x 127 x 127, exact) and widens the pairs with vpmaddwd: I_n = sum_k xq_k q_nk, with no 128 sum_k q_nk
+// correction. The candidates and the running threshold are the AVX-512 kernel's, 8 columns at a time.
+#define GDN_SIMD_AVX2
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/log.h"
+#include "ops/argmax_screen.h"
+#include "ops/cpu/linear_kernels.h"
+#include "ops/cpu/simd.h"
+
+namespace gdn::cpu::avx2 {
+
+namespace {
+
+// MR rows over NV of a panel's 4 column vectors from vector v0: MR x NV int32 accumulators (with 1-2 rows
+// the whole panel in one pass; 3-4 rows in two halves to fit the 16 ymm registers, the second half's
+// lines then come from L2). The panel's k-quads are 128 bytes [8 columns x 4 k] x 4. xs / xa: each row's
+// k-quads as signed bytes and their absolute values, precomputed per call.
+template <int MR, int NV>
+void dot_panel(const uint32_t* xs, const uint32_t* xa, int64_t K4, const int8_t* panel, int v0,
+               __m256i (&acc)[MR][NV]) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_setzero_si256();
+    const int8_t* b = panel + v0 * 32;
+    for (int64_t kk = 0; kk < K4; ++kk, b += 128) {
+        __m256i w[NV];
+        for (int v = 0; v < NV; ++v) w[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + v * 32));
+        for (int m = 0; m < MR; ++m) {
+            const __m256i s = _mm256_set1_epi32(static_cast<int>(xs[m * K4 + kk]));
+            const __m256i a = _mm256_set1_epi32(static_cast<int>(xa[m * K4 + kk]));
+            for (int v = 0; v < NV; ++v)
+                acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(_mm256_maddubs_epi16(a, _mm256_sign_epi8(w[v], s)), ones));
+        }
+    }
+}
+
+template <int MR>
+bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* lo_max,
+                 int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
+    using namespace gdn::simd;
+    const __m256 eight_u = _mm256_set1_ps(8.0f * 0x1p-24f), inflate = _mm256_set1_ps(1.001f);
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    float lm[MR];
+    for (int m = 0; m < MR; ++m) lm[m] = lo_max[m];
+    alignas(32) float hi_lanes[8];
+    // The rows' k-quads as signed bytes (xq_k + 128 flipped back) and their absolute values.
+    thread_local std::vector<uint32_t> xbuf;
+    const int64_t K4 = s.K4;
+    xbuf.resize(static_cast<size_t>(2 * MR) * K4);
+    uint32_t* xs = xbuf.data();
+    uint32_t* xa = xs + MR * K4;
+    for (int64_t i = 0; i < MR * K4; ++i) {
+        xs[i] = xq[i] ^ 0x80808080u;
+        uint32_t a = 0;
+        for (int byte = 0; byte < 4; ++byte) {
+            const int v = static_cast<int8_t>(xs[i] >> (8 * byte));
+            a |= static_cast<uint32_t>(v < 0 ? -v : v) << (8 * byte);
+        }
+        xa[i] = a;
+    }
+    constexpr int NV = MR <= 2 ? 4 : 2;
+    for (int64_t p = p0; p < p1; ++p) {
+        for (int v0 = 0; v0 < 4; v0 += NV) {
+            __m256i acc[MR][NV];
+            dot_panel<MR, NV>(xs, xa, K4, s.panel(p), v0, acc);
+            for (int m = 0; m < MR; ++m) {
+                const ScreenRow& rm = r[m];
+                int32_t* cm = cand + m * cap;
+                float* hm = cand_hi + m * cap;
+                for (int v = 0; v < NV; ++v) {
+                    const int64_t n0 = p * 32 + (v0 + v) * 8;
+                    if (n0 >= s.N) break;
+                    const int nvalid = static_cast<int>(std::min<int64_t>(8, s.N - n0));
+                    const __m256 valid = _mm256_castsi256_ps(tail_mask(nvalid));
+                    const __m256 A = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[m][v]),
+                                                   _mm256_mul_ps(_mm256_loadu_ps(s.scale() + n0), _mm256_set1_ps(rm.sx)));
+                    __m256 B = _mm256_mul_ps(_mm256_and_ps(A, abs_mask), eight_u);
+                    B = _mm256_fmadd_ps(_mm256_loadu_ps(s.wmax() + n0), _mm256_set1_ps(rm.c_wmax), B);
+                    B = _mm256_fmadd_ps(_mm256_loadu_ps(s.wq_norm() + n0), _mm256_set1_ps(rm.c_wq), B);
+                    B = _mm256_fmadd_ps(_mm256_loadu_ps(s.err_norm() + n0), _mm256_set1_ps(rm.c_err), B);
+                    B = _mm256_fmadd_ps(B, inflate, _mm256_set1_ps(rm.c_abs));
+                    const __m256 lo = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_sub_ps(A, B), valid);
+                    const __m256 hi = _mm256_add_ps(A, B);
+                    lm[m] = std::max(lm[m], vhmax(lo));
+                    unsigned c = static_cast<unsigned>(
+                        _mm256_movemask_ps(_mm256_and_ps(valid, _mm256_cmp_ps(hi, _mm256_set1_ps(lm[m]), _CMP_GE_OQ))));
+                    if (!c) continue;
+                    const int cnt = __builtin_popcount(c);
+                    if (n_cand[m] + cnt > cap) {
+                        n_cand[m] = screen_prune(cm, hm, n_cand[m], lm[m]);
+                        if (n_cand[m] + cnt > cap) return false;
+                    }
+                    _mm256_store_ps(hi_lanes, hi);
+                    for (; c; c &= c - 1) {
+                        const int lane = __builtin_ctz(c);
+                        cm[n_cand[m]] = static_cast<int32_t>(n0 + lane);
+                        hm[n_cand[m]++] = hi_lanes[lane];
+                    }
+                }
+            }
+        }
+    }
+    for (int m = 0; m < MR; ++m) lo_max[m] = lm[m];
+    return true;
+}
+
+}  // namespace
+
+bool screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+               float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
+    switch (M) {
+        case 1: return screen_rows<1>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+        case 2: return screen_rows<2>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+        case 3: return screen_rows<3>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+        case 4: return screen_rows<4>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+    }
+    GDN_CHECK(false, "screen_i8: %d rows (at most %d)", M, kScreenRows);
+    return false;
+}
+
+}  // namespace gdn::cpu::avx2
