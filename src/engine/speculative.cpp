@@ -131,6 +131,8 @@ void SpecCostModel::reset(int max_k) {
     for (auto& n : next_explore_) n = kExplorePeriod;
     draft_s_ = 0;
     first_drafts_seen_ = 0;
+    last_bucket_ = last_k_ = run_bucket_ = -1;
+    run_left_ = 0;
     acc_.assign(max_k, 0.0);
     seen_.assign(max_k, 0.0);
 }
@@ -158,10 +160,23 @@ double SpecCostModel::expected_tokens(int k) const {
     return e;
 }
 
+int SpecCostModel::run(int b, int k) {
+    run_bucket_ = b;
+    run_k_ = k;
+    run_left_ = kSwitchSteps - 1;
+    return k;
+}
+
 int SpecCostModel::choose(int batch) {
+    if (probe_) last_k_ = -1;  // the last step was a probe, not timed: the next one is not "in a row"
     probe_ = false;
     if (max_k_ == 0) return 0;
     const int b = bucket(batch);
+    if (run_left_ > 0 && run_bucket_ == b) {  // an explored or tried k's next step
+        --run_left_;
+        return run_k_;
+    }
+    run_left_ = 0;
     const std::vector<double>& t = step_s_[b];
     const std::vector<int>& n = samples_[b];
     if (n[0] < kPlainFirst) return 0;  // plain decoding first: the baseline every other k is judged against
@@ -197,7 +212,7 @@ int SpecCostModel::choose(int batch) {
     for (int k = 1; k <= max_k_; ++k) {
         floor_t += draft_s_;
         if (n[k] >= 2) floor_t = std::max(floor_t, t[k]);
-        else if (expected_tokens(k) / floor_t > kTryMargin * best_rate) return k;
+        else if (expected_tokens(k) / floor_t > kTryMargin * best_rate) return run(b, k);
     }
     // Now and then a neighbour of the best k is re-measured (its acceptance and cost drift with the
     // text and the context length): k = 1 when plain decoding is best, so acceptance stays known.
@@ -217,8 +232,8 @@ int SpecCostModel::choose(int batch) {
         period_[b] = kExplorePeriod;
         next_explore_[b] = steps_[b] + period_[b];
         const int64_t e = steps_[b] / kExplorePeriod;
-        if (e % 2 == 0) return 0;
-        return (e / 2) % 2 == 0 || best == max_k_ ? best - 1 : best + 1;
+        if (e % 2 == 0) return run(b, 0);
+        return run(b, (e / 2) % 2 == 0 || best == max_k_ ? best - 1 : best + 1);
     }
     return best;
 }
@@ -226,6 +241,10 @@ int SpecCostModel::choose(int batch) {
 void SpecCostModel::observe_step(int batch, int k, double seconds) {
     if (max_k_ == 0 || k < 0 || k > max_k_ || !(seconds > 0)) return;
     const int b = bucket(batch);
+    const bool in_a_row = b == last_bucket_ && k == last_k_;
+    last_bucket_ = b;
+    last_k_ = k;
+    if (!in_a_row) return;  // the first step after a change of k (or batch bucket) is not timed
     // The lower median of the cell's last kWindow samples: noise on a shared machine (other processes,
     // the first step after a prefill) mostly adds time, but the minimum favoured the cells with more
     // samples (each one more draw at a lucky moment): on the demo model plain decoding kept 1.2 ms from
