@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/argmax_screen.h"
 #include "ops/linear.h"
@@ -16,6 +17,15 @@ namespace gdn::cpu {
 // running lo_max[m] to cand / cand_hi + m * cap (capacity cap; entries that fell below it are dropped
 // when full), n_cand[m] the counts. False if a row's cap is still too small.
 constexpr int kScreenRows = 4;
+
+// f(std::integral_constant<int, M>{}) for a run-time M in [1, N]: a kernel templated on its row count,
+// called with the rows a step has.
+template <int N, typename F>
+auto with_rows(int M, const F& f) {
+    if constexpr (N > 1)
+        if (M < N) return with_rows<N - 1>(M, f);
+    return f(std::integral_constant<int, N>{});
+}
 
 // Keeps the candidates that can still reach `lo` (the threshold only rises): returns the new count.
 inline int64_t screen_prune(int32_t* cand, float* cand_hi, int64_t n, float lo) {

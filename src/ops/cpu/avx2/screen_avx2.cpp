@@ -117,14 +117,10 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
 
 bool screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
                float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
-    switch (M) {
-        case 1: return screen_rows<1>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
-        case 2: return screen_rows<2>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
-        case 3: return screen_rows<3>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
-        case 4: return screen_rows<4>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
-    }
-    GDN_CHECK(false, "screen_i8: %d rows (at most %d)", M, kScreenRows);
-    return false;
+    GDN_CHECK(M >= 1 && M <= kScreenRows, "screen_i8: %d rows (1 to %d)", M, kScreenRows);
+    return with_rows<kScreenRows>(M, [&](auto rows) {
+        return screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
+    });
 }
 
 }  // namespace gdn::cpu::avx2
