@@ -648,14 +648,18 @@ TEST(SpecCostModel, AVerifyTimedInAFastMomentDoesNotBeatPlainDecoding) {
     EXPECT_LE(c.probes, 8);
 }
 
-TEST(SpecCostModel, HighAcceptanceSpeculates) {
-    // Every draft accepted and a verify at 40 ms + 10 ms drafting against a 35 ms plain step: k = 2
-    // yields 3 tokens per ~60 ms, plain 1 per 35 ms.
-    SpecCostModel m(2);
+// Every draft accepted and a verify at 40 ms + 10 ms drafting against a 35 ms plain step: k = 2 yields
+// 3 tokens per ~60 ms, plain 1 per 35 ms.
+SimMachine all_accepted() {
     SimMachine sim;
     sim.verify_s = [](int k) { return 0.040 + 0.010 * (k - 1); };
     sim.accept = 1.0;
-    const SimCounts c = simulate(m, sim, 400);
+    return sim;
+}
+
+TEST(SpecCostModel, HighAcceptanceSpeculates) {
+    SpecCostModel m(2);
+    const SimCounts c = simulate(m, all_accepted(), 400);
     EXPECT_GE(c.speculated, 350);
     EXPECT_GE(m.choose(1), 1);
 }
@@ -720,10 +724,7 @@ TEST(SpecCostModel, PlainDecodingIsReMeasuredWhileSpeculating) {
     // Speculation wins (everything accepted), and plain decoding keeps being timed now and then, so a
     // baseline measured in a slow moment does not stay.
     SpecCostModel m(2);
-    SimMachine sim;
-    sim.verify_s = [](int k) { return 0.040 + 0.010 * (k - 1); };
-    sim.accept = 1.0;
-    const SimCounts c = simulate(m, sim, 400);
+    const SimCounts c = simulate(m, all_accepted(), 400);
     EXPECT_GE(c.speculated, 350);
     EXPECT_GE(c.plain_after_start, 2) << m.describe();
 }

@@ -99,6 +99,15 @@ ScreenPath screen_path() {
 
 bool argmax_screen_available() { return screen_path() != ScreenPath::NONE; }
 
+const char* argmax_screen_kernel() {
+    switch (screen_path()) {
+        case ScreenPath::VNNI: return "int8 screen (vpdpbusd), candidates rechecked in bf16";
+        case ScreenPath::AVX2: return "int8 screen (vpmaddubsw), candidates rechecked by the f32 linear kernel";
+        case ScreenPath::NONE: break;
+    }
+    return nullptr;
+}
+
 bool argmax_screen_supported_by_cpu() { return cpu_isa() != Isa::REF; }
 
 namespace {

@@ -69,6 +69,8 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
 // (vpdpbusd), or the AVX2 kernel where the linear op runs the f32-FMA kernels (AVX2, or AVX-512 without
 // bf16 dot products); not where the linear or argmax op is forced to the reference.
 bool argmax_screen_available();
+// The screen's kernels as the start-up kernel table names them; null where !argmax_screen_available().
+const char* argmax_screen_kernel();
 // Whether this CPU can run a screen at all (AVX2 or better), whatever ISA is selected now: a loaded
 // weight gets its screen then, so that switching ISAs (tests, A/B runs) finds it.
 bool argmax_screen_supported_by_cpu();

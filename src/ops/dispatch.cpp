@@ -304,10 +304,8 @@ std::string kernel_selection_report() {
         } else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
         else if (op == OpId::ATTENTION && isa == Isa::AVX512 && has_amx_bf16())
             s += " (bf16-mode prefill rows past 256 keys: AMX tiles, Q/K/V/P in bf16)";
-        else if (op == OpId::ARGMAX && isa == Isa::AVX512 && has_bf16_dot() && has_int8_dot())
-            s += " (greedy lm_head: int8 screen (vpdpbusd), candidates rechecked in bf16)";
         else if (op == OpId::ARGMAX && argmax_screen_available())
-            s += " (greedy lm_head: int8 screen (vpmaddubsw), candidates rechecked by the f32 linear kernel)";
+            s += std::string(" (greedy lm_head: ") + argmax_screen_kernel() + ")";
         s += "\n";
     }
     return s;

@@ -112,6 +112,15 @@ float* products_scratch(size_t n) {
 
 int64_t min_panels(const PackedWeight& p) { return min_stream_panels(p.panel_bytes()); }
 
+// v rounded to bf16 in place by the linear op's kernel for isa (linear_argmax's screen must multiply the
+// very x linear() does).
+void round_bf16_with(Isa isa, float* v, int64_t n) {
+    if (isa == Isa::AVX512) cpu::avx512::round_bf16_inplace(v, n);
+    else if (isa == Isa::AVX2) cpu::avx2::round_bf16_inplace(v, n);
+    else
+        for (int64_t i = 0; i < n; ++i) v[i] = round_bf16(v[i]);
+}
+
 // x [M, K], already bf16 values, as bf16 pairs [M, K2] (the top half of each f32: exact; odd K padded 0).
 void pack_rounded_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
     for (int64_t m = 0; m < M; ++m) {
@@ -136,12 +145,6 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         return;
     }
     const Isa isa = op_isa(OpId::LINEAR);
-    auto round_inplace = [&](float* v, int64_t n) {
-        if (isa == Isa::AVX512) cpu::avx512::round_bf16_inplace(v, n);
-        else if (isa == Isa::AVX2) cpu::avx2::round_bf16_inplace(v, n);
-        else
-            for (int64_t i = 0; i < n; ++i) v[i] = round_bf16(v[i]);
-    };
     if (isa == Isa::AVX512 && bf16_act && p.format == WeightFormat::BF16 && p.data.data() && has_bf16_dot()) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
@@ -155,13 +158,13 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
     if (bf16_act) {
         float* xr = scratch<float>(M * K);
         std::memcpy(xr, x, M * K * sizeof(float));
-        round_inplace(xr, M * K);
+        round_bf16_with(isa, xr, M * K);
         xin = xr;
     }
     if (isa == Isa::REF || !p.data.data()) {
         if (isa != Isa::REF) count_fallback(OpId::LINEAR, "runs on the reference kernel: the weight was not packed");
         linear_ref(xin, M, w, y);
-        if (round_out) round_inplace(y, M * N);
+        if (round_out) round_bf16_with(isa, y, M * N);
         return;
     }
     global_pool().parallel_for_balanced(p.n_panels, min_panels(p), [&](int, int64_t p0, int64_t p1) {
@@ -229,8 +232,7 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
         if (bf16_weight && w.screen && M <= cpu::kScreenRows && argmax_screen_available()) {
             float* xr = products_scratch(M * K);
             std::memcpy(xr, x, M * K * sizeof(float));
-            if (op_isa(OpId::LINEAR) == Isa::AVX512) cpu::avx512::round_bf16_inplace(xr, M * K);
-            else cpu::avx2::round_bf16_inplace(xr, M * K);
+            round_bf16_with(op_isa(OpId::LINEAR), xr, M * K);
             uint32_t* xp = scratch<uint32_t>(M * p.K2);
             pack_rounded_bf16_pairs(xr, M, K, xp, p.K2);
             if (screened_argmax(xp, M, w, ids)) return;
