@@ -197,6 +197,51 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
     }
 }
 
+// The MTP layer packed in int8 / int4 for drafting (SpeculativeConfig::draft_layer, on by default through
+// the command line): drafts change, the greedy tokens do not.
+TEST(Speculative, DraftLayerInInt8OrInt4KeepsGreedyExact) {
+    OneThread one_thread;
+    const int n_tokens = kSanitized ? 24 : 64;
+    auto prompts = demo_chat_prompts();
+    prompts.resize(kSanitized ? 3 : 8);
+    Loaded plain_model = load_with_mtp(demo_model_dir(), false);
+    EngineConfig base;
+    base.max_num_seqs = 8;
+    std::vector<std::vector<int32_t>> plain;
+    {
+        auto e = make_engine(plain_model, base);
+        std::vector<int64_t> ids;
+        for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
+        auto got = run_all(*e);
+        for (int64_t id : ids) plain.push_back(got[id]);
+    }
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
+        LoadOptions lo;
+        lo.mtp = true;
+        lo.mtp_layer = f;
+        auto m = Model::load(demo_model_dir(), nullptr, lo);
+        ASSERT_TRUE(m.is_ok()) << m.message();
+        const ModelWeights& w = (*m)->weights();
+        EXPECT_EQ(w.mtp->fc.packed.format, f);
+        EXPECT_EQ(w.mtp->layer.attn.qkv.packed.format, f);
+        EXPECT_EQ(w.mtp->layer.mlp.down.packed.format, f);
+        EXPECT_EQ(w.layers[0].gdn.in_proj.packed.format, WeightFormat::BF16);  // the target stays as it was
+        EXPECT_EQ(w.lm_head_packed.packed.format, WeightFormat::BF16);
+        Loaded l{std::shared_ptr<const Model>(std::move(*m)), plain_model.tok};
+        EngineConfig cfg = base;
+        cfg.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":3,"adaptive":false})");
+        auto e = make_engine(l, cfg);
+        std::vector<int64_t> ids;
+        for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
+        auto got = run_all(*e);
+        for (size_t i = 0; i < ids.size(); ++i)
+            EXPECT_EQ(got[ids[i]], plain[i]) << weight_format_name(f) << " prompt " << i;
+        const EngineStats st = e->stats();
+        EXPECT_GT(st.spec.accepted, 0) << weight_format_name(f);  // the quantized layer still drafts well
+        std::printf("MTP layer %s: mean acceptance length %.2f\n", weight_format_name(f), st.spec.mean_acceptance_length());
+    }
+}
+
 namespace {
 
 std::vector<std::vector<int32_t>> random_prompts(int n, uint32_t seed, int32_t V) {
@@ -514,7 +559,16 @@ TEST(Speculative, ConfigParsingAndErrors) {
     ok = SpeculativeConfig::parse(R"({"method":"qwen3_next_mtp","num_speculative_tokens":2})");
     ASSERT_TRUE(ok.is_ok());
     EXPECT_EQ(ok->method, SpecMethod::MTP);
+    EXPECT_EQ(ok->draft_layer, WeightFormat::Q8);  // the default
+    ok = SpeculativeConfig::parse(R"({"method":"mtp","num_speculative_tokens":2,"draft_layer":"none"})");
+    ASSERT_TRUE(ok.is_ok()) << ok.message();
+    EXPECT_FALSE(ok->draft_layer.has_value());
+    ok = SpeculativeConfig::parse(R"({"method":"mtp","num_speculative_tokens":2,"draft_layer":"int4"})");
+    ASSERT_TRUE(ok.is_ok()) << ok.message();
+    EXPECT_EQ(ok->draft_layer, WeightFormat::Q4);
     const std::pair<const char*, const char*> bad[] = {
+        {R"({"method":"mtp","num_speculative_tokens":2,"draft_layer":"fp8"})", "\"draft_layer\" must be"},
+        {R"({"method":"mtp","num_speculative_tokens":2,"draft_layer":8})", "\"draft_layer\" must be"},
         {R"({"method":"eagle","num_speculative_tokens":2})", "unknown method"},
         {R"({"method":"mtp"})", "num_speculative_tokens"},
         {R"({"method":"mtp","num_speculative_tokens":0})", "[1, 8]"},

@@ -86,6 +86,35 @@ TEST(ThreadPool, ParallelForCoversEachItemExactlyOnceBackToBack) {
     }
 }
 
+TEST(ThreadPool, ParallelForGrainKeepsSmallJobsOnTheCaller) {
+    // n <= grain: one call over [0, n) on the calling thread; above it at most ceil(n / grain) ranges,
+    // each item once.
+    ThreadPool pool(3);
+    const std::thread::id me = std::this_thread::get_id();
+    for (int64_t n : {1, 4, 8}) {
+        int calls = 0;
+        bool on_caller = true;
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            ++calls;  // one call only: no race
+            on_caller &= std::this_thread::get_id() == me && b == 0 && e == n;
+        }, 8);
+        EXPECT_EQ(calls, 1) << n;
+        EXPECT_TRUE(on_caller) << n;
+    }
+    for (int64_t n : {9, 17, 100}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> calls{0};
+        pool.parallel_for(n, [&](int64_t b, int64_t e) {
+            ++calls;
+            for (int64_t i = b; i < e; ++i) ++hits[i];
+        }, 8);
+        EXPECT_LE(calls.load(), std::min<int64_t>(3, (n + 7) / 8)) << n;
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " item " << i;
+    }
+    EXPECT_EQ(row_grain(1024), kMinFloatsPerThread / 1024);
+    EXPECT_EQ(row_grain(1 << 20), 1);
+}
+
 TEST(ThreadPool, AClaimedJobDoesNotWaitForAWorkerThatHasNotStarted) {
     // A worker the OS has descheduled (the test hook holds it 300 ms before it joins): parallel_for and
     // parallel_for_balanced return once the caller has done every range, long before the worker runs;

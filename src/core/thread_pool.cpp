@@ -125,9 +125,10 @@ bool claim(std::atomic<uint64_t>& range, int64_t min_chunk, int64_t divisor, boo
 
 }  // namespace
 
-void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn) {
+void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn, int64_t grain) {
     if (n <= 0) return;
-    const int nth = static_cast<int>(std::min<int64_t>(n_threads_, n));
+    grain = std::max<int64_t>(1, grain);
+    const int nth = static_cast<int>(std::min<int64_t>(n_threads_, (n + grain - 1) / grain));
     if (nth == 1) {
         fn(0, n);
         return;

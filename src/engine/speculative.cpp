@@ -48,13 +48,16 @@ Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
         } else if (key == "draft_head") {
             if (!v.is_string() || !parse_quantization(v.get<std::string>(), &c.draft_head))
                 return bad("\"draft_head\" must be \"int8\", \"int4\" or \"none\"");
+        } else if (key == "draft_layer") {
+            if (!v.is_string() || !parse_quantization(v.get<std::string>(), &c.draft_layer))
+                return bad("\"draft_layer\" must be \"int8\", \"int4\" or \"none\"");
         } else if (key == "adaptive") {
             if (!v.is_boolean()) return bad("\"adaptive\" must be true or false");
             c.adaptive = v.get<bool>();
         } else {
             return bad("unsupported key \"" + key +
                        "\" (supported: method, num_speculative_tokens, prompt_lookup_min, prompt_lookup_max, "
-                       "adaptive, draft_head)");
+                       "adaptive, draft_head, draft_layer)");
         }
     }
     if (c.method == SpecMethod::NONE) return bad("\"method\" is required");

@@ -28,6 +28,9 @@ struct SpeculativeConfig {
     // gdn's key "draft_head": "int8" (default) | "int4" | "none": the format of the copy of the lm_head the
     // MTP drafts take their argmax from (none: the lm_head itself; see LoadOptions::mtp_draft_head).
     std::optional<WeightFormat> draft_head = WeightFormat::Q8;
+    // gdn's key "draft_layer": "int8" (default) | "int4" | "none": the format of the MTP layer's matrices in
+    // a float model (none: the model's; see LoadOptions::mtp_layer).
+    std::optional<WeightFormat> draft_layer = WeightFormat::Q8;
     bool enabled() const { return method != SpecMethod::NONE && num_speculative_tokens > 0; }
     bool uses_mtp() const { return enabled() && method == SpecMethod::MTP; }
     int max_drafts() const { return enabled() ? num_speculative_tokens : 0; }

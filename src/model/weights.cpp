@@ -79,6 +79,8 @@ public:
         return linear(name, {gate, up}, q_);
     }
     Quant quantization() const { return q_; }
+    // The MTP layer may be packed in another format than the rest (LoadOptions::mtp_layer).
+    void set_quantization(Quant q) { q_ = q; }
     // The tensors read in float form and kept so (norms, conv taps, gates, router...): what a
     // pre-quantized checkpoint must carry beside the packed weights.
     std::vector<std::string> float_tensors() const {
@@ -354,9 +356,14 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_embedding, ld.get_norm1p("mtp.pre_fc_norm_embedding.weight", c.hidden));
         GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_hidden, ld.get_norm1p("mtp.pre_fc_norm_hidden.weight", c.hidden));
         GDN_ASSIGN_OR_RETURN(m->norm, ld.get_norm1p("mtp.norm.weight", c.hidden));
+        // A float model may pack the MTP layer for drafting (LoadOptions::mtp_layer); a quantized one keeps
+        // its own format, a pre-quantized checkpoint the format it was written in.
+        const Quant q_mtp = q || packed ? q : opt.mtp_layer;
+        ld.set_quantization(q_mtp);
         GDN_ASSIGN_OR_RETURN(TensorView fc, ld.matrix("mtp.fc.weight", {c.hidden, 2 * int64_t{c.hidden}}));
-        GDN_ASSIGN_OR_RETURN(m->fc, ld.linear("mtp.fc", {fc}, q));
+        GDN_ASSIGN_OR_RETURN(m->fc, ld.linear("mtp.fc", {fc}, q_mtp));
         GDN_RETURN_IF_ERROR(load_layer("mtp.layers.0.", LayerKind::FULL_ATTENTION, c.n_experts > 0, m->layer));
+        ld.set_quantization(q);
         w->mtp = std::move(m);
         if (progress) progress(c.n_layers + 1, n_steps);
     }

@@ -134,6 +134,12 @@ struct LoadOptions {
     // The format of the MTP drafts' copy of the lm_head (none: the lm_head itself). Measured on the demo
     // model and the 0.8B shape in docs/perf.md.
     std::optional<WeightFormat> mtp_draft_head = WeightFormat::Q8;
+    // A float model's MTP layer (mtp.fc and its decoder layer) packed in this format (none: as the rest).
+    // The layer only drafts, and verification makes the output exact whatever it proposes; drafting
+    // streams it k times a step (docs/perf.md: the demo model's draft step 55 -> 36 us in int8, the same
+    // acceptance). Off here, so the MTP reference checks see the checkpoint's weights; on by default in
+    // SpeculativeConfig::draft_layer.
+    std::optional<WeightFormat> mtp_layer;
 };
 
 Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> ck,

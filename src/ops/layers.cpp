@@ -62,7 +62,7 @@ void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps
     global_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
             GDN_KERNEL(isa, rms_norm_row, x + r * n, n, w, eps, y + r * n, bf16);
-    });
+    }, row_grain(n));
 }
 
 void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y,
@@ -79,7 +79,7 @@ void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float
     global_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
         for (int64_t r = r0; r < r1; ++r)
             GDN_KERNEL(isa, add_rms_norm_row, x + r * n, d + r * n, n, w, eps, y + r * n, bf16);
-    });
+    }, row_grain(2 * n));
 }
 
 void qk_norm_rope(float* x, int64_t ld, int64_t N, int64_t H, int64_t D, const float* w, float eps,
@@ -109,7 +109,7 @@ void qk_norm_rope(float* x, int64_t ld, int64_t N, int64_t H, int64_t D, const f
             for (int64_t h = 0; h < H; ++h)
                 GDN_KERNEL(isa, norm_rope_head, x + t * ld + h * D, D, w, eps, rot, cs, bf16);
         }
-    });
+    }, row_grain(H * D + 16 * rot));  // the pow/cos/sin per rotary pair weigh about 32 floats of norm work
 }
 
 void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
@@ -124,7 +124,7 @@ void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
                 GDN_KERNEL(isa, silu_mul, gu + m * 2 * I, gu + m * 2 * I + I, I, out + m * I, bf16);
             }
         }
-    });
+    }, row_grain(3 * I));
 }
 
 int64_t argmax(const float* x, int64_t n) {

@@ -58,12 +58,12 @@ void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y
     {
         GDN_PROFILE("quantize activations");
         xq.resize(M, w.K);
-        if (isa == Isa::REF || M == 1) {
+        if (isa == Isa::REF) {
             for (int64_t m = 0; m < M; ++m) k.quantize(x + m * w.K, &xq, m);
         } else {
             global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
                 for (int64_t m = m0; m < m1; ++m) k.quantize(x + m * w.K, &xq, m);
-            });
+            }, row_grain(2 * w.K));
         }
     }
     if (isa == Isa::REF) {

@@ -38,6 +38,7 @@ namespace {
 struct RequestResult {
     bool ok = false;
     int64_t input_tokens = 0, output_tokens = 0;
+    double start = 0;  // seconds after the run's start, when the request was sent
     double ttft = 0, e2e = 0;
     std::vector<double> itl;
     std::string error;
@@ -115,6 +116,19 @@ Json summarize(int concurrency, double rate, const std::vector<RequestResult>& r
         j[std::string("median_") + name + "_ms"] = percentile(*v, 50);
         j[std::string("p99_") + name + "_ms"] = percentile(*v, 99);
     }
+    // Per request, in the order sent (as vLLM's benchmark_serving saves them): when a TTFT depends on what
+    // else was in flight, the timeline says why.
+    Json starts = Json::array(), ttfts = Json::array(), e2els = Json::array(), outs = Json::array();
+    for (const auto& r : rs) {
+        starts.push_back(1e3 * r.start);
+        ttfts.push_back(r.ok ? Json(1e3 * r.ttft) : Json());
+        e2els.push_back(r.ok ? Json(1e3 * r.e2e) : Json());
+        outs.push_back(r.output_tokens);
+    }
+    j["start_ms"] = starts;
+    j["ttfts_ms"] = ttfts;
+    j["e2els_ms"] = e2els;
+    j["output_lens"] = outs;
     return j;
 }
 
@@ -247,7 +261,9 @@ int cmd_bench_serve(Args& a) {
                 for (size_t i; (i = next++) < items.size();) {
                     const double wait = t0 + items[i].at - now_seconds();
                     if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
+                    const double sent = now_seconds() - t0;
                     results[i] = send_one(tgt, items[i].prompt, items[i].max_tokens, !a.has("--no-ignore-eos"));
+                    results[i].start = sent;
                     const size_t f = ++finished;
                     if (isatty(2)) std::fprintf(stderr, "\rconcurrency %d: %zu/%zu requests", C, f, items.size());
                     else if (f % std::max<size_t>(1, items.size() / 4) == 0)

@@ -20,6 +20,7 @@ Result<LoadOptions> load_options(const Args& a) {
     GDN_ASSIGN_OR_RETURN(SpeculativeConfig spec, speculative_config(a));
     o.mtp = spec.uses_mtp();
     o.mtp_draft_head = spec.draft_head;
+    o.mtp_layer = spec.draft_layer;
     return o;
 }
 
