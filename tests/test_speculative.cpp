@@ -152,6 +152,24 @@ std::vector<Prompt> demo_chat_prompts() {
 
 }  // namespace
 
+namespace {
+
+// Greedy tokens of every prompt (n_tokens each) on an engine of this config, in prompt order.
+std::vector<std::vector<int32_t>> greedy_runs(const Loaded& l, const EngineConfig& cfg,
+                                              const std::vector<Prompt>& prompts, int n_tokens,
+                                              EngineStats* stats = nullptr) {
+    auto e = make_engine(l, cfg);
+    std::vector<int64_t> ids;
+    for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
+    auto got = run_all(*e);
+    std::vector<std::vector<int32_t>> out;
+    for (int64_t id : ids) out.push_back(got[id]);
+    if (stats) *stats = e->stats();
+    return out;
+}
+
+}  // namespace
+
 TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
     OneThread one_thread;
     // 20 chat prompts x 128 tokens, MTP k = 1..4 and n-gram, bf16 and f32 (sanitized: 6 prompts x 40
@@ -164,14 +182,7 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
         EngineConfig base;
         base.bf16 = bf16;
         base.max_num_seqs = 20;
-        std::vector<std::vector<int32_t>> plain;
-        {
-            auto e = make_engine(l, base);
-            std::vector<int64_t> ids;
-            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
-            auto got = run_all(*e);
-            for (int64_t id : ids) plain.push_back(got[id]);
-        }
+        const std::vector<std::vector<int32_t>> plain = greedy_runs(l, base, prompts, n_tokens);
         for (const char* js : {R"({"method":"mtp","num_speculative_tokens":1})", R"({"method":"mtp","num_speculative_tokens":2})",
                                R"({"method":"mtp","num_speculative_tokens":3})", R"({"method":"mtp","num_speculative_tokens":4})",
                                R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2,"prompt_lookup_max":4})"}) {
@@ -180,16 +191,13 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
                 continue;
             EngineConfig cfg = base;
             cfg.speculative = spec_of(js);
-            auto e = make_engine(l, cfg);
-            std::vector<int64_t> ids;
-            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
-            auto got = run_all(*e);
+            EngineStats st;
+            const auto got = greedy_runs(l, cfg, prompts, n_tokens, &st);
             int same = 0;
-            for (size_t i = 0; i < ids.size(); ++i) {
-                same += got[ids[i]] == plain[i];
-                EXPECT_EQ(got[ids[i]], plain[i]) << js << (bf16 ? " bf16" : " f32") << " prompt " << i;
+            for (size_t i = 0; i < got.size(); ++i) {
+                same += got[i] == plain[i];
+                EXPECT_EQ(got[i], plain[i]) << js << (bf16 ? " bf16" : " f32") << " prompt " << i;
             }
-            const EngineStats st = e->stats();
             std::printf("%s %s: %d/%zu identical; drafted %lld accepted %lld (mean acceptance length %.2f); %s\n", js,
                         bf16 ? "bf16" : "f32", same, prompts.size(), (long long)st.spec.drafted, (long long)st.spec.accepted,
                         st.spec.mean_acceptance_length(), st.spec_cost_model.c_str());
@@ -207,14 +215,7 @@ TEST(Speculative, DraftLayerInInt8OrInt4KeepsGreedyExact) {
     Loaded plain_model = load_with_mtp(demo_model_dir(), false);
     EngineConfig base;
     base.max_num_seqs = 8;
-    std::vector<std::vector<int32_t>> plain;
-    {
-        auto e = make_engine(plain_model, base);
-        std::vector<int64_t> ids;
-        for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
-        auto got = run_all(*e);
-        for (int64_t id : ids) plain.push_back(got[id]);
-    }
+    const std::vector<std::vector<int32_t>> plain = greedy_runs(plain_model, base, prompts, n_tokens);
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
         LoadOptions lo;
         lo.mtp = true;
@@ -230,13 +231,9 @@ TEST(Speculative, DraftLayerInInt8OrInt4KeepsGreedyExact) {
         Loaded l{std::shared_ptr<const Model>(std::move(*m)), plain_model.tok};
         EngineConfig cfg = base;
         cfg.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":3,"adaptive":false})");
-        auto e = make_engine(l, cfg);
-        std::vector<int64_t> ids;
-        for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
-        auto got = run_all(*e);
-        for (size_t i = 0; i < ids.size(); ++i)
-            EXPECT_EQ(got[ids[i]], plain[i]) << weight_format_name(f) << " prompt " << i;
-        const EngineStats st = e->stats();
+        EngineStats st;
+        const auto got = greedy_runs(l, cfg, prompts, n_tokens, &st);
+        for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], plain[i]) << weight_format_name(f) << " prompt " << i;
         EXPECT_GT(st.spec.accepted, 0) << weight_format_name(f);  // the quantized layer still drafts well
         std::printf("MTP layer %s: mean acceptance length %.2f\n", weight_format_name(f), st.spec.mean_acceptance_length());
     }
