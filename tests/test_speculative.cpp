@@ -352,6 +352,42 @@ TEST_P(SpeculativeFamilies, GreedyIsExactAndLeakFree) {
     }
 }
 
+// An int8 MTP layer in a float MoE model keeps no float views: the forced reference path composes its
+// MoE from the packed experts (decided per layer), while the main layers keep theirs; greedy tokens stay
+// those of plain decoding.
+TEST(Speculative, Int8DraftLayerOfAMoeModelRunsOnTheReferencePath) {
+    for (const char* preset : {"qwen3_5_moe-tiny", "qwen3_next-tiny"}) {
+        auto dir = make_preset(preset, 5);
+        LoadOptions lo;
+        lo.mtp = true;
+        lo.mtp_layer = WeightFormat::Q8;
+        auto m = Model::load(dir->path(), nullptr, lo);
+        ASSERT_TRUE(m.is_ok()) << m.message();
+        const ModelWeights& w = (*m)->weights();
+        ASSERT_TRUE(w.mtp->layer.is_moe) << preset;
+        EXPECT_TRUE(w.mtp->layer.moe.views.experts.empty()) << preset;
+        EXPECT_EQ(w.mtp->layer.moe.experts[0].down.packed.format, WeightFormat::Q8) << preset;
+        bool main_views = false;
+        for (const LayerWeights& L : w.layers) main_views |= L.is_moe && !L.moe.views.experts.empty();
+        EXPECT_TRUE(main_views) << preset;
+        Loaded l{std::shared_ptr<const Model>(std::move(*m)), nullptr};
+        const auto ps = random_prompts(3, 9, l.model->config().vocab);
+        EngineConfig base;
+        base.max_num_seqs = 4;
+        base.cache_memory = 64ull << 20;
+        std::vector<bool> ab;
+        force_reference_all(true);
+        const auto want = run_prompts(l, base, ps, 8, Stress::NONE, &ab, nullptr, 0);
+        EngineConfig cfg = base;
+        cfg.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":2,"adaptive":false})");
+        EngineStats st;
+        const auto got = run_prompts(l, cfg, ps, 8, Stress::NONE, &ab, nullptr, 0, &st);
+        force_reference_all(false);
+        EXPECT_EQ(got, want) << preset;
+        EXPECT_GT(st.spec.drafted, 0) << preset;
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, SpeculativeFamilies, ::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
                          [](const auto& info) {
                              std::string s = info.param;

@@ -282,7 +282,9 @@ void ForwardPass::mlp(const Mlp& m, const float* h, int64_t N, float* out, int s
 
 void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
     const int64_t H = c_.hidden, E = c_.n_experts, k = c_.n_experts_per_tok;
-    if (op_isa(OpId::MOE) == Isa::REF && !w_.quantization) {  // quantized: composed below from packed weights
+    // The reference MoE on the checkpoint's views where the layer kept them (a float layer); a quantized
+    // layer has none and is composed below from its packed weights.
+    if (op_isa(OpId::MOE) == Isa::REF && !m.views.experts.empty()) {
         ref::moe(m.views, h, N, k, c_.norm_topk_prob, out, bf16_, hf_);
         return;
     }

@@ -323,7 +323,9 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
                 GDN_ASSIGN_OR_RETURN(L.moe.shared, pack_mlp(ld, p + "mlp.shared_expert.", v.shared));
                 L.moe.shared_gate = make_linear({v.shared_gate});
             }
-            if (q) L.moe.views = MoeWeights();  // the forward composes the MoE from the packed weights
+            // Quantized (this layer's format: the MTP layer may differ from the rest): the forward composes
+            // the MoE from the packed weights.
+            if (ld.quantization()) L.moe.views = MoeWeights();
         } else {
             MlpWeights mv;
             GDN_ASSIGN_OR_RETURN(mv, ld.mlp(p + "mlp.", c.intermediate));
