@@ -24,10 +24,27 @@ public:
     float* ssm(int layer, int32_t slot) { return ssm_.as<float>() + (int64_t{layer} * n_slots_ + slot) * ssm_n_; }
     // Copies every layer's state of slot `from` into slot `to` (prefix-cache snapshots and restores).
     void copy(int32_t from, int32_t to);
+    // Speculative verification: the GDN layers' input rows (the in_proj outputs) of the tokens a step
+    // verifies, for up to n_seqs sequences of up to tokens_per_seq tokens, rows of row_floats. A verify
+    // forward only reads the state and stages its rows here; the commit after acceptance reruns the
+    // accepted ones into the state (Model::commit_verified). Rows of sequence s (its index in the plan)
+    // and GDN layer l start at verify_rows(l, s).
+    void reserve_verify_rows(int32_t n_seqs, int64_t tokens_per_seq, int64_t row_floats);
+    float* verify_rows(int layer, int32_t seq) {
+        return verify_.as<float>() + ((int64_t{layer} * verify_seqs_ + seq) * verify_tokens_) * verify_row_;
+    }
+    int32_t verify_seqs() const { return verify_seqs_; }
+    int64_t verify_tokens_per_seq() const { return verify_tokens_; }
+    int64_t verify_row_floats() const { return verify_row_; }
+    size_t verify_bytes() const { return verify_.size(); }
     // The storage (EngineConfig::prefault_memory touches it once at creation).
-    std::vector<Buffer*> buffers() { return {&conv_, &ssm_}; }
+    std::vector<Buffer*> buffers() { return {&conv_, &ssm_, &verify_}; }
     static size_t bytes_per_slot(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats) {
         return static_cast<size_t>(n_gdn_layers) * (conv_floats + ssm_floats) * sizeof(float);
+    }
+    // The verify staging rows of one sequence (reserve_verify_rows).
+    static size_t verify_bytes_per_seq(int n_gdn_layers, int64_t tokens_per_seq, int64_t row_floats) {
+        return static_cast<size_t>(n_gdn_layers) * tokens_per_seq * row_floats * sizeof(float);
     }
 
 private:
@@ -38,6 +55,9 @@ private:
     // few slots (per-layer buffers of a few slots were on 4 KiB pages, and a decode step reads each
     // layer's states once, after the weight stream has evicted their translations: see core/arena.h).
     Buffer conv_, ssm_;
+    Buffer verify_;  // [layer][seq][token][row]
+    int32_t verify_seqs_ = 0;
+    int64_t verify_tokens_ = 0, verify_row_ = 0;
 };
 
 }  // namespace gdn

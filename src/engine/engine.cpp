@@ -38,12 +38,17 @@ Engine::~Engine() = default;
 size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size,
                                const SpeculativeConfig& spec) {
     const bool mtp = spec.uses_mtp();
-    const int slots_per_seq = spec.state_slots_per_sequence();
     const size_t block = KvCache::bytes_per_block(std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0),
                                                   static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size,
                                                   kv_dtype);
-    const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
-    return static_cast<size_t>(n_seqs) * (slots_per_seq * slot + ((max_len + block_size - 1) / block_size + 1) * block);
+    const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats()) +
+                        verify_bytes_per_seq(c, spec);
+    return static_cast<size_t>(n_seqs) * (slot + ((max_len + block_size - 1) / block_size + 1) * block);
+}
+
+size_t Engine::verify_bytes_per_seq(const ModelConfig& c, const SpeculativeConfig& spec) {
+    return spec.enabled() ? StateSlots::verify_bytes_per_seq(c.n_gdn_layers(), spec.tokens_per_verify(), c.gdn_in_proj_floats())
+                          : 0;
 }
 
 Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tok,
@@ -69,7 +74,6 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (mtp && !model->has_mtp())
         return bad("MTP speculation needs the model's MTP layer: load it with LoadOptions::mtp (the tools do this "
                    "for --speculative-config '{\"method\": \"mtp\", ...}')");
-    const int slots_per_seq = spec.state_slots_per_sequence();
     const int n_attn = std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0);  // the MTP layer's KV rides along
     if (cfg.kv_dtype == DType::BF16 && !cfg.bf16)
         return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
@@ -77,26 +81,29 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     const int64_t conv_n = c.gdn_conv_state_floats();
     const int64_t ssm_n = c.gdn_ssm_state_floats();
     const size_t slot_bytes = std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
+    // A running request holds one state slot and, with speculation, its verify staging rows.
+    const size_t verify_bytes = verify_bytes_per_seq(c, spec);
+    const size_t seq_state_bytes = slot_bytes + verify_bytes;
     const int64_t blocks_one_seq = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
     const size_t min_kv = blocks_one_seq * block_bytes;
-    if (cfg.cache_memory < min_kv + slots_per_seq * slot_bytes)
+    if (cfg.cache_memory < min_kv + seq_state_bytes)
         return bad(strprintf("cache memory %.1f MiB cannot hold one sequence of max_model_len %d (%.1f MiB of KV + "
                              "%.1f MiB of GDN state): raise --cache-memory or lower --max-model-len",
                              cfg.cache_memory / 1048576.0, cfg.max_model_len, min_kv / 1048576.0,
-                             slots_per_seq * slot_bytes / 1048576.0));
+                             seq_state_bytes / 1048576.0));
     std::string note;
-    const int64_t fit_slots = static_cast<int64_t>((cfg.cache_memory - min_kv) / slot_bytes);
-    if (static_cast<int64_t>(cfg.max_num_seqs) * slots_per_seq > fit_slots) {
-        const int64_t fit_seqs = fit_slots / slots_per_seq;
-        note = strprintf("max_num_seqs clamped from %d to %lld: only %lld GDN state slots of %.2f MiB fit in "
-                         "--cache-memory beside one max-length sequence's KV (%d per sequence)",
-                         cfg.max_num_seqs, (long long)fit_seqs, (long long)fit_slots, slot_bytes / 1048576.0,
-                         slots_per_seq);
+    const int64_t fit_seqs = static_cast<int64_t>((cfg.cache_memory - min_kv) / seq_state_bytes);
+    if (cfg.max_num_seqs > fit_seqs) {
+        note = strprintf("max_num_seqs clamped from %d to %lld: only %lld sequences' GDN state (%.2f MiB each%s) fit "
+                         "in --cache-memory beside one max-length sequence's KV",
+                         cfg.max_num_seqs, (long long)fit_seqs, (long long)fit_seqs, seq_state_bytes / 1048576.0,
+                         verify_bytes ? ", verify staging included" : "");
         cfg.max_num_seqs = static_cast<int>(fit_seqs);
         GDN_LOG_WARN("%s", note.c_str());
         cfg.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs + kPrefillChunkAlign);
     }
-    const int32_t n_slots = cfg.max_num_seqs * slots_per_seq;
+    const int32_t n_slots = cfg.max_num_seqs;
+    const int rows_per_seq = spec.tokens_per_verify();  // logits rows a sequence's step may return
     if (cfg.prefix_snapshot_interval < 0) return bad("the prefix snapshot interval must be >= 0 tokens");
     const int32_t n_snapshots =
         cfg.enable_prefix_caching ? static_cast<int32_t>(std::min<size_t>(cfg.prefix_cache_memory / slot_bytes, 1 << 20)) : 0;
@@ -104,16 +111,19 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         GDN_LOG_WARN("--prefix-cache-memory %.1f MiB holds no GDN state snapshot (%.2f MiB each): prefix caching "
                      "will find no hits",
                      cfg.prefix_cache_memory / 1048576.0, slot_bytes / 1048576.0);
-    const int32_t n_blocks = static_cast<int32_t>((cfg.cache_memory - n_slots * slot_bytes) / block_bytes);
+    const int32_t n_blocks =
+        static_cast<int32_t>((cfg.cache_memory - n_slots * seq_state_bytes) / block_bytes);
     const std::string spec_note =
-        spec.enabled() ? strprintf(" (%d per sequence: speculation %s)", slots_per_seq, spec.describe().c_str()) : "";
+        spec.enabled() ? strprintf(" + verify staging %.2f MiB per sequence (speculation %s: %d tokens' GDN input rows)",
+                                   verify_bytes / 1048576.0, spec.describe().c_str(), rows_per_seq)
+                       : "";
     e->memory_plan_ = strprintf(
         "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens (%.1f MiB); "
         "GDN state slot %.2f MiB (%d layers); %d slots%s (%.1f MiB); max_model_len %d, max_num_seqs %d, "
         "max_num_batched_tokens %d; %s%s%s",
         cfg.block_size, block_bytes / 1024.0, dtype_name(cfg.kv_dtype), n_attn, mtp ? " incl. MTP" : "", n_blocks,
         (long long)n_blocks * cfg.block_size, n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0,
-        c.n_gdn_layers(), n_slots, spec_note.c_str(), n_slots * slot_bytes / 1048576.0, cfg.max_model_len,
+        c.n_gdn_layers(), n_slots, spec_note.c_str(), n_slots * seq_state_bytes / 1048576.0, cfg.max_model_len,
         cfg.max_num_seqs, cfg.max_num_batched_tokens,
         cfg.enable_prefix_caching
             ? strprintf("prefix cache: %d GDN state snapshots (%.1f MiB of --prefix-cache-memory %.1f MiB), every "
@@ -130,8 +140,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     e->kv_ = std::make_unique<KvCache>(c.n_attention_layers() + (mtp ? 1 : 0), row, n_blocks, cfg.block_size,
                                        cfg.kv_dtype);
     e->slot_bytes_ = slot_bytes;
+    e->staged_row_bytes_ = StateSlots::verify_bytes_per_seq(c.n_gdn_layers(), 1, c.gdn_in_proj_floats());
     e->cost_.reset(spec.max_drafts());
     e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots + n_snapshots);
+    if (verify_bytes) e->slots_->reserve_verify_rows(cfg.max_num_seqs, rows_per_seq, c.gdn_in_proj_floats());
     if (cfg.prefault_memory) {
         const double t0 = now_seconds();
         std::vector<Buffer*> bufs = e->kv_->buffers();
@@ -159,8 +171,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (e->tok_ && !e->tok_->chat_template().empty()) {
         GDN_ASSIGN_OR_RETURN(e->chat_, ChatTemplate::create(*e->tok_));
     }
-    e->logits_.reserve(static_cast<size_t>(cfg.max_num_seqs) * slots_per_seq * c.vocab);
-    e->greedy_ids_.reserve(static_cast<size_t>(cfg.max_num_seqs) * slots_per_seq);
+    e->logits_.reserve(static_cast<size_t>(cfg.max_num_seqs) * rows_per_seq * c.vocab);
+    e->greedy_ids_.reserve(static_cast<size_t>(cfg.max_num_seqs) * rows_per_seq);
     // Plan buffers at their largest, so building a plan never allocates.
     BatchPlan& p = e->plan_;
     const size_t T = cfg.max_num_batched_tokens, S = cfg.max_num_seqs;
@@ -170,9 +182,10 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     p.cu_seqlens.reserve(S + 1);
     p.state_slot.reserve(S);
     p.has_initial_state.reserve(S);
-    p.logits_rows.reserve(S * slots_per_seq);
+    p.logits_rows.reserve(S * rows_per_seq);
     p.gdn_out_offset.reserve(S + 1);
-    p.gdn_out_slot.reserve(S * slots_per_seq);
+    p.gdn_out_slot.reserve(S);
+    p.gdn_verify.reserve(S);
     p.block_tables.reserve(S * blocks_one_seq);
     return e;
 }
@@ -402,8 +415,9 @@ void Engine::build_plan(const SchedulerOutput& so) {
     for (const auto& c : so.chunks) max_blocks = std::max<int64_t>(max_blocks, c.req->blocks.size());
     p.max_blocks = max_blocks;
     p.cu_seqlens.push_back(0);
-    // Per-token GDN output slots: verifications, and decode steps that keep their input state (prefix cache).
-    const bool outs = cfg_.speculative.enabled() || cfg_.enable_prefix_caching;
+    chunk_rows_.clear();
+    // Per-token GDN output slots: decode steps that keep their input state (prefix cache).
+    const bool outs = cfg_.enable_prefix_caching;
     if (outs) p.gdn_out_offset.push_back(0);
     for (const auto& c : so.chunks) {
         SchedRequest& r = *c.req;
@@ -418,12 +432,12 @@ void Engine::build_plan(const SchedulerOutput& so) {
         p.state_slot.push_back(r.slot);
         p.has_initial_state.push_back(r.num_computed > 0 ? 1 : 0);
         p.push_block_table(r.blocks);
+        chunk_rows_.push_back(p.logits_rows.size());
+        if (cfg_.speculative.enabled()) p.gdn_verify.push_back(c.num_draft > 0);
         if (c.num_draft > 0) {
-            // A verification: logits for every row; the state after the real token stays in place, the
-            // state after draft i goes to spare slot i.
+            // A verification: logits for every row; the GDN state is only read (commit_verified writes
+            // the accepted tokens' states after sampling).
             for (int64_t i = c.num_new; i > 0; --i) p.logits_rows.push_back(p.n_tokens() - i);
-            p.gdn_out_slot.push_back(c.fresh_slot >= 0 ? c.fresh_slot : r.slot);
-            for (int d = 0; d < c.num_draft; ++d) p.gdn_out_slot.push_back(c.spare_slots[d]);
         } else {
             // Prompt logprobs: the rows whose next token is a prompt token.
             if (r.prompt_rows)
@@ -512,6 +526,26 @@ std::span<const RequestOutput> Engine::step() {
         reads_during_forward_ = device_to_host_reads() - reads_before;
         count_device_to_host_read();  // the download of the logits / sampled tokens
         GDN_CHECK(st.is_ok(), "forward failed on a plan the engine built: %s", st.message().c_str());
+        // Verifications: the verdicts first, then one commit of every verified sequence's accepted
+        // tokens into its GDN state (the forward left the states as they were), then the bookkeeping.
+        size_t n_verdicts = 0;
+        commits_.clear();
+        for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
+            const ScheduledChunk& c = so.chunks[ci];
+            if (c.num_draft == 0) continue;
+            if (verdicts_.size() == n_verdicts) verdicts_.emplace_back();
+            Verdict& v = verdicts_[n_verdicts++];
+            decide(c, chunk_rows_[ci], all_greedy, v);
+            const int32_t to = c.fresh_slot >= 0 ? c.fresh_slot : c.req->slot;
+            commits_.push_back({static_cast<int32_t>(ci), c.req->slot, to, 1 + int64_t{v.accepted}});
+            // Extra GDN bytes of a verification: its staged rows, and the commit's pass over the state.
+            spec_state_bytes_ += static_cast<int64_t>(staged_row_bytes_ * c.num_new + 2 * slot_bytes_);
+        }
+        if (!commits_.empty()) {
+            st = model_->commit_verified(commits_, *slots_, fo);
+            GDN_CHECK(st.is_ok(), "GDN commit failed on verifications the engine planned: %s", st.message().c_str());
+        }
+        n_verdicts = 0;
         const int32_t V = model_->config().vocab;
         size_t row = 0;
         std::vector<TokenLogprob> lp;
@@ -521,10 +555,11 @@ std::span<const RequestOutput> Engine::step() {
             const int64_t first_pos = c.req->num_computed;
             pure_decode &= c.num_new - c.num_draft == 1 && first_pos + 1 == static_cast<int64_t>(c.req->tokens.size());
             if (c.num_draft > 0) {
-                spec_state_bytes_ += static_cast<int64_t>(c.num_draft) * static_cast<int64_t>(slot_bytes_);
                 RequestOutput& out = next_output(c.req->id);
                 const int64_t before = c.req->num_computed;
-                verify(c, row, all_greedy, out);  // on_verified inside
+                GDN_CHECK(row == chunk_rows_[ci], "logits rows out of step");
+                row += c.num_draft + 1;
+                apply_verdict(c, verdicts_[n_verdicts++], out);  // on_verified inside
                 do_state_copies(scheduler_->pending_copies());
                 scheduler_->pending_copies().clear();
                 if (mtp && r.finish == FinishReason::NONE)

@@ -106,7 +106,9 @@ struct EngineStats {
     PrefixCacheStats prefix;                 // zeros when prefix caching is off
     int64_t prefix_snapshot_bytes = 0;       // one snapshot's size
     SpecCounters spec;                       // drafts verified and accepted, per position
-    int64_t spec_state_bytes_last_step = 0;  // GDN state bytes written to spare slots by the last step's verifications
+    // GDN bytes the last step's verifications added: their staged input rows and the commit's read and
+    // write of each verified sequence's state.
+    int64_t spec_state_bytes_last_step = 0;
     int64_t spec_state_bytes_total = 0;
     int spec_k_last_step = 0;                // drafts per sequence the cost model chose for the last step
     int64_t grammar_masks = 0;               // structured outputs: token masks computed
@@ -122,6 +124,8 @@ public:
     // Cache memory (KV blocks + GDN state slots) that holds n_seqs sequences of max_len tokens.
     static size_t cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size = 16,
                                   const SpeculativeConfig& spec = {});
+    // Speculation's verify staging rows of one running sequence (StateSlots::reserve_verify_rows).
+    static size_t verify_bytes_per_seq(const ModelConfig& c, const SpeculativeConfig& spec);
 
     static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model,
                                                   std::shared_ptr<const Tokenizer> tok, const EngineConfig& cfg);
@@ -176,10 +180,20 @@ private:
     void do_state_copies(const std::vector<SlotCopy>& copies);
     void emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, RequestOutput& out);
     // Speculative decoding (engine_speculative.cpp).
+    // A verification's outcome: the tokens it emits (the accepted drafts, then one from the target
+    // distribution) and their logprobs.
+    struct Verdict {
+        int accepted = 0;
+        std::vector<int32_t> tokens;
+        std::vector<std::vector<TokenLogprob>> logprobs;
+    };
     // Accepts the longest verified prefix of a chunk's drafts plus one token from the target distribution
-    // (greedy: its argmax; sampling: rejection sampling), then emits them. `row` is the chunk's first
-    // logits row and advances past its rows.
-    void verify(const ScheduledChunk& c, size_t& row, bool all_greedy, RequestOutput& out);
+    // (greedy: its argmax; sampling: rejection sampling) from the chunk's logits rows starting at `row`.
+    // Changes nothing but the request's sampler and the acceptance counters.
+    void decide(const ScheduledChunk& c, size_t row, bool all_greedy, Verdict& v);
+    // After the commit of the step's verified GDN states: the request continues after the verdict's
+    // tokens, which are emitted.
+    void apply_verdict(const ScheduledChunk& c, Verdict& v, RequestOutput& out);
     void constrain(Request& r, float* logits);
     Result<std::unique_ptr<Request>> make_request(const Prompt& prompt, const SamplingParams& params);
     void admit(std::unique_ptr<Request> r);
@@ -231,7 +245,11 @@ private:
     int64_t mtp_keeper_ = -1;            // the request that probes MTP acceptance while k = 0 wins
     bool speculating_ = false;           // the last step's choice drafted (k > 0, not a probe)
     int64_t spec_state_bytes_ = 0, spec_state_bytes_total_ = 0;
+    std::vector<Verdict> verdicts_;                 // this step's, one per verified chunk (records reused)
+    std::vector<Model::GdnCommit> commits_;
+    std::vector<size_t> chunk_rows_;                // build_plan: each chunk's first logits row
     size_t slot_bytes_ = 0;
+    size_t staged_row_bytes_ = 0;  // one token's verify staging rows (all GDN layers)
     std::vector<float> hidden_;          // the forward's final-norm rows (MTP)
     BatchPlan mtp_plan_;
     std::vector<float> mtp_in_, mtp_out_;

@@ -25,7 +25,7 @@ constexpr int64_t kMtpCatchUpRows = 64;
 constexpr int64_t kMaxPendingMtpRows = 1024;
 }  // namespace
 
-void Engine::verify(const ScheduledChunk& c, size_t& row, bool all_greedy, RequestOutput& out) {
+void Engine::decide(const ScheduledChunk& c, size_t row, bool all_greedy, Verdict& v) {
     Request& r = *requests_.at(c.req->id);
     const int nd = c.num_draft;
     const int32_t V = model_->config().vocab;
@@ -37,10 +37,8 @@ void Engine::verify(const ScheduledChunk& c, size_t& row, bool all_greedy, Reque
     // without d, renormalised. Either way the emitted token is distributed exactly as p (p(d) [x = d] +
     // (1 - p(d)) p(x) / (1 - p(d)) [x != d] = p(x)), and penalties, min_tokens and the RNG see the tokens
     // before it, as in plain decoding.
-    thread_local std::vector<int32_t> toks;
-    thread_local std::vector<std::vector<TokenLogprob>> lps;
-    toks.clear();
-    if (lps.size() < static_cast<size_t>(nd + 1)) lps.resize(nd + 1);
+    v.tokens.clear();
+    if (v.logprobs.size() < static_cast<size_t>(nd + 1)) v.logprobs.resize(nd + 1);
     const size_t out_before = r.output.size();
     int accepted = 0;
     for (int i = 0; i <= nd; ++i) {
@@ -58,9 +56,9 @@ void Engine::verify(const ScheduledChunk& c, size_t& row, bool all_greedy, Reque
             } else {
                 tok = sampler_.draw(r.sampler);
             }
-            if (want_lp) sampler_.logprobs(tok, &lps[i]);
+            if (want_lp) sampler_.logprobs(tok, &v.logprobs[i]);
         }
-        toks.push_back(tok);
+        v.tokens.push_back(tok);
         r.output.push_back(tok);  // the context of the next row (penalties, min_tokens)
         if (i < nd) cost_.observe_acceptance(i, ok);
         if (!ok) break;
@@ -68,11 +66,16 @@ void Engine::verify(const ScheduledChunk& c, size_t& row, bool all_greedy, Reque
     }
     r.output.resize(out_before);
     spec_.count(nd, accepted);
-    row += nd + 1;
-    // The state after the real token and the accepted drafts becomes the request's; the rest is freed.
-    scheduler_->on_verified(c, accepted);
-    for (size_t i = 0; i < toks.size() && r.finish == FinishReason::NONE; ++i)
-        emit(r, toks[i], want_lp ? &lps[i] : nullptr, out);
+    v.accepted = accepted;
+}
+
+void Engine::apply_verdict(const ScheduledChunk& c, Verdict& v, RequestOutput& out) {
+    Request& r = *requests_.at(c.req->id);
+    const bool want_lp = r.params.logprobs >= 0;
+    // The state after the real token and the accepted drafts (committed) becomes the request's.
+    scheduler_->on_verified(c, v.accepted);
+    for (size_t i = 0; i < v.tokens.size() && r.finish == FinishReason::NONE; ++i)
+        emit(r, v.tokens[i], want_lp ? &v.logprobs[i] : nullptr, out);
 }
 
 void Engine::keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int64_t n_rows) {

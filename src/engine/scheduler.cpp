@@ -182,21 +182,12 @@ void Scheduler::on_computed(const ScheduledChunk& c) {
 void Scheduler::on_verified(const ScheduledChunk& c, int n_accepted) {
     SchedRequest& r = *c.req;
     GDN_CHECK(n_accepted >= 0 && n_accepted <= c.num_draft);
-    // The real token's state went to fresh_slot when r.slot is to become a snapshot, else in place.
-    const int32_t base = c.fresh_slot >= 0 ? c.fresh_slot : r.slot;
-    const int32_t keep = n_accepted == 0 ? base : c.spare_slots[n_accepted - 1];
-    if (base != keep) release_slot(base);
-    for (int i = 0; i < c.num_draft; ++i)
-        if (c.spare_slots[i] != keep) release_slot(c.spare_slots[i]);
+    // The commit left the state after the accepted tokens in fresh_slot when r.slot is to become a
+    // snapshot, else in place: as a plain chunk of the real token and the accepted drafts.
     r.drafts.clear();
-    ScheduledChunk accepted = c;  // as a plain chunk of the real token and the accepted drafts
+    ScheduledChunk accepted = c;
     accepted.num_new = c.num_new - c.num_draft + n_accepted;
     accepted.num_draft = 0;
-    if (c.fresh_slot >= 0) {
-        accepted.fresh_slot = keep;  // r continues from keep, r.slot becomes the snapshot
-    } else {
-        r.slot = keep;
-    }
     on_computed(accepted);
 }
 
@@ -275,7 +266,6 @@ const SchedulerOutput& Scheduler::schedule() {
                 if (out_.chunks[c].req == victim.get()) {
                     budget += out_.chunks[c].num_new;
                     out_.n_tokens -= out_.chunks[c].num_new;
-                    for (int d = 0; d < out_.chunks[c].num_draft; ++d) release_slot(out_.chunks[c].spare_slots[d]);
                     if (out_.chunks[c].fresh_slot >= 0) release_slot(out_.chunks[c].fresh_slot);
                     out_.chunks.erase(out_.chunks.begin() + c);
                     break;
@@ -284,21 +274,13 @@ const SchedulerOutput& Scheduler::schedule() {
             continue;  // same i: r (if not the victim) retries with the freed blocks
         }
         ScheduledChunk c{r.get(), n};
-        // A decode step carries the request's drafts as far as the budget, its KV blocks and the free
-        // state slots allow (never pre-empting anyone for a draft).
+        // A decode step carries the request's drafts as far as the budget and its KV blocks allow (never
+        // pre-empting anyone for a draft).
         if (n == 1 && r->num_computed + 1 == static_cast<int64_t>(r->tokens.size()) && !r->drafts.empty()) {
             int64_t nd = std::min<int64_t>({static_cast<int64_t>(r->drafts.size()), budget - 1, kMaxScheduledDrafts,
                                             r->max_total_tokens - 1 - r->num_computed});
             if (nd > 0 && !ensure_blocks(*r, r->num_computed + 1 + nd))
                 nd = static_cast<int64_t>(r->blocks.size()) * block_size_ - r->num_computed - 1;
-            for (int64_t d = 0; d < nd; ++d) {
-                const int32_t s = free_slots() > 0 ? alloc_slot() : -1;
-                if (s < 0) {
-                    nd = d;
-                    break;
-                }
-                c.spare_slots[d] = s;
-            }
             c.num_draft = static_cast<int>(std::max<int64_t>(0, nd));
             c.num_new += c.num_draft;
         }

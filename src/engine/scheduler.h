@@ -78,12 +78,12 @@ constexpr int kMaxScheduledDrafts = 8;
 struct ScheduledChunk {
     SchedRequest* req;
     int64_t num_new;  // tokens [num_computed, num_computed + num_new) run this step (drafts included)
-    int num_draft = 0;  // the last num_draft of them are drafts[0, num_draft): a verification
-    // GDN state slots for the states after each draft (state after draft i in spare_slots[i]); the state
-    // after the last real token stays in req->slot.
-    int32_t spare_slots[kMaxScheduledDrafts] = {};
-    // Prefix caching, decode steps at a block boundary: the state after this step goes to fresh_slot and
-    // req->slot (the state at num_computed) becomes a snapshot, with no copy. -1: in place.
+    // The last num_draft of them are drafts[0, num_draft): a verification. Its forward leaves the GDN
+    // state in req->slot as it was; the engine commits the accepted tokens' states after sampling.
+    int num_draft = 0;
+    // Prefix caching, decode steps at a block boundary: the state after this step (or the commit of a
+    // verification) goes to fresh_slot and req->slot (the state at num_computed) becomes a snapshot,
+    // with no copy. -1: in place.
     int32_t fresh_slot = -1;
 };
 
@@ -107,8 +107,8 @@ public:
     const SchedulerOutput& schedule();
     // After the step ran: the chunk's tokens are now computed.
     void on_computed(const ScheduledChunk& c);
-    // After a verification: the real token and the first n_accepted drafts are computed; the request
-    // continues from the state after them (its slot, or spare n_accepted - 1); the other slots are freed.
+    // After a verification and its commit: the real token and the first n_accepted drafts are computed;
+    // the request continues from the state after them (in its slot, or in fresh_slot).
     void on_verified(const ScheduledChunk& c, int n_accepted);
     // KV blocks for the first n_tokens positions of a running request if the pool has them (no
     // preemption); false when only some could be taken (they stay with the request).

@@ -34,8 +34,9 @@ struct SpeculativeConfig {
     bool enabled() const { return method != SpecMethod::NONE && num_speculative_tokens > 0; }
     bool uses_mtp() const { return enabled() && method == SpecMethod::MTP; }
     int max_drafts() const { return enabled() ? num_speculative_tokens : 0; }
-    // GDN state slots a running request may hold during a step: its own, plus one per draft.
-    int state_slots_per_sequence() const { return 1 + max_drafts(); }
+    // Tokens one sequence's step may run when it verifies: its real token and up to k drafts (also the
+    // logits rows it may ask for).
+    int tokens_per_verify() const { return 1 + max_drafts(); }
 
     static constexpr int kMaxDrafts = 8;
     // '{"method": "mtp" | "qwen3_next_mtp" | "ngram", "num_speculative_tokens": k, "prompt_lookup_min": m,

@@ -18,11 +18,14 @@ struct BatchPlan {
     int64_t max_blocks = 0;
     std::vector<int64_t> slot_mapping;       // [N] KV arena row for each new token
     std::vector<int64_t> logits_rows;        // rows whose logits are returned, in order
-    // Speculative verification: sequence s's tokens send their GDN states (conv window and recurrent
-    // state after each token) to the slots gdn_out_slot[gdn_out_offset[s] ..] (one per token), so the
-    // state after any accepted prefix survives; an empty range (or empty vectors): in place, as usual.
+    // Sequence s's tokens send their GDN states (conv window and recurrent state after each token) to the
+    // slots gdn_out_slot[gdn_out_offset[s] ..] (one per token): a decode step whose input state becomes a
+    // prefix-cache snapshot. An empty range (or empty vectors): in place, as usual.
     std::vector<int64_t> gdn_out_offset;     // [S + 1] or empty
-    std::vector<int32_t> gdn_out_slot;       // [sum of verified sequences' tokens]
+    std::vector<int32_t> gdn_out_slot;       // [sum of those sequences' tokens]
+    // Speculative verification: gdn_verify[s] != 0 leaves sequence s's GDN state as it was and stages its
+    // GDN input rows (StateSlots::verify_rows, at index s) for Model::commit_verified. Empty: none.
+    std::vector<uint8_t> gdn_verify;         // [S] or empty
 
     // Appends one sequence's row of block_tables: its blocks, -1 up to max_blocks.
     void push_block_table(const std::vector<int32_t>& blocks) {
@@ -43,6 +46,7 @@ struct BatchPlan {
         logits_rows.clear();
         gdn_out_offset.clear();
         gdn_out_slot.clear();
+        gdn_verify.clear();
         max_blocks = 0;
     }
 };

@@ -64,6 +64,8 @@ struct ModelConfig {
     // [Hv, Dk, Dv] (StateSlots, SequenceState and the memory plan all size from these).
     int64_t gdn_conv_state_floats() const { return static_cast<int64_t>(conv_kernel - 1) * gdn_conv_dim(); }
     int64_t gdn_ssm_state_floats() const { return static_cast<int64_t>(gdn_v_heads) * gdn_k_dim * gdn_v_dim; }
+    // One token's GDN input row: the fused in_proj output q|k|v (CD) | z (VD) | b (Hv) | a (Hv).
+    int64_t gdn_in_proj_floats() const { return int64_t{gdn_conv_dim()} + gdn_value_dim() + 2 * int64_t{gdn_v_heads}; }
     bool is_attention(int layer) const { return layer_kinds[layer] == LayerKind::FULL_ATTENTION; }
     bool is_moe_layer(int layer) const;
     int n_attention_layers() const;

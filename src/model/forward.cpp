@@ -52,10 +52,14 @@ public:
     virtual float* conv(int seq, int gdn_layer) = 0;
     virtual float* ssm(int seq, int gdn_layer) = 0;
     virtual bool fresh(int seq) = 0;  // no initial state: its GDN state is zeroed before use
-    // Speculative verification: where token t's GDN states go (null: in place, the sequence's usual case).
+    // Where token t's GDN states go (null: in place, the sequence's usual case).
     virtual float* conv_out(int, int, int64_t) { return nullptr; }
     virtual float* ssm_out(int, int, int64_t) { return nullptr; }
+    virtual bool has_state_outputs(int) { return false; }
+    // Speculative verification: the sequence's GDN state is only read, and its GDN input rows
+    // ([T, ldp] per layer) are staged at verify_rows for the commit.
     virtual bool verified(int) { return false; }
+    virtual float* verify_rows(int, int) { return nullptr; }
     // Stores the K/V rows of new token t of sequence seq (t counted within this step).
     virtual void write_kv(int seq, int attn_layer, int64_t t, const float* k, const float* v) = 0;
     virtual cpu::KvRows rows(int seq, int attn_layer) = 0;
@@ -101,7 +105,9 @@ public:
     float* conv(int s, int gi) override { return slots_->conv(gi, p_.state_slot[s]); }
     float* ssm(int s, int gi) override { return slots_->ssm(gi, p_.state_slot[s]); }
     bool fresh(int s) override { return !p_.has_initial_state[s]; }
-    bool verified(int s) override { return out_slot(s, 0) >= 0; }
+    bool has_state_outputs(int s) override { return out_slot(s, 0) >= 0; }
+    bool verified(int s) override { return !p_.gdn_verify.empty() && p_.gdn_verify[s]; }
+    float* verify_rows(int s, int gi) override { return slots_->verify_rows(gi, s); }
     float* conv_out(int s, int gi, int64_t t) override {
         const int32_t slot = out_slot(s, t);
         return slot < 0 ? nullptr : slots_->conv(gi, slot);
@@ -138,7 +144,10 @@ struct ForwardWorkspace {
     std::vector<int64_t> pos, logit_rows;
     std::vector<SeqSpan> spans;
     std::vector<ops::GdnSeq> gdn_seqs;
-    std::vector<float*> gdn_out;  // verified sequences' per-token state pointers (conv, then ssm)
+    std::vector<float*> gdn_out;  // sequences' per-token state pointers (conv, then ssm)
+    std::vector<std::vector<ops::GdnSeq>> commit_seqs;  // commit_verified: per GDN layer
+    std::vector<ops::GdnCommitLayer> commit_layers;
+    std::vector<ops::GdnParams> commit_params;
     std::vector<ops::AttnSeq> attn_seqs;
     std::vector<int32_t> route_idx;
     std::vector<float> route_w, rw;
@@ -154,6 +163,11 @@ enum Slot {
     X = 30, H_MIX, H_FFN, MIX, FFN, PROJ, ACT, Q, GATE, HF, MOE_X, MOE_Y, MOE_GU, MOE_ACC, ROUTER, SHARED_G,
     MTP_CAT, MTP_EMB
 };
+
+ops::GdnParams gdn_params(const ModelConfig& c, const GdnWeights& g, GdnForm form) {
+    return {c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim, c.gdn_v_dim, c.conv_kernel, c.rms_eps, g.conv, g.conv_T,
+            g.neg_exp_A, g.dt_bias, g.norm, form != GdnForm::RECURRENT};
+}
 
 class ForwardPass {
 public:
@@ -185,8 +199,9 @@ private:
 void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
                             float* out) {
     const GdnWeights& g = L.gdn;
-    const int64_t Hv = c_.gdn_v_heads, VD = c_.gdn_value_dim();
+    const int64_t VD = c_.gdn_value_dim();
     const int64_t ldp = g.in_proj.N();  // q|k|v (CD) | z (VD) | b (Hv) | a (Hv)
+    GDN_CHECK(ldp == c_.gdn_in_proj_floats(), "GDN in_proj width %lld", (long long)ldp);
     float* proj = sc_.f32(PROJ, N * ldp);
     lin(h, N, g.in_proj, proj);
     std::vector<ops::GdnSeq>& gs = ws_.gdn_seqs;
@@ -203,6 +218,9 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
         }
         ops::GdnSeq g{seqs[i].t0, seqs[i].T, conv, ssm};
         if (cache_.verified(i)) {
+            g.keep_state = true;
+            std::memcpy(cache_.verify_rows(i, gi), proj + seqs[i].t0 * ldp, seqs[i].T * ldp * sizeof(float));
+        } else if (cache_.has_state_outputs(i)) {
             const size_t o = outs.size();
             for (int64_t t = 0; t < seqs[i].T; ++t) outs.push_back(cache_.conv_out(i, gi, t));
             for (int64_t t = 0; t < seqs[i].T; ++t) outs.push_back(cache_.ssm_out(i, gi, t));
@@ -211,8 +229,7 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
         }
         gs.push_back(g);
     }
-    ops::GdnParams p{c_.gdn_k_heads, Hv, c_.gdn_k_dim, c_.gdn_v_dim, c_.conv_kernel, c_.rms_eps, g.conv, g.conv_T,
-                     g.neg_exp_A, g.dt_bias, g.norm, form_ != GdnForm::RECURRENT};
+    const ops::GdnParams p = gdn_params(c_, g, form_);
     float* normed = sc_.f32(ACT, N * VD);
     ops::gdn_mixer(proj, ldp, gs, p, normed, sc_, hf_);
     lin(normed, N, g.out, out);
@@ -373,9 +390,67 @@ Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, con
     for (int32_t t : plan.token_ids)
         if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
     if (plan.n_tokens() == 0) return Status::ok();
+    if (!plan.gdn_verify.empty()) {
+        if (static_cast<int64_t>(plan.gdn_verify.size()) != plan.n_seqs())
+            return Status::error("forward: gdn_verify must have one entry per sequence");
+        for (int64_t s = 0; s < plan.n_seqs(); ++s)
+            if (plan.gdn_verify[s] &&
+                (s >= slots.verify_seqs() || plan.cu_seqlens[s + 1] - plan.cu_seqlens[s] > slots.verify_tokens_per_seq() ||
+                 slots.verify_row_floats() != config_.gdn_in_proj_floats()))
+                return Status::error(strprintf("forward: verified sequence %lld does not fit the verify staging rows "
+                                               "(%d sequences of %lld tokens)",
+                                               (long long)s, slots.verify_seqs(), (long long)slots.verify_tokens_per_seq()));
+    }
     spans_of(plan, &ws_->spans);
     PlanAccess access(plan, kv, &slots);
     run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids, hidden);
+    return Status::ok();
+}
+
+Status Model::commit_verified(const std::vector<GdnCommit>& commits, StateSlots& slots, const ForwardOptions& opt) const {
+    const ModelConfig& c = config_;
+    const int64_t ldp = c.gdn_in_proj_floats(), tmax = slots.verify_tokens_per_seq();
+    for (const GdnCommit& m : commits)
+        if (m.seq < 0 || m.seq >= slots.verify_seqs() || m.n_tokens < 1 || m.n_tokens > tmax || m.from_slot < 0 ||
+            m.from_slot >= slots.n_slots() || m.to_slot < 0 || m.to_slot >= slots.n_slots() ||
+            slots.verify_row_floats() != ldp)
+            return Status::error(strprintf("commit_verified: bad commit (sequence %d, %lld tokens, slots %d -> %d)",
+                                           m.seq, (long long)m.n_tokens, m.from_slot, m.to_slot));
+    if (commits.empty() || c.n_gdn_layers() == 0) return Status::ok();
+    ForwardWorkspace& ws = *ws_;
+    // Sequence s's rows of a layer are rows [s * tmax, s * tmax + n) of that layer's staging area. Every
+    // token's state goes to to_slot (the first one reads from_slot): the last accepted token's state
+    // ends there, with the arithmetic of the verify (and of a decode step) that computed it before.
+    // One sequence list per layer, and all layers in one parallel pass.
+    const int L = c.n_gdn_layers();
+    if (ws.commit_seqs.size() < static_cast<size_t>(L)) ws.commit_seqs.resize(L);
+    std::vector<float*>& outs = ws.gdn_out;
+    outs.clear();
+    outs.reserve(2 * L * commits.size() * tmax);  // pointers into it are kept: no reallocation
+    std::vector<ops::GdnCommitLayer>& layers = ws.commit_layers;
+    layers.clear();
+    std::vector<ops::GdnParams>& params = ws.commit_params;
+    params.clear();
+    params.reserve(L);
+    int gi = 0;
+    for (const LayerWeights& Lw : weights_->layers) {
+        if (Lw.kind == LayerKind::FULL_ATTENTION) continue;
+        std::vector<ops::GdnSeq>& gs = ws.commit_seqs[gi];
+        gs.clear();
+        for (const GdnCommit& m : commits) {
+            ops::GdnSeq g{m.seq * tmax, m.n_tokens, slots.conv(gi, m.from_slot), slots.ssm(gi, m.from_slot)};
+            const size_t o = outs.size();
+            outs.insert(outs.end(), m.n_tokens, slots.conv(gi, m.to_slot));
+            outs.insert(outs.end(), m.n_tokens, slots.ssm(gi, m.to_slot));
+            g.conv_out = outs.data() + o;
+            g.ssm_out = outs.data() + o + m.n_tokens;
+            gs.push_back(g);
+        }
+        params.push_back(gdn_params(c, Lw.gdn, opt.gdn_form));
+        layers.push_back({slots.verify_rows(gi, 0), ldp, &gs, &params.back()});
+        ++gi;
+    }
+    ops::gdn_commit(layers, ws.sc, opt.bf16_activations && opt.hf_rounding);
     return Status::ok();
 }
 

@@ -64,10 +64,22 @@ public:
     // engine). Reads nothing back from the compute device.
     // With greedy_ids, the lm_head returns the argmax of each logits row instead (appended to *greedy_ids;
     // nothing is appended to *logits): the vocabulary-sized rows are never materialised.
-    // plan.gdn_outputs (speculative verification) sends sequences' per-token GDN states to other slots.
+    // plan.gdn_out_slot sends sequences' per-token GDN states to other slots; plan.gdn_verify (speculative
+    // verification) leaves sequences' GDN states unchanged and stages their rows for commit_verified.
     Status forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
                    std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
                    std::vector<float>* hidden = nullptr) const;
+    // After a forward that verified sequences (plan.gdn_verify): each commit takes the first n_tokens
+    // tokens of plan sequence `seq` into the GDN state, reading from_slot (the state the verify read) and
+    // leaving the state after them in to_slot (from_slot itself: in place). The tokens are rerun from the
+    // staged rows with the decode step's kernels, so the state is bitwise the one plain decoding leaves.
+    // Call it before the next forward (which overwrites the staging rows), with the same options.
+    struct GdnCommit {
+        int32_t seq;
+        int32_t from_slot, to_slot;
+        int64_t n_tokens;
+    };
+    Status commit_verified(const std::vector<GdnCommit>& commits, StateSlots& slots, const ForwardOptions& opt) const;
 
     // The MTP draft layer (model_spec.md §4.8; loaded with LoadOptions::mtp). Row i of the plan is slot t =
     // plan.positions[i]: plan.token_ids[i] is token t+1 and hidden row i ([N, H]) the main model's h_t (or,

@@ -161,28 +161,30 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
     for (const auto& s : seqs_in) N = std::max(N, s.t0 + s.T);
     // A sequence with per-token state outputs runs as T one-token sequences, each on a copy of the state
     // it follows (the recurrent form one token at a time is the definition; the copies are the outputs).
+    // A verified sequence (keep_state) does the same on a private copy of its state, which is dropped.
     std::vector<GdnSeq> seqs;
-    for (const GdnSeq& s : seqs_in) {
-        if (!s.ssm_out) {
-            seqs.push_back(s);
-            continue;
-        }
-        for (int64_t t = 0; t < s.T; ++t) {
-            float* conv = s.conv_out[t];
-            float* ssm = s.ssm_out[t];
-            seqs.push_back({s.t0 + t, 1, conv, ssm});
-        }
-    }
     std::vector<const float*> src_conv, src_ssm;  // the state each expanded sequence starts from
+    std::vector<std::vector<float>> private_states;
+    private_states.reserve(2 * seqs_in.size());
     for (const GdnSeq& s : seqs_in) {
-        if (!s.ssm_out) {
+        if (!s.ssm_out && !s.keep_state) {
+            seqs.push_back(s);
             src_conv.push_back(s.conv);
             src_ssm.push_back(s.ssm);
             continue;
         }
+        float* own_conv = nullptr;
+        float* own_ssm = nullptr;
+        if (s.keep_state) {
+            own_conv = private_states.emplace_back((p.K - 1) * CD).data();
+            own_ssm = private_states.emplace_back(p.Hv * p.Dk * p.Dv).data();
+        }
         for (int64_t t = 0; t < s.T; ++t) {
-            src_conv.push_back(t == 0 ? s.conv : s.conv_out[t - 1]);
-            src_ssm.push_back(t == 0 ? s.ssm : s.ssm_out[t - 1]);
+            float* conv = s.keep_state ? own_conv : s.conv_out[t];
+            float* ssm = s.keep_state ? own_ssm : s.ssm_out[t];
+            seqs.push_back({s.t0 + t, 1, conv, ssm});
+            src_conv.push_back(t == 0 ? s.conv : s.keep_state ? own_conv : s.conv_out[t - 1]);
+            src_ssm.push_back(t == 0 ? s.ssm : s.keep_state ? own_ssm : s.ssm_out[t - 1]);
         }
     }
     std::vector<float> core(N * VD), z(N * VD);
@@ -228,63 +230,126 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
     }
 }
 
-// Decode steps and speculative verification (GdnSeq::stepwise): one pass per (sequence, key head) — the
-// conv of the head's q, k and v channels, the L2 norms, the gates, the delta-rule step of its value heads
-// and their gated norm — so a head's conv state, delta-rule state and outputs are touched while they are
-// in cache, and the mixer takes one barrier instead of four. Same kernels and per-element arithmetic as
-// the staged path below (bitwise equal; the test runs both). A verified sequence's tokens run one after
-// the other in its unit, each reading the state the previous token left and writing its own output
-// state: each token is exactly a decode step.
-void gdn_stepwise_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* y,
-                        float* core, float* out, Isa isa, bool bf16) {
+// Decode steps, speculative verification and commits (GdnSeq::stepwise): one pass per (sequence, key
+// head) — the conv of the head's q, k and v channels, the L2 norms, the gates, the delta-rule step of its
+// value heads and their gated norm — so a head's conv state, delta-rule state and outputs are touched
+// while they are in cache, and the mixer takes one barrier instead of four. Same kernels and per-element
+// arithmetic as the staged path below (bitwise equal; the test runs both). A sequence's tokens run one
+// after the other in its unit, each reading the state the previous token left: each token is exactly a
+// decode step. y [N, CD] and core [N, VD] are the unit's scratch rows; out null: the states only (a
+// commit), no gated norm.
+void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t hk, const GdnParams& p, float* y,
+                       float* core, float* out, Isa isa, bool bf16) {
     const int64_t Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, r = Hv / Hk;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
     const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
+    const int64_t conv_n = (p.K - 1) * CD, head_n = Dk * Dv;
+    // A verified sequence's states after each token: this thread's private copy of the unit's part (its
+    // conv channels, its value heads' states), cache-resident and never written back. Writing them to
+    // per-draft slots instead cost a verify of 4 tokens 3.7x a decode step's GDN time (measured).
+    thread_local std::vector<float> own;
+    const int64_t v0 = 2 * KD + hk * r * Dv;  // the value channels of this key head's value heads
+    const int64_t chans[3][2] = {{hk * Dk, Dk}, {KD + hk * Dk, Dk}, {v0, r * Dv}};
+    if (s.keep_state && own.size() < static_cast<size_t>(conv_n + r * head_n)) own.resize(conv_n + r * head_n);
+    // Where token i leaves the states: in place, in its outputs, or (verification) in the private copy,
+    // which holds the whole conv window (only this unit's channels are used) and this unit's r value heads.
+    auto conv_of = [&](int64_t i) { return s.keep_state ? own.data() : s.conv_out ? s.conv_out[i] : s.conv; };
+    auto head_of = [&](int64_t i, int64_t h) {
+        if (s.keep_state) return own.data() + conv_n + (h - hk * r) * head_n;
+        return (s.ssm_out ? s.ssm_out[i] : s.ssm) + h * head_n;
+    };
+    for (int64_t i = 0; i < s.T; ++i) {
+        const int64_t t = s.t0 + i;
+        const float* conv_in = i == 0 ? s.conv : conv_of(i - 1);
+        float* conv = conv_of(i);
+        if (conv != conv_in)  // this unit's channels of the window, then the conv runs in place
+            for (int64_t j = 0; j < p.K - 1; ++j)
+                for (const auto& c : chans)
+                    std::memcpy(conv + j * CD + c[0], conv_in + j * CD + c[0], c[1] * sizeof(float));
+        const float* x = proj + t * ldp;
+        float* yt = y + t * CD;
+        float* q = yt + hk * Dk;
+        float* k = yt + KD + hk * Dk;
+        for (const auto& c : chans)
+            GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, c[0], c[0] + c[1], bf16);
+        GDN_KERNEL(isa, l2_norm_scale, q, Dk, 1e-6f, qscale);
+        GDN_KERNEL(isa, l2_norm_scale, k, Dk, 1e-6f, 1.0f);
+        const float kq = GDN_KERNEL(isa, dot, q, k, Dk);
+        const float* bt = x + CD + VD;
+        const float* at = bt + Hv;
+        for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {
+            const float g = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
+            const float bb = ref::sigmoid(bt[h]);
+            float* o = core + t * VD + h * Dv;
+            const float* ssm_in = i == 0 ? s.ssm + h * head_n : head_of(i - 1, h);
+            GDN_KERNEL(isa, gdn_step, ssm_in, head_of(i, h), q, k, yt + 2 * KD + h * Dv, std::exp(g),
+                       bf16 ? round_bf16(bb) : bb, kq, Dk, Dv, o);
+            if (!out) continue;
+            if (bf16) ref::round_activations(o, Dv, true);
+            GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv, bf16);
+        }
+    }
+}
+
+void gdn_stepwise_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* y,
+                        float* core, float* out, Isa isa, bool bf16) {
+    const int64_t Hk = p.Hk;
     // Balanced: a unit streams 64 KiB+ of state from DRAM, and with fixed halves the thread on the
     // slower vCPU kept the other waiting ~30 us of a ~45 us step (measured).
     global_pool().parallel_for_balanced(static_cast<int64_t>(seqs.size()) * Hk, 1, [&](int, int64_t u0, int64_t u1) {
-        for (int64_t u = u0; u < u1; ++u) {
-            const GdnSeq& s = seqs[u / Hk];
-            const int64_t hk = u % Hk;
-            const int64_t v0 = 2 * KD + hk * r * Dv;  // the value channels of this key head's value heads
-            const int64_t chans[3][2] = {{hk * Dk, Dk}, {KD + hk * Dk, Dk}, {v0, r * Dv}};
-            for (int64_t i = 0; i < s.T; ++i) {
-                const int64_t t = s.t0 + i;
-                const float* conv_in = i == 0 ? s.conv : s.conv_out[i - 1];
-                float* conv = s.conv_out ? s.conv_out[i] : s.conv;
-                const float* ssm_in = i == 0 ? s.ssm : s.ssm_out[i - 1];
-                float* ssm = s.ssm_out ? s.ssm_out[i] : s.ssm;
-                if (conv != conv_in)  // this unit's channels of the window, then the conv runs in place
-                    for (int64_t j = 0; j < p.K - 1; ++j)
-                        for (const auto& c : chans)
-                            std::memcpy(conv + j * CD + c[0], conv_in + j * CD + c[0], c[1] * sizeof(float));
-                const float* x = proj + t * ldp;
-                float* yt = y + t * CD;
-                float* q = yt + hk * Dk;
-                float* k = yt + KD + hk * Dk;
-                for (const auto& c : chans)
-                    GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, c[0], c[0] + c[1], bf16);
-                GDN_KERNEL(isa, l2_norm_scale, q, Dk, 1e-6f, qscale);
-                GDN_KERNEL(isa, l2_norm_scale, k, Dk, 1e-6f, 1.0f);
-                const float kq = GDN_KERNEL(isa, dot, q, k, Dk);
-                const float* bt = x + CD + VD;
-                const float* at = bt + Hv;
-                for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {
-                    const float g = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
-                    const float bb = ref::sigmoid(bt[h]);
-                    float* o = core + t * VD + h * Dv;
-                    GDN_KERNEL(isa, gdn_step, ssm_in + h * Dk * Dv, ssm + h * Dk * Dv, q, k, yt + 2 * KD + h * Dv,
-                               std::exp(g), bf16 ? round_bf16(bb) : bb, kq, Dk, Dv, o);
-                    if (bf16) ref::round_activations(o, Dv, true);
-                    GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv,
-                               bf16);
-                }
-            }
-        }
+        for (int64_t u = u0; u < u1; ++u) gdn_stepwise_unit(proj, ldp, seqs[u / Hk], u % Hk, p, y, core, out, isa, bf16);
     });
 }
 
 }  // namespace
+
+void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& sc, bool bf16) {
+    GDN_PROFILE("gdn commit");
+    if (layers.empty()) return;
+    const Isa conv_isa = op_isa(OpId::CONV1D), prep_isa = op_isa(OpId::GDN_PREP),
+              rule_isa = op_isa(OpId::GDN_RULE), norm_isa = op_isa(OpId::GATED_NORM);
+    if (conv_isa == Isa::REF || prep_isa == Isa::REF || rule_isa == Isa::REF || norm_isa == Isa::REF) {
+        // The reference: each layer through the reference mixer (its outputs are dropped).
+        for (const GdnCommitLayer& l : layers) {
+            int64_t N = 0;
+            for (const GdnSeq& s : *l.seqs) N = std::max(N, s.t0 + s.T);
+            std::vector<float> out(N * l.p->Hv * l.p->Dv);
+            gdn_mixer_ref(l.proj, l.ldp, *l.seqs, *l.p, out.data(), bf16);
+        }
+        return;
+    }
+    // Every layer's units in one parallel pass (a commit is a few tokens: one barrier, not one per layer).
+    // Each layer has its own y/core scratch rows: units of different layers share token rows.
+    const GdnParams& p0 = *layers[0].p;
+    const int64_t Hk = p0.Hk, CD = 2 * Hk * p0.Dk + p0.Hv * p0.Dv, VD = p0.Hv * p0.Dv;
+    int64_t N = 0;
+    std::vector<int64_t>& first = sc.gdn_rows;  // the first unit of each layer, then the total
+    first.clear();
+    int64_t units = 0;
+    for (const GdnCommitLayer& l : layers) {
+        GDN_CHECK(l.p->Hk == Hk && l.p->Hv * l.p->Dv == VD, "gdn_commit: layers of different shapes");
+        for (const GdnSeq& s : *l.seqs) {
+            GDN_CHECK(s.ssm_out && !s.keep_state, "gdn_commit: a sequence without per-token state outputs");
+            N = std::max(N, s.t0 + s.T);
+        }
+        first.push_back(units);
+        units += static_cast<int64_t>(l.seqs->size()) * Hk;
+    }
+    first.push_back(units);
+    const int64_t L = static_cast<int64_t>(layers.size());
+    float* y = sc.f32(0, L * N * CD);
+    float* core = sc.f32(4, L * N * VD);
+    const Isa isa = conv_isa;
+    global_pool().parallel_for_balanced(units, 1, [&](int, int64_t u0, int64_t u1) {
+        for (int64_t u = u0; u < u1; ++u) {
+            const int64_t li = std::upper_bound(first.begin(), first.end(), u) - first.begin() - 1;
+            const GdnCommitLayer& l = layers[li];
+            const int64_t v = u - first[li];
+            gdn_stepwise_unit(l.proj, l.ldp, (*l.seqs)[v / Hk], v % Hk, *l.p, y + li * N * CD, core + li * N * VD,
+                              nullptr, isa, bf16);
+        }
+    });
+}
 
 void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_seqs, const GdnParams& p,
                float* out, Scratch& sc, bool bf16) {
@@ -314,7 +379,7 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
     stepwise.clear();
     seqs.clear();
     for (const GdnSeq& s : all_seqs) {
-        if (s.ssm_out || (s.T == 1 && !sc.gdn_staged_decode)) stepwise.push_back(s);
+        if (s.ssm_out || s.keep_state || (s.T == 1 && !sc.gdn_staged_decode)) stepwise.push_back(s);
         else seqs.push_back(s);
     }
     if (!stepwise.empty()) {

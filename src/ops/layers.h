@@ -63,13 +63,17 @@ struct GdnSeq {
     int64_t t0, T;   // rows [t0, t0 + T) of the batch
     float* conv;     // [K-1, CD]
     float* ssm;      // [Hv, Dk, Dv]
-    // Speculative verification: the state after token t goes to conv_out[t] / ssm_out[t] (T pointers
-    // each; an entry may equal the state it follows, i.e. in place), so a rejected suffix leaves the
-    // state after the last accepted token intact. Such a sequence runs token by token with the decode
-    // step's arithmetic: every token is bitwise what a decode step would compute. Null: in place.
+    // The state after token t goes to conv_out[t] / ssm_out[t] (T pointers each; an entry may equal the
+    // state it follows, i.e. in place): a decode step that keeps its input state (a prefix-cache
+    // snapshot), and the commit of verified tokens into another slot. Null: in place.
     float* const* conv_out = nullptr;
     float* const* ssm_out = nullptr;
-    bool stepwise() const { return T == 1 || ssm_out != nullptr; }
+    // Speculative verification: the outputs of every token, and the state is only read: the states after
+    // each token live in per-thread scratch and are dropped (the engine then commits the accepted prefix,
+    // rerunning its tokens into the slot). A verified sequence, like one with per-token outputs, runs
+    // token by token with the decode step's arithmetic: every token is bitwise what a decode step computes.
+    bool keep_state = false;
+    bool stepwise() const { return T == 1 || ssm_out != nullptr || keep_state; }
 };
 struct GdnParams {
     int64_t Hk, Hv, Dk, Dv, K;
@@ -84,6 +88,16 @@ struct GdnParams {
 // proj [N, ldp] rows hold q|k|v (CD) | z (VD) | b (Hv) | a (Hv); out [N, VD].
 void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* out,
                Scratch& scratch, bool bf16);
+// The states only (no outputs) of several GDN layers' sequences in one parallel pass: the commit of
+// verified tokens (Model::commit_verified), whose outputs the verification already produced. Every
+// sequence must run stepwise (per-token outputs; the tokens few); the layers share their head shape.
+struct GdnCommitLayer {
+    const float* proj;
+    int64_t ldp;
+    const std::vector<GdnSeq>* seqs;
+    const GdnParams* p;
+};
+void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& scratch, bool bf16);
 
 // One sequence's slice of an attention batch: its keys j < n_past + T (the new rows already written) are
 // located by `kv` (contiguous or paged; rows of Hkv * D floats).

@@ -363,9 +363,9 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
         }
         gauge("gdn_spec_decode_draft_tokens_per_seq", "drafts per sequence the cost model chose for the last step",
               st.spec_k_last_step);
-        gauge("gdn_spec_decode_state_bytes_last_step", "GDN state bytes the last step wrote to spare slots",
+        gauge("gdn_spec_decode_state_bytes_last_step", "GDN bytes the last step's verifications added (staged rows, commit of the state)",
               double(st.spec_state_bytes_last_step));
-        gauge("gdn_spec_decode_state_bytes_total", "GDN state bytes written to spare slots by verifications",
+        gauge("gdn_spec_decode_state_bytes_total", "GDN bytes verifications added (staged rows, commits of the state)",
               double(st.spec_state_bytes_total), "counter");
         t += ttft.text("gdn_time_to_first_token_seconds", "time to first token");
         t += tpot.text("gdn_time_per_output_token_seconds", "time per output token after the first");
