@@ -171,6 +171,105 @@ TEST(OpsCpu, GdnFusedDecodeEqualsStaged) {
     }
 }
 
+// Speculative verification: a sequence with keep_state gives every token's output bitwise as decode
+// steps would and leaves its state untouched; gdn_commit of its first n tokens (from the staged rows, in
+// place or into another state) then leaves bitwise the state n decode steps leave. Every fast ISA and the
+// reference, f32 and bf16 mode, several sequences in one call.
+TEST(OpsCpu, GdnVerifyKeepsTheStateAndCommitEqualsDecodeSteps) {
+    const GdnCase cases[] = {{{4, 3}, 2, 2, 16, 16}, {{5}, 1, 3, 12, 20}, {{2, 4, 1}, 16, 1, 128, 128}};
+    for (const GdnCase& c : cases) {
+        const GdnInputs in(c, 30);
+        const int64_t Hv = in.Hv, CD = in.CD, VD = in.VD, K = in.K;
+        const int64_t conv_n = (K - 1) * CD, ssm_n = Hv * c.Dk * c.Dv;
+        const size_t S = c.lens.size();
+        ops::GdnParams p{c.Hk, Hv, c.Dk, c.Dv, K, 1e-6f, in.conv_w.data(), in.conv_wT.data(), in.negA.data(),
+                         in.dtb.data(), in.nw.data(), false};
+        std::vector<int64_t> t0(S);
+        for (size_t i = 1; i < S; ++i) t0[i] = t0[i - 1] + c.lens[i - 1];
+        auto conv_of = [&](std::vector<float>& v, size_t i) { return v.data() + i * conv_n; };
+        auto ssm_of = [&](std::vector<float>& v, size_t i) { return v.data() + i * ssm_n; };
+        for (int path = 0; path <= static_cast<int>(fast_isas().size()); ++path) {
+            const bool reference = path == 0;
+            force_reference_all(reference);
+            if (!reference) set_active_isa(fast_isas()[path - 1]);
+            for (bool bf16 : {false, true}) {
+                SCOPED_TRACE(std::string(reference ? "ref" : isa_name(fast_isas()[path - 1])) + (bf16 ? " bf16" : " f32"));
+                ops::Scratch sc;
+                // Decode steps, one token per call: outputs and the state after every token.
+                std::vector<float> conv = in.conv0, ssm = in.ssm0, want_out(in.N * VD);
+                std::vector<std::vector<float>> conv_after(in.N), ssm_after(in.N);
+                for (size_t i = 0; i < S; ++i)
+                    for (int64_t t = 0; t < c.lens[i]; ++t) {
+                        std::vector<ops::GdnSeq> one{{t0[i] + t, 1, conv_of(conv, i), ssm_of(ssm, i)}};
+                        ops::gdn_mixer(in.proj.data(), in.ldp, one, p, want_out.data(), sc, bf16);
+                        conv_after[t0[i] + t].assign(conv_of(conv, i), conv_of(conv, i) + conv_n);
+                        ssm_after[t0[i] + t].assign(ssm_of(ssm, i), ssm_of(ssm, i) + ssm_n);
+                    }
+                // The verification of all tokens at once.
+                std::vector<float> vconv = in.conv0, vssm = in.ssm0, got_out(in.N * VD);
+                std::vector<ops::GdnSeq> seqs;
+                for (size_t i = 0; i < S; ++i) {
+                    seqs.push_back({t0[i], c.lens[i], conv_of(vconv, i), ssm_of(vssm, i)});
+                    seqs.back().keep_state = true;
+                }
+                ops::gdn_mixer(in.proj.data(), in.ldp, seqs, p, got_out.data(), sc, bf16);
+                EXPECT_EQ(got_out, want_out);
+                EXPECT_EQ(vconv, in.conv0);
+                EXPECT_EQ(vssm, in.ssm0);
+                // Commits of n_i = 1 + i % len tokens: sequence 0 in place, the others into fresh states.
+                std::vector<float> fconv(S * conv_n, -1.0f), fssm(S * ssm_n, -1.0f);
+                std::vector<float*> outs;
+                outs.reserve(2 * in.N);
+                std::vector<ops::GdnSeq> cs;
+                for (size_t i = 0; i < S; ++i) {
+                    const int64_t n = 1 + static_cast<int64_t>(i) % c.lens[i];
+                    float* to_conv = i == 0 ? conv_of(vconv, i) : conv_of(fconv, i);
+                    float* to_ssm = i == 0 ? ssm_of(vssm, i) : ssm_of(fssm, i);
+                    ops::GdnSeq g{t0[i], n, conv_of(vconv, i), ssm_of(vssm, i)};
+                    const size_t o = outs.size();
+                    outs.insert(outs.end(), n, to_conv);
+                    outs.insert(outs.end(), n, to_ssm);
+                    g.conv_out = outs.data() + o;
+                    g.ssm_out = outs.data() + o + n;
+                    cs.push_back(g);
+                }
+                // A second layer (the same rows, its own states, committed in place) in the same pass:
+                // gdn_commit runs all layers' units at once.
+                std::vector<float> conv2 = in.conv0, ssm2 = in.ssm0;
+                std::vector<float*> outs2;
+                outs2.reserve(2 * in.N);
+                std::vector<ops::GdnSeq> cs2;
+                for (size_t i = 0; i < S; ++i) {
+                    const int64_t n = cs[i].T;
+                    ops::GdnSeq g{t0[i], n, conv_of(conv2, i), ssm_of(ssm2, i)};
+                    const size_t o = outs2.size();
+                    outs2.insert(outs2.end(), n, conv_of(conv2, i));
+                    outs2.insert(outs2.end(), n, ssm_of(ssm2, i));
+                    g.conv_out = outs2.data() + o;
+                    g.ssm_out = outs2.data() + o + n;
+                    cs2.push_back(g);
+                }
+                ops::gdn_commit({{in.proj.data(), in.ldp, &cs, &p}, {in.proj.data(), in.ldp, &cs2, &p}}, sc, bf16);
+                for (size_t i = 0; i < S; ++i) {
+                    const int64_t last = t0[i] + cs[i].T - 1;
+                    float* cv = i == 0 ? conv_of(vconv, i) : conv_of(fconv, i);
+                    float* sv = i == 0 ? ssm_of(vssm, i) : ssm_of(fssm, i);
+                    EXPECT_EQ(std::vector<float>(cv, cv + conv_n), conv_after[last]) << "sequence " << i;
+                    EXPECT_EQ(std::vector<float>(sv, sv + ssm_n), ssm_after[last]) << "sequence " << i;
+                    EXPECT_EQ(std::vector<float>(conv_of(conv2, i), conv_of(conv2, i) + conv_n), conv_after[last]);
+                    EXPECT_EQ(std::vector<float>(ssm_of(ssm2, i), ssm_of(ssm2, i) + ssm_n), ssm_after[last]);
+                    if (i > 0) {  // the source of a commit into another state is left as it was
+                        EXPECT_EQ(std::vector<float>(conv_of(vconv, i), conv_of(vconv, i) + conv_n),
+                                  std::vector<float>(in.conv0.begin() + i * conv_n, in.conv0.begin() + (i + 1) * conv_n));
+                    }
+                }
+            }
+        }
+        force_reference_all(false);
+        set_active_isa(cpu_isa());
+    }
+}
+
 // The chunked-form kernel on its own, chunk after chunk with a carried state, against the reference's
 // chunked and recurrent forms (decays from ~1 down to e^-15 per token, so both the long-memory and the
 // underflowing ends of exp(G_i - G_j) are exercised).
