@@ -522,13 +522,16 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     const int64_t H = c.hidden;
     ForwardWorkspace& ws = *ws_;
     int64_t N = 0;
-    bool all_decode = true;
-    for (const SeqSpan& s : ws.spans) {
+    bool all_decode = true, verify = false;  // profiler tables: decode steps, verifications, the rest
+    for (size_t i = 0; i < ws.spans.size(); ++i) {
+        const SeqSpan& s = ws.spans[i];
         N += s.T;
-        all_decode &= s.T == 1;
+        const bool verified = cache.verified(static_cast<int>(i));
+        verify |= verified;
+        all_decode &= s.T == 1 || verified;
     }
     Profiler& prof = Profiler::get();
-    prof.begin_step(all_decode ? "decode" : "prefill");
+    prof.begin_step(all_decode ? verify ? "verify" : "decode" : "prefill");
     ops::Scratch& sc = ws.sc;
     ForwardPass fp(c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;  // rounding outside the matmuls

@@ -181,7 +181,7 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
         const uint32_t* xq_p = xq.data();
         int32_t* cand_p = cand.data();
         float* cand_hi_p = cand_hi.data();
-        pool.parallel_for_balanced(s.n_panels, min_stream_panels(s.K4 * 128), [&](int ith, int64_t p0, int64_t p1) {
+        pool.parallel_for_balanced(s.n_panels, min_stream_panels(s.K4 * 128, rows), [&](int ith, int64_t p0, int64_t p1) {
             if (!ok[ith]) return;
             auto* kernel = path == ScreenPath::VNNI ? cpu::avx512::screen_i8 : cpu::avx2::screen_i8;
             ok[ith] = kernel(xq_p, rows, s, r, p0, p1, lo + ith * rows, cand_p + ith * rows * kCap,

@@ -110,7 +110,7 @@ float* products_scratch(size_t n) {
     return buf.data();
 }
 
-int64_t min_panels(const PackedWeight& p) { return min_stream_panels(p.panel_bytes()); }
+int64_t min_panels(const PackedWeight& p, int64_t M) { return min_stream_panels(p.panel_bytes(), M); }
 
 // v rounded to bf16 in place by the linear op's kernel for isa (linear_argmax's screen must multiply the
 // very x linear() does).
@@ -149,7 +149,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
-        global_pool().parallel_for_balanced(p.n_panels, min_panels(p), [&](int, int64_t p0, int64_t p1) {
+        global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot(xp, M, p.K2, p, y, N, p0, p1, round_out);
         });
         return;
@@ -167,7 +167,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         if (round_out) round_bf16_with(isa, y, M * N);
         return;
     }
-    global_pool().parallel_for_balanced(p.n_panels, min_panels(p), [&](int, int64_t p0, int64_t p1) {
+    global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
         if (isa == Isa::AVX512) cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
         else cpu::avx2::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
     });
@@ -206,7 +206,7 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
     if (has_epilogue && fits) {
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
-        global_pool().parallel_for_balanced(p.n_panels, min_panels(p), [&](int, int64_t p0, int64_t p1) {
+        global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot_swiglu(xp, M, p.K2, p, out, I, p0, p1);
         });
         return;
@@ -255,7 +255,7 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     if (idx_buf.size() < static_cast<size_t>(2 * nth) * M) idx_buf.resize(static_cast<size_t>(2 * nth) * M);
     int64_t* idx = idx_buf.data();
     for (int64_t i = 0; i < nth * M; ++i) idx[i] = -1;
-    pool.parallel_for_balanced(p.n_panels, min_panels(p), [&](int ith, int64_t p0, int64_t p1) {
+    pool.parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int ith, int64_t p0, int64_t p1) {
         float* cv = vals + (nth + ith) * M;
         int64_t* ci = idx + (nth + ith) * M;
         cpu::avx512::linear_bf16dot_argmax(xp, M, p.K2, p, p0, p1, cv, ci);

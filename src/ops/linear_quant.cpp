@@ -69,7 +69,7 @@ void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y
     if (isa == Isa::REF) {
         k.gemm(xq, w, y, w.N, 0, w.n_panels);
     } else {
-        global_pool().parallel_for_balanced(w.n_panels, min_stream_panels(w.panel_bytes()),
+        global_pool().parallel_for_balanced(w.n_panels, min_stream_panels(w.panel_bytes(), M),
                                             [&](int, int64_t p0, int64_t p1) { k.gemm(xq, w, y, w.N, p0, p1); });
     }
     if (round_out) ref::round_activations(y, M * w.N, true);
