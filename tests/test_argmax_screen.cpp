@@ -159,6 +159,9 @@ TEST(ArgmaxScreen, FlatZeroAndNonFiniteRowsStillGiveTheFullPassIds) {
         std::vector<float> zero(K, 0.0f);
         EXPECT_EQ(argmax_of(zero.data(), r.screened), argmax_of(zero.data(), r.full));
         EXPECT_EQ(argmax_of(zero.data(), r.screened), 0);
+        // A row of subnormal size: its quantisation scale has no finite reciprocal (the screen divides).
+        std::vector<float> tiny = random_vec(K, 12, -1e-38f, 1e-38f);
+        EXPECT_EQ(argmax_of(tiny.data(), r.screened), argmax_of(tiny.data(), r.full));
         // A non-finite row is left to the full pass (whose NaN outputs the screen cannot bound).
         std::vector<float> bad(K, 1.0f);
         bad[3] = INFINITY;

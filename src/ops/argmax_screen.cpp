@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -116,23 +117,29 @@ namespace {
 bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenRow* out) {
     thread_local std::vector<float> xf;
     xf.resize(K);
-    std::fill(xq, xq + K4, 0x80808080u);
-    double amax = 0.0, xabs = 0.0;
+    float amax = 0.0f;  // a max of |bf16 values|: exact in f32
+    double xabs = 0.0;
     for (int64_t k = 0; k < K; ++k) {
         xf[k] = bf16_to_f32(static_cast<uint16_t>(xp[k / 2] >> (16 * (k & 1))));
-        amax = std::max(amax, static_cast<double>(std::abs(xf[k])));
+        amax = std::max(amax, std::abs(xf[k]));
         xabs += std::abs(xf[k]);
     }
     if (!std::isfinite(xabs)) return false;
-    const float sx = static_cast<float>(amax / 127.0);
+    const float sx = static_cast<float>(static_cast<double>(amax) / 127.0);
+    // Any q in [-127, 127] keeps the screen a bound: its terms below are computed from the q taken.
+    // A subnormal sx has no finite reciprocal: those rows divide.
+    const float inv = sx > 0.0f ? 1.0f / sx : 0.0f;
+    const bool by_inv = std::isfinite(inv);
+    auto* bytes = reinterpret_cast<uint8_t*>(xq);  // k-quads, byte k % 4 of word k / 4 (little endian)
+    std::fill(bytes + K, bytes + 4 * K4, uint8_t{0x80});
     double x2 = 0.0, ex2 = 0.0;
     for (int64_t k = 0; k < K; ++k) {
-        const int q = quantize_i8(xf[k], sx);
+        const int q = by_inv ? static_cast<int>(std::clamp(std::nearbyint(xf[k] * inv), -127.0f, 127.0f))
+                             : quantize_i8(xf[k], sx);
         const double X = static_cast<double>(sx) * q, e = static_cast<double>(xf[k]) - X;
         x2 += X * X;
         ex2 += e * e;
-        const uint32_t byte = static_cast<uint32_t>(q + 128);
-        xq[k / 4] = (xq[k / 4] & ~(0xffu << (8 * (k % 4)))) | byte << (8 * (k % 4));
+        bytes[k] = static_cast<uint8_t>(q + 128);
     }
     // K + 2 roundings bound the exact kernel's chain (two adds per k-pair, an odd K padded to a pair).
     const double gamma = (K + 2) * kUnit / (1.0 - (K + 2) * kUnit);
@@ -194,71 +201,80 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
             return false;
         }
     GDN_PROFILE("lm_head exact");
+    // Pass 2: the panels of the columns that can still reach their row's threshold, exactly; every row's
+    // panels in one pass over the threads (one dispatch, not one per row). work[j] = (row, panel).
+    thread_local std::vector<std::pair<int, int64_t>> work;
+    work.clear();
     for (int m = 0; m < rows; ++m) {
         float thr = -INFINITY;
         for (int t = 0; t < nth; ++t) thr = std::max(thr, lo[t * rows + m]);
-        // Pass 2: the panels of the columns that can still reach the threshold, exactly.
-        thread_local std::vector<int64_t> panels;
-        panels.clear();
+        const size_t first = work.size();
         for (int t = 0; t < nth; ++t) {
             const int32_t* c = cand.data() + (static_cast<size_t>(t) * rows + m) * kCap;
             const float* hi = cand_hi.data() + (static_cast<size_t>(t) * rows + m) * kCap;
             for (int64_t i = 0; i < n_cand[t * rows + m]; ++i)
-                if (hi[i] >= thr) panels.push_back(c[i] / kPanelCols);
+                if (hi[i] >= thr) work.emplace_back(m, c[i] / kPanelCols);
         }
-        GDN_CHECK(!panels.empty(), "argmax screen: no candidate (bound arithmetic broken)");
-        std::sort(panels.begin(), panels.end());
-        panels.erase(std::unique(panels.begin(), panels.end()), panels.end());
-        // Per thread: the best (value, column) of its panels; ties to the lowest column, so the id does
-        // not depend on which thread took which panel.
-        thread_local std::vector<float> best_v_buf;
-        thread_local std::vector<int64_t> best_ix_buf;
-        best_v_buf.assign(nth, 0.0f);
-        best_ix_buf.assign(nth, -1);
-        float* best_v = best_v_buf.data();
-        int64_t* best_ix = best_ix_buf.data();
-        const int64_t* panels_p = panels.data();
-        const uint32_t* xm = xp + m * pw.K2;
-        // The f32 kernels' input: the row's bf16 values (xp holds the rounded x linear() multiplies).
-        thread_local std::vector<float> xf_buf;
-        const float* xf = nullptr;
-        if (path == ScreenPath::AVX2) {
-            xf_buf.resize(pw.K);
-            for (int64_t k = 0; k < pw.K; ++k) xf_buf[k] = bf16_to_f32(static_cast<uint16_t>(xm[k / 2] >> (16 * (k & 1))));
-            xf = xf_buf.data();
-        }
-        const bool f32_avx512 = op_isa(OpId::LINEAR) == Isa::AVX512;
-        pool.parallel_for_balanced(static_cast<int64_t>(panels.size()), 1, [&](int ith, int64_t i0, int64_t i1) {
-            thread_local std::vector<float> y;  // the exact outputs of this thread's panels (at their columns)
-            if (path == ScreenPath::AVX2 && y.size() < static_cast<size_t>(pw.n_panels * kPanelCols))
-                y.resize(pw.n_panels * kPanelCols);
-            for (int64_t j = i0; j < i1; ++j) {
-                const int64_t pj = panels_p[j];
-                float v = 0.0f;
-                int64_t i = -1;
-                if (path == ScreenPath::VNNI) {
-                    cpu::avx512::linear_bf16dot_argmax(xm, 1, pw.K2, pw, pj, pj + 1, &v, &i);
-                } else {
-                    if (f32_avx512) cpu::avx512::linear_f32(xf, 1, pw.K, pw, y.data(), pw.N, pj, pj + 1, false);
-                    else cpu::avx2::linear_f32(xf, 1, pw.K, pw, y.data(), pw.N, pj, pj + 1, false);
-                    for (int64_t n = pj * kPanelCols; n < std::min(pw.N, (pj + 1) * kPanelCols); ++n)
-                        if (argmax_better(y[n], n, v, i)) {
-                            v = y[n];
-                            i = n;
-                        }
-                }
-                if (argmax_better(v, i, best_v[ith], best_ix[ith])) {
-                    best_v[ith] = v;
-                    best_ix[ith] = i;
-                }
+        GDN_CHECK(work.size() > first, "argmax screen: no candidate (bound arithmetic broken)");
+        std::sort(work.begin() + first, work.end());
+        work.erase(std::unique(work.begin() + first, work.end()), work.end());
+    }
+    // Per thread and row: the best (value, column) of its panels; ties to the lowest column, so the id
+    // does not depend on which thread took which panel.
+    thread_local std::vector<float> best_v_buf;
+    thread_local std::vector<int64_t> best_ix_buf;
+    best_v_buf.assign(static_cast<size_t>(nth) * rows, 0.0f);
+    best_ix_buf.assign(static_cast<size_t>(nth) * rows, -1);
+    float* best_v = best_v_buf.data();
+    int64_t* best_ix = best_ix_buf.data();
+    const std::pair<int, int64_t>* work_p = work.data();
+    // The f32 kernels' input (AVX2 path): the rows' bf16 values (xp holds the rounded x linear() multiplies).
+    thread_local std::vector<float> xf_buf;
+    const float* xf = nullptr;
+    if (path == ScreenPath::AVX2) {
+        xf_buf.resize(static_cast<size_t>(rows) * pw.K);
+        for (int m = 0; m < rows; ++m)
+            for (int64_t k = 0; k < pw.K; ++k)
+                xf_buf[m * pw.K + k] = bf16_to_f32(static_cast<uint16_t>(xp[m * pw.K2 + k / 2] >> (16 * (k & 1))));
+        xf = xf_buf.data();
+    }
+    const bool f32_avx512 = op_isa(OpId::LINEAR) == Isa::AVX512;
+    pool.parallel_for_balanced(static_cast<int64_t>(work.size()), 1, [&](int ith, int64_t j0, int64_t j1) {
+        thread_local std::vector<float> y;  // the exact outputs of one panel (AVX2 path)
+        if (path == ScreenPath::AVX2 && y.size() < static_cast<size_t>(pw.n_panels * kPanelCols))
+            y.resize(pw.n_panels * kPanelCols);
+        for (int64_t j = j0; j < j1; ++j) {
+            const int m = work_p[j].first;
+            const int64_t pj = work_p[j].second;
+            float v = 0.0f;
+            int64_t i = -1;
+            if (path == ScreenPath::VNNI) {
+                cpu::avx512::linear_bf16dot_argmax(xp + m * pw.K2, 1, pw.K2, pw, pj, pj + 1, &v, &i);
+            } else {
+                const float* xm = xf + m * pw.K;
+                if (f32_avx512) cpu::avx512::linear_f32(xm, 1, pw.K, pw, y.data(), pw.N, pj, pj + 1, false);
+                else cpu::avx2::linear_f32(xm, 1, pw.K, pw, y.data(), pw.N, pj, pj + 1, false);
+                for (int64_t n = pj * kPanelCols; n < std::min(pw.N, (pj + 1) * kPanelCols); ++n)
+                    if (argmax_better(y[n], n, v, i)) {
+                        v = y[n];
+                        i = n;
+                    }
             }
-        });
+            float& bv = best_v[ith * rows + m];
+            int64_t& bi = best_ix[ith * rows + m];
+            if (argmax_better(v, i, bv, bi)) {
+                bv = v;
+                bi = i;
+            }
+        }
+    });
+    for (int m = 0; m < rows; ++m) {
         float bv = 0.0f;
         int64_t best_i = -1;
         for (int t = 0; t < nth; ++t)
-            if (argmax_better(best_v[t], best_ix[t], bv, best_i)) {
-                bv = best_v[t];
-                best_i = best_ix[t];
+            if (argmax_better(best_v[t * rows + m], best_ix[t * rows + m], bv, best_i)) {
+                bv = best_v[t * rows + m];
+                best_i = best_ix[t * rows + m];
             }
         ids[m] = static_cast<int32_t>(best_i);
     }

@@ -626,6 +626,9 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
                 GDN_CHECK(done, "attention decode kernel has no instance for D = %lld", (long long)D);
             }
         });
+        // A merge is ~D values per unit of its row: a few hundred ns for short contexts, less than waking
+        // the other threads, so small merges run on the caller (grain: ~4K values of work per thread).
+        const int64_t merge_grain = std::max<int64_t>(1, 4096 / (D * std::max<int64_t>(1, n_units / n_seqs)));
         global_pool().parallel_for(n_seqs * Hq, [&](int64_t i0, int64_t i1) {
             for (int64_t i = i0; i < i1; ++i) {
                 const int64_t si = i / Hq, h = i % Hq, u = first[si];
@@ -634,7 +637,7 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
                            first[si + 1] - u, Hq, D, gate ? gate + s.t0 * ldq + h * D : nullptr,
                            out + (s.t0 * Hq + h) * D);
             }
-        });
+        }, merge_grain);
     }
     if (pre.empty()) return;
     if (bf16 && isa == Isa::AVX512 && has_amx_bf16() && !uses_amx_attention(Hq, Hkv, D, bf16) &&
