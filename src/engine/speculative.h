@@ -84,6 +84,9 @@ public:
     // An unmeasured k is tried only if its optimistic rate beats the best measured one by this factor:
     // measuring a bad k costs whole steps at its price.
     static constexpr double kTryMargin = 1.25;
+    // A k past a measured one is tried when its rate at an estimate from the measured costs is within
+    // this factor of the best (choose() says why).
+    static constexpr double kNearMargin = 0.97;
     static constexpr int kPlainFirst = 4;     // plain steps timed before anything else
     static constexpr int kInitialProbes = 4;  // acceptance probes at the start, at most ...
     static constexpr int kMinProbes = 2;      // ... and at least
