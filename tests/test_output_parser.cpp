@@ -161,7 +161,7 @@ TEST_F(OutputParserTest, TruncatedCallKeepsWhatItHad) {
 }
 
 TEST_F(OutputParserTest, MalformedCallsDegradeToContent) {
-    for (const std::string text : {std::string("<tool_call>\nnot a call</tool_call> after"),
+    for (const std::string& text : {std::string("<tool_call>\nnot a call</tool_call> after"),
                                    std::string("<tool_call>\n{\"name\": 3}\n</tool_call>"),
                                    std::string("<tool_call>\n{\"name\": \"now\", \"arguments\": [1]}\n</tool_call>"),
                                    std::string("<tool_call>\n{\"name\": \"now\", \"argu"),

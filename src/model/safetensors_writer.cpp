@@ -17,7 +17,7 @@ uint64_t SafetensorsWriter::Pending::numel() const {
 }
 
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape, Fill fill) {
-    tensors_.push_back({std::move(name), dtype, std::move(shape), std::move(fill)});
+    tensors_.push_back({std::move(name), dtype, std::move(shape), std::move(fill), nullptr});
 }
 
 void SafetensorsWriter::add_raw(std::string name, DType dtype, std::vector<int64_t> shape, RawFill fill) {
