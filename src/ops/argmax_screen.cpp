@@ -112,6 +112,11 @@ const char* argmax_screen_kernel() {
 bool argmax_screen_supported_by_cpu() { return cpu_isa() != Isa::REF; }
 
 namespace {
+// Value k of a row of bf16 pairs (one 32-bit lane per k-pair, the low half first).
+float bf16_pair_value(const uint32_t* xp, int64_t k) {
+    return bf16_to_f32(static_cast<uint16_t>(xp[k / 2] >> (16 * (k & 1))));
+}
+
 // x (bf16 pairs [K2]) as the screen reads it: xq (k-quads of xq_k + 128, padding xq = 0) and the bound's
 // per-row terms, accumulated in double. False for a non-finite row.
 bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenRow* out) {
@@ -120,7 +125,7 @@ bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenR
     float amax = 0.0f;  // a max of |bf16 values|: exact in f32
     double xabs = 0.0;
     for (int64_t k = 0; k < K; ++k) {
-        xf[k] = bf16_to_f32(static_cast<uint16_t>(xp[k / 2] >> (16 * (k & 1))));
+        xf[k] = bf16_pair_value(xp, k);
         amax = std::max(amax, std::abs(xf[k]));
         xabs += std::abs(xf[k]);
     }
@@ -235,7 +240,7 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
         xf_buf.resize(static_cast<size_t>(rows) * pw.K);
         for (int m = 0; m < rows; ++m)
             for (int64_t k = 0; k < pw.K; ++k)
-                xf_buf[m * pw.K + k] = bf16_to_f32(static_cast<uint16_t>(xp[m * pw.K2 + k / 2] >> (16 * (k & 1))));
+                xf_buf[m * pw.K + k] = bf16_pair_value(xp + m * pw.K2, k);
         xf = xf_buf.data();
     }
     const bool f32_avx512 = op_isa(OpId::LINEAR) == Isa::AVX512;

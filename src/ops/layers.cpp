@@ -626,9 +626,10 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
                 GDN_CHECK(done, "attention decode kernel has no instance for D = %lld", (long long)D);
             }
         });
-        // A merge is ~D values per unit of its row: a few hundred ns for short contexts, less than waking
-        // the other threads, so small merges run on the caller (grain: ~4K values of work per thread).
-        const int64_t merge_grain = std::max<int64_t>(1, 4096 / (D * std::max<int64_t>(1, n_units / n_seqs)));
+        // A merge reads D values per unit of its row and gates them (~2 D floats of work per unit): a few
+        // hundred ns for short contexts, less than waking the other threads, so small merges run on the
+        // caller.
+        const int64_t merge_grain = row_grain(2 * D * std::max<int64_t>(1, n_units / n_seqs));
         global_pool().parallel_for(n_seqs * Hq, [&](int64_t i0, int64_t i1) {
             for (int64_t i = i0; i < i1; ++i) {
                 const int64_t si = i / Hq, h = i % Hq, u = first[si];
