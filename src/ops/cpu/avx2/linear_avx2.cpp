@@ -4,6 +4,7 @@
 
 #include "ops/cpu/linear_kernels.h"
 #include "ops/cpu/simd.h"
+#include "ops/cpu/stream_ahead.h"
 
 namespace gdn::cpu::avx2 {
 

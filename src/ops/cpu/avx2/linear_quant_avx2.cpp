@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "ops/cpu/linear_quant_kernels.h"
+#include "ops/cpu/stream_ahead.h"
 
 namespace gdn::cpu::avx2 {
 
@@ -24,17 +25,6 @@ inline __m256i bcast_quad(const int8_t* p) {
 
 inline __m256 scales8(const uint8_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-// A one-row GEMV's weight stream requests its lines kStreamAhead bytes ahead, the 128 bytes a loop
-// step reads at a time: the vector work per byte fills the core's window so that the hardware
-// prefetch alone left the stream at ~0.75 of a plain read on the Zen 3 AVX2 VM (131072 x 1024 int8,
-// 2 threads: 17.6-18.7 GB/s without, 21.2-21.6 with 1 KB; 2 KB 19.5-21.0; all 17 lines of a block at
-// once at its start measured slower than none).
-constexpr int kStreamAhead = 1024;
-inline void stream_ahead(const uint8_t* p) {
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamAhead, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p) + kStreamAhead + 64, _MM_HINT_T0);
 }
 
 template <int MR>
@@ -80,10 +70,12 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
             // Decode streams the weights from memory: -O3 unrolls the 8 quads completely, hoists their
             // loads and spills them to the stack, and the stores behind the cache misses stall the
             // stream (a 131072 x 1024 GEMV, 2 threads, Zen 3 AVX2 VM: 12.4 GB/s unrolled, 18.3 GB/s
-            // not). The 2-row tile works from cache (prefill) and measured the same either way.
+            // not). The 2-row tile works from cache (prefill) and measured the same either way. The
+            // stream is requested ahead (ops/cpu/stream_ahead.h: 17.6-18.7 -> 21.2-21.6 GB/s; all 17
+            // lines of a block at once at its start measured slower than none).
 #pragma GCC unroll 1
             for (int j = 0; j < 8; ++j) {
-                stream_ahead(blk + j * 128);
+                stream_ahead_128(blk + j * 128);
                 quad(j);
             }
         } else {
@@ -134,7 +126,7 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
                                   // int4, 2 threads: 12.3-13.6 GB/s before, 18.1-18.5 after)
 #pragma GCC unroll 1
             for (int j = 0; j < 4; ++j) {
-                stream_ahead(blk + j * 128);
+                stream_ahead_128(blk + j * 128);
                 quad_pair(j);
             }
         } else {

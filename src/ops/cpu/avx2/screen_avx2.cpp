@@ -15,6 +15,7 @@
 #include "ops/argmax_screen.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/cpu/simd.h"
+#include "ops/cpu/stream_ahead.h"
 
 namespace gdn::cpu::avx2 {
 
@@ -30,6 +31,7 @@ void dot_panel(const uint32_t* xs, const uint32_t* xa, int64_t K4, const int8_t*
         for (int v = 0; v < 4; ++v) acc[m][v] = _mm256_setzero_si256();
     const int8_t* b = panel;
     for (int64_t kk = 0; kk < K4; ++kk, b += 128) {
+        if constexpr (MR == 1) stream_ahead_128(b);  // one row streams the int8 copy from memory
         __m256i w[4];
         for (int v = 0; v < 4; ++v) w[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + v * 32));
         for (int m = 0; m < MR; ++m) {
