@@ -59,24 +59,31 @@ TEST(OpsLinear, EveryIsaMatchesReference) {
 // alone and prefix-cache == recompute guarantees rest on it. M = 1 (decode), M = 12 (one vector tile),
 // M = 45 (AMX: a full 32-row block and a copied tail; vector: k-blocked prefill); K past both k blocks,
 // and an odd K (its last k-pair half empty). M = 2..5: a verify step's rows (whole-K tiles or k blocks).
+// F32 weights (--dtype f32 checkpoints) run the same tiles on f32 panels.
 TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
-    for (int64_t K : {int64_t{40}, int64_t{41}, int64_t{1024}, int64_t{4100}}) {
-        const int64_t N = 70, Mmax = 45;
-        auto wf = random_vec(N * K, static_cast<uint32_t>(K), -0.5f, 0.5f);
-        std::vector<uint16_t> wb(N * K);
-        convert_from_f32(wf.data(), DType::BF16, wb.data(), N * K);
-        const LinearWeight lw = make_linear({TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
-        auto x = random_vec(Mmax * K, 9);
-        for (const FastPath& path : fast_paths()) {
-            path.use();
-            std::vector<float> all(Mmax * N);
-            linear(x.data(), Mmax, lw, all.data(), true, true);
-            for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{12}, int64_t{33}}) {
-                for (int64_t m0 : {int64_t{0}, Mmax - M}) {
-                    std::vector<float> part(M * N);
-                    linear(x.data() + m0 * K, M, lw, part.data(), true, true);
-                    for (int64_t i = 0; i < M * N; ++i)
-                        ASSERT_EQ(part[i], all[m0 * N + i]) << path.name() << " K=" << K << " M=" << M << " m0=" << m0 << " i=" << i;
+    for (DType dt : {DType::BF16, DType::F32}) {
+        for (int64_t K : {int64_t{40}, int64_t{41}, int64_t{1024}, int64_t{4100}}) {
+            const int64_t N = 70, Mmax = 45;
+            auto wf = random_vec(N * K, static_cast<uint32_t>(K), -0.5f, 0.5f);
+            std::vector<uint8_t> wb(N * K * dtype_size(dt));
+            convert_from_f32(wf.data(), dt, wb.data(), N * K);
+            const LinearWeight lw = make_linear({TensorView::contiguous(wb.data(), dt, {N, K})});
+            auto x = random_vec(Mmax * K, 9);
+            for (const FastPath& path : fast_paths()) {
+                path.use();
+                for (bool round_out : {true, false}) {  // f32 outputs too: bf16 rounding hides most order changes
+                    std::vector<float> all(Mmax * N);
+                    linear(x.data(), Mmax, lw, all.data(), true, round_out);
+                    for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{12}, int64_t{33}}) {
+                        for (int64_t m0 : {int64_t{0}, Mmax - M}) {
+                            std::vector<float> part(M * N);
+                            linear(x.data() + m0 * K, M, lw, part.data(), true, round_out);
+                            for (int64_t i = 0; i < M * N; ++i)
+                                ASSERT_EQ(part[i], all[m0 * N + i])
+                                    << path.name() << " " << dtype_name(dt) << " K=" << K << " M=" << M << " m0=" << m0
+                                    << " round_out=" << round_out << " i=" << i;
+                        }
+                    }
                 }
             }
         }
