@@ -71,17 +71,19 @@ TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
             auto x = random_vec(Mmax * K, 9);
             for (const FastPath& path : fast_paths()) {
                 path.use();
-                for (bool round_out : {true, false}) {  // f32 outputs too: bf16 rounding hides most order changes
+                // The engine's two modes: bf16 (activations and outputs rounded) and f32, whose unrounded
+                // outputs also show order changes that bf16 rounding hides.
+                for (bool bf16 : {true, false}) {
                     std::vector<float> all(Mmax * N);
-                    linear(x.data(), Mmax, lw, all.data(), true, round_out);
+                    linear(x.data(), Mmax, lw, all.data(), bf16, bf16);
                     for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{12}, int64_t{33}}) {
                         for (int64_t m0 : {int64_t{0}, Mmax - M}) {
                             std::vector<float> part(M * N);
-                            linear(x.data() + m0 * K, M, lw, part.data(), true, round_out);
+                            linear(x.data() + m0 * K, M, lw, part.data(), bf16, bf16);
                             for (int64_t i = 0; i < M * N; ++i)
                                 ASSERT_EQ(part[i], all[m0 * N + i])
                                     << path.name() << " " << dtype_name(dt) << " K=" << K << " M=" << M << " m0=" << m0
-                                    << " round_out=" << round_out << " i=" << i;
+                                    << " bf16=" << bf16 << " i=" << i;
                         }
                     }
                 }
