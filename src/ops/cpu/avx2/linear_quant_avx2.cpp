@@ -40,6 +40,26 @@ inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols)
     }
 }
 
+// Runs step(j), j = 0..N-1, each reading the 128 block bytes from blk + 128 j. A one-row tile (decode)
+// streams the weights from memory: its steps stay a loop, because -O3 unrolled the 8 quads of an int8
+// group completely, hoisted their loads and spilled them to the stack, and the stores behind the cache
+// misses stalled the stream (a 131072 x 1024 int8 GEMV, 2 threads, Zen 3 AVX2 VM: 12.4 GB/s unrolled,
+// 18.3 as a loop); and each step requests its lines ahead (ops/cpu/stream_ahead.h: int8 17.6-18.7 ->
+// 21.2-21.6 GB/s, int4 262144 x 1024 12.3-13.6 -> 18.1-18.5; all 17 lines of a block at its start
+// measured slower than none). The 2-row tile works from cache (prefill) and measured the same either way.
+template <int MR, int N, typename Step>
+inline void for_each_step(const uint8_t* blk, const Step& step) {
+    if constexpr (MR == 1) {
+#pragma GCC unroll 1
+        for (int j = 0; j < N; ++j) {
+            stream_ahead_128(blk + j * 128);
+            step(j);
+        }
+    } else {
+        for (int j = 0; j < N; ++j) step(j);
+    }
+}
+
 template <int MR>
 void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
@@ -66,21 +86,7 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
                 }
             }
         };
-        if constexpr (MR == 1) {
-            // Decode streams the weights from memory: -O3 unrolls the 8 quads completely, hoists their
-            // loads and spills them to the stack, and the stores behind the cache misses stall the
-            // stream (a 131072 x 1024 GEMV, 2 threads, Zen 3 AVX2 VM: 12.4 GB/s unrolled, 18.3 GB/s
-            // not). The 2-row tile works from cache (prefill) and measured the same either way. The
-            // stream is requested ahead (ops/cpu/stream_ahead.h: 17.6-18.7 -> 21.2-21.6 GB/s; all 17
-            // lines of a block at once at its start measured slower than none).
-#pragma GCC unroll 1
-            for (int j = 0; j < 8; ++j) {
-                stream_ahead_128(blk + j * 128);
-                quad(j);
-            }
-        } else {
-            for (int j = 0; j < 8; ++j) quad(j);
-        }
+        for_each_step<MR, 8>(blk, quad);
         const uint8_t* sc = blk + quant::scales_offset(WeightFormat::Q8);
         for (int v = 0; v < kNV; ++v) {
             const __m256 ws = scales8(sc + v * 16);
@@ -122,16 +128,7 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
                         acc[m][v], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m])));
             }
         };
-        if constexpr (MR == 1) {  // as tile_q8: a loop, and the stream requested ahead (262144 x 1024
-                                  // int4, 2 threads: 12.3-13.6 GB/s before, 18.1-18.5 after)
-#pragma GCC unroll 1
-            for (int j = 0; j < 4; ++j) {
-                stream_ahead_128(blk + j * 128);
-                quad_pair(j);
-            }
-        } else {
-            for (int j = 0; j < 4; ++j) quad_pair(j);
-        }
+        for_each_step<MR, 4>(blk, quad_pair);
         const uint8_t* sc = blk + quant::scales_offset(WeightFormat::Q4);
         for (int v = 0; v < kNV; ++v) {
             const __m256 ws = scales8(sc + v * 16);
