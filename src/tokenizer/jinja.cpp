@@ -1,4 +1,5 @@
-// Jinja lexer, parser and evaluator (see jinja.h for the supported subset).
+// Jinja parser and evaluator (see jinja.h for the supported subset; the lexical stages are in jinja_lex.cpp,
+// the built-in methods and filters in jinja_builtins.cpp).
 #include "tokenizer/jinja.h"
 
 #include <cerrno>
@@ -10,90 +11,11 @@
 #include <map>
 
 #include "core/log.h"
+#include "tokenizer/jinja_builtins.h"
+#include "tokenizer/jinja_lex.h"
 #include "tokenizer/unicode.h"
 
 namespace gdn::jinja {
-
-// ------------------------------------------------------------------------------------------------
-// Expression tokens
-
-namespace {
-
-enum class Tok { IDENT, STRING, INT, FLOAT, OP, END };
-
-struct Token {
-    Tok type;
-    std::string text;
-};
-
-Result<std::vector<Token>> lex_expression(const std::string& s) {
-    std::vector<Token> out;
-    size_t i = 0;
-    while (i < s.size()) {
-        const char c = s[i];
-        if (isspace(static_cast<unsigned char>(c))) {
-            ++i;
-        } else if (isalpha(static_cast<unsigned char>(c)) || c == '_') {
-            size_t j = i;
-            while (j < s.size() && (isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
-            out.push_back({Tok::IDENT, s.substr(i, j - i)});
-            i = j;
-        } else if (isdigit(static_cast<unsigned char>(c))) {
-            size_t j = i;
-            bool flt = false;
-            while (j < s.size() && (isdigit(static_cast<unsigned char>(s[j])) ||
-                                    (s[j] == '.' && j + 1 < s.size() && isdigit(static_cast<unsigned char>(s[j + 1])))))
-                flt |= s[j++] == '.';
-            out.push_back({flt ? Tok::FLOAT : Tok::INT, s.substr(i, j - i)});
-            i = j;
-        } else if (c == '\'' || c == '"') {
-            std::string v;
-            size_t j = i + 1;
-            while (j < s.size() && s[j] != c) {
-                if (s[j] == '\\' && j + 1 < s.size()) {
-                    const char e = s[++j];
-                    switch (e) {
-                        case 'n': v += '\n'; break;
-                        case 't': v += '\t'; break;
-                        case 'r': v += '\r'; break;
-                        case 'b': v += '\b'; break;
-                        case 'f': v += '\f'; break;
-                        case 'v': v += '\v'; break;
-                        case '0': v += '\0'; break;
-                        case '\\': v += '\\'; break;
-                        case '\'': v += '\''; break;
-                        case '"': v += '"'; break;
-                        default: v += '\\'; v += e;
-                    }
-                    ++j;
-                } else {
-                    v += s[j++];
-                }
-            }
-            if (j >= s.size()) return Status::error("unterminated string literal in template");
-            out.push_back({Tok::STRING, v});
-            i = j + 1;
-        } else {
-            static const char* ops[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*", "/", "%", "~",
-                                        "(", ")", "[", "]", "{", "}", ",", ":", ".", "|", "="};
-            bool found = false;
-            for (const char* op : ops) {
-                const size_t n = std::strlen(op);
-                if (s.compare(i, n, op) == 0) {
-                    out.push_back({Tok::OP, op});
-                    i += n;
-                    found = true;
-                    break;
-                }
-            }
-            if (!found) return Status::error(strprintf("unexpected character '%c' in template expression", c));
-        }
-    }
-    out.push_back({Tok::END, ""});
-    return out;
-}
-
-}  // namespace
 
 // ------------------------------------------------------------------------------------------------
 // Limits. A template comes from the checkpoint, but a corrupt or hostile one must be an error, not a
@@ -119,7 +41,6 @@ Status too_deep_error() {
 // AST
 
 struct Env;
-using EvalResult = Result<Value>;
 
 struct Expr {
     virtual ~Expr() = default;
@@ -158,151 +79,6 @@ struct Env {
 namespace {
 
 Status render_nodes(const std::vector<NodePtr>& nodes, Env& env, int* control);
-
-Status type_error(const std::string& what) { return Status::error("chat template: " + what); }
-
-const char* kind_name(const Value& v) {
-    switch (v.kind()) {
-        case Value::UNDEFINED: return "undefined";
-        case Value::NONE: return "none";
-        case Value::BOOL: return "boolean";
-        case Value::INT: return "integer";
-        case Value::FLOAT: return "float";
-        case Value::STRING: return "string";
-        case Value::ARRAY: return "list";
-        case Value::OBJECT: return "dict";
-        case Value::FUNCTION: return "function";
-    }
-    return "?";
-}
-
-// Code points of a string (for Python-style indexing, slicing and len()).
-std::vector<std::string> code_points(const std::string& s) {
-    std::vector<std::string> cps;
-    size_t i = 0;
-    while (i < s.size()) {
-        size_t j = i;
-        utf8_next(s, &j);
-        cps.push_back(s.substr(i, j - i));
-        i = j;
-    }
-    return cps;
-}
-
-bool is_py_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
-
-std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {
-    auto strip_char = [&](char c) {
-        if (chars.is_string()) return chars.str().find(c) != std::string::npos;
-        return is_py_space(c);
-    };
-    size_t b = 0, e = s.size();
-    if (left)
-        while (b < e && strip_char(s[b])) ++b;
-    if (right)
-        while (e > b && strip_char(s[e - 1])) --e;
-    return s.substr(b, e - b);
-}
-
-Value py_split(const std::string& s, const Value& sep, int64_t maxsplit) {
-    Array parts;
-    if (!sep.is_string() || sep.str().empty()) {
-        size_t i = 0;
-        while (i < s.size()) {
-            while (i < s.size() && is_py_space(s[i])) ++i;
-            if (i >= s.size()) break;
-            if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-                parts.push_back(Value(py_strip(s.substr(i), Value(), false, true)));
-                break;
-            }
-            size_t j = i;
-            while (j < s.size() && !is_py_space(s[j])) ++j;
-            parts.push_back(Value(s.substr(i, j - i)));
-            i = j;
-        }
-        return Value(std::move(parts));
-    }
-    const std::string& d = sep.str();
-    size_t start = 0;
-    for (;;) {
-        size_t p = s.find(d, start);
-        if (p == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit)) break;
-        parts.push_back(Value(s.substr(start, p - start)));
-        start = p + d.size();
-    }
-    parts.push_back(Value(s.substr(start)));
-    return Value(std::move(parts));
-}
-
-Value arg(CallArgs& a, size_t i, const char* kw, Value def = Value()) {
-    if (i < a.positional.size()) return a.positional[i];
-    for (auto& [k, v] : a.keyword)
-        if (k == kw) return v;
-    return def;
-}
-
-// Methods on strings, dicts and lists: value.method(args).
-EvalResult call_method(const Value& self, const std::string& m, CallArgs& a) {
-    if (self.is_string()) {
-        const std::string& s = self.str();
-        if (m == "startswith" || m == "endswith") {
-            Value p = arg(a, 0, "prefix");
-            auto test = [&](const std::string& x) {
-                if (x.size() > s.size()) return false;
-                return m == "startswith" ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
-            };
-            if (p.is_array()) {
-                for (const auto& x : p.arr())
-                    if (x.is_string() && test(x.str())) return Value(true);
-                return Value(false);
-            }
-            if (!p.is_string()) return type_error(m + "() needs a string");
-            return Value(test(p.str()));
-        }
-        if (m == "strip") return Value(py_strip(s, arg(a, 0, "chars"), true, true));
-        if (m == "lstrip") return Value(py_strip(s, arg(a, 0, "chars"), true, false));
-        if (m == "rstrip") return Value(py_strip(s, arg(a, 0, "chars"), false, true));
-        if (m == "split") {
-            Value mx = arg(a, 1, "maxsplit", Value(int64_t(-1)));
-            return py_split(s, arg(a, 0, "sep"), mx.is_number() ? mx.as_int() : -1);
-        }
-        if (m == "upper" || m == "lower") {
-            std::string r = s;
-            for (auto& c : r) c = m == "upper" ? static_cast<char>(toupper(c)) : static_cast<char>(tolower(c));
-            return Value(r);
-        }
-        if (m == "replace") {
-            Value from = arg(a, 0, "old"), to = arg(a, 1, "new");
-            if (!from.is_string() || !to.is_string() || from.str().empty()) return type_error("replace() needs strings");
-            std::string r;
-            size_t st = 0, p;
-            while ((p = s.find(from.str(), st)) != std::string::npos) {
-                r += s.substr(st, p - st) + to.str();
-                st = p + from.str().size();
-            }
-            return Value(r + s.substr(st));
-        }
-        if (m == "format") return type_error("str.format is not supported");
-    }
-    if (self.is_object()) {
-        if (m == "items") {
-            Array out;
-            for (const auto& [k, v] : self.obj()) out.push_back(Value(Array{Value(k), v}));
-            return Value(std::move(out));
-        }
-        if (m == "keys" || m == "values") {
-            Array out;
-            for (const auto& [k, v] : self.obj()) out.push_back(m == "keys" ? Value(k) : v);
-            return Value(std::move(out));
-        }
-        if (m == "get") {
-            Value key = arg(a, 0, "key");
-            Value v = key.is_string() ? self.get(key.str()) : Value();
-            return v.is_undefined() ? arg(a, 1, "default", Value::none()) : v;
-        }
-    }
-    return type_error(std::string("unknown method '") + m + "' on a " + kind_name(self));
-}
 
 // ------------------------------------------------------------------------------------------------
 // Expression nodes
@@ -550,78 +326,6 @@ struct Conditional : Expr {
         return no ? no->eval(env) : EvalResult(Value());
     }
 };
-
-EvalResult apply_filter(const std::string& name, const Value& v, CallArgs& a) {
-    if (name == "length" || name == "count") {
-        if (v.is_string()) return Value(static_cast<int64_t>(code_points(v.str()).size()));
-        if (v.is_array()) return Value(static_cast<int64_t>(v.arr().size()));
-        if (v.is_object()) return Value(static_cast<int64_t>(v.obj().size()));
-        return type_error(std::string("length of a ") + kind_name(v));
-    }
-    if (name == "tojson") {
-        Value ind = arg(a, 0, "indent");
-        return Value(v.to_json(ind.is_number() ? static_cast<int>(ind.as_int()) : -1));
-    }
-    if (name == "string") return Value(v.to_string());
-    if (name == "trim") return Value(py_strip(v.to_string(), arg(a, 0, "chars"), true, true));
-    if (name == "upper" || name == "lower") {
-        CallArgs none;
-        return call_method(Value(v.to_string()), name, none);
-    }
-    if (name == "safe" || name == "e" || name == "escape") return v;
-    if (name == "default" || name == "d") return v.is_undefined() ? arg(a, 0, "default_value", Value("")) : v;
-    if (name == "join") {
-        if (!v.is_array()) return type_error("join needs a list");
-        Value sep = arg(a, 0, "d", Value(""));
-        std::string s;
-        for (size_t i = 0; i < v.arr().size(); ++i) s += (i ? sep.to_string() : "") + v.arr()[i].to_string();
-        return Value(s);
-    }
-    if (name == "first" || name == "last") {
-        if (v.is_array()) return v.arr().empty() ? Value() : (name == "first" ? v.arr().front() : v.arr().back());
-        if (v.is_string()) {
-            auto cps = code_points(v.str());
-            return cps.empty() ? Value() : Value(name == "first" ? cps.front() : cps.back());
-        }
-        return type_error(name + " of a " + kind_name(v));
-    }
-    if (name == "list") {
-        if (v.is_array()) return v;
-        if (v.is_string()) {
-            Array out;
-            for (auto& cp : code_points(v.str())) out.push_back(Value(cp));
-            return Value(std::move(out));
-        }
-        if (v.is_object()) {
-            CallArgs none;
-            return call_method(v, "keys", none);
-        }
-        return type_error(std::string("list of a ") + kind_name(v));
-    }
-    if (name == "items") {
-        CallArgs none;
-        return call_method(v, "items", none);
-    }
-    if (name == "reverse") {
-        if (v.is_array()) {
-            Array r(v.arr().rbegin(), v.arr().rend());
-            return Value(std::move(r));
-        }
-        if (v.is_string()) {
-            auto cps = code_points(v.str());
-            std::string s;
-            for (auto it = cps.rbegin(); it != cps.rend(); ++it) s += *it;
-            return Value(s);
-        }
-    }
-    if (name == "int") {
-        if (v.is_number()) return Value(v.as_int());
-        if (v.is_string()) return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
-        return Value(int64_t(0));
-    }
-    if (name == "abs" && v.is_number()) return v.kind() == Value::INT ? Value(static_cast<int64_t>(std::llabs(v.as_int()))) : Value(std::fabs(v.as_double()));
-    return type_error("unknown filter '" + name + "'");
-}
 
 struct Filter : Expr {
     ExprPtr e;
@@ -981,110 +685,6 @@ private:
     std::vector<Token> t_;
     size_t p_ = 0;
 };
-
-// ------------------------------------------------------------------------------------------------
-// Template source -> nodes
-
-struct RawPiece {
-    enum Kind { TEXT, EXPR, STMT } kind;
-    std::string s;
-};
-
-// lstrip_blocks, as the regular expression /^[ \t]*(\{[#%-])/gm -> "$1" (a line starts after \n or \r).
-// Written as a loop: std::regex matches repetitions recursively and overflowed the stack on a long
-// run of spaces.
-std::string lstrip_blocks(const std::string& src) {
-    std::string out;
-    out.reserve(src.size());
-    size_t i = 0;
-    while (i < src.size()) {
-        const bool line_start = i == 0 || src[i - 1] == '\n' || src[i - 1] == '\r';
-        if (line_start) {
-            size_t j = i;
-            while (j < src.size() && (src[j] == ' ' || src[j] == '\t')) ++j;
-            if (j > i && j + 1 < src.size() && src[j] == '{' && (src[j + 1] == '#' || src[j + 1] == '%' || src[j + 1] == '-')) {
-                out += src.substr(j, 2);
-                i = j + 2;
-                continue;
-            }
-        }
-        out += src[i++];
-    }
-    return out;
-}
-
-// trim_blocks, as /([#%-]\})\n/g -> "$1".
-std::string trim_blocks(const std::string& src) {
-    std::string out;
-    out.reserve(src.size());
-    for (size_t i = 0; i < src.size(); ++i) {
-        out += src[i];
-        if ((src[i] == '#' || src[i] == '%' || src[i] == '-') && i + 2 < src.size() && src[i + 1] == '}' && src[i + 2] == '\n') {
-            out += '}';
-            i += 2;
-        }
-    }
-    return out;
-}
-
-// Whitespace handling of @huggingface/jinja: a trailing newline is dropped, then lstrip_blocks and
-// trim_blocks are applied with its regular expressions, then {%- / -%} strip adjacent whitespace.
-Result<std::vector<RawPiece>> split_source(std::string src) {
-    if (!src.empty() && src.back() == '\n') src.pop_back();
-    src = lstrip_blocks(src);
-    src = trim_blocks(src);
-    std::vector<RawPiece> out;
-    size_t i = 0;
-    bool trim_next = false;
-    auto is_ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
-    while (i <= src.size()) {
-        size_t open = src.find('{', i);
-        while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' && src[open + 1] != '%' &&
-               src[open + 1] != '#')
-            open = src.find('{', open + 1);
-        if (open + 1 >= src.size()) open = std::string::npos;
-        std::string text = src.substr(i, open == std::string::npos ? std::string::npos : open - i);
-        if (trim_next) {
-            size_t k = 0;
-            while (k < text.size() && is_ws(text[k])) ++k;
-            text.erase(0, k);
-            trim_next = false;
-        }
-        if (open == std::string::npos) {
-            if (!text.empty()) out.push_back({RawPiece::TEXT, text});
-            break;
-        }
-        const char kind = src[open + 1];
-        const bool strip_before = open + 2 < src.size() && src[open + 2] == '-';
-        if (strip_before)
-            while (!text.empty() && is_ws(text.back())) text.pop_back();
-        if (!text.empty()) out.push_back({RawPiece::TEXT, text});
-        const std::string close = kind == '{' ? "}}" : kind == '%' ? "%}" : "#}";
-        size_t body = open + 2 + (strip_before ? 1 : 0);
-        // Find the closing delimiter outside string literals.
-        size_t j = body;
-        char quote = 0;
-        for (; j + 1 < src.size(); ++j) {
-            if (quote) {
-                if (src[j] == '\\') ++j;
-                else if (src[j] == quote) quote = 0;
-            } else if (kind != '#' && (src[j] == '\'' || src[j] == '"')) {
-                quote = src[j];
-            } else if (src.compare(j, 2, close) == 0) {
-                break;
-            }
-        }
-        if (j + 1 >= src.size()) return Status::error("chat template: unclosed '{" + std::string(1, kind) + "'");
-        size_t end = j;
-        if (end > body && src[end - 1] == '-') {
-            trim_next = true;
-            --end;
-        }
-        if (kind != '#') out.push_back({kind == '{' ? RawPiece::EXPR : RawPiece::STMT, src.substr(body, end - body)});
-        i = j + 2;
-    }
-    return out;
-}
 
 class TreeBuilder {
 public:
