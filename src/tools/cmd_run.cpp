@@ -1,4 +1,6 @@
-// gdn run: greedy generation from token ids on the reference forward pass.
+// gdn run: one prompt (a chat message, raw text or token ids) through the engine: greedy or sampled
+// generation on the kernels the dispatcher picked, optional quantization and speculative decoding, and a
+// summary line (--dump-logits: the prompt's logits from one forward first).
 #include <unistd.h>
 
 #include <algorithm>
