@@ -328,6 +328,7 @@ Category category_of(const std::string& name, bool tied) {
     if (name == "lm_head.weight") return Category::OUTPUT;
     if (name == "embed_tokens.weight") return tied ? Category::OUTPUT : Category::TOKEN_EMBD;
     if (contains(name, "conv1d")) return Category::UNQUANTIZED;  // ssm_conv1d: never quantized
+    if (is_router(name)) return Category::UNQUANTIZED;           // ffn_gate_inp(_shexp): never quantized
     // attn_qkv (the GDN q/k/v projection) and attn_v count as "attention-v-like" (category_is_attn_v).
     if (contains(name, "linear_attn.in_proj_qkv.") || contains(name, "self_attn.v_proj."))
         return Category::ATTN_V_LIKE;
@@ -348,6 +349,10 @@ bool use_more_bits(int i, int n) {
 }
 
 }  // namespace
+
+bool is_router(const std::string& name) {
+    return contains(name, ".mlp.gate.weight") || contains(name, "shared_expert_gate.weight");
+}
 
 std::vector<GgmlType> choose_types(Mixture mix, const std::vector<WeightInfo>& weights, bool tied,
                                    int n_layers) {

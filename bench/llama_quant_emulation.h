@@ -44,6 +44,10 @@ struct WeightInfo {
     std::string name;
     int64_t rows = 0, cols = 0;
 };
+// An MoE router (mlp.gate, shared_expert_gate): llama.cpp keeps it unquantized (ffn_gate_inp), and so
+// does our engine.
+bool is_router(const std::string& name);
+
 // llama-quant.cpp's choice per weight for a Qwen3.5-style hybrid model converted to GGUF: the
 // llama.cpp tensor a name maps to (attn_qkv for the GDN q/k/v, attn_v, ffn_down, output / tied
 // token_embd, ...) decides its category; F32 for the weights llama.cpp keeps unquantized (conv1d).

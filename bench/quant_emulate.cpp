@@ -147,9 +147,10 @@ int main(int argc, char** argv) {
             const auto& m = mats[i];
             // The engine's choice (model/weights.cpp): int4 keeps the lm_head, and a tied embedding, in int8.
             const bool head = m.name == "lm_head.weight" || (tied && m.name == "embed_tokens.weight");
-            std::string type = !llama.empty()           ? llama_emul::type_name(types[i])
-                               : ours == "int8" || head ? "int8"
-                                                        : "int4";
+            std::string type = !llama.empty()                  ? llama_emul::type_name(types[i])
+                               : llama_emul::is_router(m.name) ? "F32"  // the engine keeps routers in float
+                               : ours == "int8" || head        ? "int8"
+                                                               : "int4";
             for (Rule& r : overrides) {
                 if (std::regex_search(m.name, r.re)) {
                     type = r.type;
@@ -212,7 +213,10 @@ int main(int argc, char** argv) {
     for (const auto& [label, c] : by_label)
         std::printf("  %-5s %2d matrices, %9lld weights\n", label.c_str(), c.second,
                     static_cast<long long>(c.first));
-    std::printf("  %.3f bits per weight over the %lld quantized weights of the main model\n",
-                bits / n_weights, static_cast<long long>(n_weights));
+    if (n_weights > 0)
+        std::printf("  %.3f bits per weight over the %lld quantized weights of the main model\n",
+                    bits / n_weights, static_cast<long long>(n_weights));
+    else
+        std::printf("  no weight quantized (every main-model matrix kept in f32)\n");
     return 0;
 }

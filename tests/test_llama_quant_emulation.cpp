@@ -163,5 +163,17 @@ TEST(LlamaQuantEmulation, PlainMixturesKeepTheirOutputRule) {
     }
 }
 
+TEST(LlamaQuantEmulation, RoutersStayUnquantized) {
+    const std::vector<WeightInfo> w = {{"layers.0.mlp.gate.weight", 64, 256},
+                                       {"layers.0.mlp.shared_expert_gate.weight", 1, 256},
+                                       {"layers.0.mlp.experts.3.gate_proj.weight", 128, 256},
+                                       {"layers.0.mlp.shared_expert.gate_proj.weight", 128, 256}};
+    const auto t = choose_types(Mixture::Q4_K_M, w, true, 1);
+    EXPECT_EQ(t[0], GgmlType::F32);
+    EXPECT_EQ(t[1], GgmlType::F32);
+    EXPECT_EQ(t[2], GgmlType::Q4_K);
+    EXPECT_EQ(t[3], GgmlType::Q4_K);
+}
+
 }  // namespace
 }  // namespace gdn::llama_emul
