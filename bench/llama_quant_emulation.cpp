@@ -21,6 +21,19 @@ float f16(float v) {
     return f16_to_f32(f32_to_f16(v));
 }
 
+// The value of largest magnitude, with its sign (the first one on a tie); Q4_0 and Q6_K's scale search
+// map it to their grid's longest end (-8, -nmax).
+float largest_magnitude(const float* x, int n) {
+    float amax = 0.0f, smax = 0.0f;
+    for (int i = 0; i < n; ++i) {
+        if (std::fabs(x[i]) > amax) {
+            amax = std::fabs(x[i]);
+            smax = x[i];
+        }
+    }
+    return smax;
+}
+
 // Q8_0: blocks of 32, d = max|x| / 127 (stored f16), q = roundf(x / d) with the unrounded d.
 void round_trip_q8_0(const float* x, float* out) {
     float amax = 0.0f;
@@ -33,14 +46,7 @@ void round_trip_q8_0(const float* x, float* out) {
 
 // Q4_0: blocks of 32, d = (the value of largest magnitude) / -8, q = min(15, trunc(x / d + 8.5)) - 8.
 void round_trip_q4_0(const float* x, float* out) {
-    float amax = 0.0f, smax = 0.0f;
-    for (int i = 0; i < 32; ++i) {
-        if (amax < std::fabs(x[i])) {
-            amax = std::fabs(x[i]);
-            smax = x[i];
-        }
-    }
-    const float d = smax / -8.0f;
+    const float d = largest_magnitude(x, 32) / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     const float dq = f16(d);
     for (int i = 0; i < 32; ++i) {
@@ -113,14 +119,8 @@ float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float r
 // make_qx_quants with rmse_type 1 (weights x^2), as Q6_K calls it: the scale of a symmetric grid
 // -nmax..nmax-1 with the largest-magnitude value at -nmax, refined over 18 stretched grids.
 float fit_symmetric_scale(const float* x, int n, int nmax) {
-    float amax = 0, smax = 0;
-    for (int i = 0; i < n; ++i) {
-        if (std::fabs(x[i]) > amax) {
-            amax = std::fabs(x[i]);
-            smax = x[i];
-        }
-    }
-    if (amax < kGroupMaxEps) return 0.0f;
+    const float smax = largest_magnitude(x, n);
+    if (std::fabs(smax) < kGroupMaxEps) return 0.0f;
     auto sums = [&](float iscale, float* sumlx, float* suml2) {
         *sumlx = *suml2 = 0;
         for (int i = 0; i < n; ++i) {
