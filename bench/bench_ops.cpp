@@ -105,7 +105,7 @@ void BM_LinearQuant(benchmark::State& state) {
         lw.packed.K = ws[0].packed.K;
         lw.packed.K2 = ws[0].packed.K2;
         lw.packed.n_panels = ws[0].packed.n_panels;
-        lw.packed.n_groups = ws[0].packed.n_groups;
+        lw.packed.n_blocks = ws[0].packed.n_blocks;
         lw.packed.format = f;
         lw.packed.data.allocate(bytes, false);
         std::memcpy(lw.packed.data.data(), ws[0].packed.data.data(), bytes);

@@ -6,32 +6,21 @@
 #include <stdexcept>
 
 #include "core/dtype.h"
+#include "model/quant_scheme.h"
+#include "ops/quant/kquant.h"
 
 namespace gdn::llama_emul {
 namespace {
 
+using kquant::fit_symmetric_scale;
+using kquant::largest_magnitude;
+using kquant::nearest_int;
+
 constexpr int kSuper = 256;  // QK_K: the k-quants' super-block
 constexpr float kGroupMaxEps = 1e-15f;
 
-// ggml rounds with round-to-nearest-even (its nearest_int adds 1.5 * 2^23); Q8_0 alone uses roundf.
-int nearest_int(float v) {
-    return static_cast<int>(std::nearbyint(v));
-}
 float f16(float v) {
     return f16_to_f32(f32_to_f16(v));
-}
-
-// The value of largest magnitude, with its sign (the first one on a tie); Q4_0 and Q6_K's scale search
-// map it to their grid's longest end (-8, -nmax).
-float largest_magnitude(const float* x, int n) {
-    float amax = 0.0f, smax = 0.0f;
-    for (int i = 0; i < n; ++i) {
-        if (std::fabs(x[i]) > amax) {
-            amax = std::fabs(x[i]);
-            smax = x[i];
-        }
-    }
-    return smax;
 }
 
 // Q8_0: blocks of 32, d = max|x| / 127 (stored f16), q = roundf(x / d) with the unrounded d.
@@ -53,96 +42,6 @@ void round_trip_q4_0(const float* x, float* out) {
         const int q = std::min(15, static_cast<int>(static_cast<int8_t>(x[i] * id + 8.5f)));
         out[i] = static_cast<float>(q - 8) * dq;
     }
-}
-
-// make_qkx2_quants: a scale and a min (x ~ scale * L + min, L in 0..nmax, min <= 0) for n values under
-// weights w, by trying nstep + 1 stretched grids and solving weighted least squares for each.
-// Returns the scale; *neg_min = -min.
-float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float rmin, float rdelta, int nstep,
-                        uint8_t* L, float* neg_min) {
-    float lo = x[0], hi = x[0], sum_w = w[0], sum_x = w[0] * x[0];
-    for (int i = 1; i < n; ++i) {
-        lo = std::min(lo, x[i]);
-        hi = std::max(hi, x[i]);
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (lo > 0) lo = 0;
-    if (hi == lo) {
-        std::fill(L, L + n, 0);
-        *neg_min = -lo;
-        return 0.0f;
-    }
-    float iscale = nmax / (hi - lo);
-    float scale = 1 / iscale, min = lo;
-    float best_error = 0;
-    for (int i = 0; i < n; ++i) {
-        L[i] = static_cast<uint8_t>(std::clamp(nearest_int(iscale * (x[i] - lo)), 0, nmax));
-        const float diff = scale * L[i] + lo - x[i];
-        best_error += w[i] * diff * diff;
-    }
-    uint8_t trial[kSuper];
-    for (int is = 0; is <= nstep; ++is) {
-        iscale = (rmin + rdelta * is + nmax) / (hi - lo);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; ++i) {
-            const int l = std::clamp(nearest_int(iscale * (x[i] - lo)), 0, nmax);
-            trial[i] = static_cast<uint8_t>(l);
-            sum_l += w[i] * l;
-            sum_l2 += w[i] * l * l;
-            sum_xl += w[i] * l * x[i];
-        }
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (!(D > 0)) continue;
-        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-        float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-        if (this_min > 0) {
-            this_min = 0;
-            this_scale = sum_xl / sum_l2;
-        }
-        float error = 0;
-        for (int i = 0; i < n; ++i) {
-            const float diff = this_scale * trial[i] + this_min - x[i];
-            error += w[i] * diff * diff;
-        }
-        if (error < best_error) {
-            std::copy(trial, trial + n, L);
-            best_error = error;
-            scale = this_scale;
-            min = this_min;
-        }
-    }
-    *neg_min = -min;
-    return scale;
-}
-
-// make_qx_quants with rmse_type 1 (weights x^2), as Q6_K calls it: the scale of a symmetric grid
-// -nmax..nmax-1 with the largest-magnitude value at -nmax, refined over 18 stretched grids.
-float fit_symmetric_scale(const float* x, int n, int nmax) {
-    const float smax = largest_magnitude(x, n);
-    if (std::fabs(smax) < kGroupMaxEps) return 0.0f;
-    auto sums = [&](float iscale, float* sumlx, float* suml2) {
-        *sumlx = *suml2 = 0;
-        for (int i = 0; i < n; ++i) {
-            const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            const float w = x[i] * x[i];
-            *sumlx += w * x[i] * l;
-            *suml2 += w * l * l;
-        }
-    };
-    float sumlx, suml2;
-    sums(-nmax / smax, &sumlx, &suml2);
-    float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
-    float best = scale * sumlx;
-    for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
-        sums(-(nmax + 0.1f * is) / smax, &sumlx, &suml2);
-        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    return scale;
 }
 
 // Q6_K: 16 sub-blocks of 16, each a signed 8-bit scale level of one f16 d; values -32..31.
@@ -174,7 +73,7 @@ void round_trip_q6_k(const float* x, float* out) {
 }
 
 void round_trip_q4_k(const float* x, float* out) {
-    const KQuantBlock b = quantize_q4_k_block(x);
+    const kquant::Q4KBlock b = kquant::quantize_q4k(x, kquant::Q4KFit::GGML);
     for (int j = 0; j < 8; ++j) {
         const float dl = b.d * b.sc[j], ml = b.dmin * b.m[j];
         for (int i = 0; i < 32; ++i) out[32 * j + i] = dl * b.q[32 * j + i] - ml;
@@ -182,40 +81,6 @@ void round_trip_q4_k(const float* x, float* out) {
 }
 
 }  // namespace
-
-KQuantBlock quantize_q4_k_block(const float* x) {
-    constexpr int nmax = 15;
-    KQuantBlock b;
-    float scales[8], mins[8], w[32];
-    float max_scale = 0, max_min = 0;
-    for (int j = 0; j < 8; ++j) {
-        const float* xs = x + 32 * j;
-        float sum_x2 = 0;
-        for (int i = 0; i < 32; ++i) sum_x2 += xs[i] * xs[i];
-        const float av_x = std::sqrt(sum_x2 / 32);
-        for (int i = 0; i < 32; ++i) w[i] = av_x + std::fabs(xs[i]);
-        scales[j] = fit_scale_and_min(xs, w, 32, nmax, -1.0f, 0.1f, 20, b.q + 32 * j, &mins[j]);
-        max_scale = std::max(max_scale, scales[j]);
-        max_min = std::max(max_min, mins[j]);
-    }
-    const float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f;
-    const float inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
-    for (int j = 0; j < 8; ++j) {  // levels are stored as uint8 before the clamp to 63, as ggml does
-        b.sc[j] = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_scale * scales[j])));
-        b.m[j] = std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(inv_min * mins[j])));
-    }
-    b.d = f16(max_scale / 63.0f);
-    b.dmin = f16(max_min / 63.0f);
-    for (int j = 0; j < 8; ++j) {
-        const float dl = b.d * b.sc[j];
-        if (dl == 0.0f) continue;  // the sub-block dequantizes to -dmin * m whatever q holds
-        const float ml = b.dmin * b.m[j];
-        for (int i = 0; i < 32; ++i)
-            b.q[32 * j + i] =
-                static_cast<uint8_t>(std::clamp(nearest_int((x[32 * j + i] + ml) / dl), 0, nmax));
-    }
-    return b;
-}
 
 const char* type_name(GgmlType t) {
     switch (t) {
@@ -341,11 +206,6 @@ int layer_of(const std::string& name) {
     int layer = -1;
     if (std::sscanf(name.c_str(), "layers.%d.", &layer) != 1) return -1;
     return layer;
-}
-
-// llama-quant.cpp's use_more_bits: the first and last eighth of the layers, and every third between.
-bool use_more_bits(int i, int n) {
-    return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
 }
 
 }  // namespace

@@ -24,14 +24,6 @@ double bits_per_weight(GgmlType t);  // including the block's scales
 // out[n] = dequantize(quantize(x[n])); n a multiple of block_size(t). x and out may alias.
 void round_trip(GgmlType t, const float* x, int64_t n, float* out);
 
-// One Q4_K super-block of 256 values as its reference quantizer chooses it: 8 sub-blocks of 32 with
-// 6-bit scale and min levels, value = d * sc[j] * q - dmin * m[j] (d and dmin already f16, q in 0..15).
-struct KQuantBlock {
-    float d = 0.0f, dmin = 0.0f;
-    uint8_t sc[8] = {}, m[8] = {};
-    uint8_t q[256] = {};
-};
-KQuantBlock quantize_q4_k_block(const float* x);
 
 // The file mixtures llama-quantize writes (its --type argument), no importance matrix.
 enum class Mixture { Q8_0, Q4_0, Q4_K_M, Q6_K };

@@ -1,7 +1,8 @@
 // Writes a copy of a checkpoint whose 2-D weights went through a quantizer and back to f32, so that
 // `gdn perplexity --kl-divergence` measures the weight error of any format on the same text with the
-// same forward pass: llama.cpp's file types (llama_quant_emulation.h) or our own int8 / int4 formats
-// (quant::quantize_group, exactly the values `--quantization int8|int4` packs).
+// same forward pass: llama.cpp's file types (llama_quant_emulation.h) or our own schemes and formats
+// (packed and unpacked by quant::pack_quantized / dequantize_row: exactly the values
+// `--quantization int8|int4|int4-sym` packs, each matrix in the format model/quant_scheme.h gives it).
 //
 //   quant_emulate --model models/demo --out /tmp/demo-q4km --llama Q4_K_M
 //   quant_emulate --model models/demo --out /tmp/demo-int4 --ours int4
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <regex>
 #include <stdexcept>
 #include <string>
@@ -22,8 +24,9 @@
 #include "llama_quant_emulation.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/quant_scheme.h"
 #include "model/safetensors_writer.h"
-#include "ops/quant/quant_format.h"
+#include "ops/linear.h"
 
 namespace fs = std::filesystem;
 using namespace gdn;
@@ -34,8 +37,8 @@ int usage(const char* why) {
     std::fprintf(
         stderr,
         "quant_emulate: %s\nusage: quant_emulate --model DIR --out DIR (--llama Q8_0|Q4_0|Q4_K_M|Q6_K | "
-        "--ours int8|int4) [--tensor-type REGEX=TYPE ...]\n"
-        "  TYPE (F32 Q8_0 Q4_0 Q4_K Q6_K int8 int4) replaces the choice for every main-model weight whose\n"
+        "--ours int8|int4|int4-sym) [--tensor-type REGEX=TYPE ...]\n"
+        "  TYPE (F32 Q8_0 Q4_0 Q4_K Q6_K int8 int4-sym int4-k int6-k) replaces the choice for every main-model weight whose\n"
         "  canonical name (\"layers.3.mlp.down_proj.weight\", \"embed_tokens.weight\") the regex finds;\n"
         "  the first matching rule wins, and a rule that matches nothing is an error\n",
         why);
@@ -47,14 +50,24 @@ bool is_main_matrix(const std::string& name, const TensorView& t) {
            name.rfind("mtp.", 0) != 0;
 }
 
-// Our formats' round trip of one row: groups of 32 along k, f16 scale * q (the packed values).
+// Our formats' round trip of one row: packed as a [1, K] weight and read back.
 void round_trip_ours(WeightFormat f, const float* x, int64_t K, float* out) {
-    int8_t q[kQuantGroup];
-    for (int64_t k0 = 0; k0 < K; k0 += kQuantGroup) {
-        const int n = static_cast<int>(std::min<int64_t>(kQuantGroup, K - k0));
-        const float s = f16_to_f32(quant::quantize_group(f, x + k0, n, q));
-        for (int i = 0; i < n; ++i) out[k0 + i] = s * q[i];
-    }
+    PackedWeight w;
+    quant::pack_quantized(f, 1, K, [&](int64_t, float* dst) { std::copy(x, x + K, dst); }, &w);
+    quant::dequantize_row(w, 0, out);
+}
+
+// The packed linear a checkpoint matrix becomes part of (for_each_linear's name, model/weights.h).
+std::string linear_of(const std::string& canonical, bool tied) {
+    if (canonical == "lm_head.weight" || (tied && canonical == "embed_tokens.weight")) return "lm_head";
+    std::string n = canonical.substr(0, canonical.size() - 7);  // without ".weight"
+    static const std::pair<std::regex, const char*> kFused[] = {
+        {std::regex("in_proj_[a-z]+$"), "in_proj"}, {std::regex("out_proj$"), "out"},
+        {std::regex("[qkv]_proj$"), "qkv"},         {std::regex("o_proj$"), "o"},
+        {std::regex("(gate|up)_proj$"), "gate_up"}, {std::regex("down_proj$"), "down"}};
+    for (const auto& [re, to] : kFused)
+        if (std::regex_search(n, re)) return std::regex_replace(n, re, to);
+    return n;
 }
 
 // Per matrix: a label for the report, its bits per weight (0: kept in f32), and the row round trip.
@@ -66,10 +79,10 @@ struct Plan {
 
 Plan plan_for(const std::string& type, const llama_emul::WeightInfo& m) {
     using llama_emul::GgmlType;
-    if (type == "int8" || type == "int4") {
-        const WeightFormat f = type == "int8" ? WeightFormat::Q8 : WeightFormat::Q4;
-        const int64_t Kp = quant::n_groups(m.cols) * kQuantGroup;  // k is padded to whole groups
-        const double bits = 8.0 * quant::block_bytes(f) / (kQuantGroup * quant::kCols) * Kp / m.cols;
+    WeightFormat f;
+    if (parse_weight_format(type, &f)) {
+        const int64_t bk = weight_block_k(f), Kp = quant::n_blocks(f, m.cols) * bk;  // k padded to whole blocks
+        const double bits = 8.0 * quant::block_bytes(f) / (bk * quant::kCols) * Kp / m.cols;
         return {type, bits, [f](const float* x, int64_t n, float* y) { round_trip_ours(f, x, n, y); }};
     }
     for (GgmlType t : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
@@ -81,7 +94,7 @@ Plan plan_for(const std::string& type, const llama_emul::WeightInfo& m) {
         return {type, llama_emul::bits_per_weight(t),
                 [t](const float* x, int64_t n, float* y) { llama_emul::round_trip(t, x, n, y); }};
     }
-    throw std::invalid_argument("unknown type '" + type + "' (F32, Q8_0, Q4_0, Q4_K, Q6_K, int8, int4)");
+    throw std::invalid_argument("unknown type '" + type + "' (F32, Q8_0, Q4_0, Q4_K, Q6_K, int8, int4-sym, int4-k, int6-k)");
 }
 
 }  // namespace
@@ -126,7 +139,9 @@ int main(int argc, char** argv) {
     llama_emul::Mixture mix{};
     if (!llama.empty() && !llama_emul::parse_mixture(llama, &mix))
         return usage(("unknown --llama " + llama).c_str());
-    if (!ours.empty() && ours != "int8" && ours != "int4") return usage(("unknown --ours " + ours).c_str());
+    std::optional<WeightFormat> scheme;
+    if (!ours.empty() && (!parse_quantization(ours, &scheme) || !scheme))
+        return usage(("unknown --ours " + ours + " (int8, int4, int4-sym)").c_str());
     if (fs::exists(out)) return usage((out + " exists; give a new folder").c_str());
 
     auto cfg = load_model_config(model);
@@ -145,12 +160,11 @@ int main(int argc, char** argv) {
         if (!llama.empty()) types = llama_emul::choose_types(mix, mats, tied, cfg->n_layers);
         for (size_t i = 0; i < mats.size(); ++i) {
             const auto& m = mats[i];
-            // The engine's choice (model/weights.cpp): int4 keeps the lm_head, and a tied embedding, in int8.
-            const bool head = m.name == "lm_head.weight" || (tied && m.name == "embed_tokens.weight");
+            // The engine's choice (model/quant_scheme.h); routers stay in float as in the engine.
             std::string type = !llama.empty()                  ? llama_emul::type_name(types[i])
-                               : llama_emul::is_router(m.name) ? "F32"  // the engine keeps routers in float
-                               : ours == "int8" || head        ? "int8"
-                                                               : "int4";
+                               : llama_emul::is_router(m.name) ? "F32"
+                                                               : weight_format_name(scheme_format(
+                                                                     *scheme, linear_of(m.name, tied), cfg->n_layers));
             for (Rule& r : overrides) {
                 if (std::regex_search(m.name, r.re)) {
                     type = r.type;

@@ -228,7 +228,7 @@ TEST(Cli, PerplexityAndKlDivergence) {
     EXPECT_NE(r.out.find("not a gdn perplexity base file"), std::string::npos) << r.out;
     r = run_gdn(common + " --quantization int3");
     EXPECT_EQ(r.exit_code, 2);
-    EXPECT_NE(r.out.find("--quantization must be int8, int4 or none, got 'int3'"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--quantization must be int8, int4, int4-sym or none, got 'int3'"), std::string::npos) << r.out;
     r = run_gdn(common + " --kl-divergence-base a --kl-divergence b");
     EXPECT_EQ(r.exit_code, 2);
 }

@@ -141,14 +141,19 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
     check(tight, false, "out of KV blocks (automatic preemption)", true);
 }
 
-// Every family in its floats, and every family once quantized (int8 on the dense model, int4 on both
-// MoE layouts). All nine pairs passed when this was written; the full cross costs ~6 minutes of the
+// Every family in its floats, and every family once quantized (int8 on the dense model, int4 and
+// int4-sym on the two MoE layouts). All nine pairs passed when this was written; the full cross costs ~6 minutes of the
 // sanitizer run, so CI runs these six.
 INSTANTIATE_TEST_SUITE_P(Families, EngineGolden,
                          ::testing::Values(std::make_tuple("qwen3_next", "none"), std::make_tuple("qwen3_5", "none"),
                                            std::make_tuple("qwen3_5_moe", "none"), std::make_tuple("qwen3_next", "int4"),
-                                           std::make_tuple("qwen3_5", "int8"), std::make_tuple("qwen3_5_moe", "int4")),
-                         [](const auto& info) { return std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param); });
+                                           std::make_tuple("qwen3_5", "int8"), std::make_tuple("qwen3_5_moe", "int4-sym")),
+                         [](const auto& info) {
+                             std::string n = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+                             for (char& c : n)
+                                 if (c == '-') c = '_';
+                             return n;
+                         });
 
 // prefault_memory (gdn serve's setting) touches the caches at creation; the engine then gives the same
 // tokens as one that faults its pages in as it goes.

@@ -184,9 +184,9 @@ TEST_P(Golden, QuantizedLogitsReport) {
     const auto& p = GetParam();
     Expected e = load_expected(golden_dir(p.family), p.prompt);
     const int64_t n = static_cast<int64_t>(e.prompt.size());
-    double rel_rms[2] = {0, 0};
+    double rel_rms[3] = {0, 0, 0};
     int f = 0;
-    for (WeightFormat fmt : {WeightFormat::Q8, WeightFormat::Q4}) {
+    for (WeightFormat fmt : {WeightFormat::Q8, WeightFormat::Q4K, WeightFormat::Q4}) {
         LoadOptions lo;
         lo.quantization = fmt;
         auto m = Model::load(golden_dir(p.family), nullptr, lo);
@@ -214,7 +214,7 @@ TEST_P(Golden, QuantizedLogitsReport) {
         for (int64_t r = 0; r < n; ++r) same += ref::argmax(got.data() + r * V, V) == ref::argmax(e.logits.data() + r * V, V);
         rel_rms[f] = std::sqrt(err2 / sig2);
         std::printf("%s %s %s: logits rms error %.4f of their spread, max |d| %.3f, argmax same %d/%d\n",
-                    p.family.c_str(), p.prompt.c_str(), weight_format_name(fmt), rel_rms[f], max_d, same,
+                    p.family.c_str(), p.prompt.c_str(), quantization_name(fmt), rel_rms[f], max_d, same,
                     static_cast<int>(n));
         // The reference path: every op scalar. Its f32 sums differ from the fast ops' in the last ulps, and
         // int8 activation rounding can turn an ulp into one quantization step, so the two paths agree to a
@@ -229,10 +229,11 @@ TEST_P(Golden, QuantizedLogitsReport) {
         force_reference_all(false);
         double path2 = 0;
         for (int64_t i = 0; i < n * V; ++i) path2 += (got[i] - ref_logits[i]) * static_cast<double>(got[i] - ref_logits[i]);
-        EXPECT_LT(std::sqrt(path2), 0.25 * std::sqrt(err2)) << weight_format_name(fmt) << ": fast vs reference path";
+        EXPECT_LT(std::sqrt(path2), 0.25 * std::sqrt(err2)) << quantization_name(fmt) << ": fast vs reference path";
         ++f;
     }
     EXPECT_LT(rel_rms[0], rel_rms[1]);
+    EXPECT_LT(rel_rms[0], rel_rms[2]);
     EXPECT_LT(rel_rms[0], 0.2);
 }
 

@@ -9,6 +9,7 @@
 
 #include "../bench/llama_quant_emulation.h"
 #include "core/dtype.h"
+#include "ops/quant/kquant.h"
 
 namespace gdn::llama_emul {
 namespace {
@@ -67,7 +68,7 @@ TEST(LlamaQuantEmulation, Q4_0PutsTheLargestMagnitudeAtMinus8) {
 
 TEST(LlamaQuantEmulation, Q4_KBlockIsTwoLevelScalesAndMins) {
     const std::vector<float> x = gaussian(256, 3);
-    const KQuantBlock b = quantize_q4_k_block(x.data());
+    const kquant::Q4KBlock b = kquant::quantize_q4k(x.data(), kquant::Q4KFit::GGML);
     EXPECT_EQ(b.d, f16(b.d));
     EXPECT_EQ(b.dmin, f16(b.dmin));
     std::vector<float> y(256);

@@ -123,12 +123,12 @@ TEST(LoaderHostile, NonFiniteWeightsAreRefusedWhenQuantizing) {
     ASSERT_TRUE(hit);
     file = Result<std::unique_ptr<SafetensorsFile>>(Status::error("closed"));
     write_bytes(path, bytes);
-    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K}) {
         LoadOptions lo;
         lo.quantization = f;
         auto m = Model::load(dir->path(), nullptr, lo);
         ASSERT_FALSE(m.is_ok());
-        EXPECT_HAS(m.message(), "cannot quantize: non-finite weights (NaN or infinity) in layers.1.mlp.down (1 groups of 32)");
+        EXPECT_HAS(m.message(), "cannot quantize: non-finite weights (NaN or infinity) in layers.1.mlp.down (in 1 quantization block)");
     }
     EXPECT_TRUE(Model::load(dir->path()).is_ok());  // the float path loads it as it is
 }

@@ -87,16 +87,16 @@ TEST_P(PackedCheckpoint, LoadsAsTheModelQuantizedAtLoad) {
     other.quantization = f == WeightFormat::Q8 ? WeightFormat::Q4 : WeightFormat::Q8;
     auto bad = Model::load(out.path(), nullptr, other);
     ASSERT_FALSE(bad.is_ok());
-    EXPECT_HAS(bad.message(), std::string("was quantized to ") + weight_format_name(f) + " by gdn quantize");
+    EXPECT_HAS(bad.message(), std::string("was quantized to ") + quantization_name(f) + " by gdn quantize");
     other.quantization = f;
     EXPECT_TRUE(Model::load(out.path(), nullptr, other).is_ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, PackedCheckpoint,
                          ::testing::Combine(::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
-                                            ::testing::Values(WeightFormat::Q8, WeightFormat::Q4)),
+                                            ::testing::Values(WeightFormat::Q8, WeightFormat::Q4K, WeightFormat::Q4)),
                          [](const auto& info) {
-                             std::string n = std::get<0>(info.param) + "_" + weight_format_name(std::get<1>(info.param));
+                             std::string n = std::get<0>(info.param) + "_" + quantization_name(std::get<1>(info.param));
                              for (char& c : n)
                                  if (!isalnum(static_cast<unsigned char>(c))) c = '_';
                              return n;
@@ -129,9 +129,9 @@ TEST(PackedCheckpoint, CorruptFilesAreErrorsNamingTheTensor) {
     } edits[] = {
         // the shape the metadata states must be the config's ([hidden, intermediate] = [64, 128] here)
         {"\"int8 64 128\"", "\"int8 64 127\"", "holds [64, 127], the config needs [64, 128]"},
-        {"\"int8 64 128\"", "\"int9 64 128\"", "is not '<int8|int4> <N> <K>'"},
-        {"\"gdn.packed.version\":\"1\"", "\"gdn.packed.version\":\"7\"", "packed-format version '7'; this build reads version 1"},
-        {"\"gdn.quantization\":\"int8\"", "\"gdn.quantization\":\"fp8!\"", "gdn.quantization is 'fp8!', expected int8 or int4"},
+        {"\"int8 64 128\"", "\"int9 64 128\"", "is not '<int8|int4-sym|int4-k|int6-k> <N> <K>'"},
+        {"\"gdn.packed.version\":\"2\"", "\"gdn.packed.version\":\"7\"", "packed-format version '7'; this build reads version 2"},
+        {"\"gdn.quantization\":\"int8\"", "\"gdn.quantization\":\"fp8!\"", "gdn.quantization is 'fp8!', expected int8, int4 or int4-sym"},
         // a packed weight missing (the tensor renamed; its metadata entry stays)
         {"\"gdn.packed.layers.1.mlp.down\":{", "\"gdn.packed.layers.1.mlp.dowX\":{",
          "packed weight 'gdn.packed.layers.1.mlp.down': missing"},
@@ -157,11 +157,11 @@ TEST(PackedCheckpoint, CorruptFilesAreErrorsNamingTheTensor) {
         ASSERT_TRUE(hit);
         std::string b = pristine;
         const uint16_t inf = 0x7c00;
-        std::memcpy(&b[8 + n + begin + quant::scales_offset(WeightFormat::Q8)], &inf, 2);
+        std::memcpy(&b[8 + n + begin + quant::f16_offset(WeightFormat::Q8)], &inf, 2);
         file = Result<std::unique_ptr<SafetensorsFile>>(Status::error("closed"));
         write_bytes(path, b);
     }
-    EXPECT_HAS(load_error(), "'gdn.packed.layers.2.linear_attn.out': a non-finite scale (f16 0x7c00) in panel 0, group 0");
+    EXPECT_HAS(load_error(), "'gdn.packed.layers.2.linear_attn.out': a non-finite scale (f16 0x7c00) in panel 0, block 0");
     write_bytes(path, pristine);
     EXPECT_TRUE(Model::load(out.path()).is_ok());
 }

@@ -16,12 +16,12 @@ using namespace gdn::test;
 
 namespace {
 
-const WeightFormat kFormats[] = {WeightFormat::Q8, WeightFormat::Q4};
+const WeightFormat kFormats[] = {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K};
 
 struct Shape {
     int64_t M, N, K;
 };
-// 1 row; K below, at and past a group; N below, at and past a panel; prefill-sized M.
+// 1 row; K below, at and past a group and a super-block; N below, at and past a panel; prefill-sized M.
 const Shape kShapes[] = {{1, 1, 1},    {1, 31, 33},  {1, 33, 64},  {2, 32, 31},   {3, 65, 100}, {5, 100, 37},
                          {1, 257, 96}, {17, 45, 99}, {64, 70, 130}, {65, 33, 515}, {7, 96, 1024}};
 
@@ -43,11 +43,12 @@ TEST(Quant, ReferenceEqualsFloat64DequantizedProduct) {
                 for (int64_t n = 0; n < s.N; ++n) {
                     double want = 0.0, mag = 0.0;
                     for (int64_t k = 0; k < s.K; ++k) {
-                        const double wd = static_cast<double>(quant::q_scale(lw.packed, n, k / kQuantGroup)) *
-                                          quant::q_value(lw.packed, n, k);
+                        float a, b;
+                        quant::group_affine(lw.packed, n, k / kQuantGroup, &a, &b);
+                        const double aq = static_cast<double>(a) * quant::q_value(lw.packed, n, k);
                         const double xd = static_cast<double>(xq.xs[m * xq.G + k / kQuantGroup]) * xq.row(m)[k];
-                        want += wd * xd;
-                        mag += std::abs(wd * xd);
+                        want += (aq - b) * xd;
+                        mag += std::abs(aq * xd) + std::abs(b * xd);
                     }
                     // f32: one scale product and one sum per group, on sums of magnitude <= mag.
                     ASSERT_NEAR(y[m * s.N + n], want, 1e-6 * mag * (2 + xq.G) + 1e-30)
@@ -118,7 +119,8 @@ TEST(Quant, QuantizersAndRowGather) {
     wf[5] = 40.0f;  // an outlier: only its own group's scale may grow
     for (WeightFormat f : kFormats) {
         LinearWeight lw = quantized(f, wf, N, K);
-        const int lo = f == WeightFormat::Q8 ? -127 : -8, hi = f == WeightFormat::Q8 ? 127 : 7;
+        const int lo = f == WeightFormat::Q8 ? -127 : f == WeightFormat::Q4 ? -8 : f == WeightFormat::Q4K ? 0 : -32;
+        const int hi = f == WeightFormat::Q8 ? 127 : f == WeightFormat::Q4 ? 7 : f == WeightFormat::Q4K ? 15 : 31;
         std::vector<float> row(K);
         double err2 = 0.0, absmax_err2 = 0.0;
         for (int64_t n = 0; n < N; ++n) {
@@ -127,8 +129,9 @@ TEST(Quant, QuantizersAndRowGather) {
                 const int q = quant::q_value(lw.packed, n, k);
                 ASSERT_GE(q, lo);
                 ASSERT_LE(q, hi);
-                const float s = quant::q_scale(lw.packed, n, k / kQuantGroup);
-                ASSERT_EQ(row[k], s * q);
+                float s, b;
+                quant::group_affine(lw.packed, n, k / kQuantGroup, &s, &b);
+                ASSERT_EQ(row[k], s * q - b);
                 const double e = row[k] - wf[n * K + k];
                 if (n > 0) err2 += e * e;  // row 0 holds the outlier: its group is all-zero either way
                 if (f == WeightFormat::Q8) {
@@ -150,12 +153,40 @@ TEST(Quant, QuantizersAndRowGather) {
         if (f == WeightFormat::Q4) {
             EXPECT_LT(err2, 0.9 * absmax_err2);
         }
+        // 4 bits with a per-group minimum lose little against the symmetric search on centred values;
+        // 6 bits cut the error by ~16x.
+        if (f == WeightFormat::Q4K) {
+            EXPECT_LT(err2, 1.3 * absmax_err2);
+        }
+        if (f == WeightFormat::Q6K) {
+            EXPECT_LT(err2, 0.1 * absmax_err2);
+        }
         // Padding is exactly zero: columns past N and k past K contribute nothing.
         EXPECT_EQ(quant::q_value(lw.packed, N, 0), 0);
         EXPECT_EQ(quant::q_value(lw.packed, 0, K), 0);
         const int64_t nb = lw.packed.bytes();
-        EXPECT_EQ(nb, lw.packed.n_panels * lw.packed.n_groups * quant::block_bytes(f));
+        EXPECT_EQ(nb, lw.packed.n_panels * lw.packed.n_blocks * quant::block_bytes(f));
     }
+}
+
+// Values all on one side of zero: int4-k's grid starts at its minimum, which ggml's fit keeps <= 0,
+// so it spans [0, max] with 16 levels where symmetric int4 spends half of its on the empty side; int6-k
+// (symmetric too, 64 levels) is then ~4x better than int4-k rather than the ~16x of centred values.
+TEST(Quant, Int4KFitsOffsetGroups) {
+    const int64_t N = 32, K = 256;
+    auto wf = random_vec(N * K, 4, 0.5f, 1.5f);
+    auto err2 = [&](WeightFormat f) {
+        LinearWeight lw = quantized(f, wf, N, K);
+        std::vector<float> row(K);
+        double e2 = 0.0;
+        for (int64_t n = 0; n < N; ++n) {
+            quant::dequantize_row(lw.packed, n, row.data());
+            for (int64_t k = 0; k < K; ++k) e2 += (row[k] - wf[n * K + k]) * (row[k] - wf[n * K + k]);
+        }
+        return e2;
+    };
+    EXPECT_LT(err2(WeightFormat::Q4K), 0.3 * err2(WeightFormat::Q4));
+    EXPECT_LT(err2(WeightFormat::Q6K), 0.35 * err2(WeightFormat::Q4K));
 }
 
 // Every ISA's activation quantizer gives the reference's bytes (scales, values and sums), odd K included.
@@ -191,7 +222,8 @@ TEST(Quant, EveryIsaHasAKernelRow) {
     set_active_isa(cpu_isa());
     const std::string r = quant_kernel_report();
     EXPECT_NE(r.find("linear int8:"), std::string::npos) << r;
-    EXPECT_NE(r.find("linear int4:"), std::string::npos) << r;
+    for (WeightFormat f : kFormats)
+        EXPECT_NE(r.find(std::string("linear ") + weight_format_name(f) + ":"), std::string::npos) << r;
 }
 
 }  // namespace

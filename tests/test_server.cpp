@@ -317,7 +317,7 @@ namespace {
 // The server over a model quantized at load: chat answers, and streaming equals non-streaming.
 TEST(QuantizedServer, Int4ChatStreamsLikeNonStreaming) {
     LoadOptions lo;
-    lo.quantization = WeightFormat::Q4;
+    lo.quantization = WeightFormat::Q4K;
     auto m = Model::load(demo_model_dir(), nullptr, lo);
     ASSERT_TRUE(m.is_ok()) << m.message();
     auto t = Tokenizer::load(demo_model_dir());

@@ -216,7 +216,7 @@ TEST(Speculative, DraftLayerInInt8OrInt4KeepsGreedyExact) {
     EngineConfig base;
     base.max_num_seqs = 8;
     const std::vector<std::vector<int32_t>> plain = greedy_runs(plain_model, base, prompts, n_tokens);
-    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4K}) {
         LoadOptions lo;
         lo.mtp = true;
         lo.mtp_layer = f;
@@ -598,7 +598,7 @@ TEST(Speculative, ConfigParsingAndErrors) {
     EXPECT_FALSE(ok->draft_layer.has_value());
     ok = SpeculativeConfig::parse(R"({"method":"mtp","num_speculative_tokens":2,"draft_layer":"int4"})");
     ASSERT_TRUE(ok.is_ok()) << ok.message();
-    EXPECT_EQ(ok->draft_layer, WeightFormat::Q4);
+    EXPECT_EQ(ok->draft_layer, WeightFormat::Q4K);  // "int4": the int4-k format
     const std::pair<const char*, const char*> bad[] = {
         {R"({"method":"mtp","num_speculative_tokens":2,"draft_layer":"fp8"})", "\"draft_layer\" must be"},
         {R"({"method":"mtp","num_speculative_tokens":2,"draft_layer":8})", "\"draft_layer\" must be"},

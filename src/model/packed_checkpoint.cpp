@@ -15,9 +15,7 @@ namespace {
 bool parse_entry(const std::string& s, WeightFormat* f, int64_t* N, int64_t* K) {
     std::istringstream in(s);
     std::string name, rest;
-    std::optional<WeightFormat> q;
-    if (!(in >> name >> *N >> *K) || (in >> rest) || !parse_quantization(name, &q) || !q) return false;
-    *f = *q;
+    if (!(in >> name >> *N >> *K) || (in >> rest) || !parse_weight_format(name, f)) return false;
     return *N > 0 && *K > 0;
 }
 
@@ -35,13 +33,13 @@ Result<std::optional<WeightFormat>> packed_checkpoint_format(const Checkpoint& c
     auto q = md.find(kPackedQuantizationKey);
     if (q == md.end()) return std::optional<WeightFormat>();
     auto v = md.find(kPackedVersionKey);
-    if (v == md.end() || v->second != "1")
+    if (v == md.end() || v->second != kPackedVersion)
         return Status::error(strprintf("%s: pre-quantized checkpoint of packed-format version '%s'; this build reads "
-                                       "version 1 (quantize the original checkpoint again with this gdn)",
-                                       ck.dir().c_str(), v == md.end() ? "(none)" : v->second.c_str()));
+                                       "version %s (quantize the original checkpoint again with this gdn)",
+                                       ck.dir().c_str(), v == md.end() ? "(none)" : v->second.c_str(), kPackedVersion));
     std::optional<WeightFormat> f;
     if (!parse_quantization(q->second, &f) || !f)
-        return Status::error(strprintf("%s: __metadata__ %s is '%s', expected int8 or int4", ck.dir().c_str(),
+        return Status::error(strprintf("%s: __metadata__ %s is '%s', expected int8, int4 or int4-sym", ck.dir().c_str(),
                                        kPackedQuantizationKey, q->second.c_str()));
     return f;
 }
@@ -58,33 +56,27 @@ Result<PackedWeight> read_packed_weight(const Checkpoint& ck, const std::string&
     WeightFormat format;
     int64_t stored_N, stored_K;
     if (!parse_entry(md->second, &format, &stored_N, &stored_K))
-        return fail("__metadata__ entry '" + md->second + "' is not '<int8|int4> <N> <K>'");
+        return fail("__metadata__ entry '" + md->second + "' is not '<int8|int4-sym|int4-k|int6-k> <N> <K>'");
     if (stored_N != N || stored_K != K)
         return fail(strprintf("holds [%lld, %lld], the config needs [%lld, %lld]", (long long)stored_N,
                               (long long)stored_K, (long long)N, (long long)K));
     PackedWeight p;
     quant::set_quantized_shape(format, N, K, &p);
     const int64_t bb = quant::block_bytes(p.format);
-    if (t->dtype != DType::U8 || t->rank != 3 || t->shape[0] != p.n_panels || t->shape[1] != p.n_groups ||
+    if (t->dtype != DType::U8 || t->rank != 3 || t->shape[0] != p.n_panels || t->shape[1] != p.n_blocks ||
         t->shape[2] != bb)
         return fail(strprintf("is %s %s, expected u8 [%lld, %lld, %lld] for %s [%lld, %lld]", dtype_name(t->dtype),
-                              t->shape_str().c_str(), (long long)p.n_panels, (long long)p.n_groups, (long long)bb,
+                              t->shape_str().c_str(), (long long)p.n_panels, (long long)p.n_blocks, (long long)bb,
                               weight_format_name(p.format), (long long)N, (long long)K));
     p.data.allocate(p.bytes(), false);
     std::memcpy(p.data.data(), t->data, p.bytes());
     ck.release(*t);
     // A corrupt scale would only show as NaN logits much later: say where it is now.
-    const int64_t so = quant::scales_offset(p.format);
-    for (int64_t b = 0; b < p.n_panels * p.n_groups; ++b) {
-        const uint8_t* sc = p.data.as<uint8_t>() + b * bb + so;
-        for (int64_t c = 0; c < quant::kCols; ++c) {
-            uint16_t h;
-            std::memcpy(&h, sc + 2 * c, 2);
-            if ((h & 0x7c00u) == 0x7c00u)
-                return fail(strprintf("a non-finite scale (f16 0x%04x) in panel %lld, group %lld", h,
-                                      (long long)(b / p.n_groups), (long long)(b % p.n_groups)));
-        }
-    }
+    int64_t block;
+    uint16_t h;
+    if (quant::find_nonfinite_scale(p, &block, &h))
+        return fail(strprintf("a non-finite scale (f16 0x%04x) in panel %lld, block %lld", h,
+                              (long long)(block / p.n_blocks), (long long)(block % p.n_blocks)));
     return p;
 }
 
@@ -92,8 +84,8 @@ Status write_packed_checkpoint(const ModelWeights& w, const Checkpoint& ck, cons
                                const std::string& path) {
     if (!w.quantization) return Status::error("write_packed_checkpoint: the weights are not quantized");
     SafetensorsWriter out;
-    out.set_metadata(kPackedQuantizationKey, weight_format_name(*w.quantization));
-    out.set_metadata(kPackedVersionKey, "1");
+    out.set_metadata(kPackedQuantizationKey, quantization_name(*w.quantization));
+    out.set_metadata(kPackedVersionKey, kPackedVersion);
     for (const std::string& canon : float_tensors) {
         const TensorView* t = ck.find(canon);
         if (!t) return Status::error(ck.dir() + ": tensor '" + canon + "' vanished from the checkpoint");
@@ -109,7 +101,7 @@ Status write_packed_checkpoint(const ModelWeights& w, const Checkpoint& ck, cons
             bad = Status::error("packed weight '" + name + "' has an inconsistent size");
         out.set_metadata(kPackedPrefix + name,
                          strprintf("%s %lld %lld", weight_format_name(p.format), (long long)p.N, (long long)p.K));
-        out.add_raw(kPackedPrefix + name, DType::U8, {p.n_panels, p.n_groups, quant::block_bytes(p.format)},
+        out.add_raw(kPackedPrefix + name, DType::U8, {p.n_panels, p.n_blocks, quant::block_bytes(p.format)},
                     [&p](uint8_t* dst, uint64_t bytes) { std::memcpy(dst, p.data.data(), bytes); });
     });
     GDN_RETURN_IF_ERROR(bad);

@@ -1,12 +1,13 @@
 // Pre-quantized checkpoints, written by `gdn quantize` so that later loads skip the quantization (the
-// int4 scale search is most of a 9B load). A safetensors file (format version 1):
+// int4 scale search is most of a 9B load). A safetensors file (format version 2):
 //
-//   __metadata__  "gdn.quantization": "int8" | "int4"   what --quantization made it (the load's format)
-//                 "gdn.packed.version": "1"
-//                 "gdn.packed.<linear>": "<format> <N> <K>"   one per packed weight: "int8 7168 1024"
-//   tensors       "gdn.packed.<linear>": U8 [n_panels, n_groups, block_bytes], the PackedWeight's bytes
+//   __metadata__  "gdn.quantization": "int8" | "int4" | "int4-sym"   the --quantization scheme that made it
+//                 "gdn.packed.version": "2"
+//                 "gdn.packed.<linear>": "<format> <N> <K>"   one per packed weight: "int4-k 7168 1024",
+//                                     the format one of int8, int4-sym, int4-k, int6-k (ops/weight_format.h)
+//   tensors       "gdn.packed.<linear>": U8 [n_panels, n_blocks, block_bytes], the PackedWeight's bytes
 //                 exactly as the kernels read them (ops/quant/quant_format.h: 32-column panels of
-//                 32-k groups, int8 quads or int4 nibble pairs, then the group's 32 f16 scales);
+//                 blocks of 32 or 256 k, values and scales);
 //                 every other tensor the model reads (norms, conv1d, A_log, dt_bias, the MoE router and
 //                 shared-expert gate), as stored in the source checkpoint, under its HF name.
 //
@@ -31,6 +32,8 @@ struct ModelWeights;
 constexpr const char* kPackedPrefix = "gdn.packed.";
 constexpr const char* kPackedQuantizationKey = "gdn.quantization";
 constexpr const char* kPackedVersionKey = "gdn.packed.version";
+// Version 1 (before the int4-k / int6-k formats) named the symmetric int4 format "int4".
+constexpr const char* kPackedVersion = "2";
 
 // The format a checkpoint was quantized to by `gdn quantize`; nullopt for an ordinary checkpoint. An
 // unknown version or quantization is an error naming it.

@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "model/packed_checkpoint.h"
+#include "model/quant_scheme.h"
 #include "ops/argmax_screen.h"
 #include "ops/dispatch.h"
 
@@ -66,7 +67,8 @@ public:
     // (quantized to `format`) from the parts, or read from a pre-quantized checkpoint.
     Result<LinearWeight> linear(const std::string& name, const std::vector<TensorView>& parts, Quant format,
                                 const std::function<void(int64_t, int64_t)>& rows_done = nullptr) {
-        if (!prepacked_) return make_linear(parts, format, rows_done);
+        // A scheme (--quantization) picks this linear's format by its name (model/quant_scheme.h).
+        if (!prepacked_) return make_linear(parts, format ? Quant(scheme_format(*format, name, c_.n_layers)) : format, rows_done);
         int64_t N = 0;
         for (const TensorView& t : parts) N += t.shape[0];
         LinearWeight lw;
@@ -75,7 +77,7 @@ public:
         return lw;
     }
     Result<LinearWeight> swiglu_linear(const std::string& name, const TensorView& gate, const TensorView& up) {
-        if (!prepacked_) return make_swiglu_linear(gate, up, q_);
+        if (!prepacked_) return make_swiglu_linear(gate, up, q_ ? Quant(scheme_format(*q_, name, c_.n_layers)) : q_);
         return linear(name, {gate, up}, q_);
     }
     Quant quantization() const { return q_; }
@@ -282,8 +284,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     if (packed && opt.quantization && *opt.quantization != *packed)
         return Status::error(strprintf("%s was quantized to %s by gdn quantize and loads only as that: drop "
                                        "--quantization %s (or pass %s)",
-                                       ck->dir().c_str(), weight_format_name(*packed),
-                                       weight_format_name(*opt.quantization), weight_format_name(*packed)));
+                                       ck->dir().c_str(), quantization_name(*packed),
+                                       quantization_name(*opt.quantization), quantization_name(*packed)));
     const Quant q = packed ? packed : opt.quantization;
     w->quantization = q;
     w->prepacked = packed.has_value();
@@ -369,20 +371,16 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         w->mtp = std::move(m);
         if (progress) progress(c.n_layers + 1, n_steps);
     }
-    // int4 keeps the lm_head (and so a tied embedding) in int8, as llama.cpp's Q4_K_M keeps its output
-    // matrix in Q6_K: measured on the demo model (docs/perf.md), an int4 lm_head alone doubles the
-    // mean KL divergence against f32 (0.0210 -> 0.0122 with it in int8, for +0.5 bits/weight).
-    const Quant q_head = q == WeightFormat::Q4 ? Quant(WeightFormat::Q8) : q;
     // The vocabulary matrices are the largest single tensors (2.5 GB of bf16 at 27B): their source rows
     // are dropped every 256 rows while they are quantized, so they never sit in memory whole.
     auto drop_rows = [&](const TensorView& t) -> std::function<void(int64_t, int64_t)> {
         return [&ck, t](int64_t n0, int64_t n1) { ck->release(t, n0, n1); };
     };
     GDN_ASSIGN_OR_RETURN(w->lm_head_packed,
-                         ld.linear("lm_head", {w->lm_head}, q_head, q ? drop_rows(w->lm_head) : nullptr));
+                         ld.linear("lm_head", {w->lm_head}, q, q ? drop_rows(w->lm_head) : nullptr));
     if (q) {
-        // An untied embedding is only gathered (its error never meets the logits directly): the plain
-        // format, as llama.cpp's Q4_K_M keeps token_embd in Q4_K while its output matrix is Q6_K.
+        // The lm_head's format (and so a tied embedding's) and an untied embedding's, which is only
+        // gathered (its error never meets the logits directly), come from the scheme (model/quant_scheme.h).
         if (!tied) {
             GDN_ASSIGN_OR_RETURN(LinearWeight e, ld.linear("embed_tokens", {w->embed}, q, drop_rows(w->embed)));
             w->embed_quantized = std::move(e.packed);
@@ -401,8 +399,9 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     if (q) {  // a float checkpoint may carry NaN / inf (the float path would just propagate them)
         std::string bad;
         for_each_linear(*w, [&](const std::string& name, const PackedWeight& p) {
-            if (p.nonfinite_groups && bad.empty())
-                bad = strprintf("%s (%lld groups of 32)", name.c_str(), (long long)p.nonfinite_groups);
+            if (p.nonfinite_blocks && bad.empty())
+                bad = strprintf("%s (in %lld quantization block%s)", name.c_str(), (long long)p.nonfinite_blocks,
+                                p.nonfinite_blocks == 1 ? "" : "s");
         });
         if (!bad.empty())
             return Status::error(ck->dir() + ": cannot quantize: non-finite weights (NaN or infinity) in " + bad);

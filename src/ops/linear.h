@@ -4,7 +4,7 @@
 //   BF16 weights: [panel][K/2 pairs][32 cols][2]  (a k-pair of a column is one 32-bit lane: the
 //                  operand layout of vdpbf16ps, and two exact f32 values by shift / mask)
 //   F32 weights:  [panel][K][32 cols]
-//   Q8 / Q4:      [panel][K/32 groups] blocks of int8 / int4 values and f16 scales (ops/quant/quant_format.h)
+//   quantized:    [panel][blocks along K] of int8 / int4 / int6 values and scales (ops/quant/quant_format.h)
 // F16 weights are widened to F32 at load (exact). The last panel and an odd K are zero-padded.
 #pragma once
 
@@ -28,23 +28,23 @@ struct PackedWeight {
     int64_t N = 0, K = 0;  // logical [N, K]
     int64_t K2 = 0;        // k-pairs (BF16) = ceil(K / 2)
     int64_t n_panels = 0;  // ceil(N / 32)
-    int64_t n_groups = 0;  // quantized formats: groups of 32 k = ceil(K / 32) (ops/quant/quant_format.h)
+    int64_t n_blocks = 0;  // quantized formats: blocks along k, of 32 k (Q8, Q4) or 256 (Q4K, Q6K): quant_format.h
     WeightFormat format = WeightFormat::BF16;
-    int64_t nonfinite_groups = 0;  // quantized from a source holding NaN / infinity (the loader refuses it)
+    int64_t nonfinite_blocks = 0;  // quantized from a source holding NaN / infinity (the loader refuses it)
     Buffer data;
-    // Bytes of one panel: [K2, 32 columns, 2] bf16, [K, 32 columns] f32, or n_groups quantized blocks.
+    // Bytes of one panel: [K2, 32 columns, 2] bf16, [K, 32 columns] f32, or n_blocks quantized blocks.
     int64_t panel_bytes() const {
         switch (format) {
             case WeightFormat::BF16: return K2 * 2 * kPanelCols * int64_t{2};
             case WeightFormat::F32: return K * kPanelCols * int64_t{4};
-            default: return n_groups * quant::block_bytes(format);
+            default: return n_blocks * quant::block_bytes(format);
         }
     }
     int64_t bytes() const { return n_panels * panel_bytes(); }
     const uint16_t* bf16_panel(int64_t p) const { return data.as<uint16_t>() + p * K2 * 2 * kPanelCols; }
     const float* f32_panel(int64_t p) const { return data.as<float>() + p * K * kPanelCols; }
-    const uint8_t* quant_block(int64_t p, int64_t g) const {
-        return data.as<uint8_t>() + (p * n_groups + g) * quant::block_bytes(format);
+    const uint8_t* quant_block(int64_t p, int64_t b) const {
+        return data.as<uint8_t>() + (p * n_blocks + b) * quant::block_bytes(format);
     }
 };
 

@@ -23,10 +23,16 @@ void ref_gemm(const quant::QuantizedRows& x, const PackedWeight& w, float* y, in
 const QuantKernelRow kTable[] = {
     {Isa::REF, WeightFormat::Q8, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
     {Isa::REF, WeightFormat::Q4, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
+    {Isa::REF, WeightFormat::Q4K, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
+    {Isa::REF, WeightFormat::Q6K, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
     {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", false, cpu::avx2::quantize_activation_row,
      cpu::avx2::linear_q8, false, false},
     {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", false, cpu::avx2::quantize_activation_row,
      cpu::avx2::linear_q4, false, false},
+    {Isa::AVX2, WeightFormat::Q4K, "avx2 vpmaddubsw (int16 group sums, minimum by group sum)", false,
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, false, false},
+    {Isa::AVX2, WeightFormat::Q6K, "avx2 vpmaddubsw (q + 32, offset by group sum)", false, cpu::avx2::quantize_activation_row,
+     cpu::avx2::linear_q6k, false, false},
     {Isa::AVX512, WeightFormat::Q8, "avx512 vpdpbusd (weight + 128, group-sum offset)", true,
      cpu::avx2::quantize_activation_row, cpu::avx512::linear_q8, false, false},
     {Isa::AVX512, WeightFormat::Q4, "avx512 vpdpbusd (nibble + 8, group-sum offset)", true,
@@ -35,6 +41,11 @@ const QuantKernelRow kTable[] = {
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, false, false},
     {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; this CPU has no AVX-512 VNNI)", false,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, false, false},
+    // The super-block formats have no AVX-512 kernels yet: the AVX2 ones run on every AVX-512 CPU.
+    {Isa::AVX512, WeightFormat::Q4K, "avx2 vpmaddubsw (no AVX-512 kernel for int4-k yet)", false,
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, false, false},
+    {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (no AVX-512 kernel for int6-k yet)", false,
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q6k, false, false},
 };
 
 quant::QuantizedRows& activation_scratch() {
@@ -77,7 +88,7 @@ void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y
 
 std::string quant_kernel_report() {
     std::string out;
-    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4}) {
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
         const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
         out += strprintf("linear %s: %s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name,
                          k.fused_swiglu ? "fused epilogue" : "products then activation",

@@ -106,7 +106,7 @@ int cmd_bench(int argc, char** argv) {
     if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) {
         std::fprintf(stderr,
                      "usage: gdn bench --model DIR [--pp 512] [--tg 128] [-r 5] [--threads N] [--dtype bf16|f32]\n"
-                     "                 [--kv-cache-dtype f32|bf16] [--quantization int8|int4] [--json FILE] [--no-limits]\n"
+                     "                 [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym] [--json FILE] [--no-limits]\n"
                      "       gdn bench --limits [--threads N]     (the machine's own limits only)\n"
                      "       gdn bench --model DIR --concurrency 1,4,8,16 [--tg 64]   (engine decode throughput per\n"
                      "                 concurrency and the host time per step outside the forward)\n"
@@ -483,7 +483,7 @@ int cmd_bench(int argc, char** argv) {
         return 0;
     }
     std::printf("| model | threads | dtype | weights | test | t/s | roofline t/s | ratio |\n|---|---|---|---|---|---|---|---|\n");
-    const char* weights_label = m.weights().quantization ? weight_format_name(*m.weights().quantization) : "as stored";
+    const char* weights_label = m.weights().quantization ? quantization_name(*m.weights().quantization) : "as stored";
     out["model"] = name;
     out["weights"] = weights_label;
     out["threads"] = *threads;

@@ -24,7 +24,7 @@ namespace {
 void usage() {
     std::fprintf(stderr,
                  "usage: gdn perplexity --model DIR --file TEXT [--ctx 512] [--batch N] [--chunks N] [--dtype f32|bf16]\n"
-                 "                      [--quantization int8|int4] [--threads N]\n"
+                 "                      [--quantization int8|int4|int4-sym] [--threads N]\n"
                  "                      [--kl-divergence-base FILE | --kl-divergence FILE]\n"
                  "  Windows of --ctx tokens (a shorter tail is dropped), each scored on its second half.\n"
                  "  --kl-divergence-base FILE  also write this run's log-probabilities (the base, e.g. --dtype f32)\n"

@@ -20,7 +20,7 @@ int cmd_profile(int argc, char** argv) {
     if (!args || args->has("--help") || !args->has("--model")) {
         std::fprintf(stderr,
                      "usage: gdn profile --model DIR [--prompt-len 512] [--gen-len 32] [--threads N] [--dtype bf16|f32]\n"
-                     "                   [--kv-cache-dtype f32|bf16] [--quantization int8|int4] [--trace FILE.json]\n"
+                     "                   [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym] [--trace FILE.json]\n"
                      "  Prints per-op tables (calls, total, mean, share of step time) for prefill and decode, and\n"
                      "  writes a Chrome trace (chrome://tracing, ui.perfetto.dev) of one decode step.\n");
         if (!args) std::fprintf(stderr, "gdn profile: %s\n", args.message().c_str());

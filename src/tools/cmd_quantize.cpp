@@ -22,7 +22,7 @@ namespace {
 
 void usage() {
     std::fprintf(stderr,
-                 "usage: gdn quantize --model DIR --out DIR --quantization int8|int4 [--threads N]\n"
+                 "usage: gdn quantize --model DIR --out DIR --quantization int8|int4|int4-sym [--threads N]\n"
                  "  Quantizes DIR's weights (bf16 / f16 / f32) as --quantization does at load and writes a\n"
                  "  checkpoint folder that loads in that format without quantizing again: model.safetensors with\n"
                  "  the packed weights (tensors gdn.packed.*, u8) and the float tensors, plus DIR's other files\n"
@@ -70,7 +70,7 @@ int cmd_quantize(int argc, char** argv) {
         opt->mtp = ck->find("mtp.fc.weight") || ck->find(std::string(kPackedPrefix) + "mtp.fc");
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string label = std::string("quantizing to ") + weight_format_name(*opt->quantization) + " " + in.string();
+    const std::string label = std::string("quantizing to ") + quantization_name(*opt->quantization) + " " + in.string();
     auto model = Model::load(in.string(), [&](int done, int total) { print_progress(label, done, total); }, *opt);
     if (!model) return fail(model.message(), 1);
     const ModelWeights& w = (*model)->weights();
@@ -99,7 +99,7 @@ int cmd_quantize(int argc, char** argv) {
     if (Status s = write_packed_checkpoint(w, *w.checkpoint, w.float_tensors, st.string()); !s) return undo(s.message());
     const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
     std::fprintf(stderr, "gdn quantize: wrote %s (%s, %.1f MB%s) in %.2f s; quantizing took %.2f s, peak RSS %.1f MB\n",
-                 out.string().c_str(), weight_format_name(*opt->quantization), fs::file_size(st, ec) / 1e6,
+                 out.string().c_str(), quantization_name(*opt->quantization), fs::file_size(st, ec) / 1e6,
                  opt->mtp ? ", with the MTP layer" : "", write_s, load_s, peak_rss_bytes() / 1e6);
     return 0;
 }

@@ -31,7 +31,7 @@ int cmd_serve(int argc, char** argv) {
                      "usage: gdn serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
                      "                 [--served-model-name NAME] [--max-model-len 4096] [--max-num-seqs 16]\n"
                      "                 [--max-num-batched-tokens 512] [--cache-memory MiB (1024)] [--threads N]\n"
-                     "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4] [--block-size 16]\n"
+                     "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym] [--block-size 16]\n"
                      "                 [--max-queue 1024] [--max-connections 1024] [--http-threads 4] [--metrics-public]\n"
                      "                 [--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}']\n"
                      "                 [--no-enable-prefix-caching] [--prefix-cache-memory MiB (1024)]\n"

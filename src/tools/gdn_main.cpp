@@ -20,7 +20,7 @@ void usage() {
                  "  profile      per-op statistics and a Chrome trace (--model DIR --prompt-len N --gen-len M)\n"
                  "  perplexity   PPL and KL divergence on a text file (--model DIR --file TEXT [--ctx 512])\n"
                  "  quantize     write an int8 / int4 copy that loads without quantizing (--model DIR --out DIR\n"
-                 "               --quantization int8|int4)\n"
+                 "               --quantization int8|int4|int4-sym)\n"
                  "  make-model   write a random-weight checkpoint in Hugging Face layout (--preset NAME --out DIR)\n"
                  "\n"
                  "Run 'gdn <command> --help' for its options.\n");

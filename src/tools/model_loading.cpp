@@ -16,7 +16,7 @@ Result<LoadOptions> load_options(const Args& a) {
     LoadOptions o;
     const std::string v = a.get("--quantization", "none");
     if (!parse_quantization(v, &o.quantization))
-        return Status::error("--quantization must be int8, int4 or none, got '" + v + "'");
+        return Status::error("--quantization must be int8, int4, int4-sym or none, got '" + v + "'");
     GDN_ASSIGN_OR_RETURN(SpeculativeConfig spec, speculative_config(a));
     o.mtp = spec.uses_mtp();
     o.mtp_draft_head = spec.draft_head;
@@ -94,7 +94,7 @@ Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a) {
     GDN_ASSIGN_OR_RETURN(LoadOptions opt, load_options(a));
     const std::string dir = a.get("--model");
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string label = (opt.quantization ? std::string("quantizing to ") + weight_format_name(*opt.quantization)
+    const std::string label = (opt.quantization ? std::string("quantizing to ") + quantization_name(*opt.quantization)
                                                 : std::string("loading")) + " " + dir;
     auto model = Model::load(dir, [&](int done, int total) { print_progress(label, done, total); }, opt);
     if (!model) return model.status();
@@ -102,8 +102,8 @@ Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a) {
     const auto& q = (*model)->weights().quantization;
     const std::string how = !q ? ""
                             : opt.quantization && !(*model)->weights().prepacked
-                                ? std::string(" (quantized at load to ") + weight_format_name(*q) + ")"
-                                : std::string(" (") + weight_format_name(*q) + ", as gdn quantize wrote it)";
+                                ? std::string(" (quantized at load to ") + quantization_name(*q) + ")"
+                                : std::string(" (") + quantization_name(*q) + ", as gdn quantize wrote it)";
     GDN_LOG_INFO("loaded %s in %.2f s%s: %s", dir.c_str(), s, how.c_str(), (*model)->config().summary().c_str());
     GDN_LOG_INFO("%s; peak RSS %.1f MB", weights_summary((*model)->weights()).c_str(), peak_rss_bytes() / 1e6);
     if (q) {

@@ -15,7 +15,7 @@ namespace gdn {
 
 class Args;
 
-// --quantization int8|int4|none (vLLM's flag name). Unknown values are an error naming the choices.
+// --quantization int8|int4|int4-sym|none (vLLM's flag name). Unknown values are an error naming the choices.
 // The MTP layer is loaded when --speculative-config asks for MTP drafts.
 Result<LoadOptions> load_options(const Args& a);
 

@@ -13,6 +13,12 @@ void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, i
 // int4 (stored q + 8 in [0, 15]) x int8 with vpmaddubsw, the weight unsigned; int16 sums over a whole
 // group of 32 (8 * 2 * 15 * 127 < 2^15), the +8 offset removed once per group with the row's sum.
 void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// int4-k (q in [0, 15], a 6-bit scale and minimum per group of two f16 per 256 k) with vpmaddubsw as
+// linear_q4, the minimum applied with the row's group sum.
+void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// int6-k (q in [-32, 31], an int8 scale per group of one f16 per 256 k) with vpmaddubsw on q + 32,
+// the offset removed with the row's group sum.
+void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 // quant::quantize_activation_row, vectorised: the same bytes (max, one division, RNE conversion).
 void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
 }  // namespace gdn::cpu::avx2

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "ops/linear.h"
+#include "ops/quant/kquant.h"
 
 namespace gdn::quant {
 
@@ -15,8 +16,35 @@ namespace {
 
 // Where (column c, k = kg within the group) lives inside a block: quant_format.h's layout, in one place.
 inline int64_t q8_byte(int64_t c, int64_t kg) { return ((kg / 4) * kCols + c) * 4 + kg % 4; }
-inline int64_t q4_byte(int64_t c, int64_t kg) { return ((kg / 8) * kCols + c) * 4 + kg % 4; }
-inline bool q4_high(int64_t kg) { return (kg % 8) / 4 != 0; }
+inline int64_t nib_byte(int64_t c, int64_t kg) { return ((kg / 8) * kCols + c) * 4 + kg % 4; }
+inline bool nib_high(int64_t kg) { return (kg % 8) / 4 != 0; }
+// Q6K: the byte (in the group record) and bit shift of the high bit pair of (c, kg).
+inline int64_t q6_high_byte(int64_t c, int64_t kg) {
+    const int64_t r = nib_byte(c, kg), v = (r % 128) / 32;
+    return kNibbleRowBytes + (r / 128) * 64 + (v / 2) * 32 + r % 32;
+}
+inline int q6_high_shift(int64_t c, int64_t kg) {
+    const int64_t v = (nib_byte(c, kg) % 128) / 32;
+    return static_cast<int>((v % 2) * 4 + (nib_high(kg) ? 2 : 0));
+}
+// Where group g's record starts in a block, and its group within the block.
+inline int64_t record_offset(WeightFormat f, int64_t g) {
+    const int64_t j = g % (weight_block_k(f) / kQuantGroup);
+    return f == WeightFormat::Q4K ? j * kQ4KRecordBytes : f == WeightFormat::Q6K ? j * kQ6KRecordBytes : 0;
+}
+inline void set_nibble(uint8_t* rec, int64_t c, int64_t kg, uint8_t v) {
+    uint8_t& b = rec[nib_byte(c, kg)];
+    b = nib_high(kg) ? static_cast<uint8_t>((b & 0x0F) | (v << 4)) : static_cast<uint8_t>((b & 0xF0) | (v & 0x0F));
+}
+inline int get_nibble(const uint8_t* rec, int64_t c, int64_t kg) {
+    const uint8_t b = rec[nib_byte(c, kg)];
+    return nib_high(kg) ? b >> 4 : b & 0x0F;
+}
+inline uint16_t load_f16(const uint8_t* p) {
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return h;
+}
 
 // f16 round trip of a scale: the value the kernels multiply by.
 inline float f16_round(float s) { return f16_to_f32(f32_to_f16(s)); }
@@ -76,7 +104,7 @@ uint16_t quantize_group(WeightFormat f, const float* w_in, int n, int8_t* q, boo
         std::copy(full, full + n, q);
         return f32_to_f16(d);
     }
-    GDN_CHECK(f == WeightFormat::Q4, "quantize_group: not a quantized format");
+    GDN_CHECK(f == WeightFormat::Q4, "quantize_group: %s is not a format of 32-k blocks", weight_format_name(f));
     // int4 levels are [-8, 7]: the largest magnitude may map to -8 (a scale of -smax / 8 puts it there)
     // or to +-7, or between when clipping a lone outlier lowers the error of the other 31. Candidates:
     // -smax / t for t in {7, 7.75, 8.5} (both signs of the level set), each refined once by least
@@ -112,75 +140,154 @@ void set_quantized_shape(WeightFormat f, int64_t N, int64_t K, PackedWeight* w) 
     w->K = K;
     w->K2 = (K + 1) / 2;
     w->n_panels = (N + kCols - 1) / kCols;
-    w->n_groups = n_groups(K);
+    w->n_blocks = n_blocks(f, K);
 }
+
+namespace {
+
+// Column c of block (p, b) from the block's k values x[block_k] (zero padded): values and scales.
+// Returns whether a non-finite value made the block zeros.
+bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uint8_t* blk) {
+    bool bad = false;
+    if (f == WeightFormat::Q8 || f == WeightFormat::Q4) {
+        int8_t q[kQuantGroup] = {};
+        const int len = static_cast<int>(std::min<int64_t>(kQuantGroup, K_left));
+        const uint16_t s = quantize_group(f, x, len, q, &bad);
+        std::memcpy(blk + f16_offset(f) + c * 2, &s, 2);
+        for (int k = 0; k < kQuantGroup; ++k) {
+            if (f == WeightFormat::Q8) blk[q8_byte(c, k)] = static_cast<uint8_t>(q[k]);
+            else set_nibble(blk, c, k, static_cast<uint8_t>(q[k] + 8));
+        }
+        return bad;
+    }
+    if (f == WeightFormat::Q4K) {
+        const kquant::Q4KBlock q = kquant::quantize_q4k(x, kquant::Q4KFit::ENGINE, &bad);
+        std::memcpy(blk + f16_offset(f) + c * 2, &q.d_bits, 2);
+        std::memcpy(blk + f16_offset(f) + kCols * 2 + c * 2, &q.dmin_bits, 2);
+        for (int j = 0; j < 8; ++j) {
+            uint8_t* rec = blk + j * kQ4KRecordBytes;
+            for (int k = 0; k < kQuantGroup; ++k) set_nibble(rec, c, k, q.q[j * kQuantGroup + k]);
+            uint8_t* lv = rec + kNibbleRowBytes;
+            lv[c] = static_cast<uint8_t>(q.sc[j] | (q.m[j] >> 4) << 6);
+            uint8_t& lo = lv[32 + c % 16];
+            lo = c < 16 ? static_cast<uint8_t>((lo & 0xF0) | (q.m[j] & 15)) : static_cast<uint8_t>((lo & 0x0F) | (q.m[j] & 15) << 4);
+        }
+        return bad;
+    }
+    const kquant::Q6KBlock q = kquant::quantize_q6k(x, &bad);
+    std::memcpy(blk + f16_offset(f) + c * 2, &q.d_bits, 2);
+    for (int j = 0; j < 8; ++j) {
+        uint8_t* rec = blk + j * kQ6KRecordBytes;
+        for (int k = 0; k < kQuantGroup; ++k) {
+            const int u = q.q[j * kQuantGroup + k] + 32;  // 0..63
+            set_nibble(rec, c, k, static_cast<uint8_t>(u & 15));
+            uint8_t& h = rec[q6_high_byte(c, k)];
+            const int sh = q6_high_shift(c, k);
+            h = static_cast<uint8_t>((h & ~(3 << sh)) | ((u >> 4) << sh));
+        }
+        rec[kNibbleRowBytes + kNibbleRowBytes / 2 + c] = static_cast<uint8_t>(q.sc[j]);
+    }
+    return bad;
+}
+
+}  // namespace
 
 void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<void(int64_t n, float* out)>& row,
                     PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
     GDN_CHECK(is_quantized(f), "pack_quantized: %s is not a quantized format", weight_format_name(f));
     set_quantized_shape(f, N, K, w);
-    // Padding columns and k are q = 0 with scale 0: zero bytes for int8, and for int4 the offset level 8
-    // in every nibble (0x88), not a zero nibble (q = -8).
+    // Padding columns are zero bytes: q = 0 with scale 0 for int8, level 0 with scale 0 for int4-k, and
+    // for int6-k q = -32 with d = 0. Only int4-sym needs its offset level 8 in every nibble (0x88), as
+    // a zero nibble means q = -8.
     w->data.allocate(w->bytes(), true);
-    const int64_t so = scales_offset(f);
     if (f == WeightFormat::Q4)
-        for (int64_t b = 0; b < w->n_panels * w->n_groups; ++b) std::memset(w->data.as<uint8_t>() + b * block_bytes(f), 0x88, so);
+        for (int64_t b = 0; b < w->n_panels * w->n_blocks; ++b)
+            std::memset(w->data.as<uint8_t>() + b * block_bytes(f), 0x88, f16_offset(f));
     std::atomic<int64_t> nonfinite{0};
-    // Rows in parallel: a row's values and scales are bytes no other row writes (a Q4 byte holds two
-    // k of one column).
-    global_pool().parallel_for(N, [&](int64_t n0, int64_t n1) {
-        std::vector<float> src(w->n_groups * kQuantGroup, 0.0f);
-        int8_t q[kQuantGroup];
-        for (int64_t n = n0; n < n1; ++n) {
-            if (rows_done && n > n0 && (n - n0) % 256 == 0) rows_done(n - 256, n);
-            row(n, src.data());
-            const int64_t p = n / kCols, c = n % kCols;
-            for (int64_t g = 0; g < w->n_groups; ++g) {
-                const int len = static_cast<int>(std::min<int64_t>(kQuantGroup, K - g * kQuantGroup));
-                std::fill(q, q + kQuantGroup, 0);
-                bool bad = false;
-                const uint16_t s = quantize_group(f, src.data() + g * kQuantGroup, len, q, &bad);
-                if (bad) nonfinite.fetch_add(1, std::memory_order_relaxed);
-                uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, g));
-                std::memcpy(blk + so + c * 2, &s, 2);
-                for (int k = 0; k < kQuantGroup; ++k) {
-                    if (f == WeightFormat::Q8) {
-                        blk[q8_byte(c, k)] = static_cast<uint8_t>(q[k]);
-                    } else {
-                        uint8_t& b = blk[q4_byte(c, k)];
-                        const uint8_t nib = static_cast<uint8_t>(q[k] + 8);
-                        b = q4_high(k) ? static_cast<uint8_t>((b & 0x0F) | (nib << 4)) : static_cast<uint8_t>((b & 0xF0) | nib);
-                    }
+    const int64_t bk = weight_block_k(f);
+    // Panels in parallel: the columns of a panel share bytes (int4-k's minimum levels, int6-k's high
+    // bits), so one thread writes a whole panel.
+    const int64_t kChunkPanels = 256 / kCols;  // rows_done's chunk: 256 rows
+    global_pool().parallel_for(w->n_panels, [&](int64_t p0, int64_t p1) {
+        std::vector<float> src(w->n_blocks * bk, 0.0f);
+        for (int64_t p = p0; p < p1; ++p) {
+            for (int64_t c = 0; c < kCols && p * kCols + c < N; ++c) {
+                row(p * kCols + c, src.data());
+                std::fill(src.begin() + K, src.end(), 0.0f);
+                for (int64_t b = 0; b < w->n_blocks; ++b) {
+                    uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, b));
+                    if (write_column(f, src.data() + b * bk, K - b * bk, c, blk)) nonfinite.fetch_add(1, std::memory_order_relaxed);
                 }
             }
+            const bool chunk_end = (p - p0 + 1) % kChunkPanels == 0 || p + 1 == p1;
+            if (rows_done && chunk_end) {
+                const int64_t first = p0 + (p - p0) / kChunkPanels * kChunkPanels;
+                rows_done(first * kCols, std::min(N, (p + 1) * kCols));
+            }
         }
-        if (rows_done && n1 > n0) rows_done(n0 + (n1 - n0 - 1) / 256 * 256, n1);
     });
-    w->nonfinite_groups = nonfinite.load();
+    w->nonfinite_blocks = nonfinite.load();
+}
+
+bool find_nonfinite_scale(const PackedWeight& w, int64_t* block, uint16_t* bits) {
+    const int64_t bb = block_bytes(w.format), fo = f16_offset(w.format), nf = f16_fields(w.format) * kCols;
+    for (int64_t b = 0; b < w.n_panels * w.n_blocks; ++b) {
+        const uint8_t* f = w.data.as<uint8_t>() + b * bb + fo;
+        for (int64_t i = 0; i < nf; ++i) {
+            const uint16_t h = load_f16(f + 2 * i);
+            if ((h & 0x7c00u) == 0x7c00u) {
+                *block = b;
+                *bits = h;
+                return true;
+            }
+        }
+    }
+    return false;
 }
 
 int q_value(const PackedWeight& w, int64_t n, int64_t k) {
     if (n >= w.N || k >= w.K) return 0;
-    const int64_t p = n / kCols, c = n % kCols, g = k / kQuantGroup, kg = k % kQuantGroup;
-    const uint8_t* blk = w.quant_block(p, g);
-    if (w.format == WeightFormat::Q8) return static_cast<int8_t>(blk[q8_byte(c, kg)]);
-    const uint8_t b = blk[q4_byte(c, kg)];
-    return (q4_high(kg) ? (b >> 4) : (b & 0x0F)) - 8;
+    const int64_t bk = weight_block_k(w.format);
+    const int64_t c = n % kCols, g = k / kQuantGroup, kg = k % kQuantGroup;
+    const uint8_t* rec = w.quant_block(n / kCols, k / bk) + record_offset(w.format, g);
+    switch (w.format) {
+        case WeightFormat::Q8: return static_cast<int8_t>(rec[q8_byte(c, kg)]);
+        case WeightFormat::Q4: return get_nibble(rec, c, kg) - 8;
+        case WeightFormat::Q4K: return get_nibble(rec, c, kg);
+        default: return (get_nibble(rec, c, kg) | ((rec[q6_high_byte(c, kg)] >> q6_high_shift(c, kg)) & 3) << 4) - 32;
+    }
 }
 
-float q_scale(const PackedWeight& w, int64_t n, int64_t g) {
-    if (n >= w.N) return 0.0f;
-    const uint8_t* blk = w.quant_block(n / kCols, g) + scales_offset(w.format);
-    uint16_t s;
-    std::memcpy(&s, blk + (n % kCols) * 2, 2);
-    return f16_to_f32(s);
+void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* b) {
+    *a = *b = 0.0f;
+    if (n >= w.N) return;
+    const int64_t c = n % kCols, bk = weight_block_k(w.format);
+    const uint8_t* blk = w.quant_block(n / kCols, g * kQuantGroup / bk);
+    const uint8_t* rec = blk + record_offset(w.format, g);
+    const float d = f16_to_f32(load_f16(blk + f16_offset(w.format) + c * 2));
+    switch (w.format) {
+        case WeightFormat::Q8:
+        case WeightFormat::Q4: *a = d; break;
+        case WeightFormat::Q4K: {
+            const uint8_t* lv = rec + kNibbleRowBytes;
+            const int sc = lv[c] & 63;
+            const int m = (lv[32 + c % 16] >> (c < 16 ? 0 : 4) & 15) | (lv[c] >> 6) << 4;
+            *a = d * static_cast<float>(sc);
+            *b = f16_to_f32(load_f16(blk + f16_offset(w.format) + kCols * 2 + c * 2)) * static_cast<float>(m);
+            break;
+        }
+        default:
+            *a = d * static_cast<float>(static_cast<int8_t>(rec[kNibbleRowBytes + kNibbleRowBytes / 2 + c]));
+            break;
+    }
 }
 
 void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
-    for (int64_t g = 0; g < w.n_groups; ++g) {
-        const float s = q_scale(w, n, g);
+    for (int64_t g = 0; g * kQuantGroup < w.K; ++g) {
+        float a, b;
+        group_affine(w, n, g, &a, &b);
         for (int64_t k = g * kQuantGroup; k < std::min<int64_t>(w.K, (g + 1) * kQuantGroup); ++k)
-            out[k] = s * static_cast<float>(q_value(w, n, k));
+            out[k] = a * static_cast<float>(q_value(w, n, k)) - b;
     }
 }
 

@@ -1,26 +1,40 @@
-// The quantized weight layouts (WeightFormat::Q8 / Q4) and their scalar definition: how a column's
-// values are chosen, where each byte lives, and what a product means. Every kernel is tested against
-// ref::linear_quant, which is written from this file alone.
+// The quantized weight layouts (WeightFormat::Q8 / Q4 / Q4K / Q6K) and their scalar definition: how
+// a column's values are chosen, where each byte lives, and what a product means. Every kernel is tested
+// against ref::linear_quant, which is written from this file alone.
 //
-// A weight [N, K] is cut into panels of 32 columns (kPanelCols, as the float formats) and groups of
-// 32 k (kQuantGroup); K is zero-padded to Kp = 32 * n_groups. Panel p's groups are consecutive blocks:
-//   block(p, g) at byte (p * n_groups + g) * block_bytes
-//   Q8 block (1088 B): int8 q[8 quads][32 cols][4]  (q of column c, k = 4j + i at byte (j*32 + c)*4 + i:
-//                      a column's k-quad is one 32-bit lane, the operand of vpmaddubsw / vpdpbusd),
-//                      then f16 scale[32]
-//   Q4 block (576 B):  uint8 b[4 quad pairs][32 cols][4]: low nibble q(k = 8j + i) + 8, high nibble
-//                      q(k = 8j + 4 + i) + 8, then f16 scale[32]
+// A weight [N, K] is cut into panels of 32 columns (kPanelCols, as the float formats) and blocks of
+// block_k k (32 for Q8 / Q4, a 256-k super-block for Q4K / Q6K); K is zero-padded to whole blocks.
+// Panel p's blocks are consecutive: block(p, b) at byte (p * n_blocks + b) * block_bytes. Inside, the
+// values of one group of 32 k sit in one of two nibble or byte layouts:
+//   int8 quads [8 quads][32 cols][4]: q of column c, k = 4j + i at byte (j*32 + c)*4 + i (a column's
+//              k-quad is one 32-bit lane, the operand of vpmaddubsw / vpdpbusd)
+//   nibble pairs [4 quad pairs][32 cols][4]: low nibble of k = 8j + i, high nibble of k = 8j + 4 + i
+//   Q8 block (1088 B):  int8 quads of q, then f16 scale[32]
+//   Q4 block (576 B):   nibble pairs of q + 8, then f16 scale[32]
+//   Q4K block (4608 B): 8 group records of 560 B: nibble pairs of q (0..15), then 48 B of 6-bit levels:
+//                       byte c (< 32) = sc[c] | (m[c] >> 4) << 6, byte 32 + i (< 16) = (m[i] & 15) |
+//                       (m[i + 16] & 15) << 4; then f16 d[32], f16 dmin[32]
+//   Q6K block (6464 B): 8 group records of 800 B: nibble pairs of the low 4 bits of q + 32; then 256 B
+//                       of high bit pairs, 64 B per quad pair j: byte i of half h (32 B) holds in its
+//                       low nibble the pairs of byte i of vector 2h of the nibble row (bits 0-1 for the
+//                       low nibble's value, 2-3 for the high one's) and in its high nibble those of
+//                       vector 2h + 1 (a vector: 32 consecutive bytes of the row, 8 columns); then int8
+//                       sc[32]; then f16 d[32]
 // So a decode step streams every block once, in order, and the scales of a group sit next to its
 // values (one stream, no second pointer).
 //
-// Values: w_nk ~= scale_ng * q_nk with g = k / 32. Q8: q in [-127, 127], scale = max|w| / 127. Q4: q in
-// [-8, 7] with the scale that minimises the group's squared error (a search over candidate divisors,
-// then least squares on the chosen q; every scale is rounded to f16 before q is chosen).
+// Values (g = k / 32):  w_nk ~= a_ng * q_nk - b_ng  with
+//   Q8:  q in [-127, 127], a = scale = max|w| / 127, b = 0
+//   Q4:  q in [-8, 7], a = the scale minimising the group's squared error (a search over candidate
+//        divisors, then least squares on the chosen q; every scale rounded to f16 before q is chosen), b = 0
+//   Q4K: q in [0, 15], a = d * sc, b = dmin * m (ops/quant/kquant.h: ggml's Q4_K fit)
+//   Q6K: q in [-32, 31], a = d * sc, b = 0 (kquant.h: ggml's Q6_K fit on sub-blocks of 32)
 //
 // Activations: each row x_m is quantized per group of 32 k the same way as Q8 weights (xs_mg =
 // max|x| / 127, xq in [-127, 127]; one function for every path: quantize_activations), and
-//   y_mn = sum_g (scale_ng * xs_mg) * D_mng,   D_mng = sum_{k in g} q_nk xq_mk   (exact, int32)
-// summed over g in f32. Fast kernels may sum the groups in another order (f32 rounding only).
+//   y_mn = sum_g xs_mg * (a_ng * D_mng - b_ng * S_mg),  D_mng = sum_{k in g} q_nk xq_mk,  S_mg = sum_{k in g} xq_mk
+// (D and S exact in int32) summed over g in f32. Fast kernels may sum and scale in another order (f32
+// rounding only).
 #pragma once
 
 #include <cstdint>
@@ -39,14 +53,37 @@ namespace quant {
 constexpr int64_t kCols = 32;  // columns per panel (== kPanelCols)
 constexpr int64_t kQ8BlockBytes = kQuantGroup * kCols + kCols * 2;
 constexpr int64_t kQ4BlockBytes = kQuantGroup * kCols / 2 + kCols * 2;
-constexpr int64_t block_bytes(WeightFormat f) { return f == WeightFormat::Q8 ? kQ8BlockBytes : kQ4BlockBytes; }
-constexpr int64_t scales_offset(WeightFormat f) { return block_bytes(f) - kCols * 2; }
+constexpr int64_t kNibbleRowBytes = kQuantGroup * kCols / 2;  // one group's nibble pairs (512 B)
+constexpr int64_t kQ4KRecordBytes = kNibbleRowBytes + 48;
+constexpr int64_t kQ4KBlockBytes = 8 * kQ4KRecordBytes + 2 * kCols * 2;
+constexpr int64_t kQ6KRecordBytes = kNibbleRowBytes + kNibbleRowBytes / 2 + kCols;
+constexpr int64_t kQ6KBlockBytes = 8 * kQ6KRecordBytes + kCols * 2;
+constexpr int64_t block_bytes(WeightFormat f) {
+    return f == WeightFormat::Q8    ? kQ8BlockBytes
+           : f == WeightFormat::Q4  ? kQ4BlockBytes
+           : f == WeightFormat::Q4K ? kQ4KBlockBytes
+                                    : kQ6KBlockBytes;
+}
+// Where a format's f16 fields start in a block: the group scale (Q8, Q4), d then dmin (Q4K), d (Q6K).
+constexpr int64_t f16_offset(WeightFormat f) {
+    return f == WeightFormat::Q8    ? kQ8BlockBytes - kCols * 2
+           : f == WeightFormat::Q4  ? kQ4BlockBytes - kCols * 2
+           : f == WeightFormat::Q4K ? 8 * kQ4KRecordBytes
+                                    : 8 * kQ6KRecordBytes;
+}
+// f16 fields per block and column (1, or 2 for Q4K's d and dmin).
+constexpr int64_t f16_fields(WeightFormat f) { return f == WeightFormat::Q4K ? 2 : 1; }
 inline int64_t n_groups(int64_t K) { return (K + kQuantGroup - 1) / kQuantGroup; }
+inline int64_t n_blocks(WeightFormat f, int64_t K) { return (K + weight_block_k(f) - 1) / weight_block_k(f); }
 
-// Chooses one group's scale and values (n <= 32 real values; the rest of the group is zero padding).
+// Q8 / Q4: chooses one group's scale and values (n <= 32 real values; the rest of the group is zero padding).
 // Returns the f16 bits of the scale; q gets n values. A group holding a NaN or an infinity becomes
-// zeros and sets *nonfinite (pack_quantized counts them in PackedWeight::nonfinite_groups).
+// zeros and sets *nonfinite (pack_quantized counts them in PackedWeight::nonfinite_blocks).
 uint16_t quantize_group(WeightFormat f, const float* w, int n, int8_t* q, bool* nonfinite = nullptr);
+
+// The first non-finite f16 field (scale, d, dmin) of a packed weight, as its block index and the
+// field's bits; false if all are finite (a pre-quantized checkpoint's check).
+bool find_nonfinite_scale(const PackedWeight& w, int64_t* block, uint16_t* bits);
 
 // Sets w's format and the geometry of a quantized [N, K] weight (panels, groups; data untouched): the
 // one definition pack_quantized and the pre-quantized checkpoint reader share.
@@ -61,8 +98,9 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
 
 // Element access for the reference and for gathering rows (embedding) out of the packed layout.
 int q_value(const PackedWeight& w, int64_t n, int64_t k);  // 0 for padding
-float q_scale(const PackedWeight& w, int64_t n, int64_t g);
-// out[K] = row n dequantized: scale * q.
+// The affine map of group g of column n: value = *a * q - *b.
+void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* b);
+// out[K] = row n dequantized: a * q - b.
 void dequantize_row(const PackedWeight& w, int64_t n, float* out);
 
 // Activations of a quantized linear: rows [M, K] as int8 groups. xq [M, Kp] (padding 0), xs [M, G],

@@ -7,38 +7,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/cpu/avx2/quant_tiles_avx2.h"
 #include "ops/cpu/linear_quant_kernels.h"
 #include "ops/cpu/stream_ahead.h"
 
 namespace gdn::cpu::avx2 {
 
 namespace {
-
-constexpr int kNV = 4;  // vectors per 32-column panel
-constexpr int kMR = 2;  // rows per tile: 2 x 4 int32 accumulators + 2 x 4 f32 sums
-
-inline __m256i bcast_quad(const int8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
-
-inline __m256 scales8(const uint8_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
-
-template <int MR>
-inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols) {
-    for (int m = 0; m < MR; ++m) {
-        if (ncols == 32) {
-            for (int v = 0; v < kNV; ++v) _mm256_storeu_ps(y + m * ldy + v * 8, sum[m][v]);
-        } else {
-            alignas(32) float tmp[32];
-            for (int v = 0; v < kNV; ++v) _mm256_store_ps(tmp + v * 8, sum[m][v]);
-            std::memcpy(y + m * ldy, tmp, ncols * sizeof(float));
-        }
-    }
-}
 
 // Runs step(j), j = 0..N-1, each reading the 128 block bytes from blk + 128 j. A one-row tile (decode)
 // streams the weights from memory: its steps stay a loop, because -O3 unrolled the 8 quads of an int8
@@ -67,7 +42,7 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < w.n_groups; ++g) {
+    for (int64_t g = 0; g < w.n_blocks; ++g) {
         const uint8_t* blk = w.quant_block(p, g);
         __m256i acc[MR][kNV];
         for (int m = 0; m < MR; ++m)
@@ -87,9 +62,9 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
             }
         };
         for_each_step<MR, 8>(blk, quad);
-        const uint8_t* sc = blk + quant::scales_offset(WeightFormat::Q8);
+        const uint8_t* sc = blk + quant::f16_offset(WeightFormat::Q8);
         for (int v = 0; v < kNV; ++v) {
-            const __m256 ws = scales8(sc + v * 16);
+            const __m256 ws = f16x8(sc + v * 16);
             for (int m = 0; m < MR; ++m) {
                 const __m256 s = _mm256_mul_ps(ws, _mm256_set1_ps(x.xs[(m0 + m) * x.G + g]));
                 sum[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[m][v]), s, sum[m][v]);
@@ -107,7 +82,7 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < w.n_groups; ++g) {
+    for (int64_t g = 0; g < w.n_blocks; ++g) {
         const uint8_t* blk = w.quant_block(p, g);
         __m256i acc[MR][kNV];  // int16 pair sums of (q + 8) * xq over the group: |.| <= 8 * 2 * 15 * 127
         for (int m = 0; m < MR; ++m)
@@ -129,9 +104,9 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
             }
         };
         for_each_step<MR, 4>(blk, quad_pair);
-        const uint8_t* sc = blk + quant::scales_offset(WeightFormat::Q4);
+        const uint8_t* sc = blk + quant::f16_offset(WeightFormat::Q4);
         for (int v = 0; v < kNV; ++v) {
-            const __m256 ws = scales8(sc + v * 16);
+            const __m256 ws = f16x8(sc + v * 16);
             for (int m = 0; m < MR; ++m) {
                 const int64_t i = (m0 + m) * x.G + g;
                 const __m256i d = _mm256_sub_epi32(_mm256_madd_epi16(acc[m][v], ones), _mm256_set1_epi32(8 * x.xsum[i]));
@@ -141,18 +116,6 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
         }
     }
     store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
-}
-
-template <void (*Tile1)(const quant::QuantizedRows&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int),
-          void (*TileMR)(const quant::QuantizedRows&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int)>
-void run_panels(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-        const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
-        float* yp = y + p * quant::kCols;
-        int64_t m = 0;
-        for (; m + kMR <= x.M; m += kMR) TileMR(x, m, w, p, yp, ldy, ncols);
-        for (; m < x.M; ++m) Tile1(x, m, w, p, yp, ldy, ncols);
-    }
 }
 
 }  // namespace

@@ -61,7 +61,7 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < w.n_groups; ++g) {
+    for (int64_t g = 0; g < w.n_blocks; ++g) {
         const uint8_t* blk = w.quant_block(p, g);
         __m512i acc[MR][2];
         for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-128 * x.xsum[(m0 + m) * x.G + g]);
@@ -74,7 +74,7 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
                 acc[m][1] = _mm512_dpbusd_epi32(acc[m][1], w1, a);
             }
         }
-        scale_group<MR>(x, m0, g, blk + quant::scales_offset(WeightFormat::Q8), acc, sum);
+        scale_group<MR>(x, m0, g, blk + quant::f16_offset(WeightFormat::Q8), acc, sum);
     }
     store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
 }
@@ -92,7 +92,7 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
     constexpr bool kInPlaceHigh = MR == 1;
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < w.n_groups; ++g) {
+    for (int64_t g = 0; g < w.n_blocks; ++g) {
         const uint8_t* blk = w.quant_block(p, g);
         __m512i acc[MR][2], acc16[kInPlaceHigh ? MR : 1][2];
         for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-8 * x.xsum[(m0 + m) * x.G + g]);
@@ -127,7 +127,7 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
                 acc[m][0] = _mm512_add_epi32(acc[m][0], _mm512_srai_epi32(acc16[m][0], 4));
                 acc[m][1] = _mm512_add_epi32(acc[m][1], _mm512_srai_epi32(acc16[m][1], 4));
             }
-        scale_group<MR>(x, m0, g, blk + quant::scales_offset(WeightFormat::Q4), acc, sum);
+        scale_group<MR>(x, m0, g, blk + quant::f16_offset(WeightFormat::Q4), acc, sum);
     }
     store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
 }

@@ -1,0 +1,181 @@
+// AVX2 kernels of the super-block formats int4-k and int6-k (layouts in ops/quant/quant_format.h). As
+// the int8 / int4 kernels (linear_quant_avx2.cpp): one 256-bit vector holds 8 columns x one k-quad, a
+// panel row of 32 columns is 4 vectors, the activation quad is broadcast; integer dots per group of
+// 32 k, then the group's scales in f32. A one-row tile (decode) requests its record's lines ahead.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/cpu/avx2/quant_tiles_avx2.h"
+#include "ops/cpu/linear_quant_kernels.h"
+#include "ops/cpu/stream_ahead.h"
+
+namespace gdn::cpu::avx2 {
+
+namespace {
+
+constexpr int kGroupsPerBlock = kSuperBlock / kQuantGroup;
+
+inline __m256 u8x8_to_f32(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+inline __m256 i8x8_to_f32(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+// A one-row tile asks for the lines of a record `ahead` bytes further on, spread over its 4 steps.
+template <int MR>
+inline void record_ahead(const uint8_t* rec, int step, int64_t record_bytes) {
+    if constexpr (MR == 1) {
+        const uint8_t* p = rec + step * (record_bytes / 4);
+        stream_ahead_128(p);
+        stream_ahead_128(p + 128);
+    }
+}
+
+// int4-k: q in [0, 15] unsigned x int8 activations with vpmaddubsw, int16 sums over the group
+// (8 * 2 * 15 * 127 < 2^15); y += xs * (d * sc * D - dmin * m * S).
+template <int MR>
+void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+              int ncols) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    __m256 sum[MR][kNV];
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < w.n_blocks; ++b) {
+        const uint8_t* blk = w.quant_block(p, b);
+        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q4K);
+        __m256 d[kNV], dmin[kNV];
+        for (int v = 0; v < kNV; ++v) {
+            d[v] = f16x8(f16 + v * 16);
+            dmin[v] = f16x8(f16 + 64 + v * 16);
+        }
+        const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x.G - b * kGroupsPerBlock);
+        for (int64_t j = 0; j < groups; ++j) {
+            const int64_t g = b * kGroupsPerBlock + j;
+            const uint8_t* rec = blk + j * quant::kQ4KRecordBytes;
+            __m256i acc[MR][kNV];
+            for (int m = 0; m < MR; ++m)
+                for (int v = 0; v < kNV; ++v) acc[m][v] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (int s = 0; s < 4; ++s) {  // k = 8s..8s+7 of the group
+                record_ahead<MR>(rec, s, quant::kQ4KRecordBytes);
+                __m256i xlo[MR], xhi[MR];
+                for (int m = 0; m < MR; ++m) {
+                    const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                    xlo[m] = bcast_quad(xr);
+                    xhi[m] = bcast_quad(xr + 4);
+                }
+                for (int v = 0; v < kNV; ++v) {
+                    const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + s * 128 + v * 32));
+                    const __m256i lo = _mm256_and_si256(bv, low4);
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bv, 4), low4);
+                    for (int m = 0; m < MR; ++m)
+                        acc[m][v] = _mm256_add_epi16(
+                            acc[m][v], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m])));
+                }
+            }
+            // The 6-bit levels: sc in the low 6 bits of byte c, m's top 2 bits above it, m's low 4 bits in
+            // nibble c / 16 of byte 32 + c % 16.
+            const uint8_t* lv = rec + quant::kNibbleRowBytes;
+            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lv));
+            const __m128i bl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32));
+            const __m256i mlo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bl, 4), bl), low4);
+            const __m256i mhi = _mm256_and_si256(_mm256_srli_epi16(a, 2), _mm256_set1_epi8(0x30));
+            alignas(32) uint8_t sc[32], mn[32];
+            _mm256_store_si256(reinterpret_cast<__m256i*>(sc), _mm256_and_si256(a, _mm256_set1_epi8(0x3F)));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(mn), _mm256_or_si256(mlo, mhi));
+            for (int v = 0; v < kNV; ++v) {
+                const __m256 dsc = _mm256_mul_ps(d[v], u8x8_to_f32(sc + v * 8));
+                const __m256 dmn = _mm256_mul_ps(dmin[v], u8x8_to_f32(mn + v * 8));
+                for (int m = 0; m < MR; ++m) {
+                    const int64_t i = (m0 + m) * x.G + g;
+                    const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[m][v], ones));
+                    const __m256 t = _mm256_fmsub_ps(dsc, dot, _mm256_mul_ps(dmn, _mm256_set1_ps(static_cast<float>(x.xsum[i]))));
+                    sum[m][v] = _mm256_fmadd_ps(t, _mm256_set1_ps(x.xs[i]), sum[m][v]);
+                }
+            }
+        }
+    }
+    store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
+}
+
+// int6-k: u = q + 32 in [0, 63] from a low nibble and a high bit pair, the unsigned operand of
+// vpmaddubsw (a step's lo + hi pair sums <= 4 * 63 * 127 < 2^15); the offset leaves through the row's
+// group sum, as int4-sym's +8: y += xs * d * sc * (sum u x - 32 S).
+template <int MR>
+void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+              int ncols) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i bits01 = _mm256_set1_epi8(0x03), bits23 = _mm256_set1_epi8(0x0C);
+    __m256 sum[MR][kNV];
+    for (int m = 0; m < MR; ++m)
+        for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < w.n_blocks; ++b) {
+        const uint8_t* blk = w.quant_block(p, b);
+        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q6K);
+        __m256 d[kNV];
+        for (int v = 0; v < kNV; ++v) d[v] = f16x8(f16 + v * 16);
+        const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x.G - b * kGroupsPerBlock);
+        for (int64_t j = 0; j < groups; ++j) {
+            const int64_t g = b * kGroupsPerBlock + j;
+            const uint8_t* rec = blk + j * quant::kQ6KRecordBytes;
+            __m256i acc[MR][kNV];
+            for (int m = 0; m < MR; ++m)
+                for (int v = 0; v < kNV; ++v) acc[m][v] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+            for (int s = 0; s < 4; ++s) {
+                record_ahead<MR>(rec, s, quant::kQ6KRecordBytes);
+                __m256i xlo[MR], xhi[MR];
+                for (int m = 0; m < MR; ++m) {
+                    const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                    xlo[m] = bcast_quad(xr);
+                    xhi[m] = bcast_quad(xr + 4);
+                }
+                const uint8_t* hp = rec + quant::kNibbleRowBytes + s * 64;
+                for (int h = 0; h < 2; ++h) {
+                    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hp + h * 32));
+                    for (int e = 0; e < 2; ++e) {
+                        const int v = 2 * h + e;
+                        const __m256i hv = e == 0 ? _mm256_and_si256(hb, low4) : _mm256_and_si256(_mm256_srli_epi16(hb, 4), low4);
+                        const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + s * 128 + v * 32));
+                        const __m256i lo =
+                            _mm256_or_si256(_mm256_and_si256(bv, low4), _mm256_slli_epi16(_mm256_and_si256(hv, bits01), 4));
+                        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bv, 4), low4),
+                                                           _mm256_slli_epi16(_mm256_and_si256(hv, bits23), 2));
+                        for (int m = 0; m < MR; ++m) {
+                            const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m]));
+                            acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(pr, ones));
+                        }
+                    }
+                }
+            }
+            const uint8_t* sc = rec + quant::kNibbleRowBytes + quant::kNibbleRowBytes / 2;
+            for (int v = 0; v < kNV; ++v) {
+                const __m256 ds = _mm256_mul_ps(d[v], i8x8_to_f32(sc + v * 8));
+                for (int m = 0; m < MR; ++m) {
+                    const int64_t i = (m0 + m) * x.G + g;
+                    const __m256i dot = _mm256_sub_epi32(acc[m][v], _mm256_set1_epi32(32 * x.xsum[i]));
+                    sum[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(ds, _mm256_set1_ps(x.xs[i])), sum[m][v]);
+                }
+            }
+        }
+    }
+    store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
+}
+
+}  // namespace
+
+void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    run_panels<tile_q4k<1>, tile_q4k<kMR>>(x, w, y, ldy, p0, p1);
+}
+
+void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    run_panels<tile_q6k<1>, tile_q6k<kMR>>(x, w, y, ldy, p0, p1);
+}
+
+}  // namespace gdn::cpu::avx2

@@ -1,0 +1,58 @@
+// What the AVX2 kernels of every quantized format share (linear_quant_avx2.cpp, linear_kquant_avx2.cpp):
+// a panel row of 32 columns is kNV vectors of 8 columns x one k-quad, tiles of kMR rows (or one), the
+// activation quad broadcast to all lanes. Compiled only into -mavx2 objects.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/linear.h"
+
+namespace gdn::cpu::avx2 {
+
+constexpr int kNV = 4;  // vectors per 32-column panel
+constexpr int kMR = 2;  // rows per tile: 2 x 4 int32 accumulators + 2 x 4 f32 sums
+
+inline __m256i bcast_quad(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// 8 f16 values (8 columns' scales) as f32.
+inline __m256 f16x8(const uint8_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+template <int MR>
+inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols) {
+    for (int m = 0; m < MR; ++m) {
+        if (ncols == 32) {
+            for (int v = 0; v < kNV; ++v) _mm256_storeu_ps(y + m * ldy + v * 8, sum[m][v]);
+        } else {
+            alignas(32) float tmp[32];
+            for (int v = 0; v < kNV; ++v) _mm256_store_ps(tmp + v * 8, sum[m][v]);
+            std::memcpy(y + m * ldy, tmp, ncols * sizeof(float));
+        }
+    }
+}
+
+using QuantTileFn = void (*)(const quant::QuantizedRows&, int64_t m0, const PackedWeight&, int64_t p, float* y,
+                             int64_t ldy, int ncols);
+
+// Columns of panels [p0, p1) for all rows: kMR-row tiles, then single rows.
+template <QuantTileFn Tile1, QuantTileFn TileMR>
+void run_panels(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+        const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
+        float* yp = y + p * quant::kCols;
+        int64_t m = 0;
+        for (; m + kMR <= x.M; m += kMR) TileMR(x, m, w, p, yp, ldy, ncols);
+        for (; m < x.M; ++m) Tile1(x, m, w, p, yp, ldy, ncols);
+    }
+}
+
+}  // namespace gdn::cpu::avx2
