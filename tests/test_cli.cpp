@@ -174,7 +174,7 @@ TEST(Cli, QuantizeWritesACheckpointThatLoadsWithoutQuantizing) {
     EXPECT_NE(r.out.find("exists and is not an empty folder"), std::string::npos) << r.out;
     r = run_gdn("quantize --model " + src + " --out " + tmp.path() + "/x --quantization none");
     EXPECT_EQ(r.exit_code, 2);
-    EXPECT_NE(r.out.find("--quantization must be int8 or int4"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--quantization must be int8, int4 or int4-sym"), std::string::npos) << r.out;
     r = run_gdn("quantize --model " + tmp.path() + "/nothing --out " + tmp.path() + "/y --quantization int8");
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.out.find("is not a folder"), std::string::npos) << r.out;

@@ -47,10 +47,10 @@ Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
             has_max = true;
         } else if (key == "draft_head") {
             if (!v.is_string() || !parse_quantization(v.get<std::string>(), &c.draft_head))
-                return bad("\"draft_head\" must be \"int8\", \"int4\" or \"none\"");
+                return bad("\"draft_head\" must be \"int8\", \"int4\", \"int4-sym\" or \"none\"");
         } else if (key == "draft_layer") {
             if (!v.is_string() || !parse_quantization(v.get<std::string>(), &c.draft_layer))
-                return bad("\"draft_layer\" must be \"int8\", \"int4\" or \"none\"");
+                return bad("\"draft_layer\" must be \"int8\", \"int4\", \"int4-sym\" or \"none\"");
         } else if (key == "adaptive") {
             if (!v.is_boolean()) return bad("\"adaptive\" must be true or false");
             c.adaptive = v.get<bool>();

@@ -25,10 +25,10 @@ struct SpeculativeConfig {
     // gdn's key "adaptive" (default true): the cost model picks k per step; false drafts k every step
     // (for measuring verify costs, and for tests).
     bool adaptive = true;
-    // gdn's key "draft_head": "int8" (default) | "int4" | "none": the format of the copy of the lm_head the
-    // MTP drafts take their argmax from (none: the lm_head itself; see LoadOptions::mtp_draft_head).
+    // gdn's key "draft_head": "int8" (default) | "int4" (int4-k) | "int4-sym" | "none": the lm_head copy the
+    // MTP drafts take their argmax from, in that format (none: the lm_head itself; see LoadOptions::mtp_draft_head).
     std::optional<WeightFormat> draft_head = WeightFormat::Q8;
-    // gdn's key "draft_layer": "int8" (default) | "int4" | "none": the format of the MTP layer's matrices in
+    // gdn's key "draft_layer": "int8" (default) | "int4" | "int4-sym" | "none": the scheme of the MTP layer's matrices in
     // a float model (none: the model's; see LoadOptions::mtp_layer).
     std::optional<WeightFormat> draft_layer = WeightFormat::Q8;
     bool enabled() const { return method != SpecMethod::NONE && num_speculative_tokens > 0; }

@@ -53,7 +53,7 @@ int cmd_quantize(int argc, char** argv) {
     if (!threads || *threads < 1) return fail("--threads must be a positive integer", 2);
     auto opt = load_options(*args);
     if (!opt) return fail(opt.message(), 2);
-    if (!opt->quantization) return fail("--quantization must be int8 or int4 (none has nothing to write)", 2);
+    if (!opt->quantization) return fail("--quantization must be int8, int4 or int4-sym (none has nothing to write)", 2);
     const fs::path in = args->get("--model"), out = args->get("--out");
     std::error_code ec;
     if (!fs::is_directory(in, ec)) return fail("--model " + in.string() + " is not a folder", 1);
