@@ -25,14 +25,11 @@ inline __m256 i8x8_to_f32(const uint8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
-// A one-row tile asks for the lines of a record `ahead` bytes further on, spread over its 4 steps.
-template <int MR>
+// Asks for the lines of a group record kStreamAheadBytes further on, spread over its 4 steps.
 inline void record_ahead(const uint8_t* rec, int step, int64_t record_bytes) {
-    if constexpr (MR == 1) {
-        const uint8_t* p = rec + step * (record_bytes / 4);
-        stream_ahead_128(p);
-        stream_ahead_128(p + 128);
-    }
+    const uint8_t* p = rec + step * (record_bytes / 4);
+    stream_ahead_128(p);
+    stream_ahead_128(p + 128);
 }
 
 // int4-k: q in [0, 15] unsigned x int8 activations with vpmaddubsw, int16 sums over the group
@@ -60,24 +57,7 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
             __m256i acc[MR][kNV];
             for (int m = 0; m < MR; ++m)
                 for (int v = 0; v < kNV; ++v) acc[m][v] = _mm256_setzero_si256();
-#pragma GCC unroll 1
-            for (int s = 0; s < 4; ++s) {  // k = 8s..8s+7 of the group
-                record_ahead<MR>(rec, s, quant::kQ4KRecordBytes);
-                __m256i xlo[MR], xhi[MR];
-                for (int m = 0; m < MR; ++m) {
-                    const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
-                    xlo[m] = bcast_quad(xr);
-                    xhi[m] = bcast_quad(xr + 4);
-                }
-                for (int v = 0; v < kNV; ++v) {
-                    const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + s * 128 + v * 32));
-                    const __m256i lo = _mm256_and_si256(bv, low4);
-                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bv, 4), low4);
-                    for (int m = 0; m < MR; ++m)
-                        acc[m][v] = _mm256_add_epi16(
-                            acc[m][v], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m])));
-                }
-            }
+            nibble_group_dots<MR>(x, m0, g, rec, acc, [&](int s) { record_ahead(rec, s, quant::kQ4KRecordBytes); });
             // The 6-bit levels: sc in the low 6 bits of byte c, m's top 2 bits above it, m's low 4 bits in
             // nibble c / 16 of byte 32 + c % 16.
             const uint8_t* lv = rec + quant::kNibbleRowBytes;
@@ -129,7 +109,7 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
                 for (int v = 0; v < kNV; ++v) acc[m][v] = _mm256_setzero_si256();
 #pragma GCC unroll 1
             for (int s = 0; s < 4; ++s) {
-                record_ahead<MR>(rec, s, quant::kQ6KRecordBytes);
+                if constexpr (MR == 1) record_ahead(rec, s, quant::kQ6KRecordBytes);
                 __m256i xlo[MR], xhi[MR];
                 for (int m = 0; m < MR; ++m) {
                     const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;

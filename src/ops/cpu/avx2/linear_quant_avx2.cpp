@@ -15,13 +15,10 @@ namespace gdn::cpu::avx2 {
 
 namespace {
 
-// Runs step(j), j = 0..N-1, each reading the 128 block bytes from blk + 128 j. A one-row tile (decode)
-// streams the weights from memory: its steps stay a loop, because -O3 unrolled the 8 quads of an int8
-// group completely, hoisted their loads and spilled them to the stack, and the stores behind the cache
-// misses stalled the stream (a 131072 x 1024 int8 GEMV, 2 threads, Zen 3 AVX2 VM: 12.4 GB/s unrolled,
-// 18.3 as a loop); and each step requests its lines ahead (ops/cpu/stream_ahead.h: int8 17.6-18.7 ->
-// 21.2-21.6 GB/s, int4 262144 x 1024 12.3-13.6 -> 18.1-18.5; all 17 lines of a block at its start
-// measured slower than none). The 2-row tile works from cache (prefill) and measured the same either way.
+// Runs step(j), j = 0..N-1, each reading the 128 block bytes from blk + 128 j, as nibble_group_dots
+// (quant_tiles_avx2.h) runs its steps: a loop requesting lines ahead for one row, unrolled for more
+// (int8 17.6-18.7 -> 21.2-21.6 GB/s with the requests, int4 262144 x 1024 12.3-13.6 -> 18.1-18.5; all
+// 17 lines of a block at its start measured slower than none).
 template <int MR, int N, typename Step>
 inline void for_each_step(const uint8_t* blk, const Step& step) {
     if constexpr (MR == 1) {
@@ -78,7 +75,6 @@ template <int MR>
 void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
@@ -87,23 +83,7 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
         __m256i acc[MR][kNV];  // int16 pair sums of (q + 8) * xq over the group: |.| <= 8 * 2 * 15 * 127
         for (int m = 0; m < MR; ++m)
             for (int v = 0; v < kNV; ++v) acc[m][v] = _mm256_setzero_si256();
-        auto quad_pair = [&](int j) __attribute__((always_inline)) {  // k = 8j..8j+7 of the group
-            __m256i xlo[MR], xhi[MR];
-            for (int m = 0; m < MR; ++m) {
-                const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * j;
-                xlo[m] = bcast_quad(xr);
-                xhi[m] = bcast_quad(xr + 4);
-            }
-            for (int v = 0; v < kNV; ++v) {
-                const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 128 + v * 32));
-                const __m256i lo = _mm256_and_si256(b, low4);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
-                for (int m = 0; m < MR; ++m)
-                    acc[m][v] = _mm256_add_epi16(
-                        acc[m][v], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m])));
-            }
-        };
-        for_each_step<MR, 4>(blk, quad_pair);
+        nibble_group_dots<MR>(x, m0, g, blk, acc, [&](int j) { stream_ahead_128(blk + j * 128); });
         const uint8_t* sc = blk + quant::f16_offset(WeightFormat::Q4);
         for (int v = 0; v < kNV; ++v) {
             const __m256 ws = f16x8(sc + v * 16);

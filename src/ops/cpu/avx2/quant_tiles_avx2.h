@@ -40,6 +40,44 @@ inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols)
     }
 }
 
+// acc[m][v] += the int16 pair sums of one group's nibble pairs (nib: 512 B, [4 quad pairs][32 cols][4],
+// values 0..15) times the rows' activations: |.| <= 8 * 2 * 15 * 127 over the group, so int16 holds it.
+// ahead(s) runs before step s. A one-row tile (decode) streams the weights from memory: its steps stay
+// a loop, because -O3 unrolled them completely, hoisted their loads and spilled them to the stack, and
+// the stores behind the cache misses stalled the stream (an int8 GEMV on the Zen 3 AVX2 VM: 12.4 GB/s
+// unrolled, 18.3 as a loop); ahead requests its lines (ops/cpu/stream_ahead.h). The 2-row tile works
+// from cache (prefill) and measured the same either way.
+template <int MR, typename Ahead>
+inline void nibble_group_dots(const quant::QuantizedRows& x, int64_t m0, int64_t g, const uint8_t* nib,
+                              __m256i (&acc)[MR][kNV], const Ahead& ahead) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    auto step = [&](int s) __attribute__((always_inline)) {  // k = 8s..8s+7 of the group
+        __m256i xlo[MR], xhi[MR];
+        for (int m = 0; m < MR; ++m) {
+            const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+            xlo[m] = bcast_quad(xr);
+            xhi[m] = bcast_quad(xr + 4);
+        }
+        for (int v = 0; v < kNV; ++v) {
+            const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nib + s * 128 + v * 32));
+            const __m256i lo = _mm256_and_si256(b, low4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
+            for (int m = 0; m < MR; ++m)
+                acc[m][v] = _mm256_add_epi16(
+                    acc[m][v], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m])));
+        }
+    };
+    if constexpr (MR == 1) {
+#pragma GCC unroll 1
+        for (int s = 0; s < 4; ++s) {
+            ahead(s);
+            step(s);
+        }
+    } else {
+        for (int s = 0; s < 4; ++s) step(s);
+    }
+}
+
 using QuantTileFn = void (*)(const quant::QuantizedRows&, int64_t m0, const PackedWeight&, int64_t p, float* y,
                              int64_t ldy, int ncols);
 
