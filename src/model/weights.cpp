@@ -67,8 +67,7 @@ public:
     // (quantized to `format`) from the parts, or read from a pre-quantized checkpoint.
     Result<LinearWeight> linear(const std::string& name, const std::vector<TensorView>& parts, Quant format,
                                 const std::function<void(int64_t, int64_t)>& rows_done = nullptr) {
-        // A scheme (--quantization) picks this linear's format by its name (model/quant_scheme.h).
-        if (!prepacked_) return make_linear(parts, format ? Quant(scheme_format(*format, name, c_.n_layers)) : format, rows_done);
+        if (!prepacked_) return make_linear(parts, format_of(name, format), rows_done);
         int64_t N = 0;
         for (const TensorView& t : parts) N += t.shape[0];
         LinearWeight lw;
@@ -77,7 +76,7 @@ public:
         return lw;
     }
     Result<LinearWeight> swiglu_linear(const std::string& name, const TensorView& gate, const TensorView& up) {
-        if (!prepacked_) return make_swiglu_linear(gate, up, q_ ? Quant(scheme_format(*q_, name, c_.n_layers)) : q_);
+        if (!prepacked_) return make_swiglu_linear(gate, up, format_of(name, q_));
         return linear(name, {gate, up}, q_);
     }
     Quant quantization() const { return q_; }
@@ -132,6 +131,11 @@ public:
     const std::set<std::string>& used() const { return used_; }
 
 private:
+    // The format the scheme (--quantization) gives the linear `name` (model/quant_scheme.h); none stays none.
+    Quant format_of(const std::string& name, Quant scheme) const {
+        return scheme ? Quant(scheme_format(*scheme, name, c_.n_layers)) : scheme;
+    }
+
     const ModelConfig& c_;
     std::shared_ptr<Checkpoint> ck_;
     ModelWeights* w_;

@@ -21,7 +21,7 @@ inline bool nib_high(int64_t kg) { return (kg % 8) / 4 != 0; }
 // Q6K: the byte (in the group record) and bit shift of the high bit pair of (c, kg).
 inline int64_t q6_high_byte(int64_t c, int64_t kg) {
     const int64_t r = nib_byte(c, kg), v = (r % 128) / 32;
-    return kNibbleRowBytes + (r / 128) * 64 + (v / 2) * 32 + r % 32;
+    return kQ6KHighOffset + (r / 128) * 64 + (v / 2) * 32 + r % 32;
 }
 inline int q6_high_shift(int64_t c, int64_t kg) {
     const int64_t v = (nib_byte(c, kg) % 128) / 32;
@@ -167,7 +167,7 @@ bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uin
         for (int j = 0; j < 8; ++j) {
             uint8_t* rec = blk + j * kQ4KRecordBytes;
             for (int k = 0; k < kQuantGroup; ++k) set_nibble(rec, c, k, q.q[j * kQuantGroup + k]);
-            uint8_t* lv = rec + kNibbleRowBytes;
+            uint8_t* lv = rec + kQ4KLevelsOffset;
             lv[c] = static_cast<uint8_t>(q.sc[j] | (q.m[j] >> 4) << 6);
             uint8_t& lo = lv[32 + c % 16];
             lo = c < 16 ? static_cast<uint8_t>((lo & 0xF0) | (q.m[j] & 15)) : static_cast<uint8_t>((lo & 0x0F) | (q.m[j] & 15) << 4);
@@ -185,7 +185,7 @@ bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uin
             const int sh = q6_high_shift(c, k);
             h = static_cast<uint8_t>((h & ~(3 << sh)) | ((u >> 4) << sh));
         }
-        rec[kNibbleRowBytes + kNibbleRowBytes / 2 + c] = static_cast<uint8_t>(q.sc[j]);
+        rec[kQ6KScalesOffset + c] = static_cast<uint8_t>(q.sc[j]);
     }
     return bad;
 }
@@ -269,7 +269,7 @@ void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* 
         case WeightFormat::Q8:
         case WeightFormat::Q4: *a = d; break;
         case WeightFormat::Q4K: {
-            const uint8_t* lv = rec + kNibbleRowBytes;
+            const uint8_t* lv = rec + kQ4KLevelsOffset;
             const int sc = lv[c] & 63;
             const int m = (lv[32 + c % 16] >> (c < 16 ? 0 : 4) & 15) | (lv[c] >> 6) << 4;
             *a = d * static_cast<float>(sc);
@@ -277,7 +277,7 @@ void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* 
             break;
         }
         default:
-            *a = d * static_cast<float>(static_cast<int8_t>(rec[kNibbleRowBytes + kNibbleRowBytes / 2 + c]));
+            *a = d * static_cast<float>(static_cast<int8_t>(rec[kQ6KScalesOffset + c]));
             break;
     }
 }

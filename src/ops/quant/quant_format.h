@@ -54,9 +54,14 @@ constexpr int64_t kCols = 32;  // columns per panel (== kPanelCols)
 constexpr int64_t kQ8BlockBytes = kQuantGroup * kCols + kCols * 2;
 constexpr int64_t kQ4BlockBytes = kQuantGroup * kCols / 2 + kCols * 2;
 constexpr int64_t kNibbleRowBytes = kQuantGroup * kCols / 2;  // one group's nibble pairs (512 B)
-constexpr int64_t kQ4KRecordBytes = kNibbleRowBytes + 48;
+// Offsets inside a group record (quant_format.h's layout above), one definition for packer, reference
+// and kernels: int4-k's 48 B of levels; int6-k's high bit pairs, then its int8 scale levels.
+constexpr int64_t kQ4KLevelsOffset = kNibbleRowBytes;
+constexpr int64_t kQ6KHighOffset = kNibbleRowBytes;
+constexpr int64_t kQ6KScalesOffset = kQ6KHighOffset + kNibbleRowBytes / 2;
+constexpr int64_t kQ4KRecordBytes = kQ4KLevelsOffset + 48;
 constexpr int64_t kQ4KBlockBytes = 8 * kQ4KRecordBytes + 2 * kCols * 2;
-constexpr int64_t kQ6KRecordBytes = kNibbleRowBytes + kNibbleRowBytes / 2 + kCols;
+constexpr int64_t kQ6KRecordBytes = kQ6KScalesOffset + kCols;
 constexpr int64_t kQ6KBlockBytes = 8 * kQ6KRecordBytes + kCols * 2;
 constexpr int64_t block_bytes(WeightFormat f) {
     return f == WeightFormat::Q8    ? kQ8BlockBytes

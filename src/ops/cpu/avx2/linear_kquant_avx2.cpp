@@ -60,7 +60,7 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
             nibble_group_dots<MR>(x, m0, g, rec, acc, [&](int s) { record_ahead(rec, s, quant::kQ4KRecordBytes); });
             // The 6-bit levels: sc in the low 6 bits of byte c, m's top 2 bits above it, m's low 4 bits in
             // nibble c / 16 of byte 32 + c % 16.
-            const uint8_t* lv = rec + quant::kNibbleRowBytes;
+            const uint8_t* lv = rec + quant::kQ4KLevelsOffset;
             const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lv));
             const __m128i bl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32));
             const __m256i mlo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bl, 4), bl), low4);
@@ -116,7 +116,7 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
                     xlo[m] = bcast_quad(xr);
                     xhi[m] = bcast_quad(xr + 4);
                 }
-                const uint8_t* hp = rec + quant::kNibbleRowBytes + s * 64;
+                const uint8_t* hp = rec + quant::kQ6KHighOffset + s * 64;
                 for (int h = 0; h < 2; ++h) {
                     const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hp + h * 32));
                     for (int e = 0; e < 2; ++e) {
@@ -134,7 +134,7 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
                     }
                 }
             }
-            const uint8_t* sc = rec + quant::kNibbleRowBytes + quant::kNibbleRowBytes / 2;
+            const uint8_t* sc = rec + quant::kQ6KScalesOffset;
             for (int v = 0; v < kNV; ++v) {
                 const __m256 ds = _mm256_mul_ps(d[v], i8x8_to_f32(sc + v * 8));
                 for (int m = 0; m < MR; ++m) {
