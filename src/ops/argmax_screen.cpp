@@ -244,10 +244,15 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
         xf = xf_buf.data();
     }
     const bool f32_avx512 = op_isa(OpId::LINEAR) == Isa::AVX512;
+    // The exact outputs of the candidate panels (AVX2 path): [rows, n_panels * kPanelCols], each (row,
+    // panel) at its own columns, so the threads write disjoint parts. Sized here, on the caller: a buffer
+    // a worker grew on its first job would allocate in whichever decode step timing first gave it one
+    // (the NoAlloc tests).
+    const int64_t ld_y = pw.n_panels * kPanelCols;
+    thread_local std::vector<float> y_buf;
+    if (path == ScreenPath::AVX2 && y_buf.size() < static_cast<size_t>(rows * ld_y)) y_buf.resize(rows * ld_y);
+    float* y_rows = y_buf.data();
     pool.parallel_for_balanced(static_cast<int64_t>(work.size()), 1, [&](int ith, int64_t j0, int64_t j1) {
-        thread_local std::vector<float> y;  // the exact outputs of one panel (AVX2 path)
-        if (path == ScreenPath::AVX2 && y.size() < static_cast<size_t>(pw.n_panels * kPanelCols))
-            y.resize(pw.n_panels * kPanelCols);
         for (int64_t j = j0; j < j1; ++j) {
             const int m = work_p[j].first;
             const int64_t pj = work_p[j].second;
@@ -257,8 +262,9 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
                 cpu::avx512::linear_bf16dot_argmax(xp + m * pw.K2, 1, pw.K2, pw, pj, pj + 1, &v, &i);
             } else {
                 const float* xm = xf + m * pw.K;
-                if (f32_avx512) cpu::avx512::linear_f32(xm, 1, pw.K, pw, y.data(), pw.N, pj, pj + 1, false);
-                else cpu::avx2::linear_f32(xm, 1, pw.K, pw, y.data(), pw.N, pj, pj + 1, false);
+                float* y = y_rows + m * ld_y;
+                if (f32_avx512) cpu::avx512::linear_f32(xm, 1, pw.K, pw, y, pw.N, pj, pj + 1, false);
+                else cpu::avx2::linear_f32(xm, 1, pw.K, pw, y, pw.N, pj, pj + 1, false);
                 for (int64_t n = pj * kPanelCols; n < std::min(pw.N, (pj + 1) * kPanelCols); ++n)
                     if (argmax_better(y[n], n, v, i)) {
                         v = y[n];

@@ -448,12 +448,9 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
             // sequentially (in the batch layout consecutive tokens of a head are a row of CD floats apart).
             constexpr int64_t kBlock = 256;  // a multiple of the chunk size
             static_assert(kBlock % cpu::kGdnChunk == 0);
-            thread_local std::vector<float> qb, kb, vb, ob, gb, chunk_scratch;  // per-thread staging
-            qb.resize(kBlock * Dk);
-            kb.resize(kBlock * Dk);
-            vb.resize(kBlock * Dv);
-            ob.resize(kBlock * Dv);
-            gb.resize(4 * kBlock);  // decay | beta | k.q | log decay
+            // Per-thread staging, grown by prefill only: a staged decode step (T == 1) must not allocate on
+            // a worker that meets this job for the first time.
+            thread_local std::vector<float> qb, kb, vb, ob, gb, chunk_scratch;
             for (int64_t u = u0; u < u1; ++u) {
                 const GdnUnit& un = units[u];
                 const GdnSeq& s = seqs[un.s];
@@ -469,6 +466,11 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
                 // Tokens [0, Tc) go through the chunked form one full chunk at a time, the rest recurrently.
                 // Chunks start at the segment's first token; the scheduler cuts prompts on multiples of 64.
                 const int64_t Tc = chunked[un.s] ? s.T / cpu::kGdnChunk * cpu::kGdnChunk : 0;
+                qb.resize(kBlock * Dk);
+                kb.resize(kBlock * Dk);
+                vb.resize(kBlock * Dv);
+                ob.resize(kBlock * Dv);
+                gb.resize(4 * kBlock);  // decay | beta | k.q | log decay
                 if (Tc > 0) chunk_scratch.resize(GDN_KERNEL(isa, gdn_chunk_scratch_floats, Dk, Dv));
                 for (int64_t b0 = 0; b0 < s.T; b0 += kBlock) {
                     const int64_t n = std::min(kBlock, s.T - b0);
