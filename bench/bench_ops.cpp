@@ -91,7 +91,11 @@ BENCHMARK(BM_LinearResident)->ArgsProduct({{1, 2, 3, 4}, {1536}, {256}})->ArgsPr
 // one copy, resident in L3 (N = 4096, K = 1024: 4.5 MB int8, 2.4 MB int4): the kernel's compute ceiling.
 void BM_LinearQuant(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
-    const gdn::WeightFormat f = state.range(3) ? gdn::WeightFormat::Q4 : gdn::WeightFormat::Q8;
+    // Arg 3: the format, in kQuantFormats' order.
+    constexpr gdn::WeightFormat kQuantFormats[] = {gdn::WeightFormat::Q8, gdn::WeightFormat::Q4, gdn::WeightFormat::Q4K,
+                                                   gdn::WeightFormat::Q6K};
+    const gdn::WeightFormat f = kQuantFormats[state.range(3)];
+    state.SetLabel(gdn::weight_format_name(f));
     const bool resident = state.range(4) != 0;
     auto w = random_bf16(N * K);
     const gdn::TensorView v = gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K});
@@ -118,9 +122,9 @@ void BM_LinearQuant(benchmark::State& state) {
     state.counters["GOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
-BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1}, {0}})->ArgsProduct({{1}, {1024}, {3584}, {0, 1}, {0}})
-    ->ArgsProduct({{1}, {248320}, {1024}, {0, 1}, {0}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1}, {0}})
-    ->ArgsProduct({{1, 2}, {4096}, {1024}, {0, 1}, {1}})
+BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{1}, {1024}, {3584}, {0, 1, 2, 3}, {0}})
+    ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
+    ->ArgsProduct({{1, 2}, {4096}, {1024}, {0, 1, 2, 3}, {1}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // One GDN layer of the Qwen3.5-0.8B shape (Hk = Hv = 16, Dk = Dv = 128, conv kernel 4) with constant

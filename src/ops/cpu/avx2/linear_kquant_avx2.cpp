@@ -32,24 +32,47 @@ inline void record_ahead(const uint8_t* rec, int step, int64_t record_bytes) {
     stream_ahead_128(p + 128);
 }
 
+// The 6-bit levels of an int4-k group record (32 B + 16 B at kQ4KLevelsOffset): sc in the low 6 bits of
+// byte c, m's top 2 bits above it, m's low 4 bits in nibble c / 16 of byte 32 + c % 16.
+inline void q4k_levels(const uint8_t* lv, __m256i* sc, __m256i* mn) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lv));
+    const __m128i bl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32));
+    const __m256i mlo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bl, 4), bl), low4);
+    *sc = _mm256_and_si256(a, _mm256_set1_epi8(0x3F));
+    *mn = _mm256_or_si256(mlo, _mm256_and_si256(_mm256_srli_epi16(a, 2), _mm256_set1_epi8(0x30)));
+}
+
+// vpshufb patterns that spread the 8 byte levels of vector v (columns 8v..8v+7, from a 128-bit half
+// broadcast to both lanes: v = 0, 1 from bytes 0-15, v = 2, 3 from 16-31) over that vector's lanes.
+// Pair lanes: column c's level in int16 lanes 2c and 2c+1, the layout of vpmaddubsw's pair sums, so one
+// vpmaddwd applies the scale level as it widens. Word lanes: column c's level in int32 lane c.
+inline __m256i level_pairs_pattern(int v) {
+    const char o = static_cast<char>(8 * (v % 2)), z = static_cast<char>(0x80);
+    return _mm256_setr_epi8(o, z, o, z, o + 1, z, o + 1, z, o + 2, z, o + 2, z, o + 3, z, o + 3, z,  //
+                            o + 4, z, o + 4, z, o + 5, z, o + 5, z, o + 6, z, o + 6, z, o + 7, z, o + 7, z);
+}
+inline __m256i level_words_pattern(int v) {
+    const char o = static_cast<char>(8 * (v % 2)), z = static_cast<char>(0x80);
+    return _mm256_setr_epi8(o, z, z, z, o + 1, z, z, z, o + 2, z, z, z, o + 3, z, z, z,  //
+                            o + 4, z, z, z, o + 5, z, z, z, o + 6, z, z, z, o + 7, z, z, z);
+}
+
 // int4-k: q in [0, 15] unsigned x int8 activations with vpmaddubsw, int16 sums over the group
-// (8 * 2 * 15 * 127 < 2^15); y += xs * (d * sc * D - dmin * m * S).
+// (8 * 2 * 15 * 127 < 2^15). y = d * sum_g xs (sc D) - dmin * sum_g (xs S) m: per group, vpmaddwd
+// widens the pair sums times sc (|sc D| <= 63 * 2 * 30480 < 2^31) and one FMA adds xs times it; the
+// minimum's term is one FMA of m by the row's xs S; d and dmin apply once per super-block.
 template <int MR>
 void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < w.n_blocks; ++b) {
         const uint8_t* blk = w.quant_block(p, b);
-        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q4K);
-        __m256 d[kNV], dmin[kNV];
-        for (int v = 0; v < kNV; ++v) {
-            d[v] = f16x8(f16 + v * 16);
-            dmin[v] = f16x8(f16 + 64 + v * 16);
-        }
+        __m256 scaled[MR][kNV], mins[MR][kNV];  // sum_g xs sc D, sum_g xs S m: this super-block's
+        for (int m = 0; m < MR; ++m)
+            for (int v = 0; v < kNV; ++v) scaled[m][v] = mins[m][v] = _mm256_setzero_ps();
         const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x.G - b * kGroupsPerBlock);
         for (int64_t j = 0; j < groups; ++j) {
             const int64_t g = b * kGroupsPerBlock + j;
@@ -58,26 +81,31 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
             for (int m = 0; m < MR; ++m)
                 for (int v = 0; v < kNV; ++v) acc[m][v] = _mm256_setzero_si256();
             nibble_group_dots<MR>(x, m0, g, rec, acc, [&](int s) { record_ahead(rec, s, quant::kQ4KRecordBytes); });
-            // The 6-bit levels: sc in the low 6 bits of byte c, m's top 2 bits above it, m's low 4 bits in
-            // nibble c / 16 of byte 32 + c % 16.
-            const uint8_t* lv = rec + quant::kQ4KLevelsOffset;
-            const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lv));
-            const __m128i bl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32));
-            const __m256i mlo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bl, 4), bl), low4);
-            const __m256i mhi = _mm256_and_si256(_mm256_srli_epi16(a, 2), _mm256_set1_epi8(0x30));
-            alignas(32) uint8_t sc[32], mn[32];
-            _mm256_store_si256(reinterpret_cast<__m256i*>(sc), _mm256_and_si256(a, _mm256_set1_epi8(0x3F)));
-            _mm256_store_si256(reinterpret_cast<__m256i*>(mn), _mm256_or_si256(mlo, mhi));
+            __m256i sc, mn;
+            q4k_levels(rec + quant::kQ4KLevelsOffset, &sc, &mn);
+            const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc, sc, 0x00), _mm256_permute2x128_si256(sc, sc, 0x11)};
+            const __m256i mn_half[2] = {_mm256_permute2x128_si256(mn, mn, 0x00), _mm256_permute2x128_si256(mn, mn, 0x11)};
+            __m256 xs[MR], xs_sum[MR];
+            for (int m = 0; m < MR; ++m) {
+                const int64_t i = (m0 + m) * x.G + g;
+                xs[m] = _mm256_set1_ps(x.xs[i]);
+                xs_sum[m] = _mm256_set1_ps(x.xs[i] * static_cast<float>(x.xsum[i]));
+            }
             for (int v = 0; v < kNV; ++v) {
-                const __m256 dsc = _mm256_mul_ps(d[v], u8x8_to_f32(sc + v * 8));
-                const __m256 dmn = _mm256_mul_ps(dmin[v], u8x8_to_f32(mn + v * 8));
+                const __m256i sc_pairs = _mm256_shuffle_epi8(sc_half[v / 2], level_pairs_pattern(v));
+                const __m256 mn_f = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(mn_half[v / 2], level_words_pattern(v)));
                 for (int m = 0; m < MR; ++m) {
-                    const int64_t i = (m0 + m) * x.G + g;
-                    const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[m][v], ones));
-                    const __m256 t = _mm256_fmsub_ps(dsc, dot, _mm256_mul_ps(dmn, _mm256_set1_ps(static_cast<float>(x.xsum[i]))));
-                    sum[m][v] = _mm256_fmadd_ps(t, _mm256_set1_ps(x.xs[i]), sum[m][v]);
+                    const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[m][v], sc_pairs));
+                    scaled[m][v] = _mm256_fmadd_ps(dot, xs[m], scaled[m][v]);
+                    mins[m][v] = _mm256_fmadd_ps(mn_f, xs_sum[m], mins[m][v]);
                 }
             }
+        }
+        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q4K);
+        for (int v = 0; v < kNV; ++v) {
+            const __m256 d = f16x8(f16 + v * 16), dmin = f16x8(f16 + 64 + v * 16);
+            for (int m = 0; m < MR; ++m)
+                sum[m][v] = _mm256_fnmadd_ps(dmin, mins[m][v], _mm256_fmadd_ps(d, scaled[m][v], sum[m][v]));
         }
     }
     store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
@@ -91,7 +119,7 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
               int ncols) {
     const __m256i ones = _mm256_set1_epi16(1);
     const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i bits01 = _mm256_set1_epi8(0x03), bits23 = _mm256_set1_epi8(0x0C);
+    const __m256i bits45 = _mm256_set1_epi8(0x30);
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
@@ -116,17 +144,20 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
                     xlo[m] = bcast_quad(xr);
                     xhi[m] = bcast_quad(xr + 4);
                 }
+                // Each byte of hb holds the high pairs of vector 2h (bits 0-1: its low nibble's, 2-3: its
+                // high nibble's) and of 2h + 1 (bits 4-5, 6-7); each pair is shifted to bits 4-5, above its
+                // nibble, and masked (16-bit shifts: the mask drops what crossed from the next byte).
                 const uint8_t* hp = rec + quant::kQ6KHighOffset + s * 64;
                 for (int h = 0; h < 2; ++h) {
                     const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hp + h * 32));
                     for (int e = 0; e < 2; ++e) {
                         const int v = 2 * h + e;
-                        const __m256i hv = e == 0 ? _mm256_and_si256(hb, low4) : _mm256_and_si256(_mm256_srli_epi16(hb, 4), low4);
+                        const __m256i lo_high = e == 0 ? _mm256_slli_epi16(hb, 4) : hb;
+                        const __m256i hi_high = e == 0 ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
                         const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + s * 128 + v * 32));
-                        const __m256i lo =
-                            _mm256_or_si256(_mm256_and_si256(bv, low4), _mm256_slli_epi16(_mm256_and_si256(hv, bits01), 4));
+                        const __m256i lo = _mm256_or_si256(_mm256_and_si256(bv, low4), _mm256_and_si256(lo_high, bits45));
                         const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bv, 4), low4),
-                                                           _mm256_slli_epi16(_mm256_and_si256(hv, bits23), 2));
+                                                           _mm256_and_si256(hi_high, bits45));
                         for (int m = 0; m < MR; ++m) {
                             const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m]));
                             acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(pr, ones));
