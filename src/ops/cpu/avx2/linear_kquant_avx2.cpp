@@ -15,8 +15,6 @@ namespace gdn::cpu::avx2 {
 
 namespace {
 
-constexpr int kGroupsPerBlock = kSuperBlock / kQuantGroup;
-
 inline __m256 u8x8_to_f32(const uint8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
@@ -30,32 +28,6 @@ inline void record_ahead(const uint8_t* rec, int step, int64_t record_bytes) {
     const uint8_t* p = rec + step * (record_bytes / 4);
     stream_ahead_128(p);
     stream_ahead_128(p + 128);
-}
-
-// The 6-bit levels of an int4-k group record (32 B + 16 B at kQ4KLevelsOffset): sc in the low 6 bits of
-// byte c, m's top 2 bits above it, m's low 4 bits in nibble c / 16 of byte 32 + c % 16.
-inline void q4k_levels(const uint8_t* lv, __m256i* sc, __m256i* mn) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lv));
-    const __m128i bl = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32));
-    const __m256i mlo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(bl, 4), bl), low4);
-    *sc = _mm256_and_si256(a, _mm256_set1_epi8(0x3F));
-    *mn = _mm256_or_si256(mlo, _mm256_and_si256(_mm256_srli_epi16(a, 2), _mm256_set1_epi8(0x30)));
-}
-
-// vpshufb patterns that spread the 8 byte levels of vector v (columns 8v..8v+7, from a 128-bit half
-// broadcast to both lanes: v = 0, 1 from bytes 0-15, v = 2, 3 from 16-31) over that vector's lanes.
-// Pair lanes: column c's level in int16 lanes 2c and 2c+1, the layout of vpmaddubsw's pair sums, so one
-// vpmaddwd applies the scale level as it widens. Word lanes: column c's level in int32 lane c.
-inline __m256i level_pairs_pattern(int v) {
-    const char o = static_cast<char>(8 * (v % 2)), z = static_cast<char>(0x80);
-    return _mm256_setr_epi8(o, z, o, z, o + 1, z, o + 1, z, o + 2, z, o + 2, z, o + 3, z, o + 3, z,  //
-                            o + 4, z, o + 4, z, o + 5, z, o + 5, z, o + 6, z, o + 6, z, o + 7, z, o + 7, z);
-}
-inline __m256i level_words_pattern(int v) {
-    const char o = static_cast<char>(8 * (v % 2)), z = static_cast<char>(0x80);
-    return _mm256_setr_epi8(o, z, z, z, o + 1, z, z, z, o + 2, z, z, z, o + 3, z, z, z,  //
-                            o + 4, z, z, z, o + 5, z, z, z, o + 6, z, z, z, o + 7, z, z, z);
 }
 
 // int4-k: q in [0, 15] unsigned x int8 activations with vpmaddubsw, int16 sums over the group
@@ -182,10 +154,12 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
 }  // namespace
 
 void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    if (x.M >= kUnpackRows) return unpacked_q4k(x, w, y, ldy, p0, p1);
     run_panels<tile_q4k<1>, tile_q4k<kMR>>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    if (x.M >= kUnpackRows) return unpacked_q6k(x, w, y, ldy, p0, p1);
     run_panels<tile_q6k<1>, tile_q6k<kMR>>(x, w, y, ldy, p0, p1);
 }
 
