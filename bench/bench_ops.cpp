@@ -16,6 +16,7 @@
 #include "ops/dispatch.h"
 #include "ops/layers.h"
 #include "ops/linear.h"
+#include "ops/quant/kquant.h"
 #include "tools/machine_limits.h"
 
 namespace {
@@ -126,6 +127,32 @@ BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{1, 2}, {4096}, {1024}, {0, 1, 2, 3}, {1}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The super-block fits, one thread: weights per second quantized (load-time quantization and `gdn
+// quantize` spend most of their time here). Arg: 0 int4-k (engine fit), 1 int4-k (ggml's fit, the
+// llama.cpp emulator's), 2 int6-k. Gaussian-like values, as trained weights roughly are.
+void BM_QuantizeSuperBlock(benchmark::State& state) {
+    constexpr int kBlocks = 256;
+    std::vector<float> x(kBlocks * 256);
+    uint32_t s = 7;
+    for (auto& v : x) {
+        float u = 0;
+        for (int i = 0; i < 4; ++i) u += ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+        v = 0.02f * u;
+    }
+    const int64_t kind = state.range(0);
+    for (auto _ : state)
+        for (int b = 0; b < kBlocks; ++b) {
+            const float* xb = x.data() + 256 * b;
+            if (kind == 2) benchmark::DoNotOptimize(gdn::kquant::quantize_q6k(xb));
+            else
+                benchmark::DoNotOptimize(gdn::kquant::quantize_q4k(
+                    xb, kind == 0 ? gdn::kquant::Q4KFit::ENGINE : gdn::kquant::Q4KFit::GGML));
+        }
+    state.counters["weights/s"] =
+        benchmark::Counter(static_cast<double>(kBlocks) * 256, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_QuantizeSuperBlock)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // One GDN layer of the Qwen3.5-0.8B shape (Hk = Hv = 16, Dk = Dv = 128, conv kernel 4) with constant
 // weights, and T tokens of random input projections [T, ldp] (q | k | v | z | b | a).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "core/dtype.h"
+#include "core/log.h"
 
 namespace gdn::kquant {
 
@@ -41,18 +42,18 @@ float largest_magnitude(const float* x, int n) {
     return smax;
 }
 
-namespace {
+// The searches below evaluate every candidate (grid, level pair) at once: lane g of each array holds
+// candidate g's running sums, each accumulated over i in ascending order with the reference's
+// expressions (kquant_reference.cpp), so the results are bitwise the reference's while the candidates'
+// chains run side by side instead of one after another (the reference is bound by the latency of its
+// one running sum). The selection after the sums keeps the reference's order and comparisons.
+// Each is also compiled for AVX2 (8 lanes instead of SSE2's 4), picked at load by the CPU; "avx2"
+// alone enables no FMA, so no product is contracted and every clone gives the same bits.
+#define GDN_FIT_CLONES __attribute__((target_clones("avx2", "default")))
 
-// nearest_int as a float, clamped to [lo, hi]: the same value, in arithmetic the compiler vectorises.
-inline float round_clamped(float v, float lo, float hi) {
-    const float r = (v + 12582912.0f) - 12582912.0f;
-    return std::min(std::max(r, lo), hi);
-}
-
-}  // namespace
-
-float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float rmin, float rdelta, int nstep,
-                        uint8_t* L, float* neg_min) {
+GDN_FIT_CLONES float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float rmin, float rdelta,
+                                       int nstep, uint8_t* L, float* neg_min) {
+    GDN_CHECK(nstep + 1 <= kMaxGrids, "fit_scale_and_min: at most kMaxGrids grids");
     float lo = x[0], hi = x[0], sum_w = w[0], sum_x = w[0] * x[0];
     for (int i = 1; i < n; ++i) {
         lo = std::min(lo, x[i]);
@@ -67,93 +68,126 @@ float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float r
         return 0.0f;
     }
     const float fmax = static_cast<float>(nmax);
-    float iscale = nmax / (hi - lo);
-    float scale = 1 / iscale, min = lo;
+    const float iscale0 = nmax / (hi - lo);
+    float scale = 1 / iscale0, min = lo;
     float best_error = 0;
-    float best_l[256], trial[256];
     for (int i = 0; i < n; ++i) {
-        best_l[i] = round_clamped(iscale * (x[i] - lo), 0.0f, fmax);
-        const float diff = scale * best_l[i] + lo - x[i];
+        const float l = round_clamped(iscale0 * (x[i] - lo), 0.0f, fmax);
+        const float diff = scale * l + lo - x[i];
         best_error += w[i] * diff * diff;
     }
-    for (int is = 0; is <= nstep; ++is) {
-        iscale = (rmin + rdelta * is + nmax) / (hi - lo);
-        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
-        for (int i = 0; i < n; ++i) {
-            const float l = round_clamped(iscale * (x[i] - lo), 0.0f, fmax);
-            trial[i] = l;
-            sum_l += w[i] * l;
-            sum_l2 += w[i] * l * l;
-            sum_xl += w[i] * l * x[i];
-        }
-        const float D = sum_w * sum_l2 - sum_l * sum_l;
-        if (!(D > 0)) continue;
-        float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
-        float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
-        if (this_min > 0) {
-            this_min = 0;
-            this_scale = sum_xl / sum_l2;
-        }
-        float error = 0;
-        for (int i = 0; i < n; ++i) {
-            const float diff = this_scale * trial[i] + this_min - x[i];
-            error += w[i] * diff * diff;
-        }
-        if (error < best_error) {
-            std::copy(trial, trial + n, best_l);
-            best_error = error;
-            scale = this_scale;
-            min = this_min;
+    const int grids = nstep + 1;
+    float iscale[kMaxGrids], sum_l[kMaxGrids] = {}, sum_l2[kMaxGrids] = {}, sum_xl[kMaxGrids] = {};
+    for (int g = 0; g < kMaxGrids; ++g) iscale[g] = (rmin + rdelta * (g < grids ? g : 0) + nmax) / (hi - lo);
+    for (int i = 0; i < n; ++i) {
+        const float xi = x[i], wi = w[i], dx = x[i] - lo;
+        for (int g = 0; g < kMaxGrids; ++g) {
+            const float l = round_clamped(iscale[g] * dx, 0.0f, fmax);
+            sum_l[g] += wi * l;
+            sum_l2[g] += wi * l * l;
+            sum_xl[g] += wi * l * xi;
         }
     }
-    for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(best_l[i]);
+    float this_scale[kMaxGrids], this_min[kMaxGrids], error[kMaxGrids] = {};
+    bool valid[kMaxGrids];
+    for (int g = 0; g < kMaxGrids; ++g) {
+        const float D = sum_w * sum_l2[g] - sum_l[g] * sum_l[g];
+        valid[g] = g < grids && D > 0;
+        this_scale[g] = valid[g] ? (sum_w * sum_xl[g] - sum_x * sum_l[g]) / D : 0.0f;
+        this_min[g] = valid[g] ? (sum_l2[g] * sum_x - sum_l[g] * sum_xl[g]) / D : 0.0f;
+        if (this_min[g] > 0) {
+            this_min[g] = 0;
+            this_scale[g] = sum_xl[g] / sum_l2[g];
+        }
+    }
+    for (int i = 0; i < n; ++i) {
+        const float xi = x[i], wi = w[i], dx = x[i] - lo;
+        for (int g = 0; g < kMaxGrids; ++g) {
+            const float l = round_clamped(iscale[g] * dx, 0.0f, fmax);
+            const float diff = this_scale[g] * l + this_min[g] - xi;
+            error[g] += wi * diff * diff;
+        }
+    }
+    int best = -1;
+    for (int g = 0; g < grids; ++g)
+        if (valid[g] && error[g] < best_error) {
+            best = g;
+            best_error = error[g];
+            scale = this_scale[g];
+            min = this_min[g];
+        }
+    const float chosen = best < 0 ? iscale0 : iscale[best];
+    for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(round_clamped(chosen * (x[i] - lo), 0.0f, fmax));
     *neg_min = -min;
     return scale;
 }
 
-float fit_symmetric_scale(const float* x, int n, int nmax) {
+GDN_FIT_CLONES float fit_symmetric_scale(const float* x, int n, int nmax) {
     const float smax = largest_magnitude(x, n);
     if (std::fabs(smax) < kGroupMaxEps) return 0.0f;
-    auto sums = [&](float iscale, float* sumlx, float* suml2) {
-        *sumlx = *suml2 = 0;
-        for (int i = 0; i < n; ++i) {
-            const int l = std::clamp(nearest_int(iscale * x[i]), -nmax, nmax - 1);
-            const float w = x[i] * x[i];
-            *sumlx += w * x[i] * l;
-            *suml2 += w * l * l;
-        }
-    };
-    float sumlx, suml2;
-    sums(-nmax / smax, &sumlx, &suml2);
-    float scale = suml2 != 0 ? sumlx / suml2 : 0.0f;
-    float best = scale * sumlx;
-    for (int is = -9; is <= 9; ++is) {
-        if (is == 0) continue;
-        sums(-(nmax + 0.1f * is) / smax, &sumlx, &suml2);
-        if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+    // Lane 0: the grid with the largest magnitude at -nmax; lanes 1..18: is = -9..9 without 0; the rest
+    // pad to whole vectors (a lane left over would run as one scalar chain).
+    constexpr int kGrids = 19, kLanes = 24;
+    float iscale[kLanes];
+    iscale[0] = -nmax / smax;
+    for (int g = 1; g < kLanes; ++g) {
+        const int is = g >= kGrids ? 0 : g <= 9 ? g - 10 : g - 9;
+        iscale[g] = is == 0 ? iscale[0] : -(nmax + 0.1f * is) / smax;
+    }
+    float sumlx[kLanes] = {}, suml2[kLanes] = {};
+    for (int i = 0; i < n; ++i) {
+        const float xi = x[i], wi = x[i] * x[i];
+        for (int g = 0; g < kLanes; ++g) {
+            const int l = std::clamp(nearest_int(iscale[g] * xi), -nmax, nmax - 1);
+            sumlx[g] += wi * xi * l;
+            suml2[g] += wi * l * l;
         }
     }
+    float scale = suml2[0] != 0 ? sumlx[0] / suml2[0] : 0.0f;
+    float best = scale * sumlx[0];
+    for (int g = 1; g < kGrids; ++g)
+        if (suml2[g] > 0 && sumlx[g] * sumlx[g] > best * suml2[g]) {
+            scale = sumlx[g] / suml2[g];
+            best = scale * sumlx[g];
+        }
     return scale;
 }
 
-namespace {
-
-// Squared error of one sub-block of 32 at levels (sc, m) of d / dmin, q re-chosen for them.
-float level_error(const float* x, float d, float dmin, int sc, int m) {
-    const float dl = d * static_cast<float>(sc), ml = dmin * static_cast<float>(m);
-    const float inv = dl != 0.0f ? 1.0f / dl : 0.0f;
-    float e = 0.0f;
-    for (int i = 0; i < 32; ++i) {
-        const float q = round_clamped((x[i] + ml) * inv, 0.0f, 15.0f);
-        const float diff = dl * q - ml - x[i];
-        e += diff * diff;
+GDN_FIT_CLONES void rechoose_levels(const float* x, float d, float dmin, uint8_t* sc, uint8_t* m) {
+    // Lane c = 5 a + b: levels (sc - 2 + a, m - 2 + b), out-of-range ones clamped (and skipped below);
+    // lanes 25..31 pad to whole vectors.
+    constexpr int kLanes = 32;
+    const int sc0 = *sc, m0 = *m;
+    float dl[kLanes], ml[kLanes], inv[kLanes], e[kLanes] = {};
+    for (int c = 0; c < kLanes; ++c) {
+        const int a = c < 25 ? c / 5 : 2, b = c < 25 ? c % 5 : 2;
+        const int s = std::clamp(sc0 - 2 + a, 0, 63), t = std::clamp(m0 - 2 + b, 0, 63);
+        dl[c] = d * static_cast<float>(s);
+        ml[c] = dmin * static_cast<float>(t);
+        inv[c] = dl[c] != 0.0f ? 1.0f / dl[c] : 0.0f;
     }
-    return e;
+    for (int i = 0; i < 32; ++i) {
+        const float xi = x[i];
+        for (int c = 0; c < kLanes; ++c) {
+            const float q = round_clamped((xi + ml[c]) * inv[c], 0.0f, 15.0f);
+            const float diff = dl[c] * q - ml[c] - xi;
+            e[c] += diff * diff;
+        }
+    }
+    int best_sc = sc0, best_m = m0;
+    float best = e[2 * 5 + 2];  // the levels as they were
+    for (int s = std::max(0, sc0 - 2); s <= std::min(63, sc0 + 2); ++s)
+        for (int t = std::max(0, m0 - 2); t <= std::min(63, m0 + 2); ++t) {
+            const float et = e[(s - sc0 + 2) * 5 + (t - m0 + 2)];
+            if (et < best) {
+                best = et;
+                best_sc = s;
+                best_m = t;
+            }
+        }
+    *sc = static_cast<uint8_t>(best_sc);
+    *m = static_cast<uint8_t>(best_m);
 }
-
-}  // namespace
 
 Q4KBlock quantize_q4k(const float* x, Q4KFit fit, bool* nonfinite) {
     constexpr int nmax = 15;
@@ -196,19 +230,7 @@ Q4KBlock quantize_q4k(const float* x, Q4KFit fit, bool* nonfinite) {
             // The levels were rounded from the unrounded fit; the 5 x 5 levels around them, each with its
             // q re-chosen, often fit better once d and dmin are what they are (demo model, docs/perf.md:
             // mean KLD of int4 0.00691 -> 0.00649 with the plain fit; +-1 0.0067, +-3 no better than +-2).
-            int best_sc = b.sc[j], best_m = b.m[j];
-            float best = level_error(xs, b.d, b.dmin, best_sc, best_m);
-            for (int sc = std::max(0, b.sc[j] - 2); sc <= std::min(63, b.sc[j] + 2); ++sc)
-                for (int m = std::max(0, b.m[j] - 2); m <= std::min(63, b.m[j] + 2); ++m) {
-                    const float e = level_error(xs, b.d, b.dmin, sc, m);
-                    if (e < best) {
-                        best = e;
-                        best_sc = sc;
-                        best_m = m;
-                    }
-                }
-            b.sc[j] = static_cast<uint8_t>(best_sc);
-            b.m[j] = static_cast<uint8_t>(best_m);
+            rechoose_levels(xs, b.d, b.dmin, &b.sc[j], &b.m[j]);
         }
         const float dl = b.d * b.sc[j];
         if (dl == 0.0f) continue;  // the sub-block dequantizes to -dmin * m whatever q holds

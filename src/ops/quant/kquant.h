@@ -4,6 +4,7 @@
 // x^2 weights for Q6_K), which bench/llama_quant_emulation also runs to emulate llama.cpp's files.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gdn::kquant {
@@ -37,6 +38,11 @@ Q6KBlock quantize_q6k(const float* x, bool* nonfinite = nullptr);
 
 // ggml's rounding: round to nearest even.
 int nearest_int(float v);
+// nearest_int as a float, clamped to [lo, hi]: the same value, in arithmetic the compiler vectorises.
+inline float round_clamped(float v, float lo, float hi) {
+    const float r = (v + 12582912.0f) - 12582912.0f;
+    return std::min(std::max(r, lo), hi);
+}
 // The value of largest magnitude with its sign (the first on a tie).
 float largest_magnitude(const float* x, int n);
 
@@ -49,5 +55,23 @@ float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float r
 // make_qx_quants with rmse_type 1 (weights x^2): the scale of the symmetric grid -nmax..nmax-1 with the
 // largest-magnitude value at -nmax, refined over 18 stretched grids.
 float fit_symmetric_scale(const float* x, int n, int nmax);
+
+// The ENGINE fit's last step for one sub-block of 32: of the levels within +-2 of (*sc, *m), the pair
+// whose squared error, with each q re-chosen for d * sc and dmin * m, is smallest (the first in (sc, m)
+// order; the given pair unless one is strictly better).
+void rechoose_levels(const float* x, float d, float dmin, uint8_t* sc, uint8_t* m);
+
+// fit_scale_and_min takes at most this many grids (nstep + 1).
+constexpr int kMaxGrids = 24;
+
+// The three searches above as ggml writes them, one candidate after another (kquant_reference.cpp):
+// their definitions. The ones above evaluate the candidates side by side and are bitwise these
+// (KQuant.FitsAreBitwiseTheirDefinitions); quantizing at load spent most of its time in these loops.
+namespace ref {
+float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float rmin, float rdelta, int nstep,
+                        uint8_t* L, float* neg_min);
+float fit_symmetric_scale(const float* x, int n, int nmax);
+void rechoose_levels(const float* x, float d, float dmin, uint8_t* sc, uint8_t* m);
+}  // namespace ref
 
 }  // namespace gdn::kquant
