@@ -42,6 +42,18 @@ float largest_magnitude(const float* x, int n) {
     return smax;
 }
 
+FitRange fit_range(const float* x, const float* w, int n) {
+    FitRange r{x[0], x[0], w[0], w[0] * x[0]};
+    for (int i = 1; i < n; ++i) {
+        r.lo = std::min(r.lo, x[i]);
+        r.hi = std::max(r.hi, x[i]);
+        r.sum_w += w[i];
+        r.sum_x += w[i] * x[i];
+    }
+    if (r.lo > 0) r.lo = 0;
+    return r;
+}
+
 // The searches below evaluate every candidate (grid, level pair) at once: lane g of each array holds
 // candidate g's running sums, each accumulated over i in ascending order with the reference's
 // expressions (kquant_reference.cpp), so the results are bitwise the reference's while the candidates'
@@ -54,19 +66,9 @@ float largest_magnitude(const float* x, int n) {
 GDN_FIT_CLONES float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float rmin, float rdelta,
                                        int nstep, uint8_t* L, float* neg_min) {
     GDN_CHECK(nstep + 1 <= kMaxGrids, "fit_scale_and_min: at most kMaxGrids grids");
-    float lo = x[0], hi = x[0], sum_w = w[0], sum_x = w[0] * x[0];
-    for (int i = 1; i < n; ++i) {
-        lo = std::min(lo, x[i]);
-        hi = std::max(hi, x[i]);
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (lo > 0) lo = 0;
-    if (hi == lo) {
-        std::fill(L, L + n, 0);
-        *neg_min = -lo;
-        return 0.0f;
-    }
+    const FitRange r = fit_range(x, w, n);
+    if (r.flat(n, L, neg_min)) return 0.0f;
+    const float lo = r.lo, hi = r.hi, sum_w = r.sum_w, sum_x = r.sum_x;
     const float fmax = static_cast<float>(nmax);
     const float iscale0 = nmax / (hi - lo);
     float scale = 1 / iscale0, min = lo;

@@ -61,6 +61,20 @@ float fit_symmetric_scale(const float* x, int n, int nmax);
 // order; the given pair unless one is strictly better).
 void rechoose_levels(const float* x, float d, float dmin, uint8_t* sc, uint8_t* m);
 
+// fit_scale_and_min's first pass, shared by both forms: the range with its low end at most 0, and the
+// weighted sums of w and w x.
+struct FitRange {
+    float lo, hi, sum_w, sum_x;
+    // All values equal: levels 0 and the minimum at lo (the fit's scale is 0). True when it did so.
+    bool flat(int n, uint8_t* L, float* neg_min) const {
+        if (hi != lo) return false;
+        std::fill(L, L + n, 0);
+        *neg_min = -lo;
+        return true;
+    }
+};
+FitRange fit_range(const float* x, const float* w, int n);
+
 // fit_scale_and_min takes at most this many grids (nstep + 1).
 constexpr int kMaxGrids = 24;
 

@@ -30,19 +30,9 @@ float level_error(const float* x, float d, float dmin, int sc, int m) {
 
 float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float rmin, float rdelta, int nstep,
                         uint8_t* L, float* neg_min) {
-    float lo = x[0], hi = x[0], sum_w = w[0], sum_x = w[0] * x[0];
-    for (int i = 1; i < n; ++i) {
-        lo = std::min(lo, x[i]);
-        hi = std::max(hi, x[i]);
-        sum_w += w[i];
-        sum_x += w[i] * x[i];
-    }
-    if (lo > 0) lo = 0;
-    if (hi == lo) {
-        std::fill(L, L + n, 0);
-        *neg_min = -lo;
-        return 0.0f;
-    }
+    const FitRange r = fit_range(x, w, n);
+    if (r.flat(n, L, neg_min)) return 0.0f;
+    const float lo = r.lo, hi = r.hi, sum_w = r.sum_w, sum_x = r.sum_x;
     const float fmax = static_cast<float>(nmax);
     float iscale = nmax / (hi - lo);
     float scale = 1 / iscale, min = lo;

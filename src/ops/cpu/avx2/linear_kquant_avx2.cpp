@@ -90,8 +90,6 @@ template <int MR>
 void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     const __m256i ones = _mm256_set1_epi16(1);
-    const __m256i low4 = _mm256_set1_epi8(0x0F);
-    const __m256i bits45 = _mm256_set1_epi8(0x30);
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
@@ -116,26 +114,12 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
                     xlo[m] = bcast_quad(xr);
                     xhi[m] = bcast_quad(xr + 4);
                 }
-                // Each byte of hb holds the high pairs of vector 2h (bits 0-1: its low nibble's, 2-3: its
-                // high nibble's) and of 2h + 1 (bits 4-5, 6-7); each pair is shifted to bits 4-5, above its
-                // nibble, and masked (16-bit shifts: the mask drops what crossed from the next byte).
-                const uint8_t* hp = rec + quant::kQ6KHighOffset + s * 64;
-                for (int h = 0; h < 2; ++h) {
-                    const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hp + h * 32));
-                    for (int e = 0; e < 2; ++e) {
-                        const int v = 2 * h + e;
-                        const __m256i lo_high = e == 0 ? _mm256_slli_epi16(hb, 4) : hb;
-                        const __m256i hi_high = e == 0 ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
-                        const __m256i bv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + s * 128 + v * 32));
-                        const __m256i lo = _mm256_or_si256(_mm256_and_si256(bv, low4), _mm256_and_si256(lo_high, bits45));
-                        const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bv, 4), low4),
-                                                           _mm256_and_si256(hi_high, bits45));
-                        for (int m = 0; m < MR; ++m) {
-                            const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m]));
-                            acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(pr, ones));
-                        }
+                for_each_q6k_vector(rec, s, [&](int v, __m256i lo, __m256i hi) __attribute__((always_inline)) {
+                    for (int m = 0; m < MR; ++m) {
+                        const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m]));
+                        acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(pr, ones));
                     }
-                }
+                });
             }
             const uint8_t* sc = rec + quant::kQ6KScalesOffset;
             for (int v = 0; v < kNV; ++v) {

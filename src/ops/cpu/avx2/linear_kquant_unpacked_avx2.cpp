@@ -64,28 +64,15 @@ void unpack_q4k(const uint8_t* blk, int64_t groups, UnpackedBlock* u) {
 }
 
 void unpack_q6k(const uint8_t* blk, int64_t groups, UnpackedBlock* u) {
-    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
     const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q6K);
     for (int64_t j = 0; j < groups; ++j) {
         const uint8_t* rec = blk + j * quant::kQ6KRecordBytes;
         uint8_t* out = u->q + j * kGroupBytes;
         for (int s = 0; s < 4; ++s) {
-            // As tile_q6k: each high pair shifted to bits 4-5, above its nibble.
-            const uint8_t* hp = rec + quant::kQ6KHighOffset + s * 64;
-            for (int h = 0; h < 2; ++h) {
-                const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hp + h * 32));
-                for (int e = 0; e < 2; ++e) {
-                    const int v = 2 * h + e;
-                    const __m256i lo_high = e == 0 ? _mm256_slli_epi16(hb, 4) : hb;
-                    const __m256i hi_high = e == 0 ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
-                    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + s * 128 + v * 32));
-                    store32(out + 2 * s * kQuadBytes + v * 32,
-                            _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(lo_high, bits45)));
-                    store32(out + (2 * s + 1) * kQuadBytes + v * 32,
-                            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4),
-                                            _mm256_and_si256(hi_high, bits45)));
-                }
-            }
+            for_each_q6k_vector(rec, s, [&](int v, __m256i lo, __m256i hi) {
+                store32(out + 2 * s * kQuadBytes + v * 32, lo);
+                store32(out + (2 * s + 1) * kQuadBytes + v * 32, hi);
+            });
         }
         const uint8_t* sc = rec + quant::kQ6KScalesOffset;
         for (int v = 0; v < kNV; ++v) {

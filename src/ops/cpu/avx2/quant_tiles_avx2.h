@@ -121,6 +121,35 @@ inline __m256i level_words_pattern(int v) {
                             o + 4, z, z, z, o + 5, z, z, z, o + 6, z, z, z, o + 7, z, z, z);
 }
 
+// int6-k, step s of a group record: the unsigned values u = q + 32 (0..63) of vector v's low quad (k
+// 8s..8s+3, *lo) and high quad (8s+4..8s+7, *hi). hb: the 32 bytes of high pairs at kQ6KHighOffset +
+// 64 s + 32 (v / 2). Each byte holds the high pairs of vector 2h (bits 0-1: its low nibble's, 2-3: its
+// high nibble's) and of 2h + 1 (bits 4-5, 6-7); each pair is shifted to bits 4-5, above its nibble, and
+// masked (16-bit shifts: the mask drops what crossed from the next byte).
+inline void q6k_quads(const uint8_t* rec, int s, int v, __m256i hb, __m256i* lo, __m256i* hi) {
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30);
+    const bool first = v % 2 == 0;
+    const __m256i lo_high = first ? _mm256_slli_epi16(hb, 4) : hb;
+    const __m256i hi_high = first ? _mm256_slli_epi16(hb, 2) : _mm256_srli_epi16(hb, 2);
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + s * 128 + v * 32));
+    *lo = _mm256_or_si256(_mm256_and_si256(b, low4), _mm256_and_si256(lo_high, bits45));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b, 4), low4), _mm256_and_si256(hi_high, bits45));
+}
+
+// Calls fn(v, lo, hi) for the 4 vectors of int6-k step s of a group record (q6k_quads' values).
+template <typename Fn>
+inline void for_each_q6k_vector(const uint8_t* rec, int s, const Fn& fn) {
+    const uint8_t* hp = rec + quant::kQ6KHighOffset + s * 64;
+    for (int h = 0; h < 2; ++h) {
+        const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hp + h * 32));
+        for (int v = 2 * h; v < 2 * h + 2; ++v) {
+            __m256i lo, hi;
+            q6k_quads(rec, s, v, hb, &lo, &hi);
+            fn(v, lo, hi);
+        }
+    }
+}
+
 // Many rows (prefill) of the super-block formats: each panel's super-block is unpacked once into the
 // unsigned bytes vpmaddubsw takes, then multiplied by every row (linear_kquant_unpacked_avx2.cpp).
 // From kUnpackRows rows on; fewer run the packed tiles, which unpack per tile of kMR rows.
