@@ -15,14 +15,6 @@ namespace gdn::cpu::avx2 {
 
 namespace {
 
-inline __m256 u8x8_to_f32(const uint8_t* p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-inline __m256 i8x8_to_f32(const uint8_t* p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
 // Asks for the lines of a group record kStreamAheadBytes further on, spread over its 4 steps.
 inline void record_ahead(const uint8_t* rec, int step, int64_t record_bytes) {
     const uint8_t* p = rec + step * (record_bytes / 4);

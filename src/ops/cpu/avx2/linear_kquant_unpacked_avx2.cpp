@@ -76,8 +76,7 @@ void unpack_q6k(const uint8_t* blk, int64_t groups, UnpackedBlock* u) {
         }
         const uint8_t* sc = rec + quant::kQ6KScalesOffset;
         for (int v = 0; v < kNV; ++v) {
-            const __m256 s = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + v * 8))));
-            _mm256_store_ps(u->scales[j] + v * 8, _mm256_mul_ps(f16x8(f16 + v * 16), s));
+            _mm256_store_ps(u->scales[j] + v * 8, _mm256_mul_ps(f16x8(f16 + v * 16), i8x8_to_f32(sc + v * 8)));
         }
     }
 }

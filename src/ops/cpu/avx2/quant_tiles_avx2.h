@@ -27,6 +27,11 @@ inline __m256 f16x8(const uint8_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// 8 int8 values (8 columns' int6-k scale levels) as f32.
+inline __m256 i8x8_to_f32(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 template <int MR>
 inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols) {
     for (int m = 0; m < MR; ++m) {
