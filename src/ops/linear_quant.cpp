@@ -41,10 +41,13 @@ const QuantKernelRow kTable[] = {
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, false, false},
     {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; this CPU has no AVX-512 VNNI)", false,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, false, false},
-    // The super-block formats have no AVX-512 kernels yet: the AVX2 ones run on every AVX-512 CPU.
-    {Isa::AVX512, WeightFormat::Q4K, "avx2 vpmaddubsw (no AVX-512 kernel for int4-k yet)", false,
+    {Isa::AVX512, WeightFormat::Q4K, "avx512 vpdpbusd (group scale and minimum in f32)", true,
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4k, false, false},
+    {Isa::AVX512, WeightFormat::Q6K, "avx512 vpdpbusd (q + 32, group-sum offset)", true,
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q6k, false, false},
+    {Isa::AVX512, WeightFormat::Q4K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", false,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, false, false},
-    {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (no AVX-512 kernel for int6-k yet)", false,
+    {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", false,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q6k, false, false},
 };
 

@@ -29,4 +29,8 @@ namespace gdn::cpu::avx512 {
 void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 // int4 (stored q + 8 in [0, 15], unsigned as it is) x int8 with vpdpbusd, offset removed the same way.
 void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// int4-k (q in [0, 15], unsigned as stored) x int8 with vpdpbusd; the group's scale and minimum in f32.
+void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// int6-k on q + 32 in [0, 63] with vpdpbusd, the offset removed through the row's group sum.
+void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 }  // namespace gdn::cpu::avx512

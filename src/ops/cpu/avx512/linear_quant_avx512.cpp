@@ -9,45 +9,20 @@
 //
 // Cost per group and 16 columns: 8 vpdpbusd per row; the epilogue (convert, scale product, FMA) is 3 more
 // per row, and the weight's unsigned form (xor / nibble split) is shared by all rows of the tile.
-#define GDN_SIMD_AVX512
 #include <immintrin.h>
 
-#include <algorithm>
-#include <cstring>
-
+#include "ops/cpu/avx512/quant_tiles_avx512.h"
 #include "ops/cpu/linear_quant_kernels.h"
-#include "ops/cpu/simd.h"
 
 namespace gdn::cpu::avx512 {
 
 namespace {
 
-constexpr int kMR = 6;  // rows per tile: 6 x 2 int32 accumulators + 6 x 2 f32 sums + weights = 29 of 32 zmm
-
-inline __m512i bcast_quad(const int8_t* p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-
-inline __m512 scales16(const uint8_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-template <int MR>
-inline void store_tile(__m512 (&sum)[MR][2], float* y, int64_t ldy, int ncols) {
-    const __mmask16 m0 = simd::lanes_mask(ncols), m1 = simd::lanes_mask(ncols - 16);
-    for (int m = 0; m < MR; ++m) {
-        _mm512_mask_storeu_ps(y + m * ldy, m0, sum[m][0]);
-        _mm512_mask_storeu_ps(y + m * ldy + 16, m1, sum[m][1]);
-    }
-}
-
 // The group epilogue: sum += float(acc) * (scale_w * scale_x) for each row and vector.
 template <int MR>
 inline void scale_group(const quant::QuantizedRows& x, int64_t m0, int64_t g, const uint8_t* scales, __m512i (&acc)[MR][2],
                         __m512 (&sum)[MR][2]) {
-    const __m512 ws0 = scales16(scales), ws1 = scales16(scales + 32);
+    const __m512 ws0 = f16x16(scales), ws1 = f16x16(scales + 32);
     for (int m = 0; m < MR; ++m) {
         const __m512 xs = _mm512_set1_ps(x.xs[(m0 + m) * x.G + g]);
         sum[m][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][0]), _mm512_mul_ps(ws0, xs), sum[m][0]);
@@ -130,21 +105,6 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
         scale_group<MR>(x, m0, g, blk + quant::f16_offset(WeightFormat::Q4), acc, sum);
     }
     store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
-}
-
-using TileFn = void (*)(const quant::QuantizedRows&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int);
-
-// tiles[mr - 1] = tile<mr>: the last row block of a batch is one tile too.
-void run_panels(const TileFn (&tiles)[kMR], const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy,
-                int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-        const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
-        float* yp = y + p * quant::kCols;
-        for (int64_t m = 0; m < x.M; m += kMR) {
-            const int mr = static_cast<int>(std::min<int64_t>(kMR, x.M - m));
-            tiles[mr - 1](x, m, w, p, yp, ldy, ncols);
-        }
-    }
 }
 
 }  // namespace

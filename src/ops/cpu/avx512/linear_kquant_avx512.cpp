@@ -1,0 +1,173 @@
+// AVX-512 VNNI kernels of the super-block formats int4-k and int6-k (layouts in ops/quant/quant_format.h).
+// As the int8 / int4 kernels (linear_quant_avx512.cpp): one vector holds 16 columns x one k-quad, the
+// activation quad is broadcast, vpdpbusd multiplies the unsigned weight by the signed activation and sums
+// each quad into an int32 lane, so a group's dot D = sum q x is exact in int32; then per group and row
+// one f32 step that applies the group's scale and minimum:
+//   int4-k (q in [0, 15], unsigned as stored):  y += (d sc) xs D - (dmin m) (xs S)
+//   int6-k (u = q + 32 in [0, 63]):              y += (d sc) xs (sum u x - 32 S)
+// with S the row's group sum. d sc and dmin m are formed once per group and shared by the tile's rows.
+//
+// Cost per group and 16 columns, per row: 8 vpdpbusd and 3-4 epilogue ops; the unpacking (nibble split,
+// int6-k's high bit pairs) and the level widening are shared by the rows of a tile, so prefill tiles of
+// kMR rows unpack in place (no unpacked copy as on AVX2, where a row costs 3-4x as many ops).
+#include <immintrin.h>
+
+#include "ops/cpu/avx512/quant_tiles_avx512.h"
+#include "ops/cpu/linear_quant_kernels.h"
+
+namespace gdn::cpu::avx512 {
+
+namespace {
+
+constexpr int64_t kGroupsPerBlock = kSuperBlock / kQuantGroup;
+
+// d sc and dmin m of an int4-k group record's columns 16v..16v+15 (levels: 32 B + 16 B at
+// kQ4KLevelsOffset; sc in the low 6 bits of byte c, m's top 2 bits above it, m's low 4 bits in nibble
+// c / 16 of byte 32 + c % 16).
+inline void q4k_group_scales(const uint8_t* lv, int v, __m512 d, __m512 dmin, __m512* ds, __m512* dm) {
+    const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 16 * v)));
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32)));
+    const __m512i m_low = v == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15)) : _mm512_srli_epi32(b, 4);
+    const __m512i m = _mm512_or_si512(m_low, _mm512_and_si512(_mm512_srli_epi32(a, 2), _mm512_set1_epi32(0x30)));
+    *ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(a, _mm512_set1_epi32(0x3F))));
+    *dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m));
+}
+
+template <int MR>
+void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+              int ncols) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
+    // A decode row multiplies the high nibbles in place, as 16 q, into accumulators of their own, exactly
+    // divided by 16 after the group (as linear_quant_avx512.cpp's int4 tile: one AND, not shift + AND).
+    constexpr bool kInPlaceHigh = MR == 1;
+    __m512 sum[MR][2];
+    for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < w.n_blocks; ++b) {
+        const uint8_t* blk = w.quant_block(p, b);
+        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q4K);
+        const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x.G - b * kGroupsPerBlock);
+        for (int64_t j = 0; j < groups; ++j) {
+            const int64_t g = b * kGroupsPerBlock + j;
+            const uint8_t* rec = blk + j * quant::kQ4KRecordBytes;
+            __m512i acc[MR][2], acc16[kInPlaceHigh ? MR : 1][2];
+            for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_si512();
+            if constexpr (kInPlaceHigh)
+                for (int m = 0; m < MR; ++m) acc16[m][0] = acc16[m][1] = _mm512_setzero_si512();
+            for (int s = 0; s < 4; ++s) {
+                if constexpr (MR == 1) record_ahead(rec, s, 4, quant::kQ4KRecordBytes);
+                const __m512i b0 = _mm512_loadu_si512(rec + s * 128), b1 = _mm512_loadu_si512(rec + s * 128 + 64);
+                const __m512i lo0 = _mm512_and_si512(b0, low4), lo1 = _mm512_and_si512(b1, low4);
+                if constexpr (kInPlaceHigh) {
+                    const __m512i hi0 = _mm512_and_si512(b0, high4), hi1 = _mm512_and_si512(b1, high4);
+                    for (int m = 0; m < MR; ++m) {
+                        const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                        const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
+                        acc[m][0] = _mm512_dpbusd_epi32(acc[m][0], lo0, xlo);
+                        acc[m][1] = _mm512_dpbusd_epi32(acc[m][1], lo1, xlo);
+                        acc16[m][0] = _mm512_dpbusd_epi32(acc16[m][0], hi0, xhi);
+                        acc16[m][1] = _mm512_dpbusd_epi32(acc16[m][1], hi1, xhi);
+                    }
+                } else {
+                    const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), low4);
+                    const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), low4);
+                    for (int m = 0; m < MR; ++m) {
+                        const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                        const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
+                        acc[m][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][0], lo0, xlo), hi0, xhi);
+                        acc[m][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][1], lo1, xlo), hi1, xhi);
+                    }
+                }
+            }
+            if constexpr (kInPlaceHigh)
+                for (int m = 0; m < MR; ++m) {
+                    acc[m][0] = _mm512_add_epi32(acc[m][0], _mm512_srai_epi32(acc16[m][0], 4));
+                    acc[m][1] = _mm512_add_epi32(acc[m][1], _mm512_srai_epi32(acc16[m][1], 4));
+                }
+            __m512 ds[2], dm[2];
+            for (int v = 0; v < 2; ++v)
+                q4k_group_scales(rec + quant::kQ4KLevelsOffset, v, f16x16(f16 + 32 * v), f16x16(f16 + 64 + 32 * v),
+                                 &ds[v], &dm[v]);
+            for (int m = 0; m < MR; ++m) {
+                const int64_t i = (m0 + m) * x.G + g;
+                const __m512 xs = _mm512_set1_ps(x.xs[i]);
+                const __m512 xs_sum = _mm512_set1_ps(x.xs[i] * static_cast<float>(x.xsum[i]));
+                for (int v = 0; v < 2; ++v) {
+                    const __m512 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
+                    sum[m][v] = _mm512_fnmadd_ps(dm[v], xs_sum, r);
+                }
+            }
+        }
+    }
+    store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
+}
+
+// int6-k, step s of a group record, vector v (columns 16v..16v+15): the unsigned values u = q + 32 of
+// the low quad (k 8s..8s+3, *lo) and high quad (8s+4..8s+7, *hi). The high bit pairs of vector v are
+// the 32 B of half v at kQ6KHighOffset + 64 s: their low nibbles belong to the first 8 columns (the
+// vector's lower 256 bits), their high nibbles to the next 8, so the upper copy is shifted down by 4
+// (a 64-bit shift: only bits 0-3 of each byte are used after it). Then a pair is shifted to bits 4-5,
+// above its nibble, and masked (16-bit shifts: the mask drops what crossed from the next byte).
+inline void q6k_quads(const uint8_t* rec, int s, int v, __m512i* lo, __m512i* hi) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + quant::kQ6KHighOffset + s * 64 + v * 32));
+    const __m512i hb = _mm512_srlv_epi64(_mm512_broadcast_i64x4(half), _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
+    const __m512i b = _mm512_loadu_si512(rec + s * 128 + v * 64);
+    *lo = _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45));
+    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45));
+}
+
+template <int MR>
+void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+              int ncols) {
+    __m512 sum[MR][2];
+    for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < w.n_blocks; ++b) {
+        const uint8_t* blk = w.quant_block(p, b);
+        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q6K);
+        const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x.G - b * kGroupsPerBlock);
+        for (int64_t j = 0; j < groups; ++j) {
+            const int64_t g = b * kGroupsPerBlock + j;
+            const uint8_t* rec = blk + j * quant::kQ6KRecordBytes;
+            __m512i acc[MR][2];  // starts at -32 S: after the group, exactly D = sum q x
+            for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-32 * x.xsum[(m0 + m) * x.G + g]);
+            for (int s = 0; s < 4; ++s) {
+                if constexpr (MR == 1) record_ahead(rec, s, 4, quant::kQ6KRecordBytes);
+                __m512i lo0, hi0, lo1, hi1;
+                q6k_quads(rec, s, 0, &lo0, &hi0);
+                q6k_quads(rec, s, 1, &lo1, &hi1);
+                for (int m = 0; m < MR; ++m) {
+                    const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                    const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
+                    acc[m][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][0], lo0, xlo), hi0, xhi);
+                    acc[m][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][1], lo1, xlo), hi1, xhi);
+                }
+            }
+            const uint8_t* sc = rec + quant::kQ6KScalesOffset;
+            __m512 ds[2];
+            for (int v = 0; v < 2; ++v) {
+                const __m512i level = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * v)));
+                ds[v] = _mm512_mul_ps(f16x16(f16 + 32 * v), _mm512_cvtepi32_ps(level));
+            }
+            for (int m = 0; m < MR; ++m) {
+                const __m512 xs = _mm512_set1_ps(x.xs[(m0 + m) * x.G + g]);
+                for (int v = 0; v < 2; ++v)
+                    sum[m][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
+            }
+        }
+    }
+    store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
+}
+
+}  // namespace
+
+void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    static constexpr TileFn tiles[kMR] = {tile_q4k<1>, tile_q4k<2>, tile_q4k<3>, tile_q4k<4>, tile_q4k<5>, tile_q4k<6>};
+    run_panels(tiles, x, w, y, ldy, p0, p1);
+}
+
+void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    static constexpr TileFn tiles[kMR] = {tile_q6k<1>, tile_q6k<2>, tile_q6k<3>, tile_q6k<4>, tile_q6k<5>, tile_q6k<6>};
+    run_panels(tiles, x, w, y, ldy, p0, p1);
+}
+
+}  // namespace gdn::cpu::avx512

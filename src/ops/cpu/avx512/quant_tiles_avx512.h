@@ -1,0 +1,68 @@
+// What the AVX-512 VNNI kernels of every quantized format share (linear_quant_avx512.cpp,
+// linear_kquant_avx512.cpp): one 512-bit vector holds 16 columns x one k-quad (4 bytes per column), so a
+// panel row of 32 columns is 2 vectors; the activation quad of a row is broadcast to all lanes; tiles of
+// up to kMR rows. Compiled only into -mavx512vnni objects.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/cpu/stream_ahead.h"
+#include "ops/linear.h"
+
+namespace gdn::cpu::avx512 {
+
+constexpr int kMR = 6;  // rows per tile: 6 x 2 int32 accumulators + 6 x 2 f32 sums + weights = 29 of 32 zmm
+
+inline __m512i bcast_quad(const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+// A one-row tile (decode) asks for the lines of its group record kStreamAheadBytes further on, spread
+// over the record's `steps` steps. Zen 5, 2 threads, a 7168 x 1024 GEMV streamed from memory
+// (bench_ops BM_LinearQuant/1/7168/1024/F/0, 3 interleaved rounds): int4-k 57-61 us with it against
+// 64-66 without, int6-k 80-90 against 117-129; the hardware prefetchers alone left the quantized
+// streams at ~0.75 of the bf16 GEMV's bytes per second. The int8 and int4-sym tiles measured slower
+// with it (int8 116-139 us against 96-120, 4 interleaved rounds) and do without.
+inline void record_ahead(const uint8_t* rec, int step, int steps, int64_t record_bytes) {
+    const uint8_t* p = rec + step * (record_bytes / steps);
+    stream_ahead_128(p);
+    stream_ahead_128(p + 128);
+}
+
+// 16 f16 values (16 columns' scales) as f32.
+inline __m512 f16x16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
+// The first n of 16 lanes (n clamped to [0, 16]): a partial panel's columns.
+inline __mmask16 first_lanes(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
+
+template <int MR>
+inline void store_tile(__m512 (&sum)[MR][2], float* y, int64_t ldy, int ncols) {
+    const __mmask16 m0 = first_lanes(ncols), m1 = first_lanes(ncols - 16);
+    for (int m = 0; m < MR; ++m) {
+        _mm512_mask_storeu_ps(y + m * ldy, m0, sum[m][0]);
+        _mm512_mask_storeu_ps(y + m * ldy + 16, m1, sum[m][1]);
+    }
+}
+
+using TileFn = void (*)(const quant::QuantizedRows&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int);
+
+// tiles[mr - 1] = tile<mr>: the last row block of a batch is one tile too.
+inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantizedRows& x, const PackedWeight& w, float* y,
+                       int64_t ldy, int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+        const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
+        float* yp = y + p * quant::kCols;
+        for (int64_t m = 0; m < x.M; m += kMR) {
+            const int mr = static_cast<int>(std::min<int64_t>(kMR, x.M - m));
+            tiles[mr - 1](x, m, w, p, yp, ldy, ncols);
+        }
+    }
+}
+
+}  // namespace gdn::cpu::avx512
