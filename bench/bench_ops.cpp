@@ -314,12 +314,13 @@ void BM_AttentionPrefill(benchmark::State& state) {
     const KvArena kv(T * Hkv * D, 6);
     gdn::ops::Scratch sc;
     const std::vector<gdn::ops::AttnSeq> seqs = {{0, T, 0, kv.rows(Hkv * D, state.range(1) != 0)}};
-    const bool bf16_mode = state.range(2) != 0;  // AMX tiles where the CPU has them
+    const bool bf16_mode = state.range(2) != 0;  // AMX tiles where the CPU has them, else vdpbf16ps
     for (auto _ : state)
         gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, bf16_mode);
     state.counters["GFLOP/s"] = benchmark::Counter(4.0 * D * Hq * T * (T + 1) / 2.0,
                                                    benchmark::Counter::kIsIterationInvariantRate);
     state.counters["fp32_peak_GFLOP/s"] = limits().fp32_gflops;
+    state.counters["bf16_peak_GFLOP/s"] = limits().bf16_gflops;
 }
 BENCHMARK(BM_AttentionPrefill)->ArgsProduct({{512, 2048, 8192}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -373,24 +373,31 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
     }
 }
 
-// The bf16-mode prefill on AMX tiles (where the CPU has them; rows past 256 keys, the first ones stay on
-// the f32 kernel: every case here crosses that line or starts past it): Q, K, V and the probabilities in bf16,
-// every product and sum in f32. Against the f32 reference: |error| <= 3e-3 (measured <= 9.3e-4, outputs O(0.7);
+// The bf16-mode prefill on each engine the CPU has (AMX tiles, vdpbf16ps; rows past 256 keys, the first
+// ones stay on the f32 kernel: every case here crosses that line or starts past it): Q, K, V and the
+// probabilities in bf16, every product and sum in f32. Against the f32 reference: |error| <= 3e-3 (measured <= 9.3e-4, outputs O(0.7);
 // bf16 keeps 8 bits, so the scores are off by ~2^-9 of |q||k| and the probabilities by 2^-9 each). And
 // batch invariance, bitwise: a row gives the same output whether its sequence is prefilled in one
 // chunk or two (the second with the first as past keys), as the prefix cache needs (one-token rows are
 // decode steps: the f32 decode kernel, as before).
-TEST(OpsCpu, AttentionPrefillAmxBf16) {
-    if (!cpu_has_amx_bf16()) GTEST_SKIP() << "no AMX-BF16 on this CPU";
+TEST(OpsCpu, AttentionPrefillBf16) {
+    if (!has_bf16_dot()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+    const bool amx_before = has_amx_bf16();
+    std::vector<bool> engines = {false};  // uses AMX
+    if (cpu_has_amx_bf16()) engines.push_back(true);
+    for (bool amx : engines)
     for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
              {2, 255, 4, 2, 32}, {7, 300, 4, 2, 32}, {70, 203, 8, 2, 64}, {37, 241, 8, 2, 256}, {9, 550, 10, 2, 32},
-             {33, 250, 6, 1, 64}, {100, 260, 14, 2, 32}, {5, 400, 2, 2, 256}, {64, 287, 8, 2, 256}}) {  // groups 1-7
+             {33, 250, 6, 1, 64}, {100, 260, 14, 2, 32}, {5, 400, 2, 2, 256}, {64, 287, 8, 2, 256},  // groups 1-7
+             {40, 700, 4, 1, 96}, {130, 200, 2, 1, 160}}) {  // D with a 32-dim tail; chunks ending mid-block
         const int64_t nk = n_past + T, row = Hkv * D;
         auto q = random_vec(T * 2 * Hq * D, 19 + T), kv = random_vec(2 * nk * row, 20 + nk);
         for (float& x : kv) x = round_bf16(x);
         const PagedKv paged(kv, nk, row, 7);
-        const std::string what = "T=" + std::to_string(T) + " n_past=" + std::to_string(n_past) + " Hq=" +
-                                 std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+        const std::string what = std::string(amx ? "amx" : "vdpbf16ps") + " T=" + std::to_string(T) + " n_past=" +
+                                 std::to_string(n_past) + " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+                                 " D=" + std::to_string(D);
+        set_amx_bf16(amx);
         // seqs of (t0, T, n_past) over the same keys; bf16 mode unless the reference is forced.
         auto run = [&](bool bf16_kv, const std::vector<std::array<int64_t, 3>>& parts) {
             const cpu::KvRows rows = paged.rows(bf16_kv);
@@ -404,7 +411,7 @@ TEST(OpsCpu, AttentionPrefillAmxBf16) {
         force_reference(OpId::ATTENTION, true);
         const std::vector<float> want = run(false, {{0, T, n_past}});
         force_reference(OpId::ATTENTION, false);
-        ASSERT_TRUE(ops::uses_amx_attention(Hq, Hkv, D, true)) << what;
+        ASSERT_TRUE(ops::uses_bf16_attention(Hq, Hkv, D, true)) << what;
         const std::vector<float> got = run(false, {{0, T, n_past}});
         float max_err = 0.0f, max_out = 0.0f;
         for (size_t i = 0; i < want.size(); ++i) {
@@ -412,7 +419,7 @@ TEST(OpsCpu, AttentionPrefillAmxBf16) {
             max_err = std::max(max_err, std::abs(got[i] - want[i]));
             max_out = std::max(max_out, std::abs(want[i]));
         }
-        std::printf("amx attention %s: max |error| %.2e (max |out| %.2f)\n", what.c_str(), max_err, max_out);
+        std::printf("bf16 attention %s: max |error| %.2e (max |out| %.2f)\n", what.c_str(), max_err, max_out);
         EXPECT_EQ(run(true, {{0, T, n_past}}), got) << what << ": a bf16 cache holding the same values";
         const int64_t split = T / 2;  // both parts prefill chunks (a one-token chunk takes the decode kernel)
         if (split >= 2 && T - split >= 2) {
@@ -420,9 +427,10 @@ TEST(OpsCpu, AttentionPrefillAmxBf16) {
             for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(two[i], got[i]) << what << " split at " << split << " i=" << i;
         }
     }
-    // A head size the AMX kernel does not take stays on f32 FMA, and says so (counted, logged once).
+    set_amx_bf16(amx_before);
+    // A head size the bf16 kernels do not take stays on f32 FMA, and says so (counted, logged once).
     const int64_t Hq = 4, Hkv = 2, D = 24, T = 4, n_past = 300, nk = n_past + T;
-    ASSERT_FALSE(ops::uses_amx_attention(Hq, Hkv, D, true));
+    ASSERT_FALSE(ops::uses_bf16_attention(Hq, Hkv, D, true));
     auto q = random_vec(T * 2 * Hq * D, 3), kv = random_vec(2 * nk * Hkv * D, 4);
     const PagedKv paged(kv, nk, Hkv * D, 5);
     std::vector<float> out(T * Hq * D);

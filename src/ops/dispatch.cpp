@@ -302,8 +302,9 @@ std::string kernel_selection_report() {
                  : kAutoUsesChunked ? " (prefill: full 64-token chunks in the chunked form, by measurement)"
                                     : " (prefill: recurrent, one token per pass; the chunked form measured slower here)";
         } else if (op == OpId::MOE && isa != Isa::REF) s += " (scalar routing; experts grouped, on the linear kernels)";
-        else if (op == OpId::ATTENTION && isa == Isa::AVX512 && has_amx_bf16())
-            s += " (bf16-mode prefill rows past 256 keys: AMX tiles, Q/K/V/P in bf16)";
+        else if (op == OpId::ATTENTION && isa == Isa::AVX512 && has_bf16_dot())
+            s += has_amx_bf16() ? " (bf16-mode prefill rows past 256 keys: AMX tiles, Q/K/V/P in bf16)"
+                                : " (bf16-mode prefill rows past 256 keys: vdpbf16ps flash tiles, Q/K/V/P in bf16)";
         else if (op == OpId::ARGMAX && argmax_screen_available())
             s += std::string(" (greedy lm_head: ") + argmax_screen_kernel() + ")";
         s += "\n";

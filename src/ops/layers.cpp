@@ -7,7 +7,7 @@
 #include "core/log.h"
 #include "core/profiler.h"
 #include "core/thread_pool.h"
-#include "ops/cpu/attention_amx.h"
+#include "ops/cpu/attention_bf16.h"
 #include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
 #include "ops/linear.h"
@@ -522,10 +522,11 @@ namespace {
 // tokens then equals their decode, the prefix cache's exactness for generated tokens).
 constexpr int64_t kKeysPerUnit = 256;
 
-// Prefill on AMX tiles (ops/cpu/attention_amx.h): per sequence, every KV head's keys are packed once
-// (in parallel over 256-key ranges), then the blocks of query rows run, dealt round-robin (later blocks
-// see more keys, so contiguous ranges would be unbalanced).
-void attention_prefill_amx(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& pre, int64_t Hq,
+// Prefill in bf16 (ops/cpu/attention_bf16.h): per sequence, every KV head's keys are packed once (in
+// parallel over 256-key ranges), then the blocks of query rows run on AMX tiles where the CPU has them,
+// else on vdpbf16ps, dealt round-robin (later blocks see more keys, so contiguous ranges would be
+// unbalanced).
+void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& pre, int64_t Hq,
                            int64_t Hkv, int64_t D, float scale, float* out, Scratch& sc) {
     const int64_t group = Hq / Hkv, tokens_per_block = 32 / group;
     constexpr int64_t kPackKeys = 256;
@@ -538,18 +539,18 @@ void attention_prefill_amx(const float* q, const float* gate, int64_t ldq, const
         global_pool().parallel_for(Hkv * ranges, [&](int64_t u0, int64_t u1) {
             for (int64_t u = u0; u < u1; ++u) {
                 const int64_t g = u / ranges, j0 = (u % ranges) * kPackKeys;
-                cpu::avx512::attention_amx_pack(s.kv, g * D, D, n_keys, j0, std::min(nk, j0 + kPackKeys),
+                cpu::avx512::attention_bf16_pack(s.kv, g * D, D, n_keys, j0, std::min(nk, j0 + kPackKeys),
                                                 kt + g * per_head, vp + g * per_head, nk);
             }
         });
         const int64_t n_blocks = (s.T + tokens_per_block - 1) / tokens_per_block;
+        const auto block = has_amx_bf16() ? cpu::avx512::attention_amx_block : cpu::avx512::attention_dot_block;
         global_pool().run([&](int ith, int nth) {
             for (int64_t u = ith; u < Hkv * n_blocks; u += nth) {
                 const int64_t blk = u / Hkv, g = u % Hkv, tb = blk * tokens_per_block;
                 const int64_t off = s.t0 * ldq + g * group * D;
-                cpu::avx512::attention_amx_block(q + off, gate ? gate + off : nullptr, ldq, group, D, s.n_past, tb,
-                                                 std::min(tokens_per_block, s.T - tb), kt + g * per_head,
-                                                 vp + g * per_head, nk, scale, out + (s.t0 * Hq + g * group) * D, Hq * D);
+                block(q + off, gate ? gate + off : nullptr, ldq, group, D, s.n_past, tb, std::min(tokens_per_block, s.T - tb),
+                      kt + g * per_head, vp + g * per_head, nk, scale, out + (s.t0 * Hq + g * group) * D, Hq * D);
             }
         });
     }
@@ -557,9 +558,9 @@ void attention_prefill_amx(const float* q, const float* gate, int64_t ldq, const
 
 }  // namespace
 
-bool uses_amx_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16) {
-    return bf16 && op_isa(OpId::ATTENTION) == Isa::AVX512 && has_amx_bf16() &&
-           cpu::avx512::attention_amx_supported(D, Hq / Hkv);
+bool uses_bf16_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16) {
+    return bf16 && op_isa(OpId::ATTENTION) == Isa::AVX512 && has_bf16_dot() &&
+           cpu::avx512::attention_bf16_supported(D, Hq / Hkv);
 }
 
 void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
@@ -643,22 +644,22 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         }, merge_grain);
     }
     if (pre.empty()) return;
-    if (bf16 && isa == Isa::AVX512 && has_amx_bf16() && !uses_amx_attention(Hq, Hkv, D, bf16) &&
+    if (bf16 && isa == Isa::AVX512 && has_bf16_dot() && !uses_bf16_attention(Hq, Hkv, D, bf16) &&
         std::any_of(pre.begin(), pre.end(), [](const AttnSeq& s) { return s.n_past + s.T > kKeysPerUnit; }))
-        count_fallback(OpId::ATTENTION, "prefill stays on f32 FMA: the AMX kernel needs D % 32 == 0, D <= 512 and "
+        count_fallback(OpId::ATTENTION, "prefill stays on f32 FMA: the bf16 kernels need D % 32 == 0, D <= 512 and "
                                         "at most 32 query heads per KV head");
-    if (uses_amx_attention(Hq, Hkv, D, bf16)) {
-        // Rows past kKeysPerUnit keys to the AMX kernel, the first ones stay below (see kKeysPerUnit).
-        std::vector<AttnSeq>& amx = sc.attn_amx_seqs;
-        amx.clear();
+    if (uses_bf16_attention(Hq, Hkv, D, bf16)) {
+        // Rows past kKeysPerUnit keys to the bf16 kernels, the first ones stay below (see kKeysPerUnit).
+        std::vector<AttnSeq>& late = sc.attn_bf16_seqs;
+        late.clear();
         size_t n_f32 = 0;
         for (const AttnSeq& s : pre) {
             const int64_t t_split = std::clamp<int64_t>(kKeysPerUnit - s.n_past, 0, s.T);
-            if (t_split < s.T) amx.push_back({s.t0 + t_split, s.T - t_split, s.n_past + t_split, s.kv});
+            if (t_split < s.T) late.push_back({s.t0 + t_split, s.T - t_split, s.n_past + t_split, s.kv});
             if (t_split > 0) pre[n_f32++] = {s.t0, t_split, s.n_past, s.kv};
         }
         pre.resize(n_f32);
-        if (!amx.empty()) attention_prefill_amx(q, gate, ldq, amx, Hq, Hkv, D, scale, out, sc);
+        if (!late.empty()) attention_prefill_bf16(q, gate, ldq, late, Hq, Hkv, D, scale, out, sc);
         if (pre.empty()) return;
     }
     // Units: (sequence, query token, kv head); each covers its `group` query heads.

@@ -35,7 +35,7 @@ public:
     std::vector<int64_t> attn_units;   // decode attention: first key-range unit of each sequence
     std::vector<GdnSeq> gdn_step_seqs, gdn_staged_seqs;  // a GDN call's sequences by path
     std::vector<int64_t> gdn_rows;                       // the staged path's token rows
-    std::vector<AttnSeq> attn_decode_seqs, attn_prefill_seqs, attn_amx_seqs;  // an attention call's by path
+    std::vector<AttnSeq> attn_decode_seqs, attn_prefill_seqs, attn_bf16_seqs;  // an attention call's by path
 
 private:
     std::vector<Buffer> f_;  // huge-page backed when large (page faults on first touch cost ~10 us per 4 KiB here)
@@ -106,10 +106,11 @@ struct AttnSeq {
     cpu::KvRows kv;
 };
 // out [N, Hq, D] = causal softmax attention with GQA, times sigmoid(gate). q, gate rows of ldq floats.
-// bf16 (the activation mode): prefill rows with more than 256 keys may run on AMX tiles with Q, K, V and
-// the probabilities in bf16 (uses_amx_attention); the rest, one-token rows and f32 mode stay in f32.
+// bf16 (the activation mode): prefill rows with more than 256 keys run with Q, K, V and the
+// probabilities in bf16 on AVX-512 BF16 CPUs (AMX tiles or vdpbf16ps; uses_bf16_attention); the rest,
+// one-token rows and f32 mode stay in f32.
 void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
                int64_t Hkv, int64_t D, float* out, Scratch& scratch, bool bf16);
-bool uses_amx_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16);
+bool uses_bf16_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16);
 
 }  // namespace gdn::ops

@@ -18,51 +18,14 @@
 #include <cmath>
 #include <vector>
 
-#include "core/dtype.h"
-#include "ops/cpu/attention_amx.h"
+#include "ops/cpu/attention_bf16.h"
 #include "ops/cpu/avx512/amx_tiles.h"
+#include "ops/cpu/avx512/attention_bf16_common.h"
 #include "ops/cpu/simd.h"
 
 namespace gdn::cpu::avx512 {
 
 namespace {
-
-inline uint32_t bf16_pair(float lo, float hi) {
-    return static_cast<uint32_t>(f32_to_bf16(lo)) | static_cast<uint32_t>(f32_to_bf16(hi)) << 16;
-}
-
-template <typename E>
-inline float kv_value(const E* p, int64_t i) {
-    if constexpr (sizeof(E) == 2) return bf16_to_f32(p[i]);
-    else return p[i];
-}
-
-// 32 floats -> 16 bf16 pairs (k, k + 1) in memory order.
-inline void pack_pairs32(const float* x, uint32_t* out) {
-    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 16), _mm512_loadu_ps(x));
-    _mm512_storeu_si512(out, (__m512i)h);
-}
-
-template <typename E>
-void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1, uint32_t* kt,
-               uint32_t* vp, int64_t nk) {
-    // kt [D/2][nk]: column j holds key j's dims as pairs; vp [nk/2][D]: row jp holds keys 2jp, 2jp+1 per dim.
-    for (int64_t j = j0; j < j1; ++j) {
-        if (j < n_keys) {
-            const E* k = kv.k<E>(j) + hoff;
-            for (int64_t i = 0; i < D / 2; ++i) kt[i * nk + j] = bf16_pair(kv_value(k, 2 * i), kv_value(k, 2 * i + 1));
-        } else {
-            for (int64_t i = 0; i < D / 2; ++i) kt[i * nk + j] = 0;
-        }
-    }
-    for (int64_t jp = j0 / 2; jp < j1 / 2; ++jp) {
-        uint32_t* row = vp + jp * D;
-        const int64_t ja = 2 * jp, jb = 2 * jp + 1;
-        const E* va = ja < n_keys ? kv.v<E>(ja) + hoff : nullptr;
-        const E* vb = jb < n_keys ? kv.v<E>(jb) + hoff : nullptr;
-        for (int64_t d = 0; d < D; ++d) row[d] = bf16_pair(va ? kv_value(va, d) : 0.0f, vb ? kv_value(vb, d) : 0.0f);
-    }
-}
 
 struct BlockScratch {
     std::vector<uint32_t> qa, pa;
@@ -70,14 +33,6 @@ struct BlockScratch {
 };
 
 }  // namespace
-
-bool attention_amx_supported(int64_t D, int64_t group) { return D % 32 == 0 && D <= 512 && group >= 1 && group <= 32; }
-
-void attention_amx_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1, uint32_t* kt,
-                        uint32_t* vp, int64_t nk) {
-    if (kv.bf16) pack_keys<uint16_t>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk);
-    else pack_keys<float>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk);
-}
 
 void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D, int64_t n_past,
                          int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp, int64_t nk, float scale,
@@ -131,16 +86,9 @@ void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t
         amx::gemm_block(b.pa.data(), nkb32 / 2, rows, vp + dc, D, 16 * D, nkb32 / 32, b.o.data() + dc, D);
     amx::release();
 
-    for (int r = 0; r < rows; ++r) {
-        const __m512 inv = _mm512_set1_ps(b.inv_sum[r]);
-        const float* g = gate ? gate + (tb + r / group) * ldq + (r % group) * D : nullptr;
-        float* orow = out + (tb + r / group) * ldo + (r % group) * D;
-        for (int64_t d = 0; d < D; d += 16) {
-            __m512 v = _mm512_mul_ps(_mm512_loadu_ps(b.o.data() + r * D + d), inv);
-            if (g) v = _mm512_mul_ps(v, simd::vsigmoid(_mm512_loadu_ps(g + d)));
-            _mm512_storeu_ps(orow + d, v);
-        }
-    }
+    for (int r = 0; r < rows; ++r)
+        write_gated_row(b.o.data() + r * D, b.inv_sum[r], gate ? gate + (tb + r / group) * ldq + (r % group) * D : nullptr,
+                        D, out + (tb + r / group) * ldo + (r % group) * D);
 }
 
 }  // namespace gdn::cpu::avx512

@@ -1,0 +1,215 @@
+// Prefill attention with vdpbf16ps (bf16 mode on AVX-512 BF16 CPUs without AMX; the AMX engine is
+// attention_amx.cpp). Flash-style: a block of up to 32 query rows (tokens x the query heads of one KV
+// head) walks its keys in fixed chunks of kChunk keys from key 0, keeping per row a running maximum m,
+// a running sum l and an f32 output block O [rows, D] in L1:
+//
+//   S [rows, c] = (Q rows as bf16 pairs) . K chunk     vdpbf16ps, K from kt (dim pairs, keys along a row)
+//   m' = max(m, scale S on the row's causal keys); P = exp(scale S - m'), 0 past the row's limit
+//   O = O exp(m - m') + (P as bf16 pairs) . V chunk     vdpbf16ps, V from vp (key pairs, dims along a row)
+//   l = l exp(m - m') + sum P;  finally out = O / l (x sigmoid(gate))
+//
+// Register tiles of up to kTileRows rows x 4 vectors (64 keys of S, 64 dims of O), the operand row
+// loaded once per step and each row's pair broadcast. A row is only touched by chunks that hold at least
+// one of its keys, and a chunk's work for a row depends on nothing but that row's q, keys and limit, so
+// a row gives the same bits in any block and any prefill chunk (the prefix cache's exactness), and the
+// per-block key range stops at the block's last causal key (causal tile skipping).
+#define GDN_SIMD_AVX512
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+#include <vector>
+
+#include "ops/cpu/attention_bf16.h"
+#include "ops/cpu/avx512/attention_bf16_common.h"
+#include "ops/cpu/simd.h"
+
+namespace gdn::cpu::avx512 {
+
+namespace {
+
+constexpr int kChunk = 64;     // keys per online-softmax step: 4 vectors of S, 32 key pairs of P . V
+constexpr int kTileRows = 6;   // rows per register tile: 6 x 4 f32 accumulators + 4 operand vectors
+constexpr int kMaxRows = 32;
+
+inline __m512bh as_pairs(__m512i v) { return (__m512bh)v; }
+
+// s [R][kChunk] = the rows' q pairs (qa, row stride D2) dotted with keys [0, 16 NV) of the chunk (kt: row
+// i = dim pair i, stride nk).
+template <int R, int NV>
+void score_tile(const uint32_t* qa, int64_t D2, const uint32_t* kt, int64_t nk, float* s) {
+    __m512 acc[R][NV];
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < D2; ++i) {
+        __m512i k[NV];
+        for (int v = 0; v < NV; ++v) k[v] = _mm512_loadu_si512(kt + i * nk + 16 * v);
+        for (int r = 0; r < R; ++r) {
+            const __m512bh a = as_pairs(_mm512_set1_epi32(static_cast<int>(qa[r * D2 + i])));
+            for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, as_pairs(k[v]));
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(s + r * kChunk + 16 * v, acc[r][v]);
+}
+
+// o [R][D] (columns [0, 16 NV) from o) = o x corr[r] + the rows' P pairs (pa, row stride kChunk / 2)
+// dotted with npairs key pairs of V (vp: row = key pair, stride D).
+template <int R, int NV>
+void value_tile(const uint32_t* pa, int npairs, const uint32_t* vp, int64_t D, const float* corr, float* o) {
+    __m512 acc[R][NV];
+    for (int r = 0; r < R; ++r) {
+        const __m512 c = _mm512_set1_ps(corr[r]);
+        for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_mul_ps(_mm512_loadu_ps(o + r * D + 16 * v), c);
+    }
+    for (int i = 0; i < npairs; ++i) {
+        __m512i w[NV];
+        for (int v = 0; v < NV; ++v) w[v] = _mm512_loadu_si512(vp + i * D + 16 * v);
+        for (int r = 0; r < R; ++r) {
+            const __m512bh a = as_pairs(_mm512_set1_epi32(static_cast<int>(pa[r * (kChunk / 2) + i])));
+            for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, as_pairs(w[v]));
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(o + r * D + 16 * v, acc[r][v]);
+}
+
+// Tile functions by rows (1..kTileRows) and vectors (2 or 4).
+template <template <int, int> class F, int NV, int... R>
+constexpr auto tiles_by_rows(std::integer_sequence<int, R...>) {
+    return std::array{&F<R + 1, NV>::run...};
+}
+template <int R, int NV>
+struct Score {
+    static void run(const uint32_t* qa, int64_t D2, const uint32_t* kt, int64_t nk, float* s) {
+        score_tile<R, NV>(qa, D2, kt, nk, s);
+    }
+};
+template <int R, int NV>
+struct Value {
+    static void run(const uint32_t* pa, int npairs, const uint32_t* vp, int64_t D, const float* corr, float* o) {
+        value_tile<R, NV>(pa, npairs, vp, D, corr, o);
+    }
+};
+constexpr auto kScore4 = tiles_by_rows<Score, 4>(std::make_integer_sequence<int, kTileRows>{});
+constexpr auto kScore2 = tiles_by_rows<Score, 2>(std::make_integer_sequence<int, kTileRows>{});
+constexpr auto kValue4 = tiles_by_rows<Value, 4>(std::make_integer_sequence<int, kTileRows>{});
+constexpr auto kValue2 = tiles_by_rows<Value, 2>(std::make_integer_sequence<int, kTileRows>{});
+
+struct alignas(64) DotScratch {
+    std::vector<uint32_t> qa;  // [rows][D / 2]
+    std::vector<float> o;      // [rows][D]
+    float s[kMaxRows * kChunk];
+    uint32_t pa[kMaxRows * kChunk / 2];
+    float m[kMaxRows], l[kMaxRows], corr[kMaxRows];
+};
+
+}  // namespace
+
+void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D, int64_t n_past,
+                         int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp, int64_t nk, float scale,
+                         float* out, int64_t ldo) {
+    const int rows = static_cast<int>(ntok * group);
+    const int64_t D2 = D / 2;
+    const int64_t nkb = n_past + tb + ntok;  // keys the block's last token sees
+    thread_local DotScratch b;
+    if (b.qa.size() < static_cast<size_t>(kMaxRows * D2)) b.qa.resize(kMaxRows * D2);
+    if (b.o.size() < static_cast<size_t>(kMaxRows * D)) b.o.resize(kMaxRows * D);
+    auto q_row = [&](int r) { return q + (tb + r / group) * ldq + (r % group) * D; };
+    auto limit = [&](int r) { return n_past + tb + r / group + 1; };  // row r's keys: [0, limit)
+    for (int r = 0; r < rows; ++r) {
+        for (int64_t d = 0; d < D; d += 32) pack_pairs32(q_row(r) + d, b.qa.data() + r * D2 + d / 2);
+        std::fill(b.o.data() + r * D, b.o.data() + (r + 1) * D, 0.0f);
+        b.m[r] = -INFINITY;
+        b.l[r] = 0.0f;
+    }
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int64_t c0 = 0; c0 < nkb; c0 += kChunk) {
+        // Rows with a key in this chunk: limits grow with the row, so they are [r0, rows).
+        int r0 = 0;
+        while (limit(r0) <= c0) ++r0;
+        const int nv = static_cast<int>(std::min<int64_t>(kChunk, nk - c0)) / 16;  // 4, or 2 at a 32-key tail of nk
+        for (int r = r0; r < rows; r += kTileRows) {
+            const int R = std::min(kTileRows, rows - r);
+            (nv == 4 ? kScore4 : kScore2)[R - 1](b.qa.data() + r * D2, D2, kt + c0, nk, b.s + r * kChunk);
+        }
+        for (int r = r0; r < rows; ++r) {
+            const float* sr = b.s + r * kChunk;
+            const int64_t valid = std::min<int64_t>(16 * nv, limit(r) - c0);
+            __m512 sv[4], vmax = _mm512_set1_ps(-INFINITY);
+            for (int v = 0; v < nv; ++v) {
+                sv[v] = _mm512_mul_ps(_mm512_loadu_ps(sr + 16 * v), vscale);
+                vmax = _mm512_mask_max_ps(vmax, simd::lanes_mask(valid - 16 * v), vmax, sv[v]);
+            }
+            const float m_new = std::max(b.m[r], _mm512_reduce_max_ps(vmax));
+            // exp(m - m') is exactly 1 when the maximum stays (and 0 on the row's first chunk).
+            b.corr[r] = m_new == b.m[r] ? 1.0f : std::exp(b.m[r] - m_new);
+            b.m[r] = m_new;
+            const __m512 mx = _mm512_set1_ps(m_new);
+            __m512 vsum = _mm512_setzero_ps();
+            __m512 p[4];
+            for (int v = 0; v < nv; ++v) {
+                // Keys past the row's limit are exact zeros (vexp clamps: it never returns 0 by itself).
+                p[v] = _mm512_maskz_mov_ps(simd::lanes_mask(valid - 16 * v), simd::vexp(_mm512_sub_ps(sv[v], mx)));
+                vsum = _mm512_add_ps(vsum, p[v]);
+            }
+            b.l[r] = b.l[r] * b.corr[r] + _mm512_reduce_add_ps(vsum);
+            uint32_t* pr = b.pa + r * (kChunk / 2);
+            for (int v = 0; v < nv; v += 2) _mm512_storeu_si512(pr + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
+        }
+        const uint32_t* vc = vp + (c0 / 2) * D;
+        for (int r = r0; r < rows; r += kTileRows) {
+            const int R = std::min(kTileRows, rows - r);
+            int64_t d = 0;
+            for (; d + 64 <= D; d += 64)
+                kValue4[R - 1](b.pa + r * (kChunk / 2), 8 * nv, vc + d, D, b.corr + r, b.o.data() + r * D + d);
+            if (d < D) kValue2[R - 1](b.pa + r * (kChunk / 2), 8 * nv, vc + d, D, b.corr + r, b.o.data() + r * D + d);
+        }
+    }
+    for (int r = 0; r < rows; ++r)
+        write_gated_row(b.o.data() + r * D, 1.0f / b.l[r], gate ? gate + (tb + r / group) * ldq + (r % group) * D : nullptr,
+                        D, out + (tb + r / group) * ldo + (r % group) * D);
+}
+
+bool attention_bf16_supported(int64_t D, int64_t group) { return D % 32 == 0 && D <= 512 && group >= 1 && group <= 32; }
+
+namespace {
+
+template <typename E>
+inline float kv_value(const E* p, int64_t i) {
+    if constexpr (sizeof(E) == 2) return bf16_to_f32(p[i]);
+    else return p[i];
+}
+
+template <typename E>
+void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1, uint32_t* kt,
+               uint32_t* vp, int64_t nk) {
+    // kt [D/2][nk]: column j holds key j's dims as pairs; vp [nk/2][D]: row jp holds keys 2jp, 2jp+1 per dim.
+    for (int64_t j = j0; j < j1; ++j) {
+        if (j < n_keys) {
+            const E* k = kv.k<E>(j) + hoff;
+            for (int64_t i = 0; i < D / 2; ++i) kt[i * nk + j] = bf16_pair(kv_value(k, 2 * i), kv_value(k, 2 * i + 1));
+        } else {
+            for (int64_t i = 0; i < D / 2; ++i) kt[i * nk + j] = 0;
+        }
+    }
+    for (int64_t jp = j0 / 2; jp < j1 / 2; ++jp) {
+        uint32_t* row = vp + jp * D;
+        const int64_t ja = 2 * jp, jb = 2 * jp + 1;
+        const E* va = ja < n_keys ? kv.v<E>(ja) + hoff : nullptr;
+        const E* vb = jb < n_keys ? kv.v<E>(jb) + hoff : nullptr;
+        for (int64_t d = 0; d < D; ++d) row[d] = bf16_pair(va ? kv_value(va, d) : 0.0f, vb ? kv_value(vb, d) : 0.0f);
+    }
+}
+
+}  // namespace
+
+void attention_bf16_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1, uint32_t* kt,
+                         uint32_t* vp, int64_t nk) {
+    if (kv.bf16) pack_keys<uint16_t>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk);
+    else pack_keys<float>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk);
+}
+
+}  // namespace gdn::cpu::avx512
