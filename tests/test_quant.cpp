@@ -86,8 +86,10 @@ TEST(Quant, EveryIsaMatchesReference) {
 }
 
 // Where the products are used inside other ops: the fused SwiGLU layout and the argmax.
+// M = 1, 3, 7: the fused epilogue's tiles of 1, 3, 6 + 1 rows (AVX-512).
 TEST(Quant, SwigluAndArgmaxOverQuantizedWeights) {
-    const int64_t M = 3, I = 48, K = 70;
+    const int64_t I = 48, K = 70;
+    for (int64_t M : {1, 3, 7})
     for (WeightFormat f : kFormats) {
         auto g = random_vec(I * K, 1), u = random_vec(I * K, 2), x = random_vec(M * K, 3);
         LinearWeight sw = make_swiglu_linear(TensorView::contiguous(g.data(), DType::F32, {I, K}),
@@ -101,7 +103,7 @@ TEST(Quant, SwigluAndArgmaxOverQuantizedWeights) {
             linear(x.data(), M, lu, yu.data(), true);
             for (int64_t i = 0; i < M * I; ++i) {
                 const float want = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
-                ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want))) << weight_format_name(f) << " " << isa_name(isa);
+                ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want))) << weight_format_name(f) << " " << isa_name(isa) << " M=" << M;
             }
             std::vector<int32_t> ids(M);
             linear_argmax(x.data(), M, lg, ids.data(), true);

@@ -211,6 +211,9 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
         });
         return;
     }
+    // Quantized weights: the table's SwiGLU epilogue where the row has one (silu(gate) x up of the
+    // unrounded products, as the bf16 epilogue above).
+    if (is_quantized(p.format) && linear_quantized_swiglu(x, M, p, out)) return;
     float* products = products_scratch(M * N);  // [M, 2I] in the interleaved column order
     linear(x, M, w, products, bf16_act);
     // Each 32 columns are [gate 16 | up 16]: as rows of a [M * I / 16, 2 * 16] gate|up matrix, they give

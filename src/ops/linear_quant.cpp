@@ -21,34 +21,38 @@ void ref_gemm(const quant::QuantizedRows& x, const PackedWeight& w, float* y, in
 // (Skylake-X) run the AVX2 kernels, which every AVX-512 CPU executes; the activation quantizer is the
 // AVX2 one everywhere (M x K work against the product's M x N x K).
 const QuantKernelRow kTable[] = {
-    {Isa::REF, WeightFormat::Q8, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
-    {Isa::REF, WeightFormat::Q4, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
-    {Isa::REF, WeightFormat::Q4K, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
-    {Isa::REF, WeightFormat::Q6K, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, false, false},
+    {Isa::REF, WeightFormat::Q8, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, nullptr, false},
+    {Isa::REF, WeightFormat::Q4, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, nullptr, false},
+    {Isa::REF, WeightFormat::Q4K, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, nullptr, false},
+    {Isa::REF, WeightFormat::Q6K, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, nullptr, false},
     {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", false, cpu::avx2::quantize_activation_row,
-     cpu::avx2::linear_q8, false, false},
+     cpu::avx2::linear_q8, nullptr, false},
     {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", false, cpu::avx2::quantize_activation_row,
-     cpu::avx2::linear_q4, false, false},
+     cpu::avx2::linear_q4, nullptr, false},
     {Isa::AVX2, WeightFormat::Q4K, "avx2 vpmaddubsw (int16 group sums, minimum by group sum)", false,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, nullptr, false},
     {Isa::AVX2, WeightFormat::Q6K, "avx2 vpmaddubsw (q + 32, offset by group sum)", false, cpu::avx2::quantize_activation_row,
-     cpu::avx2::linear_q6k, false, false},
+     cpu::avx2::linear_q6k, nullptr, false},
     {Isa::AVX512, WeightFormat::Q8, "avx512 vpdpbusd (weight + 128, group-sum offset)", true,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q8, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q8,
+     cpu::avx512::linear_q8_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4, "avx512 vpdpbusd (nibble + 8, group-sum offset)", true,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4,
+     cpu::avx512::linear_q4_swiglu, false},
     {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; this CPU has no AVX-512 VNNI)", false,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, nullptr, false},
     {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; this CPU has no AVX-512 VNNI)", false,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, nullptr, false},
     {Isa::AVX512, WeightFormat::Q4K, "avx512 vpdpbusd (group scale and minimum in f32)", true,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4k, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4k,
+     cpu::avx512::linear_q4k_swiglu, false},
     {Isa::AVX512, WeightFormat::Q6K, "avx512 vpdpbusd (q + 32, group-sum offset)", true,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q6k, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q6k,
+     cpu::avx512::linear_q6k_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", false,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, nullptr, false},
     {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", false,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q6k, false, false},
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q6k, nullptr, false},
 };
 
 quant::QuantizedRows& activation_scratch() {
@@ -65,28 +69,48 @@ const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format) {
     return kTable[0];
 }
 
+namespace {
+
+// x [M, K] quantized per row and group into the thread's scratch, by the table row's quantizer.
+const quant::QuantizedRows& quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, const QuantKernelRow& k) {
+    GDN_PROFILE("quantize activations");
+    quant::QuantizedRows& xq = activation_scratch();
+    xq.resize(M, K);
+    if (isa == Isa::REF) {
+        for (int64_t m = 0; m < M; ++m) k.quantize(x + m * K, &xq, m);
+    } else {
+        global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
+            for (int64_t m = m0; m < m1; ++m) k.quantize(x + m * K, &xq, m);
+        }, row_grain(2 * K));
+    }
+    return xq;
+}
+
+// The columns of every panel into y [M, ldy] by gemm: the reference single threaded, else over the pool.
+void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y, int64_t ldy) {
+    if (isa == Isa::REF) {
+        gemm(xq, w, y, ldy, 0, w.n_panels);
+    } else {
+        global_pool().parallel_for_balanced(w.n_panels, min_stream_panels(w.panel_bytes(), xq.M),
+                                            [&](int, int64_t p0, int64_t p1) { gemm(xq, w, y, ldy, p0, p1); });
+    }
+}
+
+}  // namespace
+
 void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out) {
     const Isa isa = op_isa(OpId::LINEAR);
     const QuantKernelRow& k = quant_kernel(isa, w.format);
-    quant::QuantizedRows& xq = activation_scratch();
-    {
-        GDN_PROFILE("quantize activations");
-        xq.resize(M, w.K);
-        if (isa == Isa::REF) {
-            for (int64_t m = 0; m < M; ++m) k.quantize(x + m * w.K, &xq, m);
-        } else {
-            global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
-                for (int64_t m = m0; m < m1; ++m) k.quantize(x + m * w.K, &xq, m);
-            }, row_grain(2 * w.K));
-        }
-    }
-    if (isa == Isa::REF) {
-        k.gemm(xq, w, y, w.N, 0, w.n_panels);
-    } else {
-        global_pool().parallel_for_balanced(w.n_panels, min_stream_panels(w.panel_bytes(), M),
-                                            [&](int, int64_t p0, int64_t p1) { k.gemm(xq, w, y, w.N, p0, p1); });
-    }
+    run_gemm(k.gemm, isa, quantize_rows(x, M, w.K, isa, k), w, y, w.N);
     if (round_out) ref::round_activations(y, M * w.N, true);
+}
+
+bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out) {
+    const Isa isa = op_isa(OpId::LINEAR);
+    const QuantKernelRow& k = quant_kernel(isa, w.format);
+    if (!k.swiglu || op_isa(OpId::SWIGLU) != isa) return false;
+    run_gemm(k.swiglu, isa, quantize_rows(x, M, w.K, isa, k), w, out, w.N / 2);
+    return true;
 }
 
 std::string quant_kernel_report() {
@@ -94,7 +118,7 @@ std::string quant_kernel_report() {
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
         const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
         out += strprintf("linear %s: %s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name,
-                         k.fused_swiglu ? "fused epilogue" : "products then activation",
+                         k.swiglu ? "fused epilogue" : "products then activation",
                          k.fused_argmax ? "fused" : "products then scan");
     }
     return out;

@@ -28,7 +28,8 @@ struct QuantKernelRow {
     bool needs_vnni;   // the row applies only where the CPU has AVX-512 VNNI
     QuantizeRowFn quantize;
     QuantGemmFn gemm;
-    bool fused_swiglu;  // false: products, then ops::swiglu
+    QuantGemmFn swiglu;  // the gemm with the SwiGLU epilogue (y: the activation, ldy = I); null: products,
+                         // then ops::swiglu
     bool fused_argmax;  // false: products, then a scan
 };
 
@@ -38,6 +39,9 @@ const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format);
 // y [M, N] = x [M, K] @ W^T for a quantized W: x quantized per row and group (quant_format.h), then
 // the table's gemm for op_isa(LINEAR), threaded over panels. round_out rounds y to bf16.
 void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out);
+// out [M, I] = silu(gate) x up for a gate|up weight packed for the fused SwiGLU (ops/linear.h), in the
+// table's epilogue, unrounded; false (nothing written) where the active row has none.
+bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out);
 
 // "linear int8: avx2 vpmaddubsw (swiglu: products then activation; argmax: products then scan)" for
 // every quantized format on the active ISA.

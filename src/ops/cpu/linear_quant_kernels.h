@@ -33,4 +33,15 @@ void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, i
 void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 // int6-k on q + 32 in [0, 63] with vpdpbusd, the offset removed through the row's group sum.
 void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// The same products of a gate|up weight packed for the fused SwiGLU (ops/linear.h: each panel 16 gate
+// columns then the 16 matching up columns), stored as silu(gate) x up: y [M, ldy], panel p's 16
+// activations at column p * 16.
+void linear_q8_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1);
+void linear_q4_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1);
+void linear_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                       int64_t p1);
+void linear_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                       int64_t p1);
 }  // namespace gdn::cpu::avx512

@@ -10,6 +10,7 @@
 // Cost per group and 16 columns, per row: 8 vpdpbusd and 3-4 epilogue ops; the unpacking (nibble split,
 // int6-k's high bit pairs) and the level widening are shared by the rows of a tile, so prefill tiles of
 // kMR rows unpack in place (no unpacked copy as on AVX2, where a row costs 3-4x as many ops).
+#define GDN_SIMD_AVX512
 #include <immintrin.h>
 
 #include "ops/cpu/avx512/quant_tiles_avx512.h"
@@ -33,7 +34,7 @@ inline void q4k_group_scales(const uint8_t* lv, int v, __m512 d, __m512 dmin, __
     *dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m));
 }
 
-template <int MR>
+template <int MR, bool kSwiglu>
 void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
@@ -98,7 +99,7 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
             }
         }
     }
-    store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
+    store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
 // int6-k, step s of a group record, vector v (columns 16v..16v+15): the unsigned values u = q + 32 of
@@ -116,7 +117,7 @@ inline void q6k_quads(const uint8_t* rec, int s, int v, __m512i* lo, __m512i* hi
     *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45));
 }
 
-template <int MR>
+template <int MR, bool kSwiglu>
 void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     __m512 sum[MR][2];
@@ -155,19 +156,39 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
             }
         }
     }
-    store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
+    store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
+}
+
+template <bool kSwiglu>
+void run_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    static constexpr TileFn tiles[kMR] = {tile_q4k<1, kSwiglu>, tile_q4k<2, kSwiglu>, tile_q4k<3, kSwiglu>,
+                                          tile_q4k<4, kSwiglu>, tile_q4k<5, kSwiglu>, tile_q4k<6, kSwiglu>};
+    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
+}
+
+template <bool kSwiglu>
+void run_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    static constexpr TileFn tiles[kMR] = {tile_q6k<1, kSwiglu>, tile_q6k<2, kSwiglu>, tile_q6k<3, kSwiglu>,
+                                          tile_q6k<4, kSwiglu>, tile_q6k<5, kSwiglu>, tile_q6k<6, kSwiglu>};
+    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
 }
 
 }  // namespace
 
 void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    static constexpr TileFn tiles[kMR] = {tile_q4k<1>, tile_q4k<2>, tile_q4k<3>, tile_q4k<4>, tile_q4k<5>, tile_q4k<6>};
-    run_panels(tiles, x, w, y, ldy, p0, p1);
+    run_q4k<false>(x, w, y, ldy, p0, p1);
+}
+void linear_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1) {
+    run_q4k<true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    static constexpr TileFn tiles[kMR] = {tile_q6k<1>, tile_q6k<2>, tile_q6k<3>, tile_q6k<4>, tile_q6k<5>, tile_q6k<6>};
-    run_panels(tiles, x, w, y, ldy, p0, p1);
+    run_q6k<false>(x, w, y, ldy, p0, p1);
+}
+void linear_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1) {
+    run_q6k<true>(x, w, y, ldy, p0, p1);
 }
 
 }  // namespace gdn::cpu::avx512

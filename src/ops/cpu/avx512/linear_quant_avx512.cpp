@@ -9,6 +9,7 @@
 //
 // Cost per group and 16 columns: 8 vpdpbusd per row; the epilogue (convert, scale product, FMA) is 3 more
 // per row, and the weight's unsigned form (xor / nibble split) is shared by all rows of the tile.
+#define GDN_SIMD_AVX512
 #include <immintrin.h>
 
 #include "ops/cpu/avx512/quant_tiles_avx512.h"
@@ -30,7 +31,7 @@ inline void scale_group(const quant::QuantizedRows& x, int64_t m0, int64_t g, co
     }
 }
 
-template <int MR>
+template <int MR, bool kSwiglu>
 void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -51,10 +52,10 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
         }
         scale_group<MR>(x, m0, g, blk + quant::f16_offset(WeightFormat::Q8), acc, sum);
     }
-    store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
+    store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
-template <int MR>
+template <int MR, bool kSwiglu>
 void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
@@ -104,19 +105,39 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
             }
         scale_group<MR>(x, m0, g, blk + quant::f16_offset(WeightFormat::Q4), acc, sum);
     }
-    store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
+    store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
+}
+
+template <bool kSwiglu>
+void run_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    static constexpr TileFn tiles[kMR] = {tile_q8<1, kSwiglu>, tile_q8<2, kSwiglu>, tile_q8<3, kSwiglu>,
+                                          tile_q8<4, kSwiglu>, tile_q8<5, kSwiglu>, tile_q8<6, kSwiglu>};
+    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
+}
+
+template <bool kSwiglu>
+void run_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    static constexpr TileFn tiles[kMR] = {tile_q4<1, kSwiglu>, tile_q4<2, kSwiglu>, tile_q4<3, kSwiglu>,
+                                          tile_q4<4, kSwiglu>, tile_q4<5, kSwiglu>, tile_q4<6, kSwiglu>};
+    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
 }
 
 }  // namespace
 
 void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    static constexpr TileFn tiles[kMR] = {tile_q8<1>, tile_q8<2>, tile_q8<3>, tile_q8<4>, tile_q8<5>, tile_q8<6>};
-    run_panels(tiles, x, w, y, ldy, p0, p1);
+    run_q8<false>(x, w, y, ldy, p0, p1);
+}
+void linear_q8_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1) {
+    run_q8<true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    static constexpr TileFn tiles[kMR] = {tile_q4<1>, tile_q4<2>, tile_q4<3>, tile_q4<4>, tile_q4<5>, tile_q4<6>};
-    run_panels(tiles, x, w, y, ldy, p0, p1);
+    run_q4<false>(x, w, y, ldy, p0, p1);
+}
+void linear_q4_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1) {
+    run_q4<true>(x, w, y, ldy, p0, p1);
 }
 
 }  // namespace gdn::cpu::avx512

@@ -1,7 +1,10 @@
 // What the AVX-512 VNNI kernels of every quantized format share (linear_quant_avx512.cpp,
 // linear_kquant_avx512.cpp): one 512-bit vector holds 16 columns x one k-quad (4 bytes per column), so a
 // panel row of 32 columns is 2 vectors; the activation quad of a row is broadcast to all lanes; tiles of
-// up to kMR rows. Compiled only into -mavx512vnni objects.
+// up to kMR rows. Every tile ends in store_tile, which writes the products or, for a gate|up weight
+// packed for the fused SwiGLU (ops/linear.h: each panel is 16 gate columns then the 16 matching up
+// columns), silu(gate) x up. Compiled only into -mavx512vnni objects; include after defining
+// GDN_SIMD_AVX512.
 #pragma once
 
 #include <immintrin.h>
@@ -10,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
 #include "ops/linear.h"
 
@@ -41,8 +45,14 @@ inline __m512 f16x16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si2
 // The first n of 16 lanes (n clamped to [0, 16]): a partial panel's columns.
 inline __mmask16 first_lanes(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
 
-template <int MR>
+// The products of rows m0.. (y + m0 ldy, ncols of the panel's 32) or, kSwiglu, the panel's 16
+// activations silu(sum[m][0]) x sum[m][1] (y: the activation block's first column).
+template <int MR, bool kSwiglu>
 inline void store_tile(__m512 (&sum)[MR][2], float* y, int64_t ldy, int ncols) {
+    if constexpr (kSwiglu) {
+        for (int m = 0; m < MR; ++m) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(simd::vsilu(sum[m][0]), sum[m][1]));
+        return;
+    }
     const __mmask16 m0 = first_lanes(ncols), m1 = first_lanes(ncols - 16);
     for (int m = 0; m < MR; ++m) {
         _mm512_mask_storeu_ps(y + m * ldy, m0, sum[m][0]);
@@ -52,12 +62,14 @@ inline void store_tile(__m512 (&sum)[MR][2], float* y, int64_t ldy, int ncols) {
 
 using TileFn = void (*)(const quant::QuantizedRows&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int);
 
-// tiles[mr - 1] = tile<mr>: the last row block of a batch is one tile too.
+// tiles[mr - 1] = tile<mr>: the last row block of a batch is one tile too. kSwiglu: y is the
+// activation [M, ldy], panel p's 16 columns at p * 16.
+template <bool kSwiglu>
 inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantizedRows& x, const PackedWeight& w, float* y,
                        int64_t ldy, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
         const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
-        float* yp = y + p * quant::kCols;
+        float* yp = y + p * (kSwiglu ? quant::kCols / 2 : quant::kCols);
         for (int64_t m = 0; m < x.M; m += kMR) {
             const int mr = static_cast<int>(std::min<int64_t>(kMR, x.M - m));
             tiles[mr - 1](x, m, w, p, yp, ldy, ncols);
