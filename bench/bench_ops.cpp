@@ -52,7 +52,8 @@ void BM_Linear(benchmark::State& state) {
 // Qwen3.5-0.8B shapes: MLP gate|up (7168 x 1024), down (1024 x 3584), lm_head (248320 x 1024).
 BENCHMARK(BM_Linear)->Args({1, 64, 1024, 1})->Args({1, 7168, 1024, 1})->Args({1, 1024, 3584, 1})->Args({1, 248320, 1024, 1})
     ->Args({1, 248320, 1024, 0})->Args({2, 248320, 1024, 1})->Args({8, 7168, 1024, 1})->Args({512, 7168, 1024, 1})->Args({512, 1024, 3584, 1})
-    ->Args({512, 7168, 1024, 0})->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Args({512, 7168, 1024, 0})->Args({4096, 7168, 1024, 1})->Args({4096, 1024, 3584, 1})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Decode-like: cycles through enough distinct weight matrices that they stream from DRAM (> L3).
 void BM_LinearStream(benchmark::State& state) {

@@ -67,12 +67,18 @@ using TileFn = void (*)(const quant::QuantizedRows&, int64_t, const PackedWeight
 template <bool kSwiglu>
 inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantizedRows& x, const PackedWeight& w, float* y,
                        int64_t ldy, int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-        const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
-        float* yp = y + p * (kSwiglu ? quant::kCols / 2 : quant::kCols);
-        for (int64_t m = 0; m < x.M; m += kMR) {
-            const int mr = static_cast<int>(std::min<int64_t>(kMR, x.M - m));
-            tiles[mr - 1](x, m, w, p, yp, ldy, ncols);
+    // Rows in slabs of ~512 KB of int8 activations, each meeting every panel of the range, so a long
+    // prompt's activations come from L2 once per panel (as the bf16 kernels' slabs, linear_avx512.cpp).
+    const int64_t slab = std::max<int64_t>(kMR, (512 << 10) / std::max<int64_t>(x.Kp, 1) / kMR * kMR);
+    for (int64_t s0 = 0; s0 < x.M; s0 += slab) {
+        const int64_t s1 = std::min(x.M, s0 + slab);
+        for (int64_t p = p0; p < p1; ++p) {
+            const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
+            float* yp = y + p * (kSwiglu ? quant::kCols / 2 : quant::kCols);
+            for (int64_t m = s0; m < s1; m += kMR) {
+                const int mr = static_cast<int>(std::min<int64_t>(kMR, s1 - m));
+                tiles[mr - 1](x, m, w, p, yp, ldy, ncols);
+            }
         }
     }
 }
