@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/profiler.h"
+#include "core/thread_pool.h"
 #include "cache/kv_cache.h"
 #include "cache/state_slots.h"
 #include "model/checkpoint.h"
@@ -151,7 +152,7 @@ struct ForwardWorkspace {
     std::vector<ops::AttnSeq> attn_seqs;
     std::vector<int32_t> route_idx;
     std::vector<float> route_w, rw;
-    std::vector<int64_t> rows;
+    std::vector<int64_t> rows, expert_start, rows_cursor;  // the MoE's routes bucketed by expert
 };
 
 Model::~Model() = default;
@@ -315,24 +316,42 @@ void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
     }
     ref::round_activations(ws_.route_w.data(), N * k, hf_);
     std::fill(out, out + N * H, 0.0f);
-    // Tokens grouped per expert: one GEMM pair per active expert.
+    // Tokens grouped per expert: one GEMM pair per active expert. The routes are bucketed once (a stable
+    // counting sort: each expert's rows in token order, as a scan per expert lists them, in O(N k + E)
+    // instead of O(E N k)); a token routes to an expert at most once, so an expert's rows are distinct and
+    // its gather and weighted scatter-add run over the pool.
+    std::vector<int64_t>& start = ws_.expert_start;
+    start.assign(E + 1, 0);
+    for (int64_t i = 0; i < N * k; ++i) ++start[ws_.route_idx[i] + 1];
+    for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
+    ws_.rows.resize(N * k);
+    ws_.rw.resize(N * k);
+    {
+        std::vector<int64_t>& cursor = ws_.rows_cursor;
+        cursor.assign(start.begin(), start.end() - 1);
+        for (int64_t t = 0; t < N; ++t)
+            for (int64_t s = 0; s < k; ++s) {
+                const int64_t at = cursor[ws_.route_idx[t * k + s]]++;
+                ws_.rows[at] = t;
+                ws_.rw[at] = ws_.route_w[t * k + s];
+            }
+    }
     float* xe = sc_.f32(MOE_X, N * H);
     float* ye = sc_.f32(MOE_Y, N * H);
+    const int64_t grain = row_grain(2 * H);
     for (int64_t e = 0; e < E; ++e) {
-        ws_.rows.clear();
-        ws_.rw.clear();
-        for (int64_t t = 0; t < N; ++t)
-            for (int64_t s = 0; s < k; ++s)
-                if (ws_.route_idx[t * k + s] == e) {
-                    ws_.rows.push_back(t);
-                    ws_.rw.push_back(ws_.route_w[t * k + s]);
-                }
-        if (ws_.rows.empty()) continue;
-        const int64_t n = static_cast<int64_t>(ws_.rows.size());
-        for (int64_t i = 0; i < n; ++i) std::memcpy(xe + i * H, h + ws_.rows[i] * H, H * sizeof(float));
+        const int64_t n = start[e + 1] - start[e];
+        if (n == 0) continue;
+        const int64_t* rows = ws_.rows.data() + start[e];
+        const float* rw = ws_.rw.data() + start[e];
+        global_pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) std::memcpy(xe + i * H, h + rows[i] * H, H * sizeof(float));
+        }, grain);
         mlp(m.experts[e], xe, n, ye, MOE_GU, MOE_ACC);
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t j = 0; j < H; ++j) out[ws_.rows[i] * H + j] += ws_.rw[i] * ye[i * H + j];
+        global_pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i)
+                for (int64_t j = 0; j < H; ++j) out[rows[i] * H + j] += rw[i] * ye[i * H + j];
+        }, grain);
     }
     if (c_.shared_intermediate > 0) {
         mlp(m.shared, h, N, ye, MOE_GU, MOE_ACC);
