@@ -22,6 +22,18 @@ namespace {
 
 constexpr int64_t kGroupsPerBlock = kSuperBlock / kQuantGroup;
 
+// Calls fn(g, rec, f16) for each group g of panel p that the rows have (x_groups of them), in order: rec
+// its group record (record_bytes each), f16 its super-block's f16 fields.
+template <typename Fn>
+inline void for_each_group(const PackedWeight& w, int64_t p, int64_t x_groups, int64_t record_bytes, const Fn& fn) {
+    for (int64_t b = 0; b < w.n_blocks; ++b) {
+        const uint8_t* blk = w.quant_block(p, b);
+        const uint8_t* f16 = blk + quant::f16_offset(w.format);
+        const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x_groups - b * kGroupsPerBlock);
+        for (int64_t j = 0; j < groups; ++j) fn(b * kGroupsPerBlock + j, blk + j * record_bytes, f16);
+    }
+}
+
 // d sc and dmin m of an int4-k group record's columns 16v..16v+15 (levels: 32 B + 16 B at
 // kQ4KLevelsOffset; sc in the low 6 bits of byte c, m's top 2 bits above it, m's low 4 bits in nibble
 // c / 16 of byte 32 + c % 16).
@@ -43,62 +55,55 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
     constexpr bool kInPlaceHigh = MR == 1;
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < w.n_blocks; ++b) {
-        const uint8_t* blk = w.quant_block(p, b);
-        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q4K);
-        const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x.G - b * kGroupsPerBlock);
-        for (int64_t j = 0; j < groups; ++j) {
-            const int64_t g = b * kGroupsPerBlock + j;
-            const uint8_t* rec = blk + j * quant::kQ4KRecordBytes;
-            __m512i acc[MR][2], acc16[kInPlaceHigh ? MR : 1][2];
-            for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_si512();
-            if constexpr (kInPlaceHigh)
-                for (int m = 0; m < MR; ++m) acc16[m][0] = acc16[m][1] = _mm512_setzero_si512();
-            for (int s = 0; s < 4; ++s) {
-                if constexpr (MR == 1) record_ahead(rec, s, 4, quant::kQ4KRecordBytes);
-                const __m512i b0 = _mm512_loadu_si512(rec + s * 128), b1 = _mm512_loadu_si512(rec + s * 128 + 64);
-                const __m512i lo0 = _mm512_and_si512(b0, low4), lo1 = _mm512_and_si512(b1, low4);
-                if constexpr (kInPlaceHigh) {
-                    const __m512i hi0 = _mm512_and_si512(b0, high4), hi1 = _mm512_and_si512(b1, high4);
-                    for (int m = 0; m < MR; ++m) {
-                        const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
-                        const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
-                        acc[m][0] = _mm512_dpbusd_epi32(acc[m][0], lo0, xlo);
-                        acc[m][1] = _mm512_dpbusd_epi32(acc[m][1], lo1, xlo);
-                        acc16[m][0] = _mm512_dpbusd_epi32(acc16[m][0], hi0, xhi);
-                        acc16[m][1] = _mm512_dpbusd_epi32(acc16[m][1], hi1, xhi);
-                    }
-                } else {
-                    const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), low4);
-                    const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), low4);
-                    for (int m = 0; m < MR; ++m) {
-                        const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
-                        const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
-                        acc[m][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][0], lo0, xlo), hi0, xhi);
-                        acc[m][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][1], lo1, xlo), hi1, xhi);
-                    }
-                }
-            }
-            if constexpr (kInPlaceHigh)
+    for_each_group(w, p, x.G, quant::kQ4KRecordBytes, [&](int64_t g, const uint8_t* rec, const uint8_t* f16) {
+        __m512i acc[MR][2], acc16[MR][2];  // acc16: the in-place high nibbles (MR = 1 only)
+        for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_si512();
+        if constexpr (kInPlaceHigh)
+            for (int m = 0; m < MR; ++m) acc16[m][0] = acc16[m][1] = _mm512_setzero_si512();
+        for (int s = 0; s < 4; ++s) {
+            if constexpr (MR == 1) record_ahead(rec, s, 4, quant::kQ4KRecordBytes);
+            const __m512i b0 = _mm512_loadu_si512(rec + s * 128), b1 = _mm512_loadu_si512(rec + s * 128 + 64);
+            const __m512i lo0 = _mm512_and_si512(b0, low4), lo1 = _mm512_and_si512(b1, low4);
+            if constexpr (kInPlaceHigh) {
+                const __m512i hi0 = _mm512_and_si512(b0, high4), hi1 = _mm512_and_si512(b1, high4);
                 for (int m = 0; m < MR; ++m) {
-                    acc[m][0] = _mm512_add_epi32(acc[m][0], _mm512_srai_epi32(acc16[m][0], 4));
-                    acc[m][1] = _mm512_add_epi32(acc[m][1], _mm512_srai_epi32(acc16[m][1], 4));
+                    const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                    const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
+                    acc[m][0] = _mm512_dpbusd_epi32(acc[m][0], lo0, xlo);
+                    acc[m][1] = _mm512_dpbusd_epi32(acc[m][1], lo1, xlo);
+                    acc16[m][0] = _mm512_dpbusd_epi32(acc16[m][0], hi0, xhi);
+                    acc16[m][1] = _mm512_dpbusd_epi32(acc16[m][1], hi1, xhi);
                 }
-            __m512 ds[2], dm[2];
-            for (int v = 0; v < 2; ++v)
-                q4k_group_scales(rec + quant::kQ4KLevelsOffset, v, f16x16(f16 + 32 * v), f16x16(f16 + 64 + 32 * v),
-                                 &ds[v], &dm[v]);
-            for (int m = 0; m < MR; ++m) {
-                const int64_t i = (m0 + m) * x.G + g;
-                const __m512 xs = _mm512_set1_ps(x.xs[i]);
-                const __m512 xs_sum = _mm512_set1_ps(x.xs[i] * static_cast<float>(x.xsum[i]));
-                for (int v = 0; v < 2; ++v) {
-                    const __m512 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
-                    sum[m][v] = _mm512_fnmadd_ps(dm[v], xs_sum, r);
+            } else {
+                const __m512i hi0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), low4);
+                const __m512i hi1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), low4);
+                for (int m = 0; m < MR; ++m) {
+                    const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                    const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
+                    acc[m][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][0], lo0, xlo), hi0, xhi);
+                    acc[m][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][1], lo1, xlo), hi1, xhi);
                 }
             }
         }
-    }
+        if constexpr (kInPlaceHigh)
+            for (int m = 0; m < MR; ++m) {
+                acc[m][0] = _mm512_add_epi32(acc[m][0], _mm512_srai_epi32(acc16[m][0], 4));
+                acc[m][1] = _mm512_add_epi32(acc[m][1], _mm512_srai_epi32(acc16[m][1], 4));
+            }
+        __m512 ds[2], dm[2];
+        for (int v = 0; v < 2; ++v)
+            q4k_group_scales(rec + quant::kQ4KLevelsOffset, v, f16x16(f16 + 32 * v), f16x16(f16 + 64 + 32 * v),
+                             &ds[v], &dm[v]);
+        for (int m = 0; m < MR; ++m) {
+            const int64_t i = (m0 + m) * x.G + g;
+            const __m512 xs = _mm512_set1_ps(x.xs[i]);
+            const __m512 xs_sum = _mm512_set1_ps(x.xs[i] * static_cast<float>(x.xsum[i]));
+            for (int v = 0; v < 2; ++v) {
+                const __m512 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
+                sum[m][v] = _mm512_fnmadd_ps(dm[v], xs_sum, r);
+            }
+        }
+    });
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
@@ -122,73 +127,62 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
               int ncols) {
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < w.n_blocks; ++b) {
-        const uint8_t* blk = w.quant_block(p, b);
-        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q6K);
-        const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x.G - b * kGroupsPerBlock);
-        for (int64_t j = 0; j < groups; ++j) {
-            const int64_t g = b * kGroupsPerBlock + j;
-            const uint8_t* rec = blk + j * quant::kQ6KRecordBytes;
-            __m512i acc[MR][2];  // starts at -32 S: after the group, exactly D = sum q x
-            for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-32 * x.xsum[(m0 + m) * x.G + g]);
-            for (int s = 0; s < 4; ++s) {
-                if constexpr (MR == 1) record_ahead(rec, s, 4, quant::kQ6KRecordBytes);
-                __m512i lo0, hi0, lo1, hi1;
-                q6k_quads(rec, s, 0, &lo0, &hi0);
-                q6k_quads(rec, s, 1, &lo1, &hi1);
-                for (int m = 0; m < MR; ++m) {
-                    const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
-                    const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
-                    acc[m][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][0], lo0, xlo), hi0, xhi);
-                    acc[m][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][1], lo1, xlo), hi1, xhi);
-                }
-            }
-            const uint8_t* sc = rec + quant::kQ6KScalesOffset;
-            __m512 ds[2];
-            for (int v = 0; v < 2; ++v) {
-                const __m512i level = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * v)));
-                ds[v] = _mm512_mul_ps(f16x16(f16 + 32 * v), _mm512_cvtepi32_ps(level));
-            }
+    for_each_group(w, p, x.G, quant::kQ6KRecordBytes, [&](int64_t g, const uint8_t* rec, const uint8_t* f16) {
+        __m512i acc[MR][2];  // starts at -32 S: after the group, exactly D = sum q x
+        for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-32 * x.xsum[(m0 + m) * x.G + g]);
+        for (int s = 0; s < 4; ++s) {
+            if constexpr (MR == 1) record_ahead(rec, s, 4, quant::kQ6KRecordBytes);
+            __m512i lo0, hi0, lo1, hi1;
+            q6k_quads(rec, s, 0, &lo0, &hi0);
+            q6k_quads(rec, s, 1, &lo1, &hi1);
             for (int m = 0; m < MR; ++m) {
-                const __m512 xs = _mm512_set1_ps(x.xs[(m0 + m) * x.G + g]);
-                for (int v = 0; v < 2; ++v)
-                    sum[m][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
+                const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
+                acc[m][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][0], lo0, xlo), hi0, xhi);
+                acc[m][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][1], lo1, xlo), hi1, xhi);
             }
         }
-    }
+        const uint8_t* sc = rec + quant::kQ6KScalesOffset;
+        __m512 ds[2];
+        for (int v = 0; v < 2; ++v) {
+            const __m512i level = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * v)));
+            ds[v] = _mm512_mul_ps(f16x16(f16 + 32 * v), _mm512_cvtepi32_ps(level));
+        }
+        for (int m = 0; m < MR; ++m) {
+            const __m512 xs = _mm512_set1_ps(x.xs[(m0 + m) * x.G + g]);
+            for (int v = 0; v < 2; ++v)
+                sum[m][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
+        }
+    });
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
-template <bool kSwiglu>
-void run_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    static constexpr TileFn tiles[kMR] = {tile_q4k<1, kSwiglu>, tile_q4k<2, kSwiglu>, tile_q4k<3, kSwiglu>,
-                                          tile_q4k<4, kSwiglu>, tile_q4k<5, kSwiglu>, tile_q4k<6, kSwiglu>};
-    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
-}
+template <int MR, bool kSwiglu>
+struct TileQ4K {
+    static constexpr TileFn run = tile_q4k<MR, kSwiglu>;
+};
 
-template <bool kSwiglu>
-void run_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    static constexpr TileFn tiles[kMR] = {tile_q6k<1, kSwiglu>, tile_q6k<2, kSwiglu>, tile_q6k<3, kSwiglu>,
-                                          tile_q6k<4, kSwiglu>, tile_q6k<5, kSwiglu>, tile_q6k<6, kSwiglu>};
-    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
-}
+template <int MR, bool kSwiglu>
+struct TileQ6K {
+    static constexpr TileFn run = tile_q6k<MR, kSwiglu>;
+};
 
 }  // namespace
 
 void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    run_q4k<false>(x, w, y, ldy, p0, p1);
+    run_format<TileQ4K, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    run_q4k<true>(x, w, y, ldy, p0, p1);
+    run_format<TileQ4K, true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    run_q6k<false>(x, w, y, ldy, p0, p1);
+    run_format<TileQ6K, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    run_q6k<true>(x, w, y, ldy, p0, p1);
+    run_format<TileQ6K, true>(x, w, y, ldy, p0, p1);
 }
 
 }  // namespace gdn::cpu::avx512

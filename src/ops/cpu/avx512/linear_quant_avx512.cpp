@@ -108,36 +108,32 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
-template <bool kSwiglu>
-void run_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    static constexpr TileFn tiles[kMR] = {tile_q8<1, kSwiglu>, tile_q8<2, kSwiglu>, tile_q8<3, kSwiglu>,
-                                          tile_q8<4, kSwiglu>, tile_q8<5, kSwiglu>, tile_q8<6, kSwiglu>};
-    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
-}
+template <int MR, bool kSwiglu>
+struct TileQ8 {
+    static constexpr TileFn run = tile_q8<MR, kSwiglu>;
+};
 
-template <bool kSwiglu>
-void run_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    static constexpr TileFn tiles[kMR] = {tile_q4<1, kSwiglu>, tile_q4<2, kSwiglu>, tile_q4<3, kSwiglu>,
-                                          tile_q4<4, kSwiglu>, tile_q4<5, kSwiglu>, tile_q4<6, kSwiglu>};
-    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
-}
+template <int MR, bool kSwiglu>
+struct TileQ4 {
+    static constexpr TileFn run = tile_q4<MR, kSwiglu>;
+};
 
 }  // namespace
 
 void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    run_q8<false>(x, w, y, ldy, p0, p1);
+    run_format<TileQ8, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q8_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    run_q8<true>(x, w, y, ldy, p0, p1);
+    run_format<TileQ8, true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    run_q4<false>(x, w, y, ldy, p0, p1);
+    run_format<TileQ4, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q4_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    run_q4<true>(x, w, y, ldy, p0, p1);
+    run_format<TileQ4, true>(x, w, y, ldy, p0, p1);
 }
 
 }  // namespace gdn::cpu::avx512
