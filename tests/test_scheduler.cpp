@@ -139,4 +139,60 @@ TEST(Scheduler, PreemptsNewestWhenBlocksRunOut) {
     EXPECT_EQ(o2.chunks[0].req->id, 1);
 }
 
+// A burst of prompts starts a prompt or two per step (admit_prompt_tokens), not all in one long step; the
+// first waiting prompt always starts with the whole budget, short prompts still start together, and 0
+// lifts the limit.
+TEST(Scheduler, AdmissionCapStartsABurstAFewPromptsPerStep) {
+    auto prompt = [](int64_t id, int64_t len) {
+        auto r = std::make_shared<SchedRequest>();
+        r->id = id;
+        r->tokens.assign(len, 1);
+        r->num_prompt = len;
+        r->max_total_tokens = len + 8;
+        return r;
+    };
+    auto new_prompts = [](const SchedulerOutput& o) {
+        int n = 0;
+        for (const auto& c : o.chunks) n += c.req->num_computed == 0;
+        return n;
+    };
+    SchedulerConfig cfg;
+    cfg.max_num_seqs = 16;
+    cfg.max_num_batched_tokens = 512;
+    cfg.admit_prompt_tokens = 128;
+    {
+        Sim sim(cfg, 200, 16, 16);
+        std::vector<std::shared_ptr<SchedRequest>> rs;
+        for (int i = 0; i < 8; ++i) sim.s.add(rs.emplace_back(prompt(i + 1, 128)));
+        for (int step = 1; step <= 8; ++step) {
+            const SchedulerOutput& o = sim.s.schedule();
+            EXPECT_EQ(new_prompts(o), 1) << "step " << step;  // one 128-token prompt per step ...
+            EXPECT_EQ(static_cast<int>(o.chunks.size()), step);  // ... beside the decodes of the earlier ones
+            for (const auto& c : o.chunks) sim.s.on_computed(c);
+            for (auto& r : rs)
+                if (r->num_computed == static_cast<int64_t>(r->tokens.size()) && r->status == RequestStatus::RUNNING)
+                    r->tokens.push_back(2);
+        }
+    }
+    {
+        Sim sim(cfg, 200, 16, 16);
+        auto longp = prompt(1, 1000);
+        sim.s.add(longp);
+        const SchedulerOutput& o = sim.s.schedule();
+        ASSERT_EQ(o.chunks.size(), 1u);
+        EXPECT_EQ(o.chunks[0].num_new, 512);  // the first prompt is not held to the cap
+    }
+    {
+        Sim sim(cfg, 200, 16, 16);
+        for (int i = 0; i < 8; ++i) sim.s.add(prompt(i + 1, 16));
+        EXPECT_EQ(new_prompts(sim.s.schedule()), 8);  // 8 x 16 tokens fit the cap
+    }
+    cfg.admit_prompt_tokens = 0;
+    {
+        Sim sim(cfg, 200, 16, 16);
+        for (int i = 0; i < 8; ++i) sim.s.add(prompt(i + 1, 128));
+        EXPECT_EQ(new_prompts(sim.s.schedule()), 4);  // no cap: as many as the 512-token budget holds
+    }
+}
+
 }  // namespace

@@ -59,6 +59,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (cfg.block_size < 1 || cfg.block_size > 1024) return bad("block size must be in 1..1024");
     if (cfg.max_model_len < 2) return bad("max_model_len must be >= 2");
     if (cfg.max_num_seqs < 1) return bad("max_num_seqs must be >= 1");
+    if (cfg.admit_prompt_tokens < 0) return bad("admit_prompt_tokens must be >= 0 (0: no limit)");
     if (cfg.max_prefill_chunk < kPrefillChunkAlign)
         return bad(strprintf("the prefill chunk must be >= %d tokens (one GDN chunk)", kPrefillChunkAlign));
     if (cfg.max_num_batched_tokens < cfg.max_num_seqs + kPrefillChunkAlign)
@@ -159,6 +160,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     sc.max_num_seqs = cfg.max_num_seqs;
     sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
     sc.max_prefill_chunk = cfg.max_prefill_chunk;
+    sc.admit_prompt_tokens = cfg.admit_prompt_tokens;
     e->scheduler_ = std::make_unique<Scheduler>(sc, e->kv_->pool(), e->slots_.get(), n_slots, cfg.block_size);
     if (cfg.enable_prefix_caching) {
         e->snapshots_ = std::make_unique<SnapshotCache>(n_snapshots, n_blocks);

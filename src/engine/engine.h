@@ -31,6 +31,7 @@ struct EngineConfig {
     int max_model_len = 4096;
     int block_size = 16;
     int max_prefill_chunk = 512;
+    int admit_prompt_tokens = 128;  // SchedulerConfig::admit_prompt_tokens (--admit-prompt-tokens)
     size_t cache_memory = 1ull << 30;  // KV blocks + state slots
     bool bf16 = true;                  // bf16 matmul inputs (see ForwardOptions)
     // K/V cache elements. BF16 (--kv-cache-dtype bf16) halves the cache (twice the tokens in the same

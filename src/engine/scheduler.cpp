@@ -293,18 +293,23 @@ const SchedulerOutput& Scheduler::schedule() {
         budget -= c.num_new;
         ++i;
     }
-    // 2. Waiting requests, first come first served, while a slot, blocks and budget remain.
+    // 2. Waiting requests, first come first served, while a slot, blocks and budget remain, and while the
+    // prompt tokens started this step stay within admit_prompt_tokens (the first one always starts).
+    int64_t admitted = 0;
     while (!waiting_.empty() && budget > 0 && static_cast<int>(running_.size()) < cfg_.max_num_seqs) {
         auto r = waiting_.front();
         if (free_slots() <= 0 && !(snaps_ && snaps_->size() > 0)) break;
         lookup_prefix(*r);  // prefix caching: r may start after cached blocks
         const int64_t n = chunk_size(*r, budget);
-        const int32_t slot = n > 0 && ensure_blocks(*r, r->num_computed + n) ? alloc_slot(/*may_evict_snapshot=*/true) : -1;
+        const bool over = admitted > 0 && cfg_.admit_prompt_tokens > 0 && admitted + n > cfg_.admit_prompt_tokens;
+        const int32_t slot =
+            !over && n > 0 && ensure_blocks(*r, r->num_computed + n) ? alloc_slot(/*may_evict_snapshot=*/true) : -1;
         if (slot < 0) {
             release(*r);  // blocks (and any cache hit) returned; it stays first in line
             r->num_computed = r->num_cached = 0;
             break;
         }
+        admitted += n;
         r->slot = slot;
         if (r->num_cached > 0) {
             out_.restores.push_back({snaps_->slot_of(r->chain_tail), r->slot});

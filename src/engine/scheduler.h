@@ -26,6 +26,10 @@ struct SchedulerConfig {
     int max_num_seqs = 16;              // running requests at most
     int max_num_batched_tokens = 512;   // token budget per step
     int max_prefill_chunk = 512;        // prefill tokens per request per step
+    // A step starts waiting prompts while their prefill tokens in it stay within this (the first one
+    // always starts, with the whole remaining budget; 0: no limit). A burst of prompts then gets its
+    // first tokens one or two prompts at a time instead of all at the end of one long step.
+    int admit_prompt_tokens = 128;
     int gdn_chunk = kPrefillChunkAlign;  // prefill chunks end on multiples of this unless at the prompt's end
 };
 
