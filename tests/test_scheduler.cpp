@@ -140,8 +140,8 @@ TEST(Scheduler, PreemptsNewestWhenBlocksRunOut) {
 }
 
 // A burst of prompts starts a prompt or two per step (admit_prompt_tokens), not all in one long step; the
-// first waiting prompt always starts with the whole budget, short prompts still start together, and 0
-// lifts the limit.
+// first waiting prompt always starts with the whole budget, short prompts still start together, a long
+// prefill in progress leaves room for a newcomer, and 0 lifts the limit.
 TEST(Scheduler, AdmissionCapStartsABurstAFewPromptsPerStep) {
     auto prompt = [](int64_t id, int64_t len) {
         auto r = std::make_shared<SchedRequest>();
@@ -187,11 +187,41 @@ TEST(Scheduler, AdmissionCapStartsABurstAFewPromptsPerStep) {
         for (int i = 0; i < 8; ++i) sim.s.add(prompt(i + 1, 16));
         EXPECT_EQ(new_prompts(sim.s.schedule()), 8);  // 8 x 16 tokens fit the cap
     }
+    {
+        // A long prefill in progress leaves the cap's tokens to a prompt that arrives meanwhile, and takes
+        // the whole budget again once nobody waits.
+        Sim sim(cfg, 400, 16, 16);
+        auto longp = prompt(1, 4000);
+        sim.s.add(longp);
+        for (const auto& c : sim.s.schedule().chunks) sim.s.on_computed(c);
+        auto shortp = prompt(2, 100);
+        sim.s.add(shortp);
+        const SchedulerOutput& o = sim.s.schedule();
+        ASSERT_EQ(o.chunks.size(), 2u);
+        EXPECT_EQ(o.chunks[0].req->id, 1);
+        EXPECT_EQ(o.chunks[0].num_new, 384);  // 512 - 128, a multiple of the GDN chunk
+        EXPECT_EQ(o.chunks[1].req->id, 2);
+        EXPECT_EQ(o.chunks[1].num_new, 100);
+        for (const auto& c : o.chunks) sim.s.on_computed(c);
+        shortp->tokens.push_back(2);
+        const SchedulerOutput& o2 = sim.s.schedule();
+        ASSERT_EQ(o2.chunks.size(), 2u);
+        EXPECT_EQ(o2.chunks[0].num_new, 448);  // 512 - the decode, aligned down to the GDN chunk
+    }
     cfg.admit_prompt_tokens = 0;
     {
         Sim sim(cfg, 200, 16, 16);
         for (int i = 0; i < 8; ++i) sim.s.add(prompt(i + 1, 128));
         EXPECT_EQ(new_prompts(sim.s.schedule()), 4);  // no cap: as many as the 512-token budget holds
+    }
+    {
+        Sim sim(cfg, 400, 16, 16);
+        sim.s.add(prompt(1, 4000));
+        for (const auto& c : sim.s.schedule().chunks) sim.s.on_computed(c);
+        sim.s.add(prompt(2, 100));
+        const SchedulerOutput& o = sim.s.schedule();
+        ASSERT_EQ(o.chunks.size(), 1u);  // no cap: the long prefill takes the whole budget, as before
+        EXPECT_EQ(o.chunks[0].num_new, 512);
     }
 }
 

@@ -249,10 +249,26 @@ const SchedulerOutput& Scheduler::schedule() {
         if (snaps_ && q != r.snapshot_at.end() && *q < r.num_computed + n) n = *q - r.num_computed;
         return n;
     };
+    // A running request's tokens still to compute: 1 for a decode (its last sampled token).
+    auto left = [](const SchedRequest& r) { return static_cast<int64_t>(r.tokens.size()) - r.num_computed; };
+    // Prefills in progress leave one token to every decode of the step (a long prompt's chunks no longer
+    // delay the running requests' next tokens) and, while prompts wait for a free seat,
+    // admit_prompt_tokens to them (a long prefill no longer holds every newcomer back until it ends; it
+    // takes smaller chunks meanwhile, at least one GDN chunk where the budget allows).
+    int64_t decodes_left = 0;
+    for (const auto& r : running_) decodes_left += left(*r) == 1;
+    const bool seats = !waiting_.empty() && static_cast<int>(running_.size()) < cfg_.max_num_seqs;
+    const int64_t reserve = seats ? cfg_.admit_prompt_tokens : 0;
     // 1. Running requests (decodes, and prefills in progress), oldest first.
     for (size_t i = 0; i < running_.size() && budget > 0;) {
         auto r = running_[i];
-        const int64_t n = chunk_size(*r, budget);
+        const bool prefill = left(*r) > 1;
+        int64_t avail = budget;
+        if (prefill) {
+            const int64_t beside_decodes = budget - decodes_left;
+            avail = std::max(beside_decodes - reserve, std::min<int64_t>(beside_decodes, cfg_.gdn_chunk));
+        }
+        const int64_t n = chunk_size(*r, avail);
         if (n <= 0) {
             ++i;
             continue;
@@ -262,22 +278,26 @@ const SchedulerOutput& Scheduler::schedule() {
             auto victim = running_.back();
             running_.pop_back();
             // Its chunk, if already scheduled this step, is withdrawn.
+            bool scheduled = false;
             for (size_t c = 0; c < out_.chunks.size(); ++c)
                 if (out_.chunks[c].req == victim.get()) {
                     budget += out_.chunks[c].num_new;
                     out_.n_tokens -= out_.chunks[c].num_new;
                     if (out_.chunks[c].fresh_slot >= 0) release_slot(out_.chunks[c].fresh_slot);
                     out_.chunks.erase(out_.chunks.begin() + c);
+                    scheduled = true;
                     break;
                 }
+            if (!scheduled && left(*victim) == 1) --decodes_left;  // a decode that will not run this step
             preempt_request(victim);
             continue;  // same i: r (if not the victim) retries with the freed blocks
         }
+        if (!prefill) --decodes_left;
         ScheduledChunk c{r.get(), n};
         // A decode step carries the request's drafts as far as the budget and its KV blocks allow (never
         // pre-empting anyone for a draft).
         if (n == 1 && r->num_computed + 1 == static_cast<int64_t>(r->tokens.size()) && !r->drafts.empty()) {
-            int64_t nd = std::min<int64_t>({static_cast<int64_t>(r->drafts.size()), budget - 1, kMaxScheduledDrafts,
+            int64_t nd = std::min<int64_t>({static_cast<int64_t>(r->drafts.size()), budget - 1 - decodes_left, kMaxScheduledDrafts,
                                             r->max_total_tokens - 1 - r->num_computed});
             if (nd > 0 && !ensure_blocks(*r, r->num_computed + 1 + nd))
                 nd = static_cast<int64_t>(r->blocks.size()) * block_size_ - r->num_computed - 1;
