@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ops/cpu/linear_kernels.h"
+#include "ops/cpu/row_slabs.h"
 #include "core/dtype.h"
 #include "ops/cpu/simd.h"
 #include "ops/dispatch.h"
@@ -18,13 +19,6 @@ namespace {
 constexpr int kMRdot = 12;       // 12 rows x 2 vectors = 24 accumulators
 constexpr int64_t kKcPairs = 2048;  // k-pairs per block: a weight panel block streams from L2 (measured: C reloads cost more)
 
-// Rows per slab of the prefill loops: ~512 KB of packed activations (kk_pairs k-pairs a row), a multiple
-// of the tile's rows. Each slab meets every panel of the thread's range, so the activations come from
-// L2 once per panel, not from L3 or DRAM (M = 4096 at K = 1024: 8 MB a panel; K = 3584: 29 MB), and a
-// panel streams once per slab. A row's sums do not depend on its tile, so the products are unchanged.
-inline int64_t dot_slab_rows(int64_t kk_pairs) {
-    return std::max<int64_t>(kMRdot, (512 << 10) / (std::max<int64_t>(kk_pairs, 1) * 4) / kMRdot * kMRdot);
-}
 
 // kSwiglu: the panel holds 16 gate columns then the 16 matching up columns; the tile stores
 // silu(gate) * up (16 columns) instead of the 32 products.
@@ -82,10 +76,9 @@ template <class Finish>
 void amx_panels(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
                 Finish finish) {
     const int64_t kk_end = w.K2 / 16 * 16;
-    // Rows in L2-sized slabs (~512 KB of activations), each meeting every panel of the range: a panel
-    // streams once per slab, the activations once per panel from L2 instead of L3 (M = 4096: 1.8 GB of
-    // L3 reads per GEMM otherwise).
-    const int64_t slab = std::clamp<int64_t>((512 << 10) / (std::max<int64_t>(w.K2, 1) * 4) / 32 * 32, 32, 1024);
+    // Rows in L2-sized slabs (ops/cpu/row_slabs.h; M = 4096: 1.8 GB of L3 reads per GEMM otherwise), of
+    // whole 32-row blocks and at most 1024 rows.
+    const int64_t slab = std::min<int64_t>(1024, slab_rows(w.K2 * 4, 32));
     alignas(64) float c[32 * 32];
     for (int64_t s0 = 0; s0 < M; s0 += slab) {
         for (int64_t p = p0; p < p1; ++p) {
@@ -120,13 +113,15 @@ void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
         });
         return;
     }
-    const int64_t slab = dot_slab_rows(w.K2);
-    for (int64_t s0 = 0; s0 < M; s0 += slab)
+    const int64_t slab = slab_rows(w.K2 * 4, kMRdot);  // ops/cpu/row_slabs.h
+    for (int64_t s0 = 0; s0 < M; s0 += slab) {
+        const int64_t s1 = std::min(M, s0 + slab);
         for (int64_t p = p0; p < p1; ++p)
-            for (int64_t m0 = s0; m0 < std::min(M, s0 + slab); m0 += kMRdot) {
-                const int mr = static_cast<int>(std::min<int64_t>(kMRdot, std::min(M, s0 + slab) - m0));
+            for (int64_t m0 = s0; m0 < s1; m0 += kMRdot) {
+                const int mr = static_cast<int>(std::min<int64_t>(kMRdot, s1 - m0));
                 tile_swiglu_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), w.K2, y + m0 * ldy + p * 16, ldy);
             }
+    }
 }
 
 void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
@@ -203,8 +198,9 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
         }
         return;
     }
-    // Prefill: k-blocks of a panel stay in L1 while the row blocks of a slab stream past them.
-    const int64_t slab = dot_slab_rows(std::min(w.K2, kKcPairs));
+    // Prefill: k-blocks of a panel stay in L1 while the row blocks of a slab (ops/cpu/row_slabs.h) stream
+    // past them.
+    const int64_t slab = slab_rows(std::min(w.K2, kKcPairs) * 4, kMRdot);
     for (int64_t s0 = 0; s0 < M; s0 += slab) {
         const int64_t s1 = std::min(M, s0 + slab);
         for (int64_t kk0 = 0; kk0 < w.K2; kk0 += kKcPairs) {

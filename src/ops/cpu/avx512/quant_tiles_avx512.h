@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ops/cpu/row_slabs.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
 #include "ops/linear.h"
@@ -40,7 +41,9 @@ inline void record_ahead(const uint8_t* rec, int step, int steps, int64_t record
 }
 
 // 16 f16 values (16 columns' scales) as f32.
-inline __m512 f16x16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline __m512 f16x16(const uint8_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 
 // The first n of 16 lanes (n clamped to [0, 16]): a partial panel's columns.
 inline __mmask16 first_lanes(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
@@ -67,9 +70,8 @@ using TileFn = void (*)(const quant::QuantizedRows&, int64_t, const PackedWeight
 template <bool kSwiglu>
 inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantizedRows& x, const PackedWeight& w, float* y,
                        int64_t ldy, int64_t p0, int64_t p1) {
-    // Rows in slabs of ~512 KB of int8 activations, each meeting every panel of the range, so a long
-    // prompt's activations come from L2 once per panel (as the bf16 kernels' slabs, linear_avx512.cpp).
-    const int64_t slab = std::max<int64_t>(kMR, (512 << 10) / std::max<int64_t>(x.Kp, 1) / kMR * kMR);
+    // Rows in L2-sized slabs of int8 activations (ops/cpu/row_slabs.h).
+    const int64_t slab = slab_rows(x.Kp, kMR);
     for (int64_t s0 = 0; s0 < x.M; s0 += slab) {
         const int64_t s1 = std::min(x.M, s0 + slab);
         for (int64_t p = p0; p < p1; ++p) {
