@@ -103,7 +103,8 @@ TEST(Quant, SwigluAndArgmaxOverQuantizedWeights) {
             linear(x.data(), M, lu, yu.data(), true);
             for (int64_t i = 0; i < M * I; ++i) {
                 const float want = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
-                ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want))) << weight_format_name(f) << " " << isa_name(isa) << " M=" << M;
+                ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want)))
+                    << weight_format_name(f) << " " << isa_name(isa) << " M=" << M;
             }
             std::vector<int32_t> ids(M);
             linear_argmax(x.data(), M, lg, ids.data(), true);

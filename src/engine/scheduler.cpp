@@ -296,9 +296,9 @@ const SchedulerOutput& Scheduler::schedule() {
         ScheduledChunk c{r.get(), n};
         // A decode step carries the request's drafts as far as the budget and its KV blocks allow (never
         // pre-empting anyone for a draft).
-        if (n == 1 && r->num_computed + 1 == static_cast<int64_t>(r->tokens.size()) && !r->drafts.empty()) {
-            int64_t nd = std::min<int64_t>({static_cast<int64_t>(r->drafts.size()), budget - 1 - decodes_left, kMaxScheduledDrafts,
-                                            r->max_total_tokens - 1 - r->num_computed});
+        if (!prefill && !r->drafts.empty()) {
+            int64_t nd = std::min<int64_t>({static_cast<int64_t>(r->drafts.size()), budget - 1 - decodes_left,
+                                            kMaxScheduledDrafts, r->max_total_tokens - 1 - r->num_computed});
             if (nd > 0 && !ensure_blocks(*r, r->num_computed + 1 + nd))
                 nd = static_cast<int64_t>(r->blocks.size()) * block_size_ - r->num_computed - 1;
             c.num_draft = static_cast<int>(std::max<int64_t>(0, nd));
@@ -306,7 +306,7 @@ const SchedulerOutput& Scheduler::schedule() {
         }
         // A decode step at a block boundary keeps the state there as a snapshot (no copy: the step writes
         // its result to a fresh slot).
-        if (n == 1 && r->num_computed + 1 == static_cast<int64_t>(r->tokens.size()) && wants_snapshot(*r))
+        if (!prefill && wants_snapshot(*r))
             c.fresh_slot = alloc_slot(/*may_evict_snapshot=*/true);
         out_.chunks.push_back(c);
         out_.n_tokens += c.num_new;

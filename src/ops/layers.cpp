@@ -552,8 +552,9 @@ void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, cons
             for (int64_t u = ith; u < Hkv * n_blocks; u += nth) {
                 const int64_t blk = u / Hkv, g = u % Hkv, tb = blk * tokens_per_block;
                 const int64_t off = s.t0 * ldq + g * group * D;
-                block(q + off, gate ? gate + off : nullptr, ldq, group, D, s.n_past, tb, std::min(tokens_per_block, s.T - tb),
-                      kt + g * per_head, vp + g * per_head, nk, scale, out + (s.t0 * Hq + g * group) * D, Hq * D);
+                block(q + off, gate ? gate + off : nullptr, ldq, group, D, s.n_past, tb,
+                      std::min(tokens_per_block, s.T - tb), kt + g * per_head, vp + g * per_head, nk, scale,
+                      out + (s.t0 * Hq + g * group) * D, Hq * D);
             }
         });
     }

@@ -18,7 +18,8 @@ namespace gdn {
 
 int cmd_serve(int argc, char** argv) {
     std::set<std::string> options = {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
-                                     "--max-num-seqs", "--max-num-batched-tokens", "--admit-prompt-tokens", "--cache-memory", "--threads", "--dtype",
+                                     "--max-num-seqs", "--max-num-batched-tokens", "--admit-prompt-tokens",
+                                     "--cache-memory", "--threads", "--dtype",
                                      "--kv-cache-dtype", "--block-size", "--max-queue", "--max-connections",
                                      "--http-threads", "--quantization", "--speculative-config", "--reasoning-parser",
                                      "--tool-call-parser", "--default-chat-template-kwargs", "--chat-template"};

@@ -22,8 +22,8 @@ bool attention_bf16_supported(int64_t D, int64_t group);
 //   kt [D/2][nk] uint32: column j = key j's dims as bf16 pairs (2i, 2i + 1)
 //   vp [nk/2][D] uint32: row jp, column d = (v_{2jp}[d], v_{2jp+1}[d]) as a bf16 pair
 // nk: the keys the buffers hold (a multiple of 32, >= every block's keys).
-void attention_bf16_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1, uint32_t* kt,
-                         uint32_t* vp, int64_t nk);
+void attention_bf16_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1,
+                         uint32_t* kt, uint32_t* vp, int64_t nk);
 
 // Query tokens [tb, tb + ntok) of one sequence (token t of head h of the group at q + t ldq + h D; gate
 // alike, or null), ntok * group <= 32, causal over keys [0, n_past + t + 1): out + t ldo + h D gets the

@@ -86,9 +86,11 @@ void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t
         amx::gemm_block(b.pa.data(), nkb32 / 2, rows, vp + dc, D, 16 * D, nkb32 / 32, b.o.data() + dc, D);
     amx::release();
 
-    for (int r = 0; r < rows; ++r)
-        write_gated_row(b.o.data() + r * D, b.inv_sum[r], gate ? gate + (tb + r / group) * ldq + (r % group) * D : nullptr,
-                        D, out + (tb + r / group) * ldo + (r % group) * D);
+    for (int r = 0; r < rows; ++r) {
+        const int64_t at = (r % group) * D;  // row r: token tb + r / group, head r % group of the group
+        write_gated_row(b.o.data() + r * D, b.inv_sum[r], gate ? gate + (tb + r / group) * ldq + at : nullptr, D,
+                        out + (tb + r / group) * ldo + at);
+    }
 }
 
 }  // namespace gdn::cpu::avx512

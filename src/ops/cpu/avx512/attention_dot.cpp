@@ -157,7 +157,8 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
             }
             b.l[r] = b.l[r] * b.corr[r] + _mm512_reduce_add_ps(vsum);
             uint32_t* pr = b.pa + r * (kChunk / 2);
-            for (int v = 0; v < nv; v += 2) _mm512_storeu_si512(pr + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
+            for (int v = 0; v < nv; v += 2)
+                _mm512_storeu_si512(pr + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
         }
         const uint32_t* vc = vp + (c0 / 2) * D;
         for (int r = r0; r < rows; r += kTileRows) {
@@ -168,10 +169,14 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
             if (d < D) kValue2[R - 1](b.pa + r * (kChunk / 2), 8 * nv, vc + d, D, b.corr + r, b.o.data() + r * D + d);
         }
     }
-    for (int r = 0; r < rows; ++r)
-        write_gated_row(b.o.data() + r * D, 1.0f / b.l[r], gate ? gate + (tb + r / group) * ldq + (r % group) * D : nullptr,
-                        D, out + (tb + r / group) * ldo + (r % group) * D);
+    for (int r = 0; r < rows; ++r) {
+        const int64_t at = (r % group) * D;  // row r: token tb + r / group, head r % group of the group
+        write_gated_row(b.o.data() + r * D, 1.0f / b.l[r], gate ? gate + (tb + r / group) * ldq + at : nullptr, D,
+                        out + (tb + r / group) * ldo + at);
+    }
 }
+
+// What both engines use (attention_bf16.h) lives here, in the file built without the AMX flags.
 
 bool attention_bf16_supported(int64_t D, int64_t group) { return D % 32 == 0 && D <= 512 && group >= 1 && group <= 32; }
 
@@ -206,8 +211,8 @@ void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_
 
 }  // namespace
 
-void attention_bf16_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1, uint32_t* kt,
-                         uint32_t* vp, int64_t nk) {
+void attention_bf16_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1,
+                         uint32_t* kt, uint32_t* vp, int64_t nk) {
     if (kv.bf16) pack_keys<uint16_t>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk);
     else pack_keys<float>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk);
 }

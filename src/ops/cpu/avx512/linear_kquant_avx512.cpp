@@ -115,11 +115,13 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
 // above its nibble, and masked (16-bit shifts: the mask drops what crossed from the next byte).
 inline void q6k_quads(const uint8_t* rec, int s, int v, __m512i* lo, __m512i* hi) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
-    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + quant::kQ6KHighOffset + s * 64 + v * 32));
+    const uint8_t* pairs = rec + quant::kQ6KHighOffset + s * 64 + v * 32;
+    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs));
     const __m512i hb = _mm512_srlv_epi64(_mm512_broadcast_i64x4(half), _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
     const __m512i b = _mm512_loadu_si512(rec + s * 128 + v * 64);
     *lo = _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45));
-    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4), _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45));
+    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4),
+                          _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45));
 }
 
 template <int MR, bool kSwiglu>
