@@ -67,8 +67,9 @@ TEST(Quant, EveryIsaMatchesReference) {
             set_active_isa(Isa::REF);
             std::vector<float> want(s.M * s.N);
             linear(x.data(), s.M, lw, want.data(), false);
-            for (Isa isa : fast_isas()) {
-                set_active_isa(isa);
+            std::vector<float> avx2_out;  // the vpmaddubsw build's products (unrounded)
+            for (const QuantPath& path : quant_paths()) {
+                path.use();
                 for (bool round_out : {false, true}) {
                     std::vector<float> got(s.M * s.N, NAN);
                     linear(x.data(), s.M, lw, got.data(), true, round_out);
@@ -76,13 +77,21 @@ TEST(Quant, EveryIsaMatchesReference) {
                         // Same integer dots; only the order of the f32 group sums differs (and bf16 output
                         // rounding when asked).
                         const float tol = 1e-5f * (1 + std::abs(want[i])) + (round_out ? std::abs(want[i]) * 4e-3f : 0);
-                        ASSERT_NEAR(got[i], want[i], tol) << isa_name(isa) << " " << weight_format_name(f)
+                        ASSERT_NEAR(got[i], want[i], tol) << path.name() << " " << weight_format_name(f)
                                                           << " M=" << s.M << " N=" << s.N << " K=" << s.K << " i=" << i;
+                    }
+                    // The AVX-VNNI build differs from the AVX2 one only in how it forms the same integer sums.
+                    if (path.isa == Isa::AVX2 && !round_out) {
+                        if (!path.avx_vnni) avx2_out = got;
+                        else
+                            for (int64_t i = 0; i < s.M * s.N; ++i)
+                                ASSERT_EQ(got[i], avx2_out[i]) << weight_format_name(f) << " M=" << s.M << " N=" << s.N
+                                                               << " K=" << s.K << " i=" << i;
                     }
                 }
             }
         }
-    set_active_isa(cpu_isa());
+    restore_default_kernels();
 }
 
 // Where the products are used inside other ops: the fused SwiGLU layout and the argmax.
@@ -95,8 +104,8 @@ TEST(Quant, SwigluAndArgmaxOverQuantizedWeights) {
         LinearWeight sw = make_swiglu_linear(TensorView::contiguous(g.data(), DType::F32, {I, K}),
                                              TensorView::contiguous(u.data(), DType::F32, {I, K}), f);
         LinearWeight lg = quantized(f, g, I, K), lu = quantized(f, u, I, K);
-        for (Isa isa : fast_isas()) {
-            set_active_isa(isa);
+        for (const QuantPath& path : quant_paths()) {
+            path.use();
             std::vector<float> act(M * I), yg(M * I), yu(M * I);
             linear_swiglu(x.data(), M, sw, act.data(), true);
             linear(x.data(), M, lg, yg.data(), true);
@@ -104,14 +113,14 @@ TEST(Quant, SwigluAndArgmaxOverQuantizedWeights) {
             for (int64_t i = 0; i < M * I; ++i) {
                 const float want = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
                 ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want)))
-                    << weight_format_name(f) << " " << isa_name(isa) << " M=" << M;
+                    << weight_format_name(f) << " " << path.name() << " M=" << M;
             }
             std::vector<int32_t> ids(M);
             linear_argmax(x.data(), M, lg, ids.data(), true);
             for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ops::argmax(yg.data() + m * I, I));
         }
     }
-    set_active_isa(cpu_isa());
+    restore_default_kernels();
 }
 
 // Rows gathered from the packed layout (the embedding) are the dequantized values; q and scale obey
@@ -219,10 +228,19 @@ TEST(Quant, ActivationQuantizersAreBitwiseTheReference) {
 TEST(Quant, EveryIsaHasAKernelRow) {
     for (Isa isa : {Isa::REF, Isa::AVX2, Isa::AVX512})
         for (WeightFormat f : kFormats) EXPECT_NE(quant_kernel(isa, f).gemm, nullptr);
-    // A CPU with AVX-512 VNNI runs the vpdpbusd kernels, one without it the AVX2 ones (both on AVX512).
-    for (WeightFormat f : kFormats)
-        EXPECT_EQ(quant_kernel(Isa::AVX512, f).needs_vnni, cpu_has_avx512_vnni()) << quant_kernel(Isa::AVX512, f).name;
-    set_active_isa(cpu_isa());
+    // A CPU with AVX-512 VNNI runs the vpdpbusd kernels, one without it the AVX2 ones (both on AVX512);
+    // AVX2 runs its AVX-VNNI build where the CPU has it and GDN_AVX_VNNI / set_avx_vnni leave it on.
+    for (WeightFormat f : kFormats) {
+        EXPECT_EQ(quant_kernel(Isa::AVX512, f).need, cpu_has_avx512_vnni() ? CpuNeed::AVX512_VNNI : CpuNeed::NOTHING)
+            << quant_kernel(Isa::AVX512, f).name;
+        for (bool on : {false, true}) {
+            const bool vnni = set_avx_vnni(on);
+            EXPECT_EQ(vnni, on && cpu_has_avx_vnni());
+            EXPECT_EQ(quant_kernel(Isa::AVX2, f).need, vnni ? CpuNeed::AVX_VNNI : CpuNeed::NOTHING)
+                << quant_kernel(Isa::AVX2, f).name;
+        }
+    }
+    restore_default_kernels();
     const std::string r = quant_kernel_report();
     EXPECT_NE(r.find("linear int8:"), std::string::npos) << r;
     for (WeightFormat f : kFormats)

@@ -147,8 +147,26 @@ inline std::vector<FastPath> fast_paths() {
     if (cpu_isa() == Isa::AVX512 && cpu_has_amx_bf16()) v.push_back({Isa::AVX512, true});
     return v;
 }
+// The fast quantized paths: each ISA, and on AVX2 both the vpmaddubsw and, where the CPU has it, the
+// AVX-VNNI build of the kernels.
+struct QuantPath {
+    Isa isa;
+    bool avx_vnni;
+    std::string name() const { return std::string(isa_name(isa)) + (avx_vnni ? "+avx-vnni" : ""); }
+    void use() const {
+        set_active_isa(isa);
+        set_avx_vnni(avx_vnni);
+    }
+};
+inline std::vector<QuantPath> quant_paths() {
+    std::vector<QuantPath> v;
+    for (Isa isa : fast_isas()) v.push_back({isa, false});
+    if (cpu_has_avx_vnni()) v.push_back({Isa::AVX2, true});
+    return v;
+}
 inline void restore_default_kernels() {
     set_active_isa(cpu_isa());
+    set_avx_vnni(cpu_has_avx_vnni());
     set_amx_bf16(cpu_has_amx_bf16());
 }
 

@@ -25,6 +25,7 @@ struct State {
     std::array<std::atomic<uint64_t>, static_cast<int>(OpId::COUNT)> fallbacks{};
     DeltaRuleForm delta_rule = DeltaRuleForm::AUTO;
     bool amx = false;  // the bf16 linear kernels use AMX tiles (GDN_AMX, set_amx_bf16)
+    bool avx_vnni = false;  // the AVX2 quantized kernels use AVX-VNNI (GDN_AVX_VNNI, set_avx_vnni)
     bool configured = false;
 };
 State& state() {
@@ -49,7 +50,7 @@ bool os_saves_ymm() {
 }
 
 struct CpuFlags {
-    bool avx2 = false, fma = false, f16c = false;
+    bool avx2 = false, fma = false, f16c = false, avx_vnni = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false, avx512vnni = false;
     bool amx_bf16 = false;  // AMX-TILE + AMX-BF16, and the OS lets this process use the tile data
     bool amx_refused = false;  // the CPU has them but the OS did not grant the tile data
@@ -80,10 +81,14 @@ CpuFlags detect() {
         f.avx512vnni = c & (1u << 11);
         f.amx_bf16 = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16, AMX-TILE
     }
-    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512bf16 = a & (1u << 5);
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
+        f.avx_vnni = a & (1u << 4);
+        f.avx512bf16 = a & (1u << 5);
+    }
     const bool ymm = os_saves_ymm(), zmm = os_saves_zmm();
     f.avx2 = f.avx2 && f.fma && f.f16c && ymm;
     f.avx512f = f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx2 && zmm;
+    f.avx_vnni = f.avx_vnni && f.avx2;
     f.avx512bf16 = f.avx512bf16 && f.avx512f;
     f.avx512vnni = f.avx512vnni && f.avx512f;
     if (f.amx_bf16 && f.avx512bf16) {
@@ -189,6 +194,12 @@ Status configure_kernels_from_env() {
         if (v == "0") s.amx = false;
         else if (v != "1") return Status::error("GDN_AMX='" + v + "' is not 0 or 1");
     }
+    s.avx_vnni = flags().avx_vnni;
+    if (const char* e = std::getenv("GDN_AVX_VNNI"); e && *e) {
+        const std::string v = e;
+        if (v == "0") s.avx_vnni = false;
+        else if (v != "1") return Status::error("GDN_AVX_VNNI='" + v + "' is not 0 or 1");
+    }
     s.delta_rule = DeltaRuleForm::AUTO;
     if (const char* e = std::getenv("GDN_DELTA_RULE"); e && *e) {
         const std::string v = e;
@@ -248,6 +259,16 @@ Isa op_isa(OpId op) {
 bool has_bf16_dot() { return active_isa() == Isa::AVX512 && flags().avx512bf16; }
 bool has_int8_dot() { return active_isa() == Isa::AVX512 && flags().avx512vnni; }
 bool cpu_has_avx512_vnni() { return flags().avx512vnni; }
+bool cpu_has_avx_vnni() { return flags().avx_vnni; }
+bool has_avx_vnni() {
+    ensure_configured();
+    return state().avx_vnni;
+}
+bool set_avx_vnni(bool on) {
+    ensure_configured();
+    state().avx_vnni = on && flags().avx_vnni;
+    return state().avx_vnni;
+}
 bool cpu_has_amx_bf16() { return flags().amx_bf16; }
 bool has_amx_bf16() {
     ensure_configured();

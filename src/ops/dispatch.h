@@ -5,6 +5,7 @@
 //   GDN_FORCE_REFERENCE=op,op|all  run the named ops on the scalar reference (for A/B runs)
 //   GDN_DELTA_RULE=auto|recurrent|chunked   the prefill form of the fast delta rule (auto: by measured crossover)
 //   GDN_AMX=0|1                    bf16 linears on AMX tiles where the CPU and OS allow it (default 1)
+//   GDN_AVX_VNNI=0|1               AVX2's quantized linears on 256-bit vpdpbusd where the CPU has AVX-VNNI (default 1)
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,13 @@ bool has_bf16_dot();
 bool has_int8_dot();
 // True if the CPU has AVX-512 VNNI, whatever ISA is active (kernel tables whose AVX-512 rows need it).
 bool cpu_has_avx512_vnni();
+// True if the CPU has AVX-VNNI (256-bit vpdpbusd without AVX-512), whatever ISA is active.
+bool cpu_has_avx_vnni();
+// True if the AVX2 rows of the quantized kernels use AVX-VNNI: the CPU has it and GDN_AVX_VNNI is not 0.
+bool has_avx_vnni();
+// Turns the AVX-VNNI rows on or off (tests and A/B benchmarks; on only where the CPU has it). Returns
+// the state.
+bool set_avx_vnni(bool on);
 // True if the CPU has AMX-BF16 tiles and the OS granted them to this process.
 bool cpu_has_amx_bf16();
 // True if the bf16 linear kernels run on AMX tiles: has_bf16_dot(), the CPU has AMX-BF16 and GDN_AMX is

@@ -17,43 +17,58 @@ void ref_gemm(const quant::QuantizedRows& x, const PackedWeight& w, float* y, in
     ref::linear_quant(x, w, y, ldy);
 }
 
-// The first row matching (ISA, format) whose CPU requirement holds runs. AVX-512 CPUs without VNNI
-// (Skylake-X) run the AVX2 kernels, which every AVX-512 CPU executes; the activation quantizer is the
-// AVX2 one everywhere (M x K work against the product's M x N x K).
+// The first row matching (ISA, format) whose CPU need holds runs. AVX2 takes the AVX-VNNI build of its
+// kernels where the CPU has it; AVX-512 CPUs without AVX-512 VNNI (Skylake-X, which has no AVX-VNNI
+// either) run the plain AVX2 kernels, which every AVX-512 CPU executes. The activation quantizer is
+// the AVX2 one everywhere (M x K work against the product's M x N x K).
+constexpr CpuNeed kAny = CpuNeed::NOTHING, kVnni512 = CpuNeed::AVX512_VNNI, kVnni256 = CpuNeed::AVX_VNNI;
 const QuantKernelRow kTable[] = {
-    {Isa::REF, WeightFormat::Q8, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, nullptr, false},
-    {Isa::REF, WeightFormat::Q4, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, nullptr, false},
-    {Isa::REF, WeightFormat::Q4K, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, nullptr, false},
-    {Isa::REF, WeightFormat::Q6K, "reference (scalar)", false, quant::quantize_activation_row, ref_gemm, nullptr, false},
-    {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", false, cpu::avx2::quantize_activation_row,
+    {Isa::REF, WeightFormat::Q8, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
+    {Isa::REF, WeightFormat::Q4, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
+    {Isa::REF, WeightFormat::Q4K, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
+    {Isa::REF, WeightFormat::Q6K, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
+    {Isa::AVX2, WeightFormat::Q8, "avx-vnni vpdpbusd (sign trick)", kVnni256, cpu::avx2::quantize_activation_row,
+     cpu::avxvnni::linear_q8, nullptr, false},
+    {Isa::AVX2, WeightFormat::Q4, "avx-vnni vpdpbusd (int32 group sums)", kVnni256, cpu::avx2::quantize_activation_row,
+     cpu::avxvnni::linear_q4, nullptr, false},
+    {Isa::AVX2, WeightFormat::Q4K, "avx-vnni vpdpbusd (int32 group sums, minimum by group sum)", kVnni256,
+     cpu::avx2::quantize_activation_row, cpu::avxvnni::linear_q4k, nullptr, false},
+    {Isa::AVX2, WeightFormat::Q6K, "avx-vnni vpdpbusd (q + 32, offset by group sum)", kVnni256,
+     cpu::avx2::quantize_activation_row, cpu::avxvnni::linear_q6k, nullptr, false},
+    {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", kAny, cpu::avx2::quantize_activation_row,
      cpu::avx2::linear_q8, nullptr, false},
-    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", false, cpu::avx2::quantize_activation_row,
+    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", kAny, cpu::avx2::quantize_activation_row,
      cpu::avx2::linear_q4, nullptr, false},
-    {Isa::AVX2, WeightFormat::Q4K, "avx2 vpmaddubsw (int16 group sums, minimum by group sum)", false,
+    {Isa::AVX2, WeightFormat::Q4K, "avx2 vpmaddubsw (int16 group sums, minimum by group sum)", kAny,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, nullptr, false},
-    {Isa::AVX2, WeightFormat::Q6K, "avx2 vpmaddubsw (q + 32, offset by group sum)", false, cpu::avx2::quantize_activation_row,
+    {Isa::AVX2, WeightFormat::Q6K, "avx2 vpmaddubsw (q + 32, offset by group sum)", kAny, cpu::avx2::quantize_activation_row,
      cpu::avx2::linear_q6k, nullptr, false},
-    {Isa::AVX512, WeightFormat::Q8, "avx512 vpdpbusd (weight + 128, group-sum offset)", true,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q8,
-     cpu::avx512::linear_q8_swiglu, false},
-    {Isa::AVX512, WeightFormat::Q4, "avx512 vpdpbusd (nibble + 8, group-sum offset)", true,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4,
-     cpu::avx512::linear_q4_swiglu, false},
-    {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; this CPU has no AVX-512 VNNI)", false,
+    {Isa::AVX512, WeightFormat::Q8, "avx512 vpdpbusd (weight + 128, group-sum offset)", kVnni512,
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q8, cpu::avx512::linear_q8_swiglu, false},
+    {Isa::AVX512, WeightFormat::Q4, "avx512 vpdpbusd (nibble + 8, group-sum offset)", kVnni512,
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4, cpu::avx512::linear_q4_swiglu, false},
+    {Isa::AVX512, WeightFormat::Q4K, "avx512 vpdpbusd (group scale and minimum in f32)", kVnni512,
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4k, cpu::avx512::linear_q4k_swiglu, false},
+    {Isa::AVX512, WeightFormat::Q6K, "avx512 vpdpbusd (q + 32, group-sum offset)", kVnni512,
+     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q6k, cpu::avx512::linear_q6k_swiglu, false},
+    {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; this CPU has no AVX-512 VNNI)", kAny,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, nullptr, false},
-    {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; this CPU has no AVX-512 VNNI)", false,
+    {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; this CPU has no AVX-512 VNNI)", kAny,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, nullptr, false},
-    {Isa::AVX512, WeightFormat::Q4K, "avx512 vpdpbusd (group scale and minimum in f32)", true,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4k,
-     cpu::avx512::linear_q4k_swiglu, false},
-    {Isa::AVX512, WeightFormat::Q6K, "avx512 vpdpbusd (q + 32, group-sum offset)", true,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q6k,
-     cpu::avx512::linear_q6k_swiglu, false},
-    {Isa::AVX512, WeightFormat::Q4K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", false,
+    {Isa::AVX512, WeightFormat::Q4K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", kAny,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, nullptr, false},
-    {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", false,
+    {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", kAny,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q6k, nullptr, false},
 };
+
+bool holds(CpuNeed need) {
+    switch (need) {
+        case CpuNeed::NOTHING: return true;
+        case CpuNeed::AVX512_VNNI: return cpu_has_avx512_vnni();
+        case CpuNeed::AVX_VNNI: return has_avx_vnni();
+    }
+    return false;
+}
 
 quant::QuantizedRows& activation_scratch() {
     thread_local quant::QuantizedRows rows;
@@ -64,7 +79,7 @@ quant::QuantizedRows& activation_scratch() {
 
 const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format) {
     for (const QuantKernelRow& r : kTable)
-        if (r.isa == isa && r.format == format && (!r.needs_vnni || cpu_has_avx512_vnni())) return r;
+        if (r.isa == isa && r.format == format && holds(r.need)) return r;
     GDN_CHECK(false, "no quantized kernel for %s on %s", weight_format_name(format), isa_name(isa));
     return kTable[0];
 }

@@ -21,11 +21,14 @@ using QuantGemmFn = void (*)(const quant::QuantizedRows& x, const PackedWeight& 
 // Row m of x quantized into rows (already sized): the activation work of a quantized linear.
 using QuantizeRowFn = void (*)(const float* x_row, quant::QuantizedRows* rows, int64_t m);
 
+// What a kernel row needs beyond its ISA.
+enum class CpuNeed { NOTHING, AVX512_VNNI, AVX_VNNI /* and has_avx_vnni() on */ };
+
 struct QuantKernelRow {
     Isa isa;
     WeightFormat format;
     const char* name;  // what runs, e.g. "avx2 vpmaddubsw"
-    bool needs_vnni;   // the row applies only where the CPU has AVX-512 VNNI
+    CpuNeed need;      // the row applies only where this holds
     QuantizeRowFn quantize;
     QuantGemmFn gemm;
     QuantGemmFn swiglu;  // the gemm with the SwiGLU epilogue (y: the activation, ldy = I); null: products,

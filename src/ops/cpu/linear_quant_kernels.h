@@ -23,6 +23,14 @@ void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, 
 void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
 }  // namespace gdn::cpu::avx2
 
+// The same kernels built for AVX-VNNI (256-bit vpdpbusd; quant_tiles_avx2.h): bitwise the AVX2 results.
+namespace gdn::cpu::avxvnni {
+void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+}  // namespace gdn::cpu::avxvnni
+
 namespace gdn::cpu::avx512 {
 // int8 x int8 with vpdpbusd (AVX-512 VNNI): the weight made unsigned (q ^ 0x80 = q + 128), the offset
 // removed through the row's group sum.

@@ -1,4 +1,4 @@
-// AVX2 kernels of the super-block formats int4-k and int6-k (layouts in ops/quant/quant_format.h). As
+// AVX2 and AVX-VNNI kernels (the two builds: quant_tiles_avx2.h) of the super-block formats int4-k and int6-k (layouts in ops/quant/quant_format.h). As
 // the int8 / int4 kernels (linear_quant_avx2.cpp): one 256-bit vector holds 8 columns x one k-quad, a
 // panel row of 32 columns is 4 vectors, the activation quad is broadcast; integer dots per group of
 // 32 k, then the group's scales in f32. A one-row tile (decode) requests its record's lines ahead.
@@ -11,7 +11,7 @@
 #include "ops/cpu/linear_quant_kernels.h"
 #include "ops/cpu/stream_ahead.h"
 
-namespace gdn::cpu::avx2 {
+namespace gdn::cpu::GDN_AVX2_KERNELS {
 
 namespace {
 
@@ -22,10 +22,11 @@ inline void record_ahead(const uint8_t* rec, int step, int64_t record_bytes) {
     stream_ahead_128(p + 128);
 }
 
-// int4-k: q in [0, 15] unsigned x int8 activations with vpmaddubsw, int16 sums over the group
-// (8 * 2 * 15 * 127 < 2^15). y = d * sum_g xs (sc D) - dmin * sum_g (xs S) m: per group, vpmaddwd
-// widens the pair sums times sc (|sc D| <= 63 * 2 * 30480 < 2^31) and one FMA adds xs times it; the
-// minimum's term is one FMA of m by the row's xs S; d and dmin apply once per super-block.
+// int4-k: q in [0, 15] unsigned x int8 activations, group sums over the group (8 * 2 * 15 * 127 < 2^15
+// for AVX2's int16). y = d * sum_g xs (sc D) - dmin * sum_g (xs S) m: per group, group_sums_scaled
+// multiplies the sums by sc as it widens (AVX2 vpmaddwd, AVX-VNNI vpmulld; |sc D| <= 63 * 2 * 30480 <
+// 2^31) and one FMA adds xs times it; the minimum's term is one FMA of m by the row's xs S; d and dmin
+// apply once per super-block.
 template <int MR>
 void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
@@ -56,10 +57,10 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
                 xs_sum[m] = _mm256_set1_ps(x.xs[i] * static_cast<float>(x.xsum[i]));
             }
             for (int v = 0; v < kNV; ++v) {
-                const __m256i sc_pairs = _mm256_shuffle_epi8(sc_half[v / 2], level_pairs_pattern(v));
+                const __m256i sc_level = level_operand(sc_half[v / 2], v);
                 const __m256 mn_f = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(mn_half[v / 2], level_words_pattern(v)));
                 for (int m = 0; m < MR; ++m) {
-                    const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[m][v], sc_pairs));
+                    const __m256 dot = _mm256_cvtepi32_ps(group_sums_scaled(acc[m][v], sc_level));
                     scaled[m][v] = _mm256_fmadd_ps(dot, xs[m], scaled[m][v]);
                     mins[m][v] = _mm256_fmadd_ps(mn_f, xs_sum[m], mins[m][v]);
                 }
@@ -75,13 +76,12 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
     store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);
 }
 
-// int6-k: u = q + 32 in [0, 63] from a low nibble and a high bit pair, the unsigned operand of
-// vpmaddubsw (a step's lo + hi pair sums <= 4 * 63 * 127 < 2^15); the offset leaves through the row's
+// int6-k: u = q + 32 in [0, 63] from a low nibble and a high bit pair, the unsigned operand (AVX2: a
+// step's lo + hi pair sums <= 4 * 63 * 127 < 2^15); the offset leaves through the row's
 // group sum, as int4-sym's +8: y += xs * d * sc * (sum u x - 32 S).
 template <int MR>
 void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
@@ -107,10 +107,7 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
                     xhi[m] = bcast_quad(xr + 4);
                 }
                 for_each_q6k_vector(rec, s, [&](int v, __m256i lo, __m256i hi) __attribute__((always_inline)) {
-                    for (int m = 0; m < MR; ++m) {
-                        const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m]));
-                        acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(pr, ones));
-                    }
+                    for (int m = 0; m < MR; ++m) acc[m][v] = two_quad_dots_add(acc[m][v], lo, xlo[m], hi, xhi[m]);
                 });
             }
             const uint8_t* sc = rec + quant::kQ6KScalesOffset;
@@ -139,4 +136,4 @@ void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, 
     run_panels<tile_q6k<1>, tile_q6k<kMR>>(x, w, y, ldy, p0, p1);
 }
 
-}  // namespace gdn::cpu::avx2
+}  // namespace gdn::cpu::GDN_AVX2_KERNELS

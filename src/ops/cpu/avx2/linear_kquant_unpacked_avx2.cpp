@@ -1,9 +1,10 @@
-// Prefill tiles of the super-block formats int4-k and int6-k on AVX2 (layouts in
-// ops/quant/quant_format.h). The packed tiles (linear_kquant_avx2.cpp) unpack a group's nibbles and
-// high bits for every tile of kMR rows: with two rows that is 3 (int4-k) to 4.5 (int6-k) of every 7 to
-// 9.5 vector ops per row. Here a panel's super-block is unpacked once into the unsigned bytes vpmaddubsw
-// takes (int4-k: q in [0, 15]; int6-k: u = q + 32 in [0, 63]), 8 KB that stay in L1, and every row of a
-// block of rows multiplies them: 2 ops per row and weight vector (int4-k), 2.5 (int6-k).
+// Prefill tiles of the super-block formats int4-k and int6-k on AVX2 and AVX-VNNI (layouts in
+// ops/quant/quant_format.h; the two builds: quant_tiles_avx2.h). The packed tiles
+// (linear_kquant_avx2.cpp) unpack a group's nibbles and high bits for every tile of kMR rows: with two
+// rows that is 3 (int4-k) to 4.5 (int6-k) of every 7 to 9.5 vector ops per row. Here a panel's
+// super-block is unpacked once into the unsigned bytes the dots take (int4-k: q in [0, 15]; int6-k: u =
+// q + 32 in [0, 63]), 8 KB that stay in L1, and every row of a block of rows multiplies them: 2 ops
+// per row and weight vector (int4-k), 2.5 (int6-k) on AVX2; one vpdpbusd on AVX-VNNI.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -12,7 +13,7 @@
 #include "ops/cpu/avx2/quant_tiles_avx2.h"
 #include "ops/cpu/linear_quant_kernels.h"
 
-namespace gdn::cpu::avx2 {
+namespace gdn::cpu::GDN_AVX2_KERNELS {
 
 namespace {
 
@@ -24,7 +25,7 @@ constexpr int64_t kRowBlock = 64;                        // rows whose f32 sums 
 // 4t..4t+3 of the group (the packed step s holds quads 2s in its low nibbles and 2s + 1 in its high).
 struct UnpackedBlock {
     alignas(32) uint8_t q[kGroupsPerBlock * kGroupBytes];
-    alignas(32) int16_t scale_pairs[kGroupsPerBlock][kNV][16];  // int4-k: sc as vpmaddwd's pair operand
+    alignas(32) uint8_t scale_levels[kGroupsPerBlock][kNV][32];  // int4-k: sc as level_operand gives it
     alignas(32) float min_terms[kGroupsPerBlock][32];          // int4-k: dmin * m
     alignas(32) float scales[kGroupsPerBlock][32];             // int6-k: d * sc
     alignas(32) float d[32];                                   // int4-k: d
@@ -55,8 +56,7 @@ void unpack_q4k(const uint8_t* blk, int64_t groups, UnpackedBlock* u) {
         const __m256i sc_half[2] = {_mm256_permute2x128_si256(sc, sc, 0x00), _mm256_permute2x128_si256(sc, sc, 0x11)};
         const __m256i mn_half[2] = {_mm256_permute2x128_si256(mn, mn, 0x00), _mm256_permute2x128_si256(mn, mn, 0x11)};
         for (int v = 0; v < kNV; ++v) {
-            _mm256_store_si256(reinterpret_cast<__m256i*>(u->scale_pairs[j][v]),
-                               _mm256_shuffle_epi8(sc_half[v / 2], level_pairs_pattern(v)));
+            _mm256_store_si256(reinterpret_cast<__m256i*>(u->scale_levels[j][v]), level_operand(sc_half[v / 2], v));
             const __m256 m = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(mn_half[v / 2], level_words_pattern(v)));
             _mm256_store_ps(u->min_terms[j] + v * 8, _mm256_mul_ps(dmin[v], m));
         }
@@ -82,7 +82,7 @@ void unpack_q6k(const uint8_t* blk, int64_t groups, UnpackedBlock* u) {
 }
 
 // Rows m0..m0+MR-1, one group: sums [MR][32] (row stride 32) += the group's products.
-// int4-k: int16 sums of all 8 quads (8 * 2 * 15 * 127 < 2^15), vpmaddwd by the scale level, then
+// int4-k: group sums of all 8 quads (8 * 2 * 15 * 127 < 2^15), times the scale level as they widen, then
 // y += d xs (sc D) - (dmin m) xs S.
 template <int MR>
 inline void group_q4k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u,
@@ -96,15 +96,15 @@ inline void group_q4k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int 
         for (int m = 0; m < MR; ++m) xb[m] = bcast_quad(x.row(m0 + m) + g * kQuantGroup + 4 * t);
         for (int v = 0; v < kNV; ++v) {
             const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + t * kQuadBytes + v * 32));
-            for (int m = 0; m < MR; ++m) acc[m][v] = _mm256_add_epi16(acc[m][v], _mm256_maddubs_epi16(w, xb[m]));
+            for (int m = 0; m < MR; ++m) acc[m][v] = group_sums_add(acc[m][v], w, xb[m]);
         }
     }
     for (int m = 0; m < MR; ++m) {
         const int64_t i = (m0 + m) * x.G + g;
         const __m256 xs = _mm256_set1_ps(x.xs[i]), xs_sum = _mm256_set1_ps(x.xs[i] * static_cast<float>(x.xsum[i]));
         for (int v = 0; v < kNV; ++v) {
-            const __m256i sp = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.scale_pairs[j][v]));
-            const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[m][v], sp));
+            const __m256i sl = _mm256_load_si256(reinterpret_cast<const __m256i*>(u.scale_levels[j][v]));
+            const __m256 dot = _mm256_cvtepi32_ps(group_sums_scaled(acc[m][v], sl));
             float* s = sums + m * 32 + v * 8;
             __m256 r = _mm256_fmadd_ps(dot, _mm256_mul_ps(_mm256_load_ps(u.d + v * 8), xs), _mm256_load_ps(s));
             r = _mm256_fnmadd_ps(_mm256_load_ps(u.min_terms[j] + v * 8), xs_sum, r);
@@ -113,12 +113,11 @@ inline void group_q4k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int 
     }
 }
 
-// int6-k: two quads' pair sums in int16 (2 * 2 * 63 * 127 < 2^15), widened per two quads; then
+// int6-k: two quads at a time (AVX2: their pair sums in int16, 2 * 2 * 63 * 127 < 2^15); then
 // y += (d sc) xs (sum u x - 32 S).
 template <int MR>
 inline void group_q6k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u,
                       float* sums) {
-    const __m256i ones = _mm256_set1_epi16(1);
     const uint8_t* q = u.q + j * kGroupBytes;
     __m256i acc[MR][kNV];
     for (int m = 0; m < MR; ++m)
@@ -132,10 +131,7 @@ inline void group_q6k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int 
         for (int v = 0; v < kNV; ++v) {
             const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + t * kQuadBytes + v * 32));
             const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(q + (t + 1) * kQuadBytes + v * 32));
-            for (int m = 0; m < MR; ++m) {
-                const __m256i pr = _mm256_add_epi16(_mm256_maddubs_epi16(w0, x0[m]), _mm256_maddubs_epi16(w1, x1[m]));
-                acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(pr, ones));
-            }
+            for (int m = 0; m < MR; ++m) acc[m][v] = two_quad_dots_add(acc[m][v], w0, x0[m], w1, x1[m]);
         }
     }
     for (int m = 0; m < MR; ++m) {
@@ -201,4 +197,4 @@ void unpacked_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y
     unpacked_panels<unpack_q6k, GroupQ6K>(x, w, y, ldy, p0, p1);
 }
 
-}  // namespace gdn::cpu::avx2
+}  // namespace gdn::cpu::GDN_AVX2_KERNELS

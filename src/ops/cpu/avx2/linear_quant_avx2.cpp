@@ -1,7 +1,7 @@
-// AVX2 kernels of the int8 / int4 formats (layouts in ops/quant/quant_format.h). One 256-bit vector
-// holds 8 columns x one k-quad (4 bytes per column), so a panel row of 32 columns is 4 vectors; the
-// activation quad is broadcast to all lanes. Integer dots per group of 32 k, then one f32 FMA per
-// group with scale_w * scale_x.
+// AVX2 and AVX-VNNI kernels of the int8 / int4 formats (layouts in ops/quant/quant_format.h; the two
+// builds: quant_tiles_avx2.h). One 256-bit vector holds 8 columns x one k-quad (4 bytes per column), so
+// a panel row of 32 columns is 4 vectors; the activation quad is broadcast to all lanes. Integer dots
+// per group of 32 k, then one f32 FMA per group with scale_w * scale_x.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -11,7 +11,7 @@
 #include "ops/cpu/linear_quant_kernels.h"
 #include "ops/cpu/stream_ahead.h"
 
-namespace gdn::cpu::avx2 {
+namespace gdn::cpu::GDN_AVX2_KERNELS {
 
 namespace {
 
@@ -35,7 +35,6 @@ inline void for_each_step(const uint8_t* blk, const Step& step) {
 template <int MR>
 void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
@@ -52,10 +51,7 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
             }
             for (int v = 0; v < kNV; ++v) {
                 const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 128 + v * 32));
-                for (int m = 0; m < MR; ++m) {
-                    const __m256i prod = _mm256_maddubs_epi16(xa[m], _mm256_sign_epi8(wv, xs[m]));
-                    acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(prod, ones));
-                }
+                for (int m = 0; m < MR; ++m) acc[m][v] = quad_dot_add(acc[m][v], xa[m], _mm256_sign_epi8(wv, xs[m]));
             }
         };
         for_each_step<MR, 8>(blk, quad);
@@ -74,13 +70,12 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
 template <int MR>
 void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
     for (int64_t g = 0; g < w.n_blocks; ++g) {
         const uint8_t* blk = w.quant_block(p, g);
-        __m256i acc[MR][kNV];  // int16 pair sums of (q + 8) * xq over the group: |.| <= 8 * 2 * 15 * 127
+        __m256i acc[MR][kNV];  // group sums of (q + 8) * xq
         for (int m = 0; m < MR; ++m)
             for (int v = 0; v < kNV; ++v) acc[m][v] = _mm256_setzero_si256();
         nibble_group_dots<MR>(x, m0, g, blk, acc, [&](int j) { stream_ahead_128(blk + j * 128); });
@@ -89,7 +84,7 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
             const __m256 ws = f16x8(sc + v * 16);
             for (int m = 0; m < MR; ++m) {
                 const int64_t i = (m0 + m) * x.G + g;
-                const __m256i d = _mm256_sub_epi32(_mm256_madd_epi16(acc[m][v], ones), _mm256_set1_epi32(8 * x.xsum[i]));
+                const __m256i d = _mm256_sub_epi32(group_sums_widen(acc[m][v]), _mm256_set1_epi32(8 * x.xsum[i]));
                 const __m256 s = _mm256_mul_ps(ws, _mm256_set1_ps(x.xs[i]));
                 sum[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, sum[m][v]);
             }
@@ -100,6 +95,7 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
 
 }  // namespace
 
+#ifndef GDN_AVX_VNNI  // one quantizer for both builds (the table's rows name the AVX2 one)
 void quantize_activation_row(const float* xr, quant::QuantizedRows* out, int64_t m) {
     const int64_t K = out->K;
     int8_t* q = out->xq.data() + m * out->Kp;
@@ -142,6 +138,7 @@ void quantize_activation_row(const float* xr, quant::QuantizedRows* out, int64_t
         out->xsum[m * out->G + g] = _mm_cvtsi128_si32(s4);
     }
 }
+#endif
 
 void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     run_panels<tile_q8<1>, tile_q8<kMR>>(x, w, y, ldy, p0, p1);
@@ -151,4 +148,4 @@ void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, i
     run_panels<tile_q4<1>, tile_q4<kMR>>(x, w, y, ldy, p0, p1);
 }
 
-}  // namespace gdn::cpu::avx2
+}  // namespace gdn::cpu::GDN_AVX2_KERNELS

@@ -1,6 +1,13 @@
-// What the AVX2 kernels of every quantized format share (linear_quant_avx2.cpp, linear_kquant_avx2.cpp):
-// a panel row of 32 columns is kNV vectors of 8 columns x one k-quad, tiles of kMR rows (or one), the
-// activation quad broadcast to all lanes. Compiled only into -mavx2 objects.
+// What the AVX2 kernels of every quantized format share (linear_quant_avx2.cpp, linear_kquant_avx2.cpp,
+// linear_kquant_unpacked_avx2.cpp): a panel row of 32 columns is kNV vectors of 8 columns x one k-quad,
+// tiles of kMR rows (or one), the activation quad broadcast to all lanes.
+//
+// Those files are compiled twice: into -mavx2 objects (namespace avx2), which multiply bytes with
+// vpmaddubsw into int16 pair sums and widen them with vpmaddwd, and with GDN_AVX_VNNI into -mavxvnni
+// objects (namespace avxvnni) for CPUs with AVX-VNNI (Alder Lake and later client cores, Sapphire
+// Rapids, Zen 4/5), where one vpdpbusd adds the products of a quad straight into an int32 lane. The
+// dot primitives below are the only difference; both give the same exact integer sums, so the two
+// builds' outputs are bitwise equal.
 #pragma once
 
 #include <immintrin.h>
@@ -11,7 +18,13 @@
 
 #include "ops/linear.h"
 
-namespace gdn::cpu::avx2 {
+#ifdef GDN_AVX_VNNI
+#define GDN_AVX2_KERNELS avxvnni
+#else
+#define GDN_AVX2_KERNELS avx2
+#endif
+
+namespace gdn::cpu::GDN_AVX2_KERNELS {
 
 constexpr int kNV = 4;  // vectors per 32-column panel
 constexpr int kMR = 2;  // rows per tile: 2 x 4 int32 accumulators + 2 x 4 f32 sums
@@ -32,6 +45,53 @@ inline __m256 i8x8_to_f32(const uint8_t* p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
 
+// Group sums: per column, the sum over a group's quads of unsigned weight bytes u times signed
+// activation bytes s. AVX2 keeps them as int16 pair sums (exact within the bounds each caller states)
+// and widens once per group; AVX-VNNI adds into int32 lanes directly.
+inline __m256i group_sums_add(__m256i acc, __m256i u, __m256i s) {
+#ifdef GDN_AVX_VNNI
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(u, s));
+#endif
+}
+// The group sums as int32 per column.
+inline __m256i group_sums_widen(__m256i acc) {
+#ifdef GDN_AVX_VNNI
+    return acc;
+#else
+    return _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+#endif
+}
+// The group sums times a per-column level as int32: `level` is level_operand's form of it.
+inline __m256i group_sums_scaled(__m256i acc, __m256i level) {
+#ifdef GDN_AVX_VNNI
+    return _mm256_mullo_epi32(acc, level);
+#else
+    return _mm256_madd_epi16(acc, level);
+#endif
+}
+
+// acc (int32 per column) += the dot of one quad of unsigned u and signed s. In AVX2 each pair sum must
+// fit int16: the int8 kernel's 2 * 127 * 127 does.
+inline __m256i quad_dot_add(__m256i acc, __m256i u, __m256i s) {
+#ifdef GDN_AVX_VNNI
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+#endif
+}
+// acc += the dots of two quads (u0 . s0 + u1 . s1); AVX2 adds their pair sums in int16 before widening
+// (int6-k: 4 * 63 * 127 < 2^15).
+inline __m256i two_quad_dots_add(__m256i acc, __m256i u0, __m256i s0, __m256i u1, __m256i s1) {
+#ifdef GDN_AVX_VNNI
+    return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, u0, s0), u1, s1);
+#else
+    const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(u0, s0), _mm256_maddubs_epi16(u1, s1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+#endif
+}
+
 template <int MR>
 inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols) {
     for (int m = 0; m < MR; ++m) {
@@ -45,8 +105,9 @@ inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols)
     }
 }
 
-// acc[m][v] += the int16 pair sums of one group's nibble pairs (nib: 512 B, [4 quad pairs][32 cols][4],
-// values 0..15) times the rows' activations: |.| <= 8 * 2 * 15 * 127 over the group, so int16 holds it.
+// acc[m][v] += the group sums (group_sums_add) of one group's nibble pairs (nib: 512 B, [4 quad
+// pairs][32 cols][4], values 0..15) times the rows' activations: |.| <= 8 * 2 * 15 * 127 over the
+// group, so AVX2's int16 pair sums hold it.
 // ahead(s) runs before step s. A one-row tile (decode) streams the weights from memory: its steps stay
 // a loop, because -O3 unrolled them completely, hoisted their loads and spilled them to the stack, and
 // the stores behind the cache misses stalled the stream (an int8 GEMV on the Zen 3 AVX2 VM: 12.4 GB/s
@@ -68,8 +129,7 @@ inline void nibble_group_dots(const quant::QuantizedRows& x, int64_t m0, int64_t
             const __m256i lo = _mm256_and_si256(b, low4);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), low4);
             for (int m = 0; m < MR; ++m)
-                acc[m][v] = _mm256_add_epi16(
-                    acc[m][v], _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo[m]), _mm256_maddubs_epi16(hi, xhi[m])));
+                acc[m][v] = group_sums_add(group_sums_add(acc[m][v], lo, xlo[m]), hi, xhi[m]);
         }
     };
     if constexpr (MR == 1) {
@@ -125,6 +185,15 @@ inline __m256i level_words_pattern(int v) {
     return _mm256_setr_epi8(o, z, z, z, o + 1, z, z, z, o + 2, z, z, z, o + 3, z, z, z,  //
                             o + 4, z, z, z, o + 5, z, z, z, o + 6, z, z, z, o + 7, z, z, z);
 }
+// Vector v's scale levels in the form group_sums_scaled takes: pair lanes for AVX2's vpmaddwd, word
+// lanes for AVX-VNNI's vpmulld (its group sums are int32 already).
+inline __m256i level_operand(__m256i levels_half, int v) {
+#ifdef GDN_AVX_VNNI
+    return _mm256_shuffle_epi8(levels_half, level_words_pattern(v));
+#else
+    return _mm256_shuffle_epi8(levels_half, level_pairs_pattern(v));
+#endif
+}
 
 // int6-k, step s of a group record: the unsigned values u = q + 32 (0..63) of vector v's low quad (k
 // 8s..8s+3, *lo) and high quad (8s+4..8s+7, *hi). hb: the 32 bytes of high pairs at kQ6KHighOffset +
@@ -162,4 +231,4 @@ constexpr int64_t kUnpackRows = 4;
 void unpacked_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 void unpacked_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 
-}  // namespace gdn::cpu::avx2
+}  // namespace gdn::cpu::GDN_AVX2_KERNELS
