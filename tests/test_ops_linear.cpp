@@ -6,6 +6,7 @@
 #include "ops/dispatch.h"
 #include "ops/layers.h"
 #include "ops/linear.h"
+#include "ops/linear_group.h"
 #include "ops/ref/ref_ops.h"
 #include "test_util.h"
 
@@ -88,6 +89,31 @@ TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
                     }
                 }
             }
+        }
+    }
+    restore_default_kernels();
+}
+
+// The same for every quantized format on every quantized path (AVX2's k-quants take their unpacked
+// prefill tiles from 4 rows on: those follow the one-row tiles' order).
+TEST(OpsLinear, QuantizedRowsDoNotDependOnTheBatch) {
+    const int64_t N = 70, K = 600, Mmax = 45;
+    auto wf = random_vec(N * K, 4, -0.5f, 0.5f);
+    auto x = random_vec(Mmax * K, 9);
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
+        const LinearWeight lw = make_linear({TensorView::contiguous(wf.data(), DType::F32, {N, K})}, f);
+        for (const QuantPath& path : quant_paths()) {
+            path.use();
+            std::vector<float> all(Mmax * N);
+            linear(x.data(), Mmax, lw, all.data(), true);
+            for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}, int64_t{33}})
+                for (int64_t m0 : {int64_t{0}, Mmax - M}) {
+                    std::vector<float> part(M * N);
+                    linear(x.data() + m0 * K, M, lw, part.data(), true);
+                    for (int64_t i = 0; i < M * N; ++i)
+                        ASSERT_EQ(part[i], all[m0 * N + i]) << path.name() << " " << weight_format_name(f) << " M=" << M
+                                                            << " m0=" << m0 << " i=" << i;
+                }
         }
     }
     restore_default_kernels();
@@ -208,4 +234,80 @@ TEST(OpsLinear, EmbeddingFromPackedTableEqualsTheStoredRows) {
         ops::embedding(table, &packed.packed, ids.data(), n, got.data(), false);
         for (int64_t i = 0; i < n * H; ++i) ASSERT_EQ(got[i], want[i]) << dtype_name(dt) << " i=" << i;
     }
+}
+
+// A group of linears (an MoE layer's experts) gives every job the bits linear() / linear_swiglu() give
+// it alone: bf16 and every quantized format (grouped), f32 weights (run alone), inputs read in place
+// through a row list or contiguous, on every fast path and the reference.
+TEST(OpsLinear, GroupEqualsEachLinearAlone) {
+    const int64_t K = 70, I = 48, R = 40;  // R: rows of the matrix the row lists index
+    auto h = random_vec(R * K, 5);
+    std::vector<std::optional<WeightFormat>> formats = {std::nullopt, WeightFormat::Q8, WeightFormat::Q4,
+                                                        WeightFormat::Q4K, WeightFormat::Q6K};
+    std::vector<std::vector<float>> gate, up, down;
+    std::vector<LinearWeight> gate_up, down_w;
+    for (size_t e = 0; e < formats.size() + 1; ++e) {  // the last: f32 weights (no grouped kernel)
+        gate.push_back(random_vec(I * K, 10 + e, -0.5f, 0.5f));
+        up.push_back(random_vec(I * K, 20 + e, -0.5f, 0.5f));
+        down.push_back(random_vec(K * I, 30 + e, -0.5f, 0.5f));
+    }
+    auto view = [](std::vector<float>& v, int64_t n, int64_t k) { return TensorView::contiguous(v.data(), DType::F32, {n, k}); };
+    std::vector<std::vector<uint16_t>> bf16_store;
+    for (size_t e = 0; e < formats.size() + 1; ++e) {
+        if (e == formats.size()) {
+            gate_up.push_back(make_swiglu_linear(view(gate[e], I, K), view(up[e], I, K)));
+            down_w.push_back(make_linear({view(down[e], K, I)}));
+        } else if (!formats[e]) {  // bf16 weights
+            for (auto* v : {&gate[e], &up[e], &down[e]}) {
+                bf16_store.emplace_back(v->size());
+                convert_from_f32(v->data(), DType::BF16, bf16_store.back().data(), v->size());
+            }
+            const size_t b = bf16_store.size() - 3;
+            auto bview = [&](size_t i, int64_t n, int64_t k) {
+                return TensorView::contiguous(bf16_store[b + i].data(), DType::BF16, {n, k});
+            };
+            gate_up.push_back(make_swiglu_linear(bview(0, I, K), bview(1, I, K)));
+            down_w.push_back(make_linear({bview(2, K, I)}));
+        } else {
+            gate_up.push_back(make_swiglu_linear(view(gate[e], I, K), view(up[e], I, K), formats[e]));
+            down_w.push_back(make_linear({view(down[e], K, I)}, formats[e]));
+        }
+    }
+    std::vector<int64_t> rows;  // expert e: rows e, e + 3, e + 6, ... (e + 1 of them; distinct, unordered runs)
+    std::vector<int64_t> first;
+    for (size_t e = 0; e < gate_up.size(); ++e) {
+        first.push_back(static_cast<int64_t>(rows.size()));
+        for (size_t i = 0; i <= e; ++i) rows.push_back((e + 3 * i * 7) % R);
+    }
+    first.push_back(static_cast<int64_t>(rows.size()));
+    const int64_t total = static_cast<int64_t>(rows.size());
+    std::vector<QuantPath> paths = quant_paths();
+    paths.push_back({Isa::REF, false});
+    for (const QuantPath& path : paths)
+        for (bool bf16_act : {false, true}) {
+            path.use();
+            std::vector<float> act(total * I, NAN), y(total * K, NAN), want_act(total * I), want_y(total * K);
+            std::vector<LinearJob> gu_jobs, down_jobs;
+            for (size_t e = 0; e < gate_up.size(); ++e) {
+                const int64_t n = first[e + 1] - first[e], at = first[e];
+                const bool in_place = e % 2 == 0;
+                std::vector<float> xe(n * K);
+                for (int64_t i = 0; i < n; ++i) std::copy_n(h.data() + rows[at + i] * K, K, xe.data() + i * K);
+                linear_swiglu(xe.data(), n, gate_up[e], want_act.data() + at * I, bf16_act);
+                linear(want_act.data() + at * I, n, down_w[e], want_y.data() + at * K, bf16_act);
+                if (in_place) gu_jobs.push_back({h.data(), n, &gate_up[e], act.data() + at * I, rows.data() + at});
+                else gu_jobs.push_back({h.data() + rows[at] * K, 1, &gate_up[e], act.data() + at * I});
+                down_jobs.push_back({act.data() + at * I, n, &down_w[e], y.data() + at * K});
+            }
+            // Contiguous-input jobs above cover one row each; the rest of those experts' rows by row list.
+            for (size_t e = 1; e < gate_up.size(); e += 2) {
+                const int64_t n = first[e + 1] - first[e], at = first[e];
+                if (n > 1) gu_jobs.push_back({h.data(), n - 1, &gate_up[e], act.data() + (at + 1) * I, rows.data() + at + 1});
+            }
+            linear_group(gu_jobs, true, bf16_act);
+            linear_group(down_jobs, false, bf16_act);
+            for (int64_t i = 0; i < total * I; ++i) ASSERT_EQ(act[i], want_act[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
+            for (int64_t i = 0; i < total * K; ++i) ASSERT_EQ(y[i], want_y[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
+        }
+    restore_default_kernels();
 }

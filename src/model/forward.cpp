@@ -15,6 +15,7 @@
 #include "ops/dispatch.h"
 #include "ops/layers.h"
 #include "ops/linear.h"
+#include "ops/linear_group.h"
 
 namespace gdn {
 
@@ -152,7 +153,8 @@ struct ForwardWorkspace {
     std::vector<ops::AttnSeq> attn_seqs;
     std::vector<int32_t> route_idx;
     std::vector<float> route_w, rw;
-    std::vector<int64_t> rows, expert_start, rows_cursor;  // the MoE's routes bucketed by expert
+    std::vector<int64_t> rows, expert_start, rows_cursor, route_pos;  // the MoE's routes bucketed by expert
+    std::vector<LinearJob> gate_up_jobs, down_jobs;                   // a run of experts' MLPs
 };
 
 Model::~Model() = default;
@@ -162,8 +164,13 @@ namespace {
 // Scratch slots of the forward (ops::gdn_mixer uses 0..4, ops::attention 10..13).
 enum Slot {
     X = 30, H_MIX, H_FFN, MIX, FFN, PROJ, ACT, Q, GATE, HF, MOE_X, MOE_Y, MOE_GU, MOE_ACC, ROUTER, SHARED_G,
-    MTP_CAT, MTP_EMB
+    MTP_CAT, MTP_EMB, MOE_ACT
 };
+
+// The scratch of one run of MoE experts (ForwardPass::moe): its gathered inputs, outputs and SwiGLU
+// activations. Bounds the MoE's extra memory at long prefill chunks (N k rows of 2 H + I floats: 168 MB
+// for Qwen3-Next's 2048-token chunk) at a few runs per layer.
+constexpr int64_t kMoeRunBytes = int64_t{64} << 20;
 
 ops::GdnParams gdn_params(const ModelConfig& c, const GdnWeights& g, GdnForm form) {
     return {c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim, c.gdn_v_dim, c.conv_kernel, c.rms_eps, g.conv, g.conv_T,
@@ -312,45 +319,80 @@ void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
     ws_.route_w.resize(N * k);
     {
         GDN_PROFILE("moe_route");
-        ref::moe_route(logits, N, E, k, c_.norm_topk_prob, ws_.route_idx.data(), ws_.route_w.data());
+        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {  // tokens route independently
+            ref::moe_route(logits + t0 * E, t1 - t0, E, k, c_.norm_topk_prob, ws_.route_idx.data() + t0 * k,
+                           ws_.route_w.data() + t0 * k);
+        }, row_grain(8 * E));
     }
     ref::round_activations(ws_.route_w.data(), N * k, hf_);
     std::fill(out, out + N * H, 0.0f);
-    // Tokens grouped per expert: one GEMM pair per active expert. The routes are bucketed once (a stable
-    // counting sort: each expert's rows in token order, as a scan per expert lists them, in O(N k + E)
-    // instead of O(E N k)); a token routes to an expert at most once, so an expert's rows are distinct and
-    // its gather and weighted scatter-add run over the pool.
+    // Routes bucketed by expert (a stable counting sort: each expert's rows in token order, O(N k + E));
+    // a token routes to an expert at most once, so an expert's rows are distinct tokens. pos[t k + s]:
+    // route s of token t's row in that order, each token's sorted (ascending rows = ascending experts).
     std::vector<int64_t>& start = ws_.expert_start;
     start.assign(E + 1, 0);
     for (int64_t i = 0; i < N * k; ++i) ++start[ws_.route_idx[i] + 1];
     for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
     ws_.rows.resize(N * k);
     ws_.rw.resize(N * k);
+    ws_.route_pos.resize(N * k);
     {
         std::vector<int64_t>& cursor = ws_.rows_cursor;
         cursor.assign(start.begin(), start.end() - 1);
-        for (int64_t t = 0; t < N; ++t)
+        for (int64_t t = 0; t < N; ++t) {
             for (int64_t s = 0; s < k; ++s) {
                 const int64_t at = cursor[ws_.route_idx[t * k + s]]++;
                 ws_.rows[at] = t;
                 ws_.rw[at] = ws_.route_w[t * k + s];
+                ws_.route_pos[t * k + s] = at;
             }
+            std::sort(ws_.route_pos.begin() + t * k, ws_.route_pos.begin() + (t + 1) * k);
+        }
     }
-    float* xe = sc_.f32(MOE_X, N * H);
-    float* ye = sc_.f32(MOE_Y, N * H);
+    // Experts run in runs of consecutive experts whose rows fit the scratch (kMoeRunBytes of inputs,
+    // outputs and activations; at least one expert's N rows): every expert's MLP (fused: two
+    // linear_group passes for all of them, reading the tokens' rows of h in place; the HF-rounding mode
+    // one expert at a time on gathered rows), then each token's weighted outputs added in expert order,
+    // the order of a one-expert-at-a-time loop.
+    const int64_t I = m.experts[0].down.K();
+    const bool grouped = !hf_ && std::all_of(m.experts.begin(), m.experts.end(), [](const Mlp& x) { return x.fused; });
+    const int64_t cap = std::max<int64_t>(N, kMoeRunBytes / static_cast<int64_t>((2 * H + I) * sizeof(float)));
+    float* ye = sc_.f32(MOE_Y, cap * H);
+    float* xe = grouped ? nullptr : sc_.f32(MOE_X, cap * H);
+    float* act = grouped ? sc_.f32(MOE_ACT, cap * I) : nullptr;
     const int64_t grain = row_grain(2 * H);
-    for (int64_t e = 0; e < E; ++e) {
-        const int64_t n = start[e + 1] - start[e];
-        if (n == 0) continue;
-        const int64_t* rows = ws_.rows.data() + start[e];
-        const float* rw = ws_.rw.data() + start[e];
-        global_pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) std::memcpy(xe + i * H, h + rows[i] * H, H * sizeof(float));
-        }, grain);
-        mlp(m.experts[e], xe, n, ye, MOE_GU, MOE_ACC);
-        global_pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i)
-                for (int64_t j = 0; j < H; ++j) out[rows[i] * H + j] += rw[i] * ye[i * H + j];
+    for (int64_t e0 = 0, e1; e0 < E; e0 = e1) {
+        for (e1 = e0 + 1; e1 < E && start[e1 + 1] - start[e0] <= cap;) ++e1;
+        const int64_t r0 = start[e0], r1 = start[e1];
+        if (r1 == r0) continue;
+        if (grouped) {
+            ws_.gate_up_jobs.clear();
+            ws_.down_jobs.clear();
+            for (int64_t e = e0; e < e1; ++e) {
+                const int64_t at = start[e] - r0, n = start[e + 1] - start[e];
+                if (n == 0) continue;
+                ws_.gate_up_jobs.push_back({h, n, &m.experts[e].gate_up, act + at * I, ws_.rows.data() + start[e]});
+                ws_.down_jobs.push_back({act + at * I, n, &m.experts[e].down, ye + at * H});
+            }
+            linear_group(ws_.gate_up_jobs, true, bf16_);
+            linear_group(ws_.down_jobs, false, bf16_);
+        } else {
+            global_pool().parallel_for(r1 - r0, [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) std::memcpy(xe + i * H, h + ws_.rows[r0 + i] * H, H * sizeof(float));
+            }, grain);
+            for (int64_t e = e0; e < e1; ++e)
+                if (const int64_t n = start[e + 1] - start[e]; n > 0)
+                    mlp(m.experts[e], xe + (start[e] - r0) * H, n, ye + (start[e] - r0) * H, MOE_GU, MOE_ACC);
+        }
+        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t)
+                for (int64_t s = 0; s < k; ++s) {
+                    const int64_t at = ws_.route_pos[t * k + s];
+                    if (at < r0 || at >= r1) continue;
+                    const float w = ws_.rw[at];
+                    const float* y = ye + (at - r0) * H;
+                    for (int64_t j = 0; j < H; ++j) out[t * H + j] += w * y[j];
+                }
         }, grain);
     }
     if (c_.shared_intermediate > 0) {

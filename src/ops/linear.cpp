@@ -133,7 +133,17 @@ void pack_rounded_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp,
     }
 }
 
+// The vdpbf16ps SwiGLU epilogue needs the whole K in one k block; the AMX one takes any K.
+bool swiglu_epilogue_fits(const PackedWeight& p) { return p.K2 <= 2048 || has_amx_bf16(); }
+
 }  // namespace
+
+bool uses_bf16_dot(const PackedWeight& p, bool swiglu, bool bf16_act) {
+    const bool dot = op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_act && p.format == WeightFormat::BF16 &&
+                     p.data.data() && has_bf16_dot();
+    if (!swiglu) return dot;
+    return dot && op_isa(OpId::SWIGLU) == Isa::AVX512 && swiglu_epilogue_fits(p);
+}
 
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
     GDN_PROFILE(M == 1 ? "linear (gemv)" : "linear");
@@ -145,7 +155,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
         return;
     }
     const Isa isa = op_isa(OpId::LINEAR);
-    if (isa == Isa::AVX512 && bf16_act && p.format == WeightFormat::BF16 && p.data.data() && has_bf16_dot()) {
+    if (uses_bf16_dot(p, false, bf16_act)) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
@@ -197,13 +207,9 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K(), I = N / 2;
     if (M <= 0) return;
-    const bool has_epilogue = op_isa(OpId::LINEAR) == Isa::AVX512 && op_isa(OpId::SWIGLU) == Isa::AVX512 &&
-                              bf16_act && p.format == WeightFormat::BF16 && has_bf16_dot();
-    // The vdpbf16ps epilogue needs the whole K in one k block; the AMX one takes any K.
-    const bool fits = p.K2 <= 2048 || has_amx_bf16();
-    if (has_epilogue && !fits)
+    if (uses_bf16_dot(p, false, bf16_act) && op_isa(OpId::SWIGLU) == Isa::AVX512 && !swiglu_epilogue_fits(p))
         count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
-    if (has_epilogue && fits) {
+    if (uses_bf16_dot(p, true, bf16_act)) {
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
         cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
         global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {

@@ -107,6 +107,11 @@ LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up,
 // products, then the activation.
 void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act);
 
+// True if linear() (swiglu: linear_swiglu() of a make_swiglu_linear weight) runs this weight on the
+// AVX-512 bf16 dot kernels over the pool: linear_bf16dot (_swiglu) on x packed as bf16 pairs. The one
+// statement of that choice (ops/linear_group.h schedules the same kernels).
+bool uses_bf16_dot(const PackedWeight& w, bool swiglu, bool bf16_act);
+
 // ids[m] = argmax_n (x @ W^T)[m, n] (the first on ties), without materialising the [M, N] products where
 // the kernel allows (greedy decoding over a large vocabulary). Equal to argmax over linear()'s output.
 // With w.screen (bf16 mode, one row, AVX-512 VNNI) it streams the int8 copy and rechecks the few

@@ -120,11 +120,21 @@ void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y
     if (round_out) ref::round_activations(y, M * w.N, true);
 }
 
+QuantGemmFn pooled_quant_kernel(const PackedWeight& w, bool swiglu, QuantizeRowFn* quantize) {
+    const Isa isa = op_isa(OpId::LINEAR);
+    if (isa == Isa::REF) return nullptr;
+    const QuantKernelRow& k = quant_kernel(isa, w.format);
+    *quantize = k.quantize;
+    if (!swiglu) return k.gemm;
+    return op_isa(OpId::SWIGLU) == isa ? k.swiglu : nullptr;
+}
+
 bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out) {
     const Isa isa = op_isa(OpId::LINEAR);
-    const QuantKernelRow& k = quant_kernel(isa, w.format);
-    if (!k.swiglu || op_isa(OpId::SWIGLU) != isa) return false;
-    run_gemm(k.swiglu, isa, quantize_rows(x, M, w.K, isa, k), w, out, w.N / 2);
+    QuantizeRowFn quantize = nullptr;
+    const QuantGemmFn epilogue = pooled_quant_kernel(w, true, &quantize);
+    if (!epilogue) return false;
+    run_gemm(epilogue, isa, quantize_rows(x, M, w.K, isa, quant_kernel(isa, w.format)), w, out, w.N / 2);
     return true;
 }
 

@@ -46,6 +46,12 @@ void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y
 // table's epilogue, unrounded; false (nothing written) where the active row has none.
 bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out);
 
+// The table's panel kernel for a quantized weight when it runs over the pool on the active ISA: the
+// products, or (swiglu) the SwiGLU epilogue; *quantize gets its activation quantizer. Null where the
+// weight takes another path (the reference ISA; no epilogue on this row). The one statement of that
+// choice for linear_quantized_swiglu and ops/linear_group.h.
+QuantGemmFn pooled_quant_kernel(const PackedWeight& w, bool swiglu, QuantizeRowFn* quantize);
+
 // "linear int8: avx2 vpmaddubsw (swiglu: products then activation; argmax: products then scan)" for
 // every quantized format on the active ISA.
 std::string quant_kernel_report();

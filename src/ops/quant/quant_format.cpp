@@ -245,17 +245,27 @@ bool find_nonfinite_scale(const PackedWeight& w, int64_t* block, uint16_t* bits)
     return false;
 }
 
-int q_value(const PackedWeight& w, int64_t n, int64_t k) {
-    if (n >= w.N || k >= w.K) return 0;
-    const int64_t bk = weight_block_k(w.format);
-    const int64_t c = n % kCols, g = k / kQuantGroup, kg = k % kQuantGroup;
-    const uint8_t* rec = w.quant_block(n / kCols, k / bk) + record_offset(w.format, g);
-    switch (w.format) {
+namespace {
+
+// q of column c, k kg of the group record rec.
+inline int record_q(WeightFormat f, const uint8_t* rec, int64_t c, int64_t kg) {
+    switch (f) {
         case WeightFormat::Q8: return static_cast<int8_t>(rec[q8_byte(c, kg)]);
         case WeightFormat::Q4: return get_nibble(rec, c, kg) - 8;
         case WeightFormat::Q4K: return get_nibble(rec, c, kg);
         default: return (get_nibble(rec, c, kg) | ((rec[q6_high_byte(c, kg)] >> q6_high_shift(c, kg)) & 3) << 4) - 32;
     }
+}
+
+const uint8_t* group_record(const PackedWeight& w, int64_t n, int64_t g) {
+    return w.quant_block(n / kCols, g * kQuantGroup / weight_block_k(w.format)) + record_offset(w.format, g);
+}
+
+}  // namespace
+
+int q_value(const PackedWeight& w, int64_t n, int64_t k) {
+    if (n >= w.N || k >= w.K) return 0;
+    return record_q(w.format, group_record(w, n, k / kQuantGroup), n % kCols, k % kQuantGroup);
 }
 
 void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* b) {
@@ -283,11 +293,18 @@ void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* 
 }
 
 void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
+    if (n >= w.N) {
+        std::fill(out, out + w.K, 0.0f);
+        return;
+    }
+    // q_value per element, with the record found once per group (an embedding gather's rows).
     for (int64_t g = 0; g * kQuantGroup < w.K; ++g) {
         float a, b;
         group_affine(w, n, g, &a, &b);
-        for (int64_t k = g * kQuantGroup; k < std::min<int64_t>(w.K, (g + 1) * kQuantGroup); ++k)
-            out[k] = a * static_cast<float>(q_value(w, n, k)) - b;
+        const uint8_t* rec = group_record(w, n, g);
+        const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, w.K - k0);
+        for (int64_t kg = 0; kg < len; ++kg)
+            out[k0 + kg] = a * static_cast<float>(record_q(w.format, rec, n % kCols, kg)) - b;
     }
 }
 

@@ -23,10 +23,10 @@ inline void record_ahead(const uint8_t* rec, int step, int64_t record_bytes) {
 }
 
 // int4-k: q in [0, 15] unsigned x int8 activations, group sums over the group (8 * 2 * 15 * 127 < 2^15
-// for AVX2's int16). y = d * sum_g xs (sc D) - dmin * sum_g (xs S) m: per group, group_sums_scaled
-// multiplies the sums by sc as it widens (AVX2 vpmaddwd, AVX-VNNI vpmulld; |sc D| <= 63 * 2 * 30480 <
-// 2^31) and one FMA adds xs times it; the minimum's term is one FMA of m by the row's xs S; d and dmin
-// apply once per super-block.
+// for AVX2's int16). Per group, group_sums_scaled multiplies the sums by sc as it widens (AVX2 vpmaddwd,
+// AVX-VNNI vpmulld; |sc D| <= 63 * 2 * 30480 < 2^31), then y += (d xs) (sc D) - (dmin m) (xs S): the
+// operations of the unpacked prefill tiles (linear_kquant_unpacked_avx2.cpp) in their order, so a row's
+// bits do not depend on how many rows its batch has.
 template <int MR>
 void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
@@ -35,9 +35,7 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
     for (int64_t b = 0; b < w.n_blocks; ++b) {
         const uint8_t* blk = w.quant_block(p, b);
-        __m256 scaled[MR][kNV], mins[MR][kNV];  // sum_g xs sc D, sum_g xs S m: this super-block's
-        for (int m = 0; m < MR; ++m)
-            for (int v = 0; v < kNV; ++v) scaled[m][v] = mins[m][v] = _mm256_setzero_ps();
+        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q4K);
         const int64_t groups = std::min<int64_t>(kGroupsPerBlock, x.G - b * kGroupsPerBlock);
         for (int64_t j = 0; j < groups; ++j) {
             const int64_t g = b * kGroupsPerBlock + j;
@@ -58,19 +56,15 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
             }
             for (int v = 0; v < kNV; ++v) {
                 const __m256i sc_level = level_operand(sc_half[v / 2], v);
-                const __m256 mn_f = _mm256_cvtepi32_ps(_mm256_shuffle_epi8(mn_half[v / 2], level_words_pattern(v)));
+                const __m256 d = f16x8(f16 + v * 16);
+                const __m256 min_term =  // dmin m
+                    _mm256_mul_ps(f16x8(f16 + 64 + v * 16),
+                                  _mm256_cvtepi32_ps(_mm256_shuffle_epi8(mn_half[v / 2], level_words_pattern(v))));
                 for (int m = 0; m < MR; ++m) {
                     const __m256 dot = _mm256_cvtepi32_ps(group_sums_scaled(acc[m][v], sc_level));
-                    scaled[m][v] = _mm256_fmadd_ps(dot, xs[m], scaled[m][v]);
-                    mins[m][v] = _mm256_fmadd_ps(mn_f, xs_sum[m], mins[m][v]);
+                    sum[m][v] = _mm256_fnmadd_ps(min_term, xs_sum[m], _mm256_fmadd_ps(dot, _mm256_mul_ps(d, xs[m]), sum[m][v]));
                 }
             }
-        }
-        const uint8_t* f16 = blk + quant::f16_offset(WeightFormat::Q4K);
-        for (int v = 0; v < kNV; ++v) {
-            const __m256 d = f16x8(f16 + v * 16), dmin = f16x8(f16 + 64 + v * 16);
-            for (int m = 0; m < MR; ++m)
-                sum[m][v] = _mm256_fnmadd_ps(dmin, mins[m][v], _mm256_fmadd_ps(d, scaled[m][v], sum[m][v]));
         }
     }
     store_tile<MR>(sum, y + m0 * ldy, ldy, ncols);

@@ -83,7 +83,7 @@ void unpack_q6k(const uint8_t* blk, int64_t groups, UnpackedBlock* u) {
 
 // Rows m0..m0+MR-1, one group: sums [MR][32] (row stride 32) += the group's products.
 // int4-k: group sums of all 8 quads (8 * 2 * 15 * 127 < 2^15), times the scale level as they widen, then
-// y += d xs (sc D) - (dmin m) xs S.
+// y += d xs (sc D) - (dmin m) xs S (the packed tiles' order too: a row's bits do not depend on its batch).
 template <int MR>
 inline void group_q4k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u,
                       float* sums) {

@@ -1,0 +1,128 @@
+#include "ops/linear_group.h"
+
+#include <algorithm>
+
+#include "core/profiler.h"
+#include "core/thread_pool.h"
+#include "ops/cpu/linear_kernels.h"
+#include "ops/dispatch.h"
+#include "ops/linear_quant.h"
+
+namespace gdn {
+
+namespace {
+
+// A job run as part of the group: its pooled kernel, and where its rows and panels sit in the group's
+// row and panel spaces (jobs in order, each range after the previous one's).
+struct GroupedJob {
+    const LinearJob* job = nullptr;
+    QuantGemmFn quant = nullptr;       // quantized weights: the table's panel kernel (else bf16 dot)
+    QuantizeRowFn quantize = nullptr;  // and its activation quantizer
+    int64_t row0 = 0, panel0 = 0;
+    int64_t pairs0 = 0;  // bf16 dot: the job's first word in GroupScratch::pairs ([M, K2])
+};
+
+// Grows-only; the calling thread's, shared with the workers for the duration of one call.
+struct GroupScratch {
+    std::vector<GroupedJob> grouped;
+    std::vector<quant::QuantizedRows> xq;  // per grouped job with quantized weights
+    std::vector<uint32_t> pairs;           // every bf16-dot job's rows as bf16 pairs
+    std::vector<float> gathered;           // a job run alone: its rows gathered
+};
+
+const float* input_row(const LinearJob& j, int64_t m) { return j.x + (j.rows ? j.rows[m] : m) * j.w->K(); }
+
+// A job through linear() / linear_swiglu() (its rows gathered first where it names them).
+void run_alone(const LinearJob& j, bool swiglu, bool bf16_act, std::vector<float>& gathered) {
+    const float* x = j.x;
+    if (j.rows) {
+        const int64_t K = j.w->K();
+        gathered.resize(j.M * K);
+        for (int64_t m = 0; m < j.M; ++m) std::copy_n(input_row(j, m), K, gathered.data() + m * K);
+        x = gathered.data();
+    }
+    if (swiglu) linear_swiglu(x, j.M, *j.w, j.y, bf16_act);
+    else linear(x, j.M, *j.w, j.y, bf16_act);
+}
+GroupScratch& group_scratch() {
+    thread_local GroupScratch s;
+    return s;
+}
+
+// Index of the grouped job whose range in a space holds item i: the last one starting at or before it.
+template <typename Start>
+size_t job_holding(const std::vector<GroupedJob>& g, int64_t i, Start start) {
+    size_t lo = 0, hi = g.size();
+    while (hi - lo > 1) {
+        const size_t mid = (lo + hi) / 2;
+        (start(g[mid]) <= i ? lo : hi) = mid;
+    }
+    return lo;
+}
+
+}  // namespace
+
+void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act) {
+    GDN_PROFILE(swiglu ? "linear+swiglu (group)" : "linear (group)");
+    GroupScratch& s = group_scratch();
+    s.grouped.clear();
+    int64_t rows = 0, panels = 0, pairs = 0, min_chunk = INT64_MAX, max_k = 1;
+    for (const LinearJob& j : jobs) {
+        if (j.M <= 0) continue;
+        const PackedWeight& p = j.w->packed;
+        GroupedJob g;
+        g.job = &j;
+        if (is_quantized(p.format)) g.quant = pooled_quant_kernel(p, swiglu, &g.quantize);
+        if (!g.quant && (is_quantized(p.format) || !uses_bf16_dot(p, swiglu, bf16_act))) {
+            run_alone(j, swiglu, bf16_act, s.gathered);
+            continue;
+        }
+        g.row0 = rows;
+        g.panel0 = panels;
+        g.pairs0 = pairs;
+        rows += j.M;
+        panels += p.n_panels;
+        if (!g.quant) pairs += j.M * p.K2;
+        min_chunk = std::min(min_chunk, min_stream_panels(p.panel_bytes(), j.M));
+        max_k = std::max(max_k, p.K);
+        s.grouped.push_back(g);
+    }
+    if (s.grouped.empty()) return;
+    if (s.xq.size() < s.grouped.size()) s.xq.resize(s.grouped.size());
+    for (size_t i = 0; i < s.grouped.size(); ++i)
+        if (s.grouped[i].quant) s.xq[i].resize(s.grouped[i].job->M, s.grouped[i].job->w->K());
+    if (s.pairs.size() < static_cast<size_t>(pairs)) s.pairs.resize(pairs);
+    ThreadPool& pool = global_pool();
+    // Pass 1: every row's activations in its job's operand form (int8 groups, or bf16 pairs).
+    pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        size_t gi = job_holding(s.grouped, r0, [](const GroupedJob& g) { return g.row0; });
+        for (int64_t r = r0; r < r1; ++r) {
+            while (r >= s.grouped[gi].row0 + s.grouped[gi].job->M) ++gi;
+            const GroupedJob& g = s.grouped[gi];
+            const int64_t m = r - g.row0;
+            const float* x = input_row(*g.job, m);
+            if (g.quant) g.quantize(x, &s.xq[gi], m);
+            else {
+                const int64_t K2 = g.job->w->packed.K2;
+                cpu::avx512::pack_bf16_pairs(x, 1, g.job->w->K(), s.pairs.data() + g.pairs0 + m * K2, K2);
+            }
+        }
+    }, row_grain(2 * max_k));
+    // Pass 2: every job's panels, one balanced pass over all of them.
+    pool.parallel_for_balanced(panels, min_chunk, [&](int, int64_t p0, int64_t p1) {
+        size_t gi = job_holding(s.grouped, p0, [](const GroupedJob& g) { return g.panel0; });
+        while (p0 < p1) {
+            const GroupedJob& g = s.grouped[gi++];
+            const LinearJob& j = *g.job;
+            const PackedWeight& w = j.w->packed;
+            const int64_t a = p0 - g.panel0, b = std::min(p1 - g.panel0, w.n_panels);
+            const int64_t ldy = swiglu ? w.N / 2 : w.N;
+            if (g.quant) g.quant(s.xq[gi - 1], w, j.y, ldy, a, b);
+            else if (swiglu) cpu::avx512::linear_bf16dot_swiglu(s.pairs.data() + g.pairs0, j.M, w.K2, w, j.y, ldy, a, b);
+            else cpu::avx512::linear_bf16dot(s.pairs.data() + g.pairs0, j.M, w.K2, w, j.y, ldy, a, b, false);
+            p0 = g.panel0 + b;
+        }
+    });
+}
+
+}  // namespace gdn
