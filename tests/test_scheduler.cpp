@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 
+#include "engine/prefill_pacer.h"
 #include "engine/scheduler.h"
 
 using namespace gdn;
@@ -47,6 +48,7 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
             live[r->id] = r;
             sim.s.add(r);
         }
+        sim.s.set_prefill_room(rng() % 3 == 0 ? 0 : static_cast<int>(1 + rng() % 200));  // the engine's pacer
         const SchedulerOutput& out = sim.s.schedule();
         ++steps;
         for (const auto& c : out.chunks)
@@ -223,6 +225,67 @@ TEST(Scheduler, AdmissionCapStartsABurstAFewPromptsPerStep) {
         ASSERT_EQ(o.chunks.size(), 1u);  // no cap: the long prefill takes the whole budget, as before
         EXPECT_EQ(o.chunks[0].num_new, 512);
     }
+}
+
+// While requests decode, a long prefill in progress takes at most the prefill room (at least one GDN
+// chunk) and a newcomer still starts whole within admit_prompt_tokens; without decodes, or with no room
+// set, the prefill takes the budget.
+TEST(Scheduler, PrefillRoomBoundsAStepWhileRequestsDecode) {
+    auto prompt = [](int64_t id, int64_t len) {
+        auto r = std::make_shared<SchedRequest>();
+        r->id = id;
+        r->tokens.assign(len, 1);
+        r->num_prompt = len;
+        r->max_total_tokens = len + 8;
+        return r;
+    };
+    auto prefill_tokens = [](const SchedulerOutput& o) {
+        int64_t n = 0;
+        for (const auto& c : o.chunks) n += c.num_new > 1 ? c.num_new : 0;
+        return n;
+    };
+    SchedulerConfig cfg;
+    cfg.max_num_batched_tokens = 512;
+    cfg.admit_prompt_tokens = 128;
+    for (int room : {0, 20, 100, 200}) {
+        Sim sim(cfg, 600, 16, 16);
+        sim.s.set_prefill_room(room);
+        auto first = prompt(1, 32), longp = prompt(2, 4000);
+        sim.s.add(first);
+        for (const auto& c : sim.s.schedule().chunks) sim.s.on_computed(c);
+        first->tokens.push_back(2);  // now decoding
+        sim.s.add(longp);
+        const int64_t want = room == 0 ? 448 : std::max(64, room) / 64 * 64;  // whole GDN chunks
+        for (int step = 0; step < 3; ++step) {
+            const SchedulerOutput& o = sim.s.schedule();
+            ASSERT_EQ(o.chunks.size(), 2u);
+            EXPECT_EQ(o.chunks[0].num_new, 1);  // the decode
+            // The newcomer's first chunk: admit_prompt_tokens at least; then the room.
+            EXPECT_EQ(prefill_tokens(o), step == 0 ? std::max<int64_t>(want, 128) : want) << "room " << room;
+            for (const auto& c : o.chunks) sim.s.on_computed(c);
+            first->tokens.push_back(2);
+        }
+        sim.s.finish(1);  // nobody decodes: the prefill takes the budget again
+        const SchedulerOutput& o = sim.s.schedule();
+        ASSERT_EQ(o.chunks.size(), 1u);
+        EXPECT_EQ(o.chunks[0].num_new, 512);
+    }
+}
+
+// The pacer: no room before a measurement or when off; then the target over the measured time per
+// token, following the rate as it changes; steps too small to measure the rate are ignored.
+TEST(PrefillPacer, RoomFollowsTheMeasuredRate) {
+    PrefillPacer off(0);
+    off.observe(512, 1.0, 64);
+    EXPECT_EQ(off.room(), 0);
+    PrefillPacer p(0.2);
+    EXPECT_EQ(p.room(), 0);
+    p.observe(32, 1.0, 64);  // too few tokens to count
+    EXPECT_EQ(p.room(), 0);
+    p.observe(500, 1.0, 64);  // 2 ms per token
+    EXPECT_EQ(p.room(), 100);
+    for (int i = 0; i < 50; ++i) p.observe(100, 0.1, 64);  // now 1 ms per token
+    EXPECT_NEAR(static_cast<double>(p.room()), 200.0, 2.0);
 }
 
 }  // namespace

@@ -60,6 +60,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (cfg.max_model_len < 2) return bad("max_model_len must be >= 2");
     if (cfg.max_num_seqs < 1) return bad("max_num_seqs must be >= 1");
     if (cfg.admit_prompt_tokens < 0) return bad("admit_prompt_tokens must be >= 0 (0: no limit)");
+    if (cfg.prefill_step_ms < 0) return bad("prefill_step_ms must be >= 0 (0: no limit)");
     if (cfg.max_prefill_chunk < kPrefillChunkAlign)
         return bad(strprintf("the prefill chunk must be >= %d tokens (one GDN chunk)", kPrefillChunkAlign));
     if (cfg.max_num_batched_tokens < cfg.max_num_seqs + kPrefillChunkAlign)
@@ -162,6 +163,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     sc.max_prefill_chunk = cfg.max_prefill_chunk;
     sc.admit_prompt_tokens = cfg.admit_prompt_tokens;
     e->scheduler_ = std::make_unique<Scheduler>(sc, e->kv_->pool(), e->slots_.get(), n_slots, cfg.block_size);
+    e->pacer_ = PrefillPacer(cfg.prefill_step_ms / 1000.0);
     if (cfg.enable_prefix_caching) {
         e->snapshots_ = std::make_unique<SnapshotCache>(n_snapshots, n_blocks);
         e->scheduler_->enable_prefix_cache(e->snapshots_.get());
@@ -525,6 +527,11 @@ std::span<const RequestOutput> Engine::step() {
         Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_, all_greedy ? &greedy_ids_ : nullptr,
                                     mtp ? &hidden_ : nullptr);
         forward_seconds_ = now_seconds() - tf;
+        int64_t prefill_tokens = 0;  // a chunk of one token counts as a decode
+        for (const auto& c : so.chunks)
+            if (c.num_new - c.num_draft > 1) prefill_tokens += c.num_new - c.num_draft;
+        pacer_.observe(prefill_tokens, forward_seconds_, kPrefillChunkAlign);
+        scheduler_->set_prefill_room(static_cast<int>(std::min<int64_t>(pacer_.room(), cfg_.max_num_batched_tokens)));
         reads_during_forward_ = device_to_host_reads() - reads_before;
         count_device_to_host_read();  // the download of the logits / sampled tokens
         GDN_CHECK(st.is_ok(), "forward failed on a plan the engine built: %s", st.message().c_str());

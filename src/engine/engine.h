@@ -17,6 +17,7 @@
 #include "cache/state_slots.h"
 #include "core/status.h"
 #include "engine/sampling.h"
+#include "engine/prefill_pacer.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
 #include "model/model.h"
@@ -32,6 +33,11 @@ struct EngineConfig {
     int block_size = 16;
     int max_prefill_chunk = 512;
     int admit_prompt_tokens = 128;  // SchedulerConfig::admit_prompt_tokens (--admit-prompt-tokens)
+    // While requests decode, a step's prefill tokens are held to what this many milliseconds of prefill
+    // compute at the measured rate (engine/prefill_pacer.h; at least one 64-token chunk), so a long
+    // prompt's chunks do not stretch the running requests' time per token. 0: only the token budget
+    // limits them (the default here: steps then do not depend on timing); `gdn serve --prefill-step-ms`.
+    int prefill_step_ms = 0;
     size_t cache_memory = 1ull << 30;  // KV blocks + state slots
     bool bf16 = true;                  // bf16 matmul inputs (see ForwardOptions)
     // K/V cache elements. BF16 (--kv-cache-dtype bf16) halves the cache (twice the tokens in the same
@@ -221,6 +227,7 @@ private:
     std::unique_ptr<StateSlots> slots_;
     std::unique_ptr<SnapshotCache> snapshots_;
     std::unique_ptr<Scheduler> scheduler_;
+    PrefillPacer pacer_{0};  // the scheduler's prefill room beside decodes (cfg_.prefill_step_ms)
     std::string memory_plan_;
     std::vector<int32_t> eos_ids_;
     std::shared_ptr<const VocabTrie> vocab_trie_;  // built for the first structured-output request

@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/log.h"
 
@@ -259,6 +260,13 @@ const SchedulerOutput& Scheduler::schedule() {
     for (const auto& r : running_) decodes_left += left(*r) == 1;
     const bool seats = !waiting_.empty() && static_cast<int>(running_.size()) < cfg_.max_num_seqs;
     const int64_t reserve = seats ? cfg_.admit_prompt_tokens : 0;
+    // While requests decode, the step's prefill tokens stay within `room` (prefill_room_with_decodes, at
+    // least one GDN chunk), waiting prompts first: a prefill in progress takes what they leave (at least
+    // one GDN chunk); the first waiting prompt may take admit_prompt_tokens even beyond it, so a short
+    // prompt still gets its first token from one step.
+    int64_t room = std::numeric_limits<int64_t>::max();
+    if (decodes_left > 0 && cfg_.prefill_room_with_decodes > 0)
+        room = std::max<int64_t>(cfg_.prefill_room_with_decodes, cfg_.gdn_chunk);
     // 1. Running requests (decodes, and prefills in progress), oldest first.
     for (size_t i = 0; i < running_.size() && budget > 0;) {
         auto r = running_[i];
@@ -266,7 +274,7 @@ const SchedulerOutput& Scheduler::schedule() {
         int64_t avail = budget;
         if (prefill) {
             const int64_t beside_decodes = budget - decodes_left;
-            avail = std::max(beside_decodes - reserve, std::min<int64_t>(beside_decodes, cfg_.gdn_chunk));
+            avail = std::max(std::min(beside_decodes, room) - reserve, std::min<int64_t>(beside_decodes, cfg_.gdn_chunk));
         }
         const int64_t n = chunk_size(*r, avail);
         if (n <= 0) {
@@ -311,6 +319,7 @@ const SchedulerOutput& Scheduler::schedule() {
         out_.chunks.push_back(c);
         out_.n_tokens += c.num_new;
         budget -= c.num_new;
+        if (prefill) room -= std::min(room, n);
         ++i;
     }
     // 2. Waiting requests, first come first served, while a slot, blocks and budget remain, and while the
@@ -320,7 +329,8 @@ const SchedulerOutput& Scheduler::schedule() {
         auto r = waiting_.front();
         if (free_slots() <= 0 && !(snaps_ && snaps_->size() > 0)) break;
         lookup_prefix(*r);  // prefix caching: r may start after cached blocks
-        const int64_t n = chunk_size(*r, budget);
+        const int64_t first_room = std::max<int64_t>(room, std::max(cfg_.admit_prompt_tokens, cfg_.gdn_chunk));
+        const int64_t n = chunk_size(*r, std::min(budget, admitted == 0 ? first_room : room));
         const bool over = admitted > 0 && cfg_.admit_prompt_tokens > 0 && admitted + n > cfg_.admit_prompt_tokens;
         const int32_t slot =
             !over && n > 0 && ensure_blocks(*r, r->num_computed + n) ? alloc_slot(/*may_evict_snapshot=*/true) : -1;
@@ -345,6 +355,7 @@ const SchedulerOutput& Scheduler::schedule() {
         out_.chunks.push_back({r.get(), n});
         out_.n_tokens += n;
         budget -= n;
+        room -= std::min(room, n);
     }
     return out_;
 }

@@ -30,6 +30,10 @@ struct SchedulerConfig {
     // always starts, with the whole remaining budget; 0: no limit). A burst of prompts then gets its
     // first tokens one or two prompts at a time instead of all at the end of one long step.
     int admit_prompt_tokens = 128;
+    // While requests decode, a step's prefill tokens stay within this (at least one GDN chunk; 0: no
+    // limit), so the running requests' next tokens do not wait for a long prompt's big chunks. The
+    // engine sets it from a step-time target and the prefill rate it measures (set_prefill_room).
+    int prefill_room_with_decodes = 0;
     int gdn_chunk = kPrefillChunkAlign;  // prefill chunks end on multiples of this unless at the prompt's end
 };
 
@@ -107,6 +111,8 @@ public:
     void enable_prefix_cache(SnapshotCache* snapshots);
     bool prefix_caching() const { return snaps_ != nullptr; }
     void add(std::shared_ptr<SchedRequest> r);
+    // SchedulerConfig::prefill_room_with_decodes from now on.
+    void set_prefill_room(int tokens) { cfg_.prefill_room_with_decodes = tokens; }
     // Plans one step. The output's pointers stay valid until the next call of schedule() / finish().
     const SchedulerOutput& schedule();
     // After the step ran: the chunk's tokens are now computed.

@@ -18,7 +18,7 @@ namespace gdn {
 
 int cmd_serve(int argc, char** argv) {
     std::set<std::string> options = {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
-                                     "--max-num-seqs", "--max-num-batched-tokens", "--admit-prompt-tokens",
+                                     "--max-num-seqs", "--max-num-batched-tokens", "--admit-prompt-tokens", "--prefill-step-ms",
                                      "--cache-memory", "--threads", "--dtype",
                                      "--kv-cache-dtype", "--block-size", "--max-queue", "--max-connections",
                                      "--http-threads", "--quantization", "--speculative-config", "--reasoning-parser",
@@ -31,8 +31,8 @@ int cmd_serve(int argc, char** argv) {
         std::fprintf(stderr,
                      "usage: gdn serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
                      "                 [--served-model-name NAME] [--max-model-len 4096] [--max-num-seqs 16]\n"
-                     "                 [--max-num-batched-tokens 512] [--admit-prompt-tokens 128] [--cache-memory MiB (1024)]\n"
-                     "                 [--threads N]\n"
+                     "                 [--max-num-batched-tokens 512] [--admit-prompt-tokens 128] [--prefill-step-ms 200]\n"
+                     "                 [--cache-memory MiB (1024)] [--threads N]\n"
                      "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym] [--block-size 16]\n"
                      "                 [--max-queue 1024] [--max-connections 1024] [--http-threads 4] [--metrics-public]\n"
                      "                 [--speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}']\n"
@@ -51,6 +51,9 @@ int cmd_serve(int argc, char** argv) {
                      "  --max-queue: requests admitted beyond --max-num-seqs; more get 503 with Retry-After.\n"
                      "  --admit-prompt-tokens: a step starts waiting prompts while their tokens in it stay within this\n"
                      "  (the first always starts; 0: no limit), so a burst gets first tokens a prompt or two per step.\n"
+                     "  --prefill-step-ms: while requests decode, a step prefills only as many prompt tokens as this\n"
+                     "  many ms compute at the measured rate (at least 64; 0: no limit), so a long prompt does not\n"
+                     "  stretch the running requests' time per token.\n"
                      "  With --api-key, /metrics needs the key too unless --metrics-public; /health is always open.\n"
                      "  Endpoints: POST /v1/completions, /v1/chat/completions (stream: true for SSE), GET /v1/models,\n"
                      "  /health, /metrics (Prometheus), POST /tokenize, /detokenize. SIGINT/SIGTERM shut down cleanly.\n");
@@ -59,20 +62,21 @@ int cmd_serve(int argc, char** argv) {
     }
     auto port = args->get_int("--port", 8000), mml = args->get_int("--max-model-len", 4096),
          mns = args->get_int("--max-num-seqs", 16), mnbt = args->get_int("--max-num-batched-tokens", 512),
-         apt = args->get_int("--admit-prompt-tokens", 128),
+         apt = args->get_int("--admit-prompt-tokens", 128), psm = args->get_int("--prefill-step-ms", 200),
          mem = args->get_int("--cache-memory", 1024), threads = args->get_int("--threads", default_thread_count()),
          bs = args->get_int("--block-size", 16), mq = args->get_int("--max-queue", 1024),
          mc = args->get_int("--max-connections", 1024), ht = args->get_int("--http-threads", 4);
-    for (auto* r : {&port, &mml, &mns, &mnbt, &apt, &mem, &threads, &bs, &mq, &mc, &ht})
+    for (auto* r : {&port, &mml, &mns, &mnbt, &apt, &psm, &mem, &threads, &bs, &mq, &mc, &ht})
         if (!*r) {
             std::fprintf(stderr, "gdn serve: %s\n", r->message().c_str());
             return 2;
         }
-    if (*port < 0 || *port > 65535 || *mem < 1 || *threads < 1 || *apt < 0 || *apt > (1 << 30) || *mq < 0 ||
+    if (*port < 0 || *port > 65535 || *mem < 1 || *threads < 1 || *apt < 0 || *apt > (1 << 30) || *psm < 0 ||
+        *psm > 3600000 || *mq < 0 ||
         *mq > (1 << 20) || *mc < 1 || *mc > (1 << 20) || *ht < 1 || *ht > 256) {
         std::fprintf(stderr,
                      "gdn serve: --port must be 0..65535, --cache-memory and --threads positive, --admit-prompt-tokens "
-                     ">= 0, --max-queue 0..1048576, "
+                     ">= 0, --prefill-step-ms 0..3600000, --max-queue 0..1048576, "
                      "--max-connections 1..1048576, --http-threads 1..256\n");
         return 2;
     }
@@ -120,6 +124,7 @@ int cmd_serve(int argc, char** argv) {
     ec.max_num_seqs = static_cast<int>(*mns);
     ec.max_num_batched_tokens = static_cast<int>(*mnbt);
     ec.admit_prompt_tokens = static_cast<int>(*apt);
+    ec.prefill_step_ms = static_cast<int>(*psm);
     ec.cache_memory = static_cast<size_t>(*mem) << 20;
     ec.block_size = static_cast<int>(*bs);
     ec.prefault_memory = true;  // a server's first requests should not pay for page faults
