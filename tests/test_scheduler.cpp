@@ -21,6 +21,16 @@ struct Sim {
         : cfg(c), pool(n_blocks), s(c, pool, nullptr, slots, bs), n_slots(slots), block_size(bs) {}
 };
 
+// A waiting prompt of len tokens that may generate 8.
+std::shared_ptr<SchedRequest> prompt(int64_t id, int64_t len) {
+    auto r = std::make_shared<SchedRequest>();
+    r->id = id;
+    r->tokens.assign(len, 1);
+    r->num_prompt = len;
+    r->max_total_tokens = len + 8;
+    return r;
+}
+
 TEST(Scheduler, RandomWorkloadKeepsInvariants) {
     std::mt19937 rng(123);
     SchedulerConfig cfg;
@@ -145,14 +155,6 @@ TEST(Scheduler, PreemptsNewestWhenBlocksRunOut) {
 // first waiting prompt always starts with the whole budget, short prompts still start together, a long
 // prefill in progress leaves room for a newcomer, and 0 lifts the limit.
 TEST(Scheduler, AdmissionCapStartsABurstAFewPromptsPerStep) {
-    auto prompt = [](int64_t id, int64_t len) {
-        auto r = std::make_shared<SchedRequest>();
-        r->id = id;
-        r->tokens.assign(len, 1);
-        r->num_prompt = len;
-        r->max_total_tokens = len + 8;
-        return r;
-    };
     auto new_prompts = [](const SchedulerOutput& o) {
         int n = 0;
         for (const auto& c : o.chunks) n += c.req->num_computed == 0;
@@ -231,14 +233,6 @@ TEST(Scheduler, AdmissionCapStartsABurstAFewPromptsPerStep) {
 // chunk) and a newcomer still starts whole within admit_prompt_tokens; without decodes, or with no room
 // set, the prefill takes the budget.
 TEST(Scheduler, PrefillRoomBoundsAStepWhileRequestsDecode) {
-    auto prompt = [](int64_t id, int64_t len) {
-        auto r = std::make_shared<SchedRequest>();
-        r->id = id;
-        r->tokens.assign(len, 1);
-        r->num_prompt = len;
-        r->max_total_tokens = len + 8;
-        return r;
-    };
     auto prefill_tokens = [](const SchedulerOutput& o) {
         int64_t n = 0;
         for (const auto& c : o.chunks) n += c.num_new > 1 ? c.num_new : 0;
