@@ -168,8 +168,8 @@ enum Slot {
 };
 
 // The scratch of one run of MoE experts (ForwardPass::moe): its gathered inputs, outputs and SwiGLU
-// activations. Bounds the MoE's extra memory at long prefill chunks (N k rows of 2 H + I floats: 168 MB
-// for Qwen3-Next's 2048-token chunk) at a few runs per layer.
+// activations. Bounds the MoE's extra memory at long prefill chunks (N k rows of 2 H + I floats: 377 MB
+// for a 2048-token chunk of Qwen3-Next-80B-A3B, k = 10) at a few runs per layer.
 constexpr int64_t kMoeRunBytes = int64_t{64} << 20;
 
 ops::GdnParams gdn_params(const ModelConfig& c, const GdnWeights& g, GdnForm form) {
