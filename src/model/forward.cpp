@@ -399,10 +399,12 @@ void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
         mlp(m.shared, h, N, ye, MOE_GU, MOE_ACC);
         float* sg = sc_.f32(SHARED_G, N);
         lin(h, N, m.shared_gate, sg);
-        for (int64_t t = 0; t < N; ++t) {
-            const float gate = ref::sigmoid(sg[t]);
-            for (int64_t j = 0; j < H; ++j) out[t * H + j] += gate * ye[t * H + j];
-        }
+        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+                const float gate = ref::sigmoid(sg[t]);
+                for (int64_t j = 0; j < H; ++j) out[t * H + j] += gate * ye[t * H + j];
+            }
+        }, grain);
     }
     ref::round_activations(out, N * H, hf_);
 }
