@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "server/arrival_wait.h"
 #include "server/openai_server.h"
 #include "server/sse_reader.h"
 #include "running_server.h"
@@ -184,6 +185,41 @@ TEST_F(ServerTest, StreamingEqualsNonStreamingForTheSameSeed) {
     EXPECT_EQ(j2["choices"][0]["message"]["content"], j["choices"][0]["message"]["content"]);
 }
 
+// Streams a request; the chunks that carry a choice (not the usage chunk).
+std::vector<Json> stream_choices(httplib::Client& c, const std::string& path, const std::string& body) {
+    SseReader sse;
+    std::vector<Json> out;
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.body = body;
+    req.set_header("Content-Type", "application/json");
+    req.set_header("Authorization", "Bearer sekrit");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        return sse.feed(data, n, [&](const std::string& ev) {
+            auto j = parse_json(ev, "chunk");
+            if (j && j->contains("choices") && !(*j)["choices"].empty()) out.push_back((*j)["choices"][0]);
+            return true;
+        });
+    };
+    c.send(req);
+    return out;
+}
+
+// Tokens that complete no text (here a special token, skipped from the text) still stream a chunk each,
+// as vLLM does: a client sees every token arrive, and its TTFT is the first token's.
+TEST_F(ServerTest, EveryGeneratedTokenStreamsAChunk) {
+    auto c = client();
+    const auto chunks = stream_choices(
+        c, "/v1/completions",
+        R"({"prompt":"Once upon a time","max_tokens":6,"ignore_eos":true,"temperature":0,"logit_bias":{"4097":100},"stream":true})");
+    ASSERT_EQ(chunks.size(), 6u);  // five tokens, then the sixth with the finish reason
+    for (size_t i = 0; i < chunks.size(); ++i) {
+        EXPECT_EQ(chunks[i]["text"], "") << i;
+        EXPECT_EQ(chunks[i]["finish_reason"].is_null(), i + 1 < chunks.size()) << i;
+    }
+}
+
 TEST_F(ServerTest, DisconnectMidStreamFreesBlocksAndSlot) {
     auto c = client();
     bool done = false;
@@ -313,6 +349,60 @@ TEST_F(ServerTest, ModelsHealthTokenize) {
 }  // namespace
 
 namespace {
+
+TEST(ArrivalWait, WaitsOnlyAfterRequestsEndedAndNothingIsQueued) {
+    const ArrivalWait off(0), w(10);
+    EXPECT_EQ(off.budget_ms(1, 200, 0), 0);
+    EXPECT_EQ(w.budget_ms(0, 200, 0), 0);    // nothing ended: no client is about to send
+    EXPECT_EQ(w.budget_ms(2, 200, 1), 0);    // a prompt is queued: the next step has one to start
+    EXPECT_EQ(w.budget_ms(1, 200, 0), 10);   // a prefill step: the flag's bound
+    EXPECT_EQ(w.budget_ms(1, 20, 0), 5);     // a 20 ms decode step: at most a quarter of it
+    EXPECT_EQ(ArrivalWait(10, 0.1).budget_ms(3, 40, 0), 4);
+}
+
+// A server with --arrival-wait-ms: after a step that ended a request while another one kept decoding,
+// the engine thread held the next step for a new request, and /metrics counts it (nobody came here, so
+// the hold expired).
+TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
+    set_global_threads(1);
+    auto m = Model::load(demo_model_dir());
+    ASSERT_TRUE(m.is_ok()) << m.message();
+    auto t = Tokenizer::load(demo_model_dir());
+    ASSERT_TRUE(t.is_ok());
+    EngineConfig ec;
+    ec.max_model_len = 256;
+    ec.max_num_seqs = 4;
+    ec.cache_memory = 16ull << 20;
+    auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
+    ASSERT_TRUE(e.is_ok()) << e.message();
+    ServerConfig sc;
+    sc.served_model_name = "demo";
+    sc.arrival_wait_ms = 50;
+    RunningServer server(std::move(*e), *t, sc);
+    auto metric = [&](const std::string& name) {
+        httplib::Client c("127.0.0.1", server.port());
+        auto r = c.Get("/metrics");
+        const auto p = r ? r->body.find("\n" + name + " ") : std::string::npos;
+        return p == std::string::npos ? -1.0 : std::stod(r->body.substr(p + name.size() + 2));
+    };
+    EXPECT_EQ(metric("gdn_arrival_waits_total"), 0.0);
+    auto send = [&](int max_tokens) {
+        httplib::Client c("127.0.0.1", server.port());
+        c.set_read_timeout(60, 0);
+        auto r = c.Post("/v1/completions",
+                        strprintf(R"({"prompt":"Once upon a time","max_tokens":%d,"ignore_eos":true})", max_tokens),
+                        "application/json");
+        EXPECT_TRUE(r && r->status == 200);
+    };
+    std::thread long_one([&] { send(150); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    send(2);  // ends while the long one decodes
+    long_one.join();
+    EXPECT_GE(metric("gdn_arrival_waits_total"), 1.0);
+    EXPECT_GE(metric("gdn_arrival_waits_expired_total"), 1.0);
+    EXPECT_GT(metric("gdn_arrival_wait_seconds_total"), 0.0);
+    set_global_threads(default_thread_count());
+}
 
 // The server over a model quantized at load: chat answers, and streaming equals non-streaming.
 TEST(QuantizedServer, Int4ChatStreamsLikeNonStreaming) {

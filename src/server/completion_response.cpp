@@ -98,7 +98,11 @@ public:
             } else {
                 std::string text = o.text_delta;
                 if (!c.sent_echo) text = opts_.echo + text, c.sent_echo = true;
-                if (!text.empty() || !lps.is_null()) *out += event(index, Json(text), nullptr, lps);
+                // A step that generated tokens sends a chunk even when they complete no text yet (a
+                // partial UTF-8 character, a special token), as vLLM does: the client sees every token's
+                // arrival, and streaming TTFT means the first token. The final chunk carries the last.
+                const bool token_without_chunk = !o.new_tokens.empty() && o.finish == FinishReason::NONE;
+                if (!text.empty() || !lps.is_null() || token_without_chunk) *out += event(index, Json(text), nullptr, lps);
             }
             if (o.finish != FinishReason::NONE) {
                 c.finish = o.finish;

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "server/arrival_wait.h"
 #include "server/completion_request.h"
 #include "server/completion_response.h"
 #include "server/job.h"
@@ -66,6 +67,9 @@ struct OpenAIServer::Impl {
     std::mutex m_mu;
     EngineStats stats;
     uint64_t requests_ok = 0, requests_aborted = 0, requests_rejected = 0;
+    // --arrival-wait-ms: steps held for the next requests of clients whose requests had just ended.
+    uint64_t arrival_waits_answered = 0, arrival_waits_expired = 0;
+    double arrival_wait_seconds = 0;
     std::atomic<uint64_t> requests_refused{0};  // 503: over --max-queue
     Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
     Histogram tpot{{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1}};
@@ -104,11 +108,32 @@ void OpenAIServer::Impl::finish_job(Job& job, std::optional<ApiError> error) {
 
 void OpenAIServer::Impl::engine_loop() {
     std::vector<std::shared_ptr<Job>> fresh;
+    const ArrivalWait arrival_wait(cfg.arrival_wait_ms);
+    int ended_last_step = 0;  // requests the last step ended (stop or length)
+    double step_end = 0, last_step_ms = 0;
+    int engine_waiting = 0;
     while (true) {
         {
             std::unique_lock<std::mutex> lock(q_mu);
-            if (incoming.empty() && !engine->has_unfinished() && !stopping)
+            auto arrived_since_step = [&](bool since) {
+                int n = 0;
+                for (const auto& j : incoming) n += (j->t_arrival >= step_end) == since;
+                return n;
+            };
+            if (incoming.empty() && !engine->has_unfinished() && !stopping) {
                 q_cv.wait_for(lock, std::chrono::milliseconds(50));
+            } else if (const double budget = arrival_wait.budget_ms(ended_last_step, last_step_ms,
+                                                                    engine_waiting + arrived_since_step(false));
+                       budget > 0 && !stopping) {
+                const double t0 = now_seconds();
+                const bool came = q_cv.wait_for(lock, std::chrono::duration<double, std::milli>(budget), [&] {
+                    return stopping || arrived_since_step(true) >= ended_last_step;
+                });
+                std::lock_guard<std::mutex> ml(m_mu);
+                arrival_wait_seconds += now_seconds() - t0;
+                (came ? arrival_waits_answered : arrival_waits_expired)++;
+            }
+            ended_last_step = 0;  // one wait per step
             fresh.assign(incoming.begin(), incoming.end());
             incoming.clear();
         }
@@ -151,8 +176,12 @@ void OpenAIServer::Impl::engine_loop() {
         if (stopping)
             for (auto& [id, job] : active) engine->abort(id);
         if (!engine->has_unfinished()) continue;
+        const double t_step = now_seconds();
         const auto outs = engine->step();
         const double t = now_seconds();
+        ended_last_step = 0;
+        step_end = t;
+        last_step_ms = 1e3 * (t - t_step);
         for (const RequestOutput& o : outs) {
             auto it = active.find(o.id);
             if (it == active.end()) continue;
@@ -173,6 +202,7 @@ void OpenAIServer::Impl::engine_loop() {
                     requests_aborted++;
                 } else {
                     requests_ok++;
+                    ended_last_step++;
                     if (job.t_first > 0) ttft.observe(job.t_first - job.t_arrival);
                     if (o.completion_tokens > 1) tpot.observe((job.t_last - job.t_first) / (o.completion_tokens - 1));
                     e2e.observe(t - job.t_arrival);
@@ -183,6 +213,7 @@ void OpenAIServer::Impl::engine_loop() {
         }
         std::lock_guard<std::mutex> ml(m_mu);
         stats = engine->stats();
+        engine_waiting = stats.waiting;
     }
     std::lock_guard<std::mutex> ml(m_mu);
     stats = engine->stats();
@@ -313,6 +344,11 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
         gauge("gdn_requests_finished_total", "requests finished (stop or length)", double(requests_ok), "counter");
         gauge("gdn_requests_aborted_total", "requests aborted (client gone, shutdown)", double(requests_aborted), "counter");
         gauge("gdn_requests_rejected_total", "admitted requests the engine rejected", double(requests_rejected), "counter");
+        gauge("gdn_arrival_waits_total", "steps held for new requests after a step that ended requests (--arrival-wait-ms)",
+              double(arrival_waits_answered + arrival_waits_expired), "counter");
+        gauge("gdn_arrival_waits_expired_total", "of those, holds that ended without the requests arriving",
+              double(arrival_waits_expired), "counter");
+        gauge("gdn_arrival_wait_seconds_total", "time steps were held for new requests", arrival_wait_seconds, "counter");
         gauge("gdn_prompt_tokens_total", "prompt tokens received", double(st.prompt_tokens), "counter");
         gauge("gdn_generation_tokens_total", "tokens generated", double(st.generation_tokens), "counter");
         gauge("gdn_kv_blocks_total", "KV cache blocks", st.kv_blocks_total);

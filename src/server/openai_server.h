@@ -29,6 +29,10 @@ struct ServerConfig {
     std::string reasoning_parser = "auto", tool_call_parser = "auto";
     // --default-chat-template-kwargs: template variables every chat request gets unless it sets them.
     Json default_chat_template_kwargs = Json::object();
+    // After a step that ended requests, wait up to this long for their clients' next requests before
+    // starting the next step (server/arrival_wait.h; at most a quarter of the last step); 0 = never
+    // (the default here, so tests step without timing; `gdn serve` uses kServeArrivalWaitMs).
+    double arrival_wait_ms = 0;
     double header_timeout_s = 10, request_timeout_s = 60, idle_timeout_s = 15, write_timeout_s = 60;
 };
 

@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "ops/dispatch.h"
+#include "server/arrival_wait.h"
 #include "server/sse_reader.h"
 #include "tools/args.h"
 #include "tools/model_loading.h"
@@ -77,6 +78,7 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     sc.port = 0;
     sc.served_model_name = t->model_name = "bench";
     sc.http_threads = ec.max_num_seqs + 8;
+    sc.arrival_wait_ms = kServeArrivalWaitMs;  // as gdn serve
     t->server = std::make_unique<OpenAIServer>(std::move(engine), tok, sc);
     OpenAIServer* s = t->server.get();
     t->server_thread = std::thread([s] { s->run(); });

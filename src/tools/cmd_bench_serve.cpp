@@ -40,6 +40,7 @@ struct RequestResult {
     int64_t input_tokens = 0, output_tokens = 0;
     double start = 0;  // seconds after the run's start, when the request was sent
     double ttft = 0, e2e = 0;
+    double ttft_text = 0;  // the first chunk with text (later than ttft when the first tokens complete none)
     std::vector<double> itl;
     std::string error;
 };
@@ -63,7 +64,9 @@ double mean(const std::vector<double>& v) {
     return v.empty() ? 0 : s / v.size();
 }
 
-// One streaming completion; measures TTFT (first token), ITL (between token chunks) and end to end.
+// One streaming completion; measures TTFT, ITL (between token chunks) and end to end. As vLLM's
+// benchmark_serving: the TTFT is the first chunk with a choice, whether or not its tokens completed any
+// text yet (a partial UTF-8 character, a token the tokenizer has no text for); the first text is kept too.
 RequestResult send_one(const BenchTarget& t, const std::vector<int32_t>& prompt, int max_tokens, bool ignore_eos) {
     RequestResult r;
     r.input_tokens = static_cast<int64_t>(prompt.size());
@@ -73,22 +76,24 @@ RequestResult send_one(const BenchTarget& t, const std::vector<int32_t>& prompt,
     double last = 0;
     StreamOutcome o = post_stream(t, "/completions", body, [&](const Json& j) {
         if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", int64_t(0));
-        if (j.contains("choices") && !j["choices"].empty() && j["choices"][0].value("text", "") != "") {
+        if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
             const double now = now_seconds();
             if (r.ttft == 0) r.ttft = now - t0;
             else r.itl.push_back(now - last);
             last = now;
+            if (r.ttft_text == 0 && j["choices"][0].value("text", "") != "") r.ttft_text = now - t0;
         }
     });
     r.e2e = o.seconds;
     r.error = o.error;
     r.ok = r.error.empty() && r.output_tokens > 0;
     if (r.ok && r.ttft == 0) r.ttft = r.e2e;
+    if (r.ok && r.ttft_text == 0) r.ttft_text = r.e2e;
     return r;
 }
 
 Json summarize(int concurrency, double rate, const std::vector<RequestResult>& rs, double duration) {
-    std::vector<double> ttft, tpot, itl, e2e;
+    std::vector<double> ttft, ttft_text, tpot, itl, e2e;
     int64_t in = 0, out = 0, ok = 0;
     for (const auto& r : rs) {
         if (!r.ok) continue;
@@ -96,6 +101,7 @@ Json summarize(int concurrency, double rate, const std::vector<RequestResult>& r
         in += r.input_tokens;
         out += r.output_tokens;
         ttft.push_back(1e3 * r.ttft);
+        ttft_text.push_back(1e3 * r.ttft_text);
         e2e.push_back(1e3 * r.e2e);
         if (r.output_tokens > 1) tpot.push_back(1e3 * (r.e2e - r.ttft) / (r.output_tokens - 1));
         for (double x : r.itl) itl.push_back(1e3 * x);
@@ -110,7 +116,7 @@ Json summarize(int concurrency, double rate, const std::vector<RequestResult>& r
               {"request_throughput", ok / duration},
               {"output_throughput", out / duration},
               {"total_token_throughput", (in + out) / duration}};
-    for (auto [name, v] : {std::pair<const char*, std::vector<double>*>{"ttft", &ttft}, {"tpot", &tpot}, {"itl", &itl},
+    for (auto [name, v] : {std::pair<const char*, std::vector<double>*>{"ttft", &ttft}, {"ttft_text", &ttft_text}, {"tpot", &tpot}, {"itl", &itl},
                            {"e2el", &e2e}}) {
         j[std::string("mean_") + name + "_ms"] = mean(*v);
         j[std::string("median_") + name + "_ms"] = percentile(*v, 50);
@@ -236,7 +242,7 @@ int cmd_bench_serve(Args& a) {
     };
     std::vector<Json> runs;
     std::printf("| concurrency | ok / failed | duration s | req/s | output tok/s | total tok/s | TTFT mean / p50 / p99 ms | "
-                "TPOT mean / p50 / p99 ms | ITL mean / p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|\n");
+                "first text p50 ms | TPOT mean / p50 / p99 ms | ITL mean / p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int C : levels) {
         // Warm-up requests (not measured).
         for (long long w = 0; w < *warmups; ++w) send_one(tgt, make_prompt(16), 4, true);
@@ -278,12 +284,13 @@ int cmd_bench_serve(Args& a) {
                 std::fprintf(stderr, "first failure: %s\n", r.error.c_str());
                 break;
             }
-        std::printf("| %d | %lld / %lld | %.2f | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f / "
-                    "%.1f |\n",
+        std::printf("| %d | %lld / %lld | %.2f | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %.1f / %.1f / %.1f | %.1f / "
+                    "%.1f / %.1f |\n",
                     C, (long long)j["completed"], (long long)j["failed"], j["duration"].get<double>(),
                     j["request_throughput"].get<double>(), j["output_throughput"].get<double>(),
                     j["total_token_throughput"].get<double>(), j["mean_ttft_ms"].get<double>(),
-                    j["median_ttft_ms"].get<double>(), j["p99_ttft_ms"].get<double>(), j["mean_tpot_ms"].get<double>(),
+                    j["median_ttft_ms"].get<double>(), j["p99_ttft_ms"].get<double>(), j["median_ttft_text_ms"].get<double>(),
+                    j["mean_tpot_ms"].get<double>(),
                     j["median_tpot_ms"].get<double>(), j["p99_tpot_ms"].get<double>(), j["mean_itl_ms"].get<double>(),
                     j["median_itl_ms"].get<double>(), j["p99_itl_ms"].get<double>());
         std::fflush(stdout);

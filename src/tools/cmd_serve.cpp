@@ -8,6 +8,7 @@
 #include "core/thread_pool.h"
 #include "engine/engine.h"
 #include "ops/dispatch.h"
+#include "server/arrival_wait.h"
 #include "server/openai_server.h"
 #include "server/output_parser.h"
 #include "tools/args.h"
@@ -19,6 +20,7 @@ namespace gdn {
 int cmd_serve(int argc, char** argv) {
     std::set<std::string> options = {"--model", "--host", "--port", "--api-key", "--served-model-name", "--max-model-len",
                                      "--max-num-seqs", "--max-num-batched-tokens", "--admit-prompt-tokens", "--prefill-step-ms",
+                                     "--arrival-wait-ms",
                                      "--cache-memory", "--threads", "--dtype",
                                      "--kv-cache-dtype", "--block-size", "--max-queue", "--max-connections",
                                      "--http-threads", "--quantization", "--speculative-config", "--reasoning-parser",
@@ -32,6 +34,7 @@ int cmd_serve(int argc, char** argv) {
                      "usage: gdn serve --model DIR [--host 127.0.0.1] [--port 8000] [--api-key KEY]\n"
                      "                 [--served-model-name NAME] [--max-model-len 4096] [--max-num-seqs 16]\n"
                      "                 [--max-num-batched-tokens 512] [--admit-prompt-tokens 128] [--prefill-step-ms 200]\n"
+                     "                 [--arrival-wait-ms 10]\n"
                      "                 [--cache-memory MiB (1024)] [--threads N]\n"
                      "                 [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym] [--block-size 16]\n"
                      "                 [--max-queue 1024] [--max-connections 1024] [--http-threads 4] [--metrics-public]\n"
@@ -54,6 +57,9 @@ int cmd_serve(int argc, char** argv) {
                      "  --prefill-step-ms: while requests decode, a step prefills only as many prompt tokens as this\n"
                      "  many ms compute at the measured rate (at least 64; 0: no limit), so a long prompt does not\n"
                      "  stretch the running requests' time per token.\n"
+                     "  --arrival-wait-ms: after a step that ended requests, wait up to this long (and at most a quarter\n"
+                     "  of that step) for new requests before the next step, so a client that sends its next request\n"
+                     "  as soon as one ends joins that step instead of waiting through it (0: never wait).\n"
                      "  With --api-key, /metrics needs the key too unless --metrics-public; /health is always open.\n"
                      "  Endpoints: POST /v1/completions, /v1/chat/completions (stream: true for SSE), GET /v1/models,\n"
                      "  /health, /metrics (Prometheus), POST /tokenize, /detokenize. SIGINT/SIGTERM shut down cleanly.\n");
@@ -63,20 +69,21 @@ int cmd_serve(int argc, char** argv) {
     auto port = args->get_int("--port", 8000), mml = args->get_int("--max-model-len", 4096),
          mns = args->get_int("--max-num-seqs", 16), mnbt = args->get_int("--max-num-batched-tokens", 512),
          apt = args->get_int("--admit-prompt-tokens", 128), psm = args->get_int("--prefill-step-ms", 200),
+         awm = args->get_int("--arrival-wait-ms", kServeArrivalWaitMs),
          mem = args->get_int("--cache-memory", 1024), threads = args->get_int("--threads", default_thread_count()),
          bs = args->get_int("--block-size", 16), mq = args->get_int("--max-queue", 1024),
          mc = args->get_int("--max-connections", 1024), ht = args->get_int("--http-threads", 4);
-    for (auto* r : {&port, &mml, &mns, &mnbt, &apt, &psm, &mem, &threads, &bs, &mq, &mc, &ht})
+    for (auto* r : {&port, &mml, &mns, &mnbt, &apt, &psm, &awm, &mem, &threads, &bs, &mq, &mc, &ht})
         if (!*r) {
             std::fprintf(stderr, "gdn serve: %s\n", r->message().c_str());
             return 2;
         }
     if (*port < 0 || *port > 65535 || *mem < 1 || *threads < 1 || *apt < 0 || *apt > (1 << 30) || *psm < 0 ||
-        *psm > 3600000 || *mq < 0 ||
+        *psm > 3600000 || *awm < 0 || *awm > 1000 || *mq < 0 ||
         *mq > (1 << 20) || *mc < 1 || *mc > (1 << 20) || *ht < 1 || *ht > 256) {
         std::fprintf(stderr,
                      "gdn serve: --port must be 0..65535, --cache-memory and --threads positive, --admit-prompt-tokens "
-                     ">= 0, --prefill-step-ms 0..3600000, --max-queue 0..1048576, "
+                     ">= 0, --prefill-step-ms 0..3600000, --arrival-wait-ms 0..1000, --max-queue 0..1048576, "
                      "--max-connections 1..1048576, --http-threads 1..256\n");
         return 2;
     }
@@ -156,6 +163,7 @@ int cmd_serve(int argc, char** argv) {
     sc.api_key = args->get("--api-key");
     sc.metrics_public = args->has("--metrics-public");
     sc.max_queue = static_cast<int>(*mq);
+    sc.arrival_wait_ms = static_cast<double>(*awm);
     sc.max_connections = static_cast<size_t>(*mc);
     sc.http_threads = static_cast<int>(*ht);
     std::string name = args->get("--served-model-name");

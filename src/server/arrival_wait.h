@@ -1,0 +1,38 @@
+// How long the engine thread holds the next step for the next requests of clients whose requests just
+// ended. A client that keeps a fixed number of requests in flight (an agent pool, a batch job, a
+// benchmark with a concurrency cap) sends its next request as soon as one ends; it reaches the server
+// 1-5 ms after the step that ended it (the last chunk is written, the client reads it and posts, a
+// worker prepares the request: measured on the 0.8B shape here), by which time the next step has
+// started. A step that prefills a 128-token prompt beside the decodes takes ~250 ms there, so without a
+// wait each such request sat through one whole step before the one that computed its prompt: its TTFT
+// was two steps instead of one. The wait ends as soon as as many requests as ended have arrived.
+#pragma once
+
+#include <algorithm>
+
+namespace gdn {
+
+// `gdn serve --arrival-wait-ms`'s default: above the 1-5 ms a client's next request took to arrive here.
+inline constexpr int kServeArrivalWaitMs = 10;
+
+class ArrivalWait {
+public:
+    // max_ms <= 0: never wait. The wait is also at most step_fraction of the last step, so decodes
+    // lose at most that share of their rate when nobody comes (open-loop traffic).
+    explicit ArrivalWait(double max_ms, double step_fraction = 0.25) : max_ms_(max_ms), step_fraction_(step_fraction) {}
+
+    // Milliseconds to wait before the next step: `ended` requests ended in the last step, which took
+    // last_step_ms; `queued` requests (arrived before that step ended, or waiting in the engine)
+    // already give the next step a prompt to start, so then nobody waits.
+    double budget_ms(int ended, double last_step_ms, int queued) const {
+        if (max_ms_ <= 0 || ended <= 0 || queued > 0 || last_step_ms <= 0) return 0;
+        return std::min(max_ms_, step_fraction_ * last_step_ms);
+    }
+    double max_ms() const { return max_ms_; }
+
+private:
+    double max_ms_;
+    double step_fraction_;
+};
+
+}  // namespace gdn
