@@ -46,7 +46,9 @@ httplib::Headers auth(const BenchTarget& t) {
     return h;
 }
 
-// One streaming chat completion; TTFT is the first chunk with content.
+// One streaming chat completion; TTFT is the first chunk with content (the serving benchmark's "first
+// text"; its TTFT, vLLM's, is the first chunk: here the role chunk, sent with the first token). The
+// multi-turn and shared-prefix reports compare TTFTs of one run with each other, so either serves.
 ChatResult send_chat(const BenchTarget& t, const Json& messages, int max_tokens, bool ignore_eos) {
     ChatResult r;
     Json body = {{"model", t.model_name}, {"messages", messages}, {"max_tokens", max_tokens}, {"stream", true},
