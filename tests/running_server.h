@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "server/openai_server.h"
+#include "test_util.h"
 
 namespace gdn::test {
 
@@ -32,5 +33,24 @@ private:
     std::unique_ptr<OpenAIServer> server_;
     std::thread thread_;
 };
+
+// The demo model (models/demo) served on a free loopback port: an engine sized by `ec`, the model loaded
+// with `lo`, the tokenizer with `chat_template` when one is given (*tok gets it when asked for); null after
+// a test failure.
+inline std::unique_ptr<RunningServer> demo_server(const EngineConfig& ec, ServerConfig sc, const LoadOptions& lo = {},
+                                                  const std::string& chat_template = "",
+                                                  std::shared_ptr<const Tokenizer>* tok = nullptr) {
+    auto m = Model::load(demo_model_dir(), nullptr, lo);
+    EXPECT_TRUE(m.is_ok()) << m.message();
+    auto t = Tokenizer::load(demo_model_dir(), chat_template);
+    EXPECT_TRUE(t.is_ok()) << t.message();
+    if (!m.is_ok() || !t.is_ok()) return nullptr;
+    auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
+    EXPECT_TRUE(e.is_ok()) << e.message();
+    if (!e.is_ok()) return nullptr;
+    if (tok) *tok = *t;
+    if (sc.served_model_name.empty()) sc.served_model_name = "demo";
+    return std::make_unique<RunningServer>(std::move(*e), *t, sc);
+}
 
 }  // namespace gdn::test

@@ -78,7 +78,8 @@ TEST(Cli, RunErrorsAreClear) {
     r = run_gdn("frobnicate");
     EXPECT_EQ(r.exit_code, 2);
     // serve's scheduling knobs are checked before the model loads.
-    for (const char* bad : {"--prefill-step-ms -5", "--prefill-step-ms x", "--admit-prompt-tokens -1"}) {
+    for (const char* bad : {"--prefill-step-ms -5", "--prefill-step-ms x", "--admit-prompt-tokens -1", "--arrival-wait-ms 5000",
+                            "--arrival-wait-ms -1"}) {
         r = run_gdn("serve --model " + demo_model_dir() + " " + bad);
         EXPECT_EQ(r.exit_code, 2) << bad;
         EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos) << r.out;

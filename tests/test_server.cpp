@@ -26,23 +26,16 @@ class ServerTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         set_global_threads(1);  // test_util.h OneThread: the engine's logic under load, not its speed
-        auto m = Model::load(demo_model_dir());
-        ASSERT_TRUE(m.is_ok()) << m.message();
-        auto t = Tokenizer::load(demo_model_dir());
-        ASSERT_TRUE(t.is_ok());
         EngineConfig ec;
         ec.max_model_len = 512;
         ec.max_num_seqs = 16;
         ec.cache_memory = 64ull << 20;
-        auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
-        ASSERT_TRUE(e.is_ok()) << e.message();
         ServerConfig sc;
-        sc.port = 0;  // any free port
-        sc.served_model_name = "demo";
         sc.api_key = "sekrit";
         sc.max_body_bytes = 64 * 1024;
         sc.http_threads = 48;
-        server_ = new RunningServer(std::move(*e), *t, sc);
+        server_ = demo_server(ec, sc).release();
+        ASSERT_NE(server_, nullptr);
     }
     static void TearDownTestSuite() {
         delete server_;
@@ -364,30 +357,24 @@ TEST(ArrivalWait, WaitsOnlyAfterRequestsEndedAndNothingIsQueued) {
 // the engine thread held the next step for a new request, and /metrics counts it (nobody came here, so
 // the hold expired).
 TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
-    set_global_threads(1);
-    auto m = Model::load(demo_model_dir());
-    ASSERT_TRUE(m.is_ok()) << m.message();
-    auto t = Tokenizer::load(demo_model_dir());
-    ASSERT_TRUE(t.is_ok());
+    OneThread one;
     EngineConfig ec;
     ec.max_model_len = 256;
     ec.max_num_seqs = 4;
     ec.cache_memory = 16ull << 20;
-    auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
-    ASSERT_TRUE(e.is_ok()) << e.message();
     ServerConfig sc;
-    sc.served_model_name = "demo";
     sc.arrival_wait_ms = 50;
-    RunningServer server(std::move(*e), *t, sc);
+    auto server = demo_server(ec, sc);
+    ASSERT_NE(server, nullptr);
     auto metric = [&](const std::string& name) {
-        httplib::Client c("127.0.0.1", server.port());
+        httplib::Client c("127.0.0.1", server->port());
         auto r = c.Get("/metrics");
         const auto p = r ? r->body.find("\n" + name + " ") : std::string::npos;
         return p == std::string::npos ? -1.0 : std::stod(r->body.substr(p + name.size() + 2));
     };
     EXPECT_EQ(metric("gdn_arrival_waits_total"), 0.0);
     auto send = [&](int max_tokens) {
-        httplib::Client c("127.0.0.1", server.port());
+        httplib::Client c("127.0.0.1", server->port());
         c.set_read_timeout(60, 0);
         auto r = c.Post("/v1/completions",
                         strprintf(R"({"prompt":"Once upon a time","max_tokens":%d,"ignore_eos":true})", max_tokens),
@@ -401,31 +388,19 @@ TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
     EXPECT_GE(metric("gdn_arrival_waits_total"), 1.0);
     EXPECT_GE(metric("gdn_arrival_waits_expired_total"), 1.0);
     EXPECT_GT(metric("gdn_arrival_wait_seconds_total"), 0.0);
-    set_global_threads(default_thread_count());
 }
 
 // The server over a model quantized at load: chat answers, and streaming equals non-streaming.
 TEST(QuantizedServer, Int4ChatStreamsLikeNonStreaming) {
     LoadOptions lo;
     lo.quantization = WeightFormat::Q4K;
-    auto m = Model::load(demo_model_dir(), nullptr, lo);
-    ASSERT_TRUE(m.is_ok()) << m.message();
-    auto t = Tokenizer::load(demo_model_dir());
-    ASSERT_TRUE(t.is_ok());
     EngineConfig ec;
     ec.max_model_len = 512;
     ec.max_num_seqs = 4;
     ec.cache_memory = 16ull << 20;
-    auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
-    ASSERT_TRUE(e.is_ok()) << e.message();
-    ServerConfig sc;
-    sc.port = 0;
-    sc.served_model_name = "demo";
-    OpenAIServer server(std::move(*e), *t, sc);
-    std::thread th([&] { server.run(); });
-    for (int i = 0; i < 200 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    ASSERT_GT(server.bound_port(), 0);
-    httplib::Client c("127.0.0.1", server.bound_port());
+    auto server = demo_server(ec, ServerConfig{}, lo);
+    ASSERT_NE(server, nullptr);
+    httplib::Client c("127.0.0.1", server->port());
     c.set_read_timeout(60, 0);
     const std::string body = R"({"messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":40)";
     auto r = c.Post("/v1/chat/completions", body + "}", "application/json");
@@ -438,8 +413,6 @@ TEST(QuantizedServer, Int4ChatStreamsLikeNonStreaming) {
     bool done = false;
     EXPECT_EQ(stream_text(c, "/v1/chat/completions", body + R"(,"stream":true})", true, &done), text);
     EXPECT_TRUE(done);
-    server.stop();
-    th.join();
 }
 
 }  // namespace

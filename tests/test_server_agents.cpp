@@ -28,21 +28,13 @@ class AgentServerTest : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
         set_global_threads(1);
-        auto m = Model::load(demo_model_dir());
-        ASSERT_TRUE(m.is_ok()) << m.message();
-        auto t = Tokenizer::load(demo_model_dir(), read_bytes(tools_template_path()));
-        ASSERT_TRUE(t.is_ok());
-        tok_ = new std::shared_ptr<const Tokenizer>(*t);
         EngineConfig ec;
         ec.max_model_len = 1024;
         ec.max_num_seqs = 4;
         ec.cache_memory = 64ull << 20;
-        auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);
-        ASSERT_TRUE(e.is_ok()) << e.message();
-        ServerConfig sc;
-        sc.port = 0;
-        sc.served_model_name = "demo";
-        server_ = new RunningServer(std::move(*e), *t, sc);
+        tok_ = new std::shared_ptr<const Tokenizer>();
+        server_ = demo_server(ec, ServerConfig{}, LoadOptions{}, read_bytes(tools_template_path()), tok_).release();
+        ASSERT_NE(server_, nullptr);
     }
     static void TearDownTestSuite() {
         delete server_;
