@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -132,34 +133,38 @@ TEST_F(ServerTest, ErrorCases) {
     EXPECT_EQ(st, 200) << ok.dump();
 }
 
-// Streams a completion; returns the concatenated text (and whether [DONE] arrived).
-std::string stream_text(httplib::Client& c, const std::string& path, const std::string& body, bool chat, bool* done,
-                        int stop_after_chunks = -1) {
+// POSTs a streaming request and hands each event's data to on_event (false: disconnect).
+void stream_events(httplib::Client& c, const std::string& path, const std::string& body,
+                   const std::function<bool(const std::string&)>& on_event) {
     SseReader sse;
-    std::string text;
-    int chunks = 0;
-    *done = false;
     httplib::Request req;
     req.method = "POST";
     req.path = path;
     req.body = body;
     req.set_header("Content-Type", "application/json");
     req.set_header("Authorization", "Bearer sekrit");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-        return sse.feed(data, n, [&](const std::string& ev) {
-            if (ev == "[DONE]") {
-                *done = true;
-                return true;
-            }
-            auto j = parse_json(ev, "chunk");
-            if (!j || !j->contains("choices") || (*j)["choices"].empty()) return true;
-            const Json& ch = (*j)["choices"][0];
-            if (chat && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
-            if (!chat) text += ch["text"].get<std::string>();
-            return !(stop_after_chunks >= 0 && ++chunks >= stop_after_chunks);  // false: disconnect
-        });
-    };
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) { return sse.feed(data, n, on_event); };
     c.send(req);
+}
+
+// Streams a completion; returns the concatenated text (and whether [DONE] arrived).
+std::string stream_text(httplib::Client& c, const std::string& path, const std::string& body, bool chat, bool* done,
+                        int stop_after_chunks = -1) {
+    std::string text;
+    int chunks = 0;
+    *done = false;
+    stream_events(c, path, body, [&](const std::string& ev) {
+        if (ev == "[DONE]") {
+            *done = true;
+            return true;
+        }
+        auto j = parse_json(ev, "chunk");
+        if (!j || !j->contains("choices") || (*j)["choices"].empty()) return true;
+        const Json& ch = (*j)["choices"][0];
+        if (chat && ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+        if (!chat) text += ch["text"].get<std::string>();
+        return !(stop_after_chunks >= 0 && ++chunks >= stop_after_chunks);  // false: disconnect
+    });
     return text;
 }
 
@@ -180,22 +185,12 @@ TEST_F(ServerTest, StreamingEqualsNonStreamingForTheSameSeed) {
 
 // Streams a request; the chunks that carry a choice (not the usage chunk).
 std::vector<Json> stream_choices(httplib::Client& c, const std::string& path, const std::string& body) {
-    SseReader sse;
     std::vector<Json> out;
-    httplib::Request req;
-    req.method = "POST";
-    req.path = path;
-    req.body = body;
-    req.set_header("Content-Type", "application/json");
-    req.set_header("Authorization", "Bearer sekrit");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-        return sse.feed(data, n, [&](const std::string& ev) {
-            auto j = parse_json(ev, "chunk");
-            if (j && j->contains("choices") && !(*j)["choices"].empty()) out.push_back((*j)["choices"][0]);
-            return true;
-        });
-    };
-    c.send(req);
+    stream_events(c, path, body, [&](const std::string& ev) {
+        auto j = parse_json(ev, "chunk");
+        if (j && j->contains("choices") && !(*j)["choices"].empty()) out.push_back((*j)["choices"][0]);
+        return true;
+    });
     return out;
 }
 
