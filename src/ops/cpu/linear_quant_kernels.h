@@ -19,6 +19,16 @@ void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, 
 // int6-k (q in [-32, 31], an int8 scale per group of one f16 per 256 k) with vpmaddubsw on q + 32,
 // the offset removed with the row's group sum.
 void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// The same products of a gate|up weight packed for the fused SwiGLU, stored as silu(gate) x up (as the
+// avx512 *_swiglu kernels below).
+void linear_q8_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1);
+void linear_q4_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1);
+void linear_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                       int64_t p1);
+void linear_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                       int64_t p1);
 // quant::quantize_activation_row, vectorised: the same bytes (max, one division, RNE conversion).
 void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
 }  // namespace gdn::cpu::avx2
@@ -29,6 +39,14 @@ void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, i
 void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+void linear_q8_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1);
+void linear_q4_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                      int64_t p1);
+void linear_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                       int64_t p1);
+void linear_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                       int64_t p1);
 }  // namespace gdn::cpu::avxvnni
 
 namespace gdn::cpu::avx512 {

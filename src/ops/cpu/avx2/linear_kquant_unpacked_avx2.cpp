@@ -148,7 +148,7 @@ inline void group_q6k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int 
 
 using UnpackFn = void (*)(const uint8_t* blk, int64_t groups, UnpackedBlock* u);
 
-template <UnpackFn Unpack, template <int> class Group>
+template <UnpackFn Unpack, template <int> class Group, bool kSwiglu = false>
 void unpacked_panels(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                      int64_t p1) {
     UnpackedBlock u;
@@ -168,8 +168,16 @@ void unpacked_panels(const quant::QuantizedRows& x, const PackedWeight& w, float
                     for (; m < r1; ++m) Group<1>::run(x, m, g, j, u, sums + (m - r0) * 32);
                 }
             }
-            for (int64_t m = r0; m < r1; ++m)
-                std::memcpy(y + m * ldy + p * quant::kCols, sums + (m - r0) * 32, ncols * sizeof(float));
+            for (int64_t m = r0; m < r1; ++m) {
+                const float* row = sums + (m - r0) * 32;
+                if constexpr (kSwiglu) {
+                    const __m256 v[kNV] = {_mm256_load_ps(row), _mm256_load_ps(row + 8), _mm256_load_ps(row + 16),
+                                           _mm256_load_ps(row + 24)};
+                    store_swiglu_row(v, y + m * ldy + p * (quant::kCols / 2));
+                } else {
+                    std::memcpy(y + m * ldy + p * quant::kCols, row, ncols * sizeof(float));
+                }
+            }
         }
     }
 }
@@ -195,6 +203,16 @@ void unpacked_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y
 
 void unpacked_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     unpacked_panels<unpack_q6k, GroupQ6K>(x, w, y, ldy, p0, p1);
+}
+
+void unpacked_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                         int64_t p1) {
+    unpacked_panels<unpack_q4k, GroupQ4K, true>(x, w, y, ldy, p0, p1);
+}
+
+void unpacked_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                         int64_t p1) {
+    unpacked_panels<unpack_q6k, GroupQ6K, true>(x, w, y, ldy, p0, p1);
 }
 
 }  // namespace gdn::cpu::GDN_AVX2_KERNELS

@@ -18,6 +18,11 @@
 
 #include "ops/linear.h"
 
+#ifndef GDN_SIMD_AVX2
+#define GDN_SIMD_AVX2  // simd::vsilu for the SwiGLU epilogue: ops::swiglu's AVX2 formula
+#endif
+#include "ops/cpu/simd.h"
+
 #ifdef GDN_AVX_VNNI
 #define GDN_AVX2_KERNELS avxvnni
 #else
@@ -92,8 +97,21 @@ inline __m256i two_quad_dots_add(__m256i acc, __m256i u0, __m256i s0, __m256i u1
 #endif
 }
 
-template <int MR>
+// A gate|up weight packed for the fused SwiGLU (ops/linear.h) has 16 gate columns, then the 16 matching up
+// columns, in each panel: the panel's 16 activations silu(gate) x up, from a row's 32 sums.
+inline void store_swiglu_row(const __m256* sum, float* y) {
+    _mm256_storeu_ps(y, _mm256_mul_ps(simd::vsilu(sum[0]), sum[2]));
+    _mm256_storeu_ps(y + 8, _mm256_mul_ps(simd::vsilu(sum[1]), sum[3]));
+}
+
+// The products of rows m0.. (y + m0 ldy, ncols of the panel's 32) or, kSwiglu, the panel's 16
+// activations (y: the activation block's first column; the panel is whole).
+template <int MR, bool kSwiglu = false>
 inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols) {
+    if constexpr (kSwiglu) {
+        for (int m = 0; m < MR; ++m) store_swiglu_row(sum[m], y + m * ldy);
+        return;
+    }
     for (int m = 0; m < MR; ++m) {
         if (ncols == 32) {
             for (int v = 0; v < kNV; ++v) _mm256_storeu_ps(y + m * ldy + v * 8, sum[m][v]);
@@ -146,12 +164,13 @@ inline void nibble_group_dots(const quant::QuantizedRows& x, int64_t m0, int64_t
 using QuantTileFn = void (*)(const quant::QuantizedRows&, int64_t m0, const PackedWeight&, int64_t p, float* y,
                              int64_t ldy, int ncols);
 
-// Columns of panels [p0, p1) for all rows: kMR-row tiles, then single rows.
-template <QuantTileFn Tile1, QuantTileFn TileMR>
+// Columns of panels [p0, p1) for all rows: kMR-row tiles, then single rows. kSwiglu: the tiles store
+// each panel's 16 activations, at column p * 16 of y.
+template <QuantTileFn Tile1, QuantTileFn TileMR, bool kSwiglu = false>
 void run_panels(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
         const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
-        float* yp = y + p * quant::kCols;
+        float* yp = y + p * (kSwiglu ? quant::kCols / 2 : quant::kCols);
         int64_t m = 0;
         for (; m + kMR <= x.M; m += kMR) TileMR(x, m, w, p, yp, ldy, ncols);
         for (; m < x.M; ++m) Tile1(x, m, w, p, yp, ldy, ncols);
@@ -230,5 +249,10 @@ inline void for_each_q6k_vector(const uint8_t* rec, int s, const Fn& fn) {
 constexpr int64_t kUnpackRows = 4;
 void unpacked_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 void unpacked_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+// The same with the SwiGLU epilogue (store_swiglu_row).
+void unpacked_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                         int64_t p1);
+void unpacked_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                         int64_t p1);
 
 }  // namespace gdn::cpu::GDN_AVX2_KERNELS
