@@ -205,6 +205,37 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
     }
 }
 
+// Requests take their pending MTP rows' buffers from a pool and hand them back when they end: a
+// request in a reused buffer drafts exactly what it drafts in an engine that never ran anything (the
+// drafts are a function of its own rows only; k fixed, so the cost model's timing cannot change them).
+TEST(Speculative, ReusedMtpRowBuffersDraftAsFreshOnes) {
+    OneThread one;
+    Loaded l = load_with_mtp(demo_model_dir(), true);
+    const auto prompts = demo_chat_prompts();
+    ASSERT_GE(prompts.size(), 6u);
+    auto drafts_of = [&](Engine& e, size_t first, size_t n) {
+        const SpecCounters before = e.stats().spec;
+        for (size_t i = first; i < first + n; ++i) e.add_request(prompts[i], greedy(16 + 4 * static_cast<int>(i)));
+        run_all(e);
+        const SpecCounters after = e.stats().spec;
+        return std::pair<int64_t, int64_t>{after.drafted - before.drafted, after.accepted - before.accepted};
+    };
+    EngineConfig cfg;
+    cfg.max_num_seqs = 3;
+    cfg.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":2,"adaptive":false})");
+    for (bool prefault : {false, true}) {
+        cfg.prefault_memory = prefault;
+        auto used = make_engine(l, cfg);
+        const auto warm_up = drafts_of(*used, 0, 3);  // three requests end: their buffers go back
+        EXPECT_GT(warm_up.first, 0);
+        auto fresh = make_engine(l, cfg);
+        const auto want = drafts_of(*fresh, 3, 3);
+        const auto got = drafts_of(*used, 3, 3);
+        EXPECT_GT(want.second, 0);
+        EXPECT_EQ(got, want) << "prefault " << prefault;
+    }
+}
+
 // The MTP layer packed in int8 / int4 for drafting (SpeculativeConfig::draft_layer, on by default through
 // the command line): drafts change, the greedy tokens do not.
 TEST(Speculative, DraftLayerInInt8OrInt4KeepsGreedyExact) {

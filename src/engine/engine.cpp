@@ -116,8 +116,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     const int32_t n_blocks =
         static_cast<int32_t>((cfg.cache_memory - n_slots * seq_state_bytes) / block_bytes);
     const std::string spec_note =
-        spec.enabled() ? strprintf(" + verify staging %.2f MiB per sequence (speculation %s: %d tokens' GDN input rows)",
-                                   verify_bytes / 1048576.0, spec.describe().c_str(), rows_per_seq)
+        spec.enabled() ? strprintf(" + verify staging %.2f MiB per sequence (speculation %s: %d tokens' GDN input rows%s)",
+                                   verify_bytes / 1048576.0, spec.describe().c_str(), rows_per_seq,
+                                   mtp ? "; 2 MiB of pending MTP rows per sequence beside it, in host memory" : "")
                        : "";
     e->memory_plan_ = strprintf(
         "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens (%.1f MiB); "
@@ -146,11 +147,20 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     e->cost_.reset(spec.max_drafts());
     e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots + n_snapshots);
     if (verify_bytes) e->slots_->reserve_verify_rows(cfg.max_num_seqs, rows_per_seq, c.gdn_in_proj_floats());
+    // Pending MTP row buffers, one huge page each, handed to requests and back (keep_mtp_rows).
+    if (mtp)
+        for (int i = 0; i < cfg.max_num_seqs; ++i) {
+            e->spare_mtp_rows_.emplace_back().reserve(HugePageAllocator<float>::kPerPage);
+            if (cfg.prefault_memory) {  // touched now (zeros), kept: clear() leaves the capacity
+                e->spare_mtp_rows_.back().resize(HugePageAllocator<float>::kPerPage);
+                e->spare_mtp_rows_.back().clear();
+            }
+        }
     if (cfg.prefault_memory) {
         const double t0 = now_seconds();
         std::vector<Buffer*> bufs = e->kv_->buffers();
         for (Buffer* b : e->slots_->buffers()) bufs.push_back(b);
-        size_t bytes = 0;
+        size_t bytes = e->spare_mtp_rows_.size() * Buffer::kHugePage;
         for (Buffer* b : bufs) {
             global_pool().parallel_for(static_cast<int64_t>(b->pages()), [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
             bytes += b->size();
@@ -597,8 +607,14 @@ std::span<const RequestOutput> Engine::step() {
         }
     }
     spec_state_bytes_total_ += spec_state_bytes_;
-    for (auto it = requests_.begin(); it != requests_.end();)
-        it = it->second->finish != FinishReason::NONE ? requests_.erase(it) : std::next(it);
+    for (auto it = requests_.begin(); it != requests_.end();) {
+        if (it->second->finish == FinishReason::NONE) {
+            ++it;
+            continue;
+        }
+        recycle_mtp_rows(*it->second);
+        it = requests_.erase(it);
+    }
     // A step's cost for the cost model: its own work plus the drafting done for it at the end of the
     // step before, not the drafting for the next one (whose k may differ: a plain step before a verify
     // was timed with that verify's drafts, and plain decoding looked 30% slower than it is on the demo).

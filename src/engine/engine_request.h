@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/huge_page_allocator.h"
 #include "engine/engine.h"
 #include "structured/token_mask.h"
 
@@ -28,7 +29,7 @@ struct Engine::Request {
     // MTP: its KV holds slots [0, mtp_done); mtp_hidden holds h_t of the following slots (rows of H) that
     // the MTP layer has yet to see.
     int64_t mtp_done = 0;
-    std::vector<float> mtp_hidden;
+    std::vector<float, HugePageAllocator<float>> mtp_hidden;
     bool mtp_stale = false;  // rows were dropped (engine_speculative.cpp kMaxPendingMtpRows): no more drafts
 };
 

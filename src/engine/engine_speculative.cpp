@@ -96,11 +96,27 @@ void Engine::keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int6
     if (r.mtp_stale) return;
     if (!speculating_ && have + n_rows > kMaxPendingMtpRows) {  // see kMaxPendingMtpRows (speculating: caught up this step)
         r.mtp_stale = true;
-        r.mtp_hidden.clear();
-        r.mtp_hidden.shrink_to_fit();
+        recycle_mtp_rows(r);
         return;
     }
+    if (r.mtp_hidden.capacity() == 0 && !spare_mtp_rows_.empty()) {  // have == 0: nothing to keep
+        r.mtp_hidden = std::move(spare_mtp_rows_.back());
+        spare_mtp_rows_.pop_back();
+        r.mtp_hidden.clear();
+    }
+    const size_t want = static_cast<size_t>((have + n_rows) * H);
+    if (want > r.mtp_hidden.capacity())  // whole huge pages at a time (core/huge_page_allocator.h)
+        r.mtp_hidden.reserve(std::max(2 * r.mtp_hidden.capacity(),
+                                      (want + HugePageAllocator<float>::kPerPage - 1) / HugePageAllocator<float>::kPerPage *
+                                          HugePageAllocator<float>::kPerPage));
     r.mtp_hidden.insert(r.mtp_hidden.end(), hidden_.begin() + plan_row * H, hidden_.begin() + (plan_row + n_rows) * H);
+}
+
+void Engine::recycle_mtp_rows(Request& r) {
+    if (r.mtp_hidden.capacity() == 0) return;
+    r.mtp_hidden.clear();
+    if (spare_mtp_rows_.size() < static_cast<size_t>(cfg_.max_num_seqs)) spare_mtp_rows_.push_back(std::move(r.mtp_hidden));
+    decltype(r.mtp_hidden)().swap(r.mtp_hidden);  // moved from, or not kept: no buffer left behind
 }
 
 void Engine::propose_drafts() {
