@@ -118,7 +118,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     const std::string spec_note =
         spec.enabled() ? strprintf(" + verify staging %.2f MiB per sequence (speculation %s: %d tokens' GDN input rows%s)",
                                    verify_bytes / 1048576.0, spec.describe().c_str(), rows_per_seq,
-                                   mtp ? "; 2 MiB of pending MTP rows per sequence beside it, in host memory" : "")
+                                   mtp ? strprintf("; beside it in host memory, pending MTP rows: 2 MiB per sequence, up to %lld rows "
+                                               "(%.1f MiB) while plain decoding keeps them",
+                                               (long long)kMaxPendingMtpRows,
+                                               kMaxPendingMtpRows * c.hidden * sizeof(float) / 1048576.0)
+                                         .c_str()
+                                   : "")
                        : "";
     e->memory_plan_ = strprintf(
         "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens (%.1f MiB); "

@@ -260,6 +260,12 @@ private:
     size_t slot_bytes_ = 0;
     size_t staged_row_bytes_ = 0;  // one token's verify staging rows (all GDN layers)
     std::vector<float> hidden_;          // the forward's final-norm rows (MTP)
+    // While plain decoding wins (the cost model chose k = 0), the MTP layer runs only for a probe: every
+    // request keeps up to this many pending rows (4 KiB each at H = 1024), caught up when it drafts again;
+    // beyond it its MTP cache goes stale and it never drafts again (the catch-up costs about one decoder
+    // layer per token: ~4% of a c = 16 step at the 0.8B shape, measured). The probe interval stays below it
+    // (SpecCostModel::kMaxExplorePeriod), so the probing request never goes stale.
+    static constexpr int64_t kMaxPendingMtpRows = 1024;
     // Buffers for requests' pending MTP rows, one huge page each at least, touched at start-up with the
     // caches and handed back when a request ends: a row appended to fresh memory cost a page fault per
     // 4 KiB here (~25 us; 45 us of host time per request-step, 1-2% of a c = 4 step).

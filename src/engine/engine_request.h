@@ -30,7 +30,7 @@ struct Engine::Request {
     // the MTP layer has yet to see.
     int64_t mtp_done = 0;
     std::vector<float, HugePageAllocator<float>> mtp_hidden;
-    bool mtp_stale = false;  // rows were dropped (engine_speculative.cpp kMaxPendingMtpRows): no more drafts
+    bool mtp_stale = false;  // rows were dropped (Engine::kMaxPendingMtpRows): no more drafts
 };
 
 }  // namespace gdn

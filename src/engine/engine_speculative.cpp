@@ -17,12 +17,6 @@ namespace {
 // While the engine speculates, a request's pending MTP rows are run once this many have gathered even
 // when it drafts nothing (a prefill chunk), so they stay few.
 constexpr int64_t kMtpCatchUpRows = 64;
-// While plain decoding wins (the cost model chose k = 0), the MTP layer runs only for a probe: every
-// request keeps up to this many pending rows (4 KiB each at H = 1024), caught up when it drafts again;
-// beyond it its MTP cache goes stale and it never drafts again (the catch-up costs about one decoder
-// layer per token: ~4% of a c = 16 step at the 0.8B shape, measured). The probe interval stays below it
-// (SpecCostModel::kMaxExplorePeriod), so the probing request never goes stale.
-constexpr int64_t kMaxPendingMtpRows = 1024;
 }  // namespace
 
 void Engine::decide(const ScheduledChunk& c, size_t row, bool all_greedy, Verdict& v) {

@@ -80,7 +80,7 @@ class SpecCostModel {
 public:
     static constexpr int kBuckets = 7;           // B = 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
     static constexpr int kExplorePeriod = 64;
-    static constexpr int64_t kMaxExplorePeriod = 512;  // below engine_speculative.cpp kMaxPendingMtpRows
+    static constexpr int64_t kMaxExplorePeriod = 512;  // below Engine::kMaxPendingMtpRows
     // An unmeasured k is tried only if its optimistic rate beats the best measured one by this factor:
     // measuring a bad k costs whole steps at its price.
     static constexpr double kTryMargin = 1.25;
