@@ -339,13 +339,37 @@ TEST_F(ServerTest, ModelsHealthTokenize) {
 namespace {
 
 TEST(ArrivalWait, WaitsOnlyAfterRequestsEndedAndNothingIsQueued) {
-    const ArrivalWait off(0), w(10);
+    ArrivalWait off(0), w(10);
     EXPECT_EQ(off.budget_ms(1, 200, 0), 0);
     EXPECT_EQ(w.budget_ms(0, 200, 0), 0);    // nothing ended: no client is about to send
     EXPECT_EQ(w.budget_ms(2, 200, 1), 0);    // a prompt is queued: the next step has one to start
     EXPECT_EQ(w.budget_ms(1, 200, 0), 10);   // a prefill step: the flag's bound
     EXPECT_EQ(w.budget_ms(1, 20, 0), 5);     // a 20 ms decode step: at most a quarter of it
     EXPECT_EQ(ArrivalWait(10, 0.1).budget_ms(3, 40, 0), 4);
+}
+
+// Holds that keep expiring (nobody sends a next request) stop, but for a probe every kProbeEvery-th
+// chance; answered probes bring the holds back.
+TEST(ArrivalWait, StopsHoldingWhenNobodyComesAndProbes) {
+    ArrivalWait w(10);
+    int expired = 0;
+    for (; w.answered_share() >= ArrivalWait::kMinAnswered && expired < 10; ++expired) {
+        ASSERT_EQ(w.budget_ms(1, 200, 0), 10);
+        w.observe(false);
+    }
+    EXPECT_LE(expired, 4);  // a few expired holds are enough
+    int holds = 0;
+    for (int i = 0; i < 4 * ArrivalWait::kProbeEvery; ++i)
+        if (w.budget_ms(1, 200, 0) > 0) {
+            ++holds;
+            w.observe(false);
+        }
+    EXPECT_EQ(holds, 4);  // the probes
+    while (w.budget_ms(1, 200, 0) == 0) {}
+    for (int i = 0; i < 4; ++i) w.observe(true);  // clients answer again
+    EXPECT_GE(w.answered_share(), ArrivalWait::kMinAnswered);
+    EXPECT_EQ(w.budget_ms(1, 200, 0), 10);
+    EXPECT_EQ(w.budget_ms(1, 200, 0), 10);
 }
 
 // A server with --arrival-wait-ms: after a step that ended a request while another one kept decoding,

@@ -108,7 +108,7 @@ void OpenAIServer::Impl::finish_job(Job& job, std::optional<ApiError> error) {
 
 void OpenAIServer::Impl::engine_loop() {
     std::vector<std::shared_ptr<Job>> fresh;
-    const ArrivalWait arrival_wait(cfg.arrival_wait_ms);
+    ArrivalWait arrival_wait(cfg.arrival_wait_ms);
     int ended_last_step = 0;  // requests the last step ended (stop or length)
     double step_end = 0, last_step_ms = 0;
     int engine_waiting = 0;
@@ -129,6 +129,7 @@ void OpenAIServer::Impl::engine_loop() {
                 const bool came = q_cv.wait_for(lock, std::chrono::duration<double, std::milli>(budget), [&] {
                     return stopping || arrived_since_step(true) >= ended_last_step;
                 });
+                arrival_wait.observe(came);
                 std::lock_guard<std::mutex> ml(m_mu);
                 arrival_wait_seconds += now_seconds() - t0;
                 (came ? arrival_waits_answered : arrival_waits_expired)++;
