@@ -154,18 +154,17 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (verify_bytes) e->slots_->reserve_verify_rows(cfg.max_num_seqs, rows_per_seq, c.gdn_in_proj_floats());
     // Pending MTP row buffers, one huge page each, handed to requests and back (keep_mtp_rows).
     if (mtp)
-        for (int i = 0; i < cfg.max_num_seqs; ++i) {
-            e->spare_mtp_rows_.emplace_back().reserve(HugePageAllocator<float>::kPerPage);
-            if (cfg.prefault_memory) {  // touched now (zeros), kept: clear() leaves the capacity
-                e->spare_mtp_rows_.back().resize(HugePageAllocator<float>::kPerPage);
-                e->spare_mtp_rows_.back().clear();
-            }
-        }
+        for (int i = 0; i < cfg.max_num_seqs; ++i) e->spare_mtp_rows_.emplace_back().reserve(HugePageAllocator<float>::kPerPage);
     if (cfg.prefault_memory) {
         const double t0 = now_seconds();
+        size_t bytes = 0;
+        for (auto& rows : e->spare_mtp_rows_) {  // touched (zeros) and emptied: clear() keeps the capacity
+            rows.resize(rows.capacity());
+            rows.clear();
+            bytes += rows.capacity() * sizeof(float);
+        }
         std::vector<Buffer*> bufs = e->kv_->buffers();
         for (Buffer* b : e->slots_->buffers()) bufs.push_back(b);
-        size_t bytes = e->spare_mtp_rows_.size() * Buffer::kHugePage;
         for (Buffer* b : bufs) {
             global_pool().parallel_for(static_cast<int64_t>(b->pages()), [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
             bytes += b->size();

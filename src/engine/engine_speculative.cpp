@@ -93,10 +93,9 @@ void Engine::keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int6
         recycle_mtp_rows(r);
         return;
     }
-    if (r.mtp_hidden.capacity() == 0 && !spare_mtp_rows_.empty()) {  // have == 0: nothing to keep
+    if (r.mtp_hidden.capacity() == 0 && !spare_mtp_rows_.empty()) {  // have == 0; pool buffers are empty
         r.mtp_hidden = std::move(spare_mtp_rows_.back());
         spare_mtp_rows_.pop_back();
-        r.mtp_hidden.clear();
     }
     const size_t want = static_cast<size_t>((have + n_rows) * H);
     if (want > r.mtp_hidden.capacity())  // whole huge pages at a time (core/huge_page_allocator.h)

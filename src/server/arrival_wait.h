@@ -33,7 +33,6 @@ public:
     }
     // Whether a hold ended with its requests arrived (true) or at its budget (false).
     void observe(bool answered) { answered_ = (1 - kDecay) * answered_ + kDecay * (answered ? 1.0 : 0.0); }
-    double max_ms() const { return max_ms_; }
     double answered_share() const { return answered_; }
 
     static constexpr double kMinAnswered = 0.3;  // below: holds mostly cost, so probe only

@@ -180,7 +180,6 @@ void OpenAIServer::Impl::engine_loop() {
         const double t_step = now_seconds();
         const auto outs = engine->step();
         const double t = now_seconds();
-        ended_last_step = 0;
         step_end = t;
         last_step_ms = 1e3 * (t - t_step);
         for (const RequestOutput& o : outs) {
