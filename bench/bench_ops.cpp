@@ -54,6 +54,7 @@ BENCHMARK(BM_Linear)->Args({1, 64, 1024, 1})->Args({1, 7168, 1024, 1})->Args({1,
     ->Args({1, 248320, 1024, 0})->Args({2, 248320, 1024, 1})->Args({8, 7168, 1024, 1})->Args({512, 7168, 1024, 1})->Args({512, 1024, 3584, 1})
     ->Args({512, 7168, 1024, 0})->Args({4096, 7168, 1024, 1})->Args({4096, 1024, 3584, 1})
     ->Args({512, 1536, 512, 1})->Args({512, 2048, 512, 1})  // the qwen3_next-small preset's in_proj_qkvz, q_proj
+    ->Args({64, 512, 512, 1})->Args({1, 32768, 512, 1})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Decode-like: cycles through enough distinct weight matrices that they stream from DRAM (> L3).
@@ -127,7 +128,7 @@ void BM_LinearQuant(benchmark::State& state) {
 }
 BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{1}, {1024}, {3584}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
-    ->ArgsProduct({{512}, {1536, 2048}, {512}, {0}, {0}})
+    ->ArgsProduct({{512}, {1536, 2048}, {512}, {0}, {0}})->ArgsProduct({{64}, {512}, {512}, {0}, {1}})->ArgsProduct({{1}, {32768}, {512}, {0}, {0, 1}})
     ->ArgsProduct({{1, 2}, {4096}, {1024}, {0, 1, 2, 3}, {1}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 

@@ -7,6 +7,7 @@
 #include "ops/layers.h"
 #include "ops/linear.h"
 #include "ops/linear_group.h"
+#include "ops/linear_input.h"
 #include "ops/ref/ref_ops.h"
 #include "test_util.h"
 
@@ -309,5 +310,66 @@ TEST(OpsLinear, GroupEqualsEachLinearAlone) {
             for (int64_t i = 0; i < total * I; ++i) ASSERT_EQ(act[i], want_act[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
             for (int64_t i = 0; i < total * K; ++i) ASSERT_EQ(y[i], want_y[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
         }
+    restore_default_kernels();
+}
+
+// A shared input (ops/linear_input.h) gives every linear exactly what the plain call on its matrix gives,
+// through every path, alone or in a group (rows copied from its kept forms, or read in place); a reset
+// drops the forms made for the previous matrix.
+TEST(OpsLinear, SharedInputEqualsPlainCalls) {
+    const int64_t K = 70, I = 48, R = 9;
+    auto h = random_vec(R * K, 41), h2 = random_vec(R * K, 42);
+    auto gate = random_vec(I * K, 43, -0.5f, 0.5f), up = random_vec(I * K, 44, -0.5f, 0.5f);
+    auto plain = random_vec(I * K, 45, -0.5f, 0.5f);
+    std::vector<uint16_t> gate16(I * K), up16(I * K), plain16(I * K);
+    convert_from_f32(gate.data(), DType::BF16, gate16.data(), I * K);
+    convert_from_f32(up.data(), DType::BF16, up16.data(), I * K);
+    convert_from_f32(plain.data(), DType::BF16, plain16.data(), I * K);
+    auto f32 = [&](std::vector<float>& v) { return TensorView::contiguous(v.data(), DType::F32, {I, K}); };
+    auto b16 = [&](std::vector<uint16_t>& v) { return TensorView::contiguous(v.data(), DType::BF16, {I, K}); };
+    struct Case {
+        std::string name;
+        LinearWeight gu, w;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"bf16", make_swiglu_linear(b16(gate16), b16(up16)), make_linear({b16(plain16)})});
+    cases.push_back({"f32", make_swiglu_linear(f32(gate), f32(up)), make_linear({f32(plain)})});
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K})
+        cases.push_back({weight_format_name(f), make_swiglu_linear(f32(gate), f32(up), f), make_linear({f32(plain)}, f)});
+    const std::vector<int64_t> rows = {4, 0, 8, 4, 2};  // a routed expert's tokens (a repeat included)
+    const int64_t n = static_cast<int64_t>(rows.size());
+    std::vector<float> gathered(n * K);
+    for (int64_t i = 0; i < n; ++i) std::copy_n(h.data() + rows[i] * K, K, gathered.data() + i * K);
+    std::vector<QuantPath> paths = quant_paths();
+    paths.push_back({Isa::REF, false});
+    LinearInput in;  // one object through every case: each reset must drop the previous forms
+    for (const QuantPath& path : paths)
+        for (bool bf16_act : {false, true})
+            for (const Case& c : cases) {
+                path.use();
+                const std::string what = path.name() + " " + c.name + (bf16_act ? " bf16" : " f32");
+                std::vector<float> want_y(R * I), want_act(R * I), want_rows(n * I), want2(R * I);
+                linear(h.data(), R, c.w, want_y.data(), bf16_act);
+                linear_swiglu(h.data(), R, c.gu, want_act.data(), bf16_act);
+                linear_swiglu(gathered.data(), n, c.gu, want_rows.data(), bf16_act);
+                linear(h2.data(), R, c.w, want2.data(), bf16_act);
+                in.reset(h.data(), R, K);
+                std::vector<float> y(R * I, NAN), act(R * I, NAN), act_rows(n * I, NAN), act_group(R * I, NAN);
+                linear(in, c.w, y.data(), bf16_act);
+                linear_swiglu(in, c.gu, act.data(), bf16_act);
+                // One group: a job on rows of the shared input, and one on all of it in place.
+                linear_group({{nullptr, n, &c.gu, act_rows.data(), rows.data(), &in},
+                              {nullptr, R, &c.gu, act_group.data(), nullptr, &in}},
+                             true, bf16_act);
+                for (int64_t i = 0; i < R * I; ++i) {
+                    ASSERT_EQ(y[i], want_y[i]) << what << " i=" << i;
+                    ASSERT_EQ(act[i], want_act[i]) << what << " i=" << i;
+                    ASSERT_EQ(act_group[i], want_act[i]) << what << " i=" << i;
+                }
+                for (int64_t i = 0; i < n * I; ++i) ASSERT_EQ(act_rows[i], want_rows[i]) << what << " i=" << i;
+                in.reset(h2.data(), R, K);  // another matrix at once: nothing of h may be reused
+                linear(in, c.w, y.data(), bf16_act);
+                for (int64_t i = 0; i < R * I; ++i) ASSERT_EQ(y[i], want2[i]) << what << " (after reset) i=" << i;
+            }
     restore_default_kernels();
 }

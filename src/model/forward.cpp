@@ -15,9 +15,12 @@
 #include "ops/dispatch.h"
 #include "ops/layers.h"
 #include "ops/linear.h"
-#include "ops/linear_group.h"
+#include "ops/ffn.h"
+#include "ops/scratch_slots.h"
 
 namespace gdn {
+
+using enum ops::ScratchSlot;  // the forward's buffers in the ops' Scratch, by name
 
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadProgress& progress,
                                            const LoadOptions& options) {
@@ -151,26 +154,12 @@ struct ForwardWorkspace {
     std::vector<ops::GdnCommitLayer> commit_layers;
     std::vector<ops::GdnParams> commit_params;
     std::vector<ops::AttnSeq> attn_seqs;
-    std::vector<int32_t> route_idx;
-    std::vector<float> route_w, rw;
-    std::vector<int64_t> rows, expert_start, rows_cursor, route_pos;  // the MoE's routes bucketed by expert
-    std::vector<LinearJob> gate_up_jobs, down_jobs;                   // a run of experts' MLPs
+    ops::MoeWorkspace moe;
 };
 
 Model::~Model() = default;
 
 namespace {
-
-// Scratch slots of the forward (ops::gdn_mixer uses 0..4, ops::attention 10..13).
-enum Slot {
-    X = 30, H_MIX, H_FFN, MIX, FFN, PROJ, ACT, Q, GATE, HF, MOE_X, MOE_Y, MOE_GU, MOE_ACC, ROUTER, SHARED_G,
-    MTP_CAT, MTP_EMB, MOE_ACT
-};
-
-// The scratch of one run of MoE experts (ForwardPass::moe): its gathered inputs, outputs and SwiGLU
-// activations. Bounds the MoE's extra memory at long prefill chunks (N k rows of 2 H + I floats: 377 MB
-// for a 2048-token chunk of Qwen3-Next-80B-A3B, k = 10) at a few runs per layer.
-constexpr int64_t kMoeRunBytes = int64_t{64} << 20;
 
 ops::GdnParams gdn_params(const ModelConfig& c, const GdnWeights& g, GdnForm form) {
     return {c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim, c.gdn_v_dim, c.conv_kernel, c.rms_eps, g.conv, g.conv_T,
@@ -190,8 +179,7 @@ public:
     void gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs, float* out);
     void attention_block(const LayerWeights& L, int ai, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
                          const int64_t* pos, float* out);
-    void mlp(const Mlp& m, const float* h, int64_t N, float* out, int slot_gu, int slot_act);
-    void moe(const Moe& m, const float* h, int64_t N, float* out);
+    void ffn(const LayerWeights& L, const float* h, int64_t N, float* out);
 
 private:
     const ModelConfig& c_;
@@ -286,127 +274,14 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
     lin(o, N, A.o, out);
 }
 
-void ForwardPass::mlp(const Mlp& m, const float* h, int64_t N, float* out, int slot_gu, int slot_act) {
-    const int64_t I = m.down.K();
-    if (m.fused && !hf_) {  // SwiGLU in the gate|up GEMM's epilogue
-        float* act = sc_.f32(slot_act, N * I);
-        linear_swiglu(h, N, m.gate_up, act, bf16_);
-        lin(act, N, m.down, out);
-        return;
-    }
-    float* gu = sc_.f32(slot_gu, N * 2 * I);
-    lin(h, N, m.gate_up, gu);
-    float* act = sc_.f32(slot_act, N * I);
-    if (m.fused) {  // HF rounding on the interleaved layout: rows of [gate 16 | up 16] (see linear_swiglu)
-        ops::swiglu(gu, N * (I / 16), 16, act, hf_);
+void ForwardPass::ffn(const LayerWeights& L, const float* h, int64_t N, float* out) {
+    if (L.is_moe) {
+        const ops::MoeShape shape{c_.hidden, c_.n_experts, c_.n_experts_per_tok, c_.norm_topk_prob,
+                                  c_.shared_intermediate > 0};
+        ops::moe(L.moe, shape, h, N, out, bf16_, hf_, sc_, ws_.moe);
     } else {
-        ops::swiglu(gu, N, I, act, hf_);
+        ops::mlp(L.mlp, h, N, out, bf16_, hf_, sc_, PROJ, ACT);
     }
-    lin(act, N, m.down, out);
-}
-
-void ForwardPass::moe(const Moe& m, const float* h, int64_t N, float* out) {
-    const int64_t H = c_.hidden, E = c_.n_experts, k = c_.n_experts_per_tok;
-    // The reference MoE on the checkpoint's views where the layer kept them (a float layer); a quantized
-    // layer has none and is composed below from its packed weights.
-    if (op_isa(OpId::MOE) == Isa::REF && !m.views.experts.empty()) {
-        ref::moe(m.views, h, N, k, c_.norm_topk_prob, out, bf16_, hf_);
-        return;
-    }
-    float* logits = sc_.f32(ROUTER, N * E);
-    lin(h, N, m.router, logits);
-    ws_.route_idx.resize(N * k);
-    ws_.route_w.resize(N * k);
-    {
-        GDN_PROFILE("moe_route");
-        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {  // tokens route independently
-            ref::moe_route(logits + t0 * E, t1 - t0, E, k, c_.norm_topk_prob, ws_.route_idx.data() + t0 * k,
-                           ws_.route_w.data() + t0 * k);
-        }, row_grain(8 * E));
-    }
-    ref::round_activations(ws_.route_w.data(), N * k, hf_);
-    std::fill(out, out + N * H, 0.0f);
-    // Routes bucketed by expert (a stable counting sort: each expert's rows in token order, O(N k + E));
-    // a token routes to an expert at most once, so an expert's rows are distinct tokens. pos[t k + s]:
-    // route s of token t's row in that order, each token's sorted (ascending rows = ascending experts).
-    std::vector<int64_t>& start = ws_.expert_start;
-    start.assign(E + 1, 0);
-    for (int64_t i = 0; i < N * k; ++i) ++start[ws_.route_idx[i] + 1];
-    for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
-    ws_.rows.resize(N * k);
-    ws_.rw.resize(N * k);
-    ws_.route_pos.resize(N * k);
-    {
-        std::vector<int64_t>& cursor = ws_.rows_cursor;
-        cursor.assign(start.begin(), start.end() - 1);
-        for (int64_t t = 0; t < N; ++t) {
-            for (int64_t s = 0; s < k; ++s) {
-                const int64_t at = cursor[ws_.route_idx[t * k + s]]++;
-                ws_.rows[at] = t;
-                ws_.rw[at] = ws_.route_w[t * k + s];
-                ws_.route_pos[t * k + s] = at;
-            }
-            std::sort(ws_.route_pos.begin() + t * k, ws_.route_pos.begin() + (t + 1) * k);
-        }
-    }
-    // Experts run in runs of consecutive experts whose rows fit the scratch (kMoeRunBytes of inputs,
-    // outputs and activations; at least one expert's N rows): every expert's MLP (fused: two
-    // linear_group passes for all of them, reading the tokens' rows of h in place; the HF-rounding mode
-    // one expert at a time on gathered rows), then each token's weighted outputs added in expert order,
-    // the order of a one-expert-at-a-time loop.
-    const int64_t I = m.experts[0].down.K();
-    const bool grouped = !hf_ && std::all_of(m.experts.begin(), m.experts.end(), [](const Mlp& x) { return x.fused; });
-    const int64_t cap = std::max<int64_t>(N, kMoeRunBytes / static_cast<int64_t>((2 * H + I) * sizeof(float)));
-    float* ye = sc_.f32(MOE_Y, cap * H);
-    float* xe = grouped ? nullptr : sc_.f32(MOE_X, cap * H);
-    float* act = grouped ? sc_.f32(MOE_ACT, cap * I) : nullptr;
-    const int64_t grain = row_grain(2 * H);
-    for (int64_t e0 = 0, e1; e0 < E; e0 = e1) {
-        for (e1 = e0 + 1; e1 < E && start[e1 + 1] - start[e0] <= cap;) ++e1;
-        const int64_t r0 = start[e0], r1 = start[e1];
-        if (r1 == r0) continue;
-        if (grouped) {
-            ws_.gate_up_jobs.clear();
-            ws_.down_jobs.clear();
-            for (int64_t e = e0; e < e1; ++e) {
-                const int64_t at = start[e] - r0, n = start[e + 1] - start[e];
-                if (n == 0) continue;
-                ws_.gate_up_jobs.push_back({h, n, &m.experts[e].gate_up, act + at * I, ws_.rows.data() + start[e]});
-                ws_.down_jobs.push_back({act + at * I, n, &m.experts[e].down, ye + at * H});
-            }
-            linear_group(ws_.gate_up_jobs, true, bf16_);
-            linear_group(ws_.down_jobs, false, bf16_);
-        } else {
-            global_pool().parallel_for(r1 - r0, [&](int64_t i0, int64_t i1) {
-                for (int64_t i = i0; i < i1; ++i) std::memcpy(xe + i * H, h + ws_.rows[r0 + i] * H, H * sizeof(float));
-            }, grain);
-            for (int64_t e = e0; e < e1; ++e)
-                if (const int64_t n = start[e + 1] - start[e]; n > 0)
-                    mlp(m.experts[e], xe + (start[e] - r0) * H, n, ye + (start[e] - r0) * H, MOE_GU, MOE_ACC);
-        }
-        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t)
-                for (int64_t s = 0; s < k; ++s) {
-                    const int64_t at = ws_.route_pos[t * k + s];
-                    if (at < r0 || at >= r1) continue;
-                    const float w = ws_.rw[at];
-                    const float* y = ye + (at - r0) * H;
-                    for (int64_t j = 0; j < H; ++j) out[t * H + j] += w * y[j];
-                }
-        }, grain);
-    }
-    if (c_.shared_intermediate > 0) {
-        mlp(m.shared, h, N, ye, MOE_GU, MOE_ACC);
-        float* sg = sc_.f32(SHARED_G, N);
-        lin(h, N, m.shared_gate, sg);
-        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t) {
-                const float gate = ref::sigmoid(sg[t]);
-                for (int64_t j = 0; j < H; ++j) out[t * H + j] += gate * ye[t * H + j];
-            }
-        }, grain);
-    }
-    ref::round_activations(out, N * H, hf_);
 }
 
 }  // namespace
@@ -562,7 +437,7 @@ void Model::head(const float* h, const std::vector<int64_t>& rows, const Forward
                  std::vector<int32_t>* greedy_ids, const LinearWeight* argmax_head) const {
     const int64_t H = config_.hidden, V = config_.vocab;
     const int64_t R = static_cast<int64_t>(rows.size());
-    float* last = ws_->sc.f32(HF, R * H);
+    float* last = ws_->sc.f32(LAST_ROWS, R * H);
     for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, h + rows[r] * H, H * sizeof(float));
     if (greedy_ids) {
         const size_t off = greedy_ids->size();
@@ -611,8 +486,7 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
         if (L.kind == LayerKind::FULL_ATTENTION) fp.attention_block(L, ai++, hm, N, ws.spans, pos, mix);
         else fp.gdn_block(L, gi++, hm, N, ws.spans, mix);
         ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);  // x += mixer; hf = post norm
-        if (L.is_moe) fp.moe(L.moe, hf, N, ffn);
-        else fp.mlp(L.mlp, hf, N, ffn, PROJ, ACT);
+        fp.ffn(L, hf, N, ffn);
         // x += FFN; hm = next layer's input norm, or the final norm after the last layer
         const float* next_norm = l + 1 < c.n_layers ? w.layers[l + 1].input_norm : w.final_norm;
         ops::add_rms_norm(x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
@@ -660,8 +534,7 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
     ops::rms_norm(x, N, H, L.input_norm, c.rms_eps, hm, bf16);
     fp.attention_block(L, c.n_attention_layers(), hm, N, ws.spans, pos, mix);
     ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);
-    if (L.is_moe) fp.moe(L.moe, hf, N, ffn);
-    else fp.mlp(L.mlp, hf, N, ffn, PROJ, ACT);
+    fp.ffn(L, hf, N, ffn);
     ops::add_rms_norm(x, ffn, N, H, m.norm, c.rms_eps, hm, bf16);  // hm = mtp.norm(x): the draft hidden
     if (hidden_out) hidden_out->insert(hidden_out->end(), hm, hm + N * H);
     // Draft ids come from the quantized copy of the lm_head when there is one (a draft needs no exact

@@ -19,29 +19,11 @@
 #include "core/tensor.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "ops/ffn.h"
 #include "ops/linear.h"
 #include "ops/ref/ref_ops.h"
 
 namespace gdn {
-
-using ref::MlpWeights;
-using ref::MoeWeights;
-
-// A SwiGLU MLP in both forms: the plain views (reference op) and packed, gate|up fused into one GEMM.
-struct Mlp {
-    MlpWeights views;
-    LinearWeight gate_up;  // [2I, H]: rows [0, I) gate, [I, 2I) up
-    LinearWeight down;     // [H, I]
-    bool fused = false;    // gate_up is make_swiglu_linear's interleaved form (I % 16 == 0)
-};
-
-struct Moe {
-    MoeWeights views;      // for the reference op
-    LinearWeight router;   // [E, H]
-    std::vector<Mlp> experts;
-    Mlp shared;
-    LinearWeight shared_gate;  // [1, H]
-};
 
 struct AttentionWeights {
     TensorView q_proj;    // [Hq*2*D, H]; per head: D query rows, then D gate rows

@@ -12,6 +12,7 @@
 #include "ops/dispatch.h"
 #include "ops/linear.h"
 #include "ops/ref/ref_ops.h"
+#include "ops/scratch_slots.h"
 
 namespace gdn::ops {
 
@@ -340,8 +341,8 @@ void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& sc, bool bf1
     }
     first.push_back(units);
     const int64_t L = static_cast<int64_t>(layers.size());
-    float* y = sc.f32(0, L * N * CD);
-    float* core = sc.f32(4, L * N * VD);
+    float* y = sc.f32(GDN_QKV, L * N * CD);
+    float* core = sc.f32(GDN_CORE, L * N * VD);
     const Isa isa = conv_isa;
     global_pool().parallel_for_balanced(units, 1, [&](int, int64_t u0, int64_t u1) {
         for (int64_t u = u0; u < u1; ++u) {
@@ -370,11 +371,11 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
     int64_t N = 0;
     for (const auto& s : all_seqs) N = std::max(N, s.t0 + s.T);
-    float* y = sc.f32(0, N * CD);      // conv output: q | k | v per token
-    float* g = sc.f32(1, N * Hv);      // log decay; the recurrent kernels take exp(g), the chunked one sums g
-    float* beta = sc.f32(2, N * Hv);
-    float* kq = sc.f32(3, N * Hk);    // k . q per key head (shared by its value heads)
-    float* core = sc.f32(4, N * VD);  // delta-rule output
+    float* y = sc.f32(GDN_QKV, N * CD);      // conv output: q | k | v per token
+    float* g = sc.f32(GDN_LOG_DECAY, N * Hv);      // log decay; the recurrent kernels take exp(g), the chunked one sums g
+    float* beta = sc.f32(GDN_BETA, N * Hv);
+    float* kq = sc.f32(GDN_KQ, N * Hk);    // k . q per key head (shared by its value heads)
+    float* core = sc.f32(GDN_CORE, N * VD);  // delta-rule output
     ThreadPool& pool = global_pool();
     // Decode steps and verified drafts run fused, token by token; prefill chunks run staged below.
     std::vector<GdnSeq>& stepwise = sc.gdn_step_seqs;
@@ -536,7 +537,7 @@ void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, cons
     for (const AttnSeq& s : pre) {
         const int64_t n_keys = s.n_past + s.T, nk = (n_keys + 31) / 32 * 32;
         const int64_t per_head = D / 2 * nk;  // uint32 words of one head's kt, and of its vp
-        uint32_t* kt = reinterpret_cast<uint32_t*>(sc.f32(14, static_cast<size_t>(2 * Hkv * per_head)));
+        uint32_t* kt = reinterpret_cast<uint32_t*>(sc.f32(ATTN_PACKED_KV, static_cast<size_t>(2 * Hkv * per_head)));
         uint32_t* vp = kt + Hkv * per_head;
         const int64_t ranges = (nk + kPackKeys - 1) / kPackKeys;
         global_pool().parallel_for(Hkv * ranges, [&](int64_t u0, int64_t u1) {
@@ -618,9 +619,9 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
             n_units += (s.n_past + kKeysPerUnit) / kKeysPerUnit;  // ceil((n_past + 1) / kKeysPerUnit)
         }
         first.push_back(n_units);
-        float* part = sc.f32(11, n_units * Hq * D);
-        float* mx = sc.f32(12, n_units * Hq);
-        float* sum = sc.f32(13, n_units * Hq);
+        float* part = sc.f32(ATTN_PART, n_units * Hq * D);
+        float* mx = sc.f32(ATTN_MAX, n_units * Hq);
+        float* sum = sc.f32(ATTN_SUM, n_units * Hq);
         global_pool().parallel_for_balanced(n_units, 1, [&](int, int64_t u0, int64_t u1) {
             int64_t si = std::upper_bound(first.begin(), first.end() - 1, u0) - first.begin() - 1;
             for (int64_t u = u0; u < u1; ++u) {
@@ -669,7 +670,7 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
     // Units: (sequence, query token, kv head); each covers its `group` query heads.
     int64_t n_units = 0;
     for (const AttnSeq& s : pre) n_units += s.T * Hkv;
-    float* scratch = sc.f32(10, static_cast<size_t>(nth) * 64);
+    float* scratch = sc.f32(ATTN_ROW_SCRATCH, static_cast<size_t>(nth) * 64);
     // Units are dealt round-robin: later queries see more keys, so contiguous ranges would be unbalanced.
     global_pool().run([&](int ith, int nt) {
         int64_t base = 0;

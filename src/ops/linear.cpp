@@ -138,6 +138,12 @@ bool swiglu_epilogue_fits(const PackedWeight& p) { return p.K2 <= 2048 || has_am
 
 }  // namespace
 
+void pack_bf16_pairs_pooled(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
+    global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
+        cpu::avx512::pack_bf16_pairs(x + m0 * K, m1 - m0, K, xp + m0 * K2, K2);
+    }, row_grain(2 * K));
+}
+
 bool uses_bf16_dot(const PackedWeight& p, bool swiglu, bool bf16_act) {
     const bool dot = op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_act && p.format == WeightFormat::BF16 &&
                      p.data.data() && has_bf16_dot();
@@ -158,7 +164,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
     if (uses_bf16_dot(p, false, bf16_act)) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
-        cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
+        pack_bf16_pairs_pooled(x, M, K, xp, p.K2);
         global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot(xp, M, p.K2, p, y, N, p0, p1, round_out);
         });
@@ -211,7 +217,7 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
         count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
     if (uses_bf16_dot(p, true, bf16_act)) {
         uint32_t* xp = scratch<uint32_t>(M * p.K2);
-        cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
+        pack_bf16_pairs_pooled(x, M, K, xp, p.K2);
         global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot_swiglu(xp, M, p.K2, p, out, I, p0, p1);
         });
@@ -252,7 +258,7 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
         return;
     }
     uint32_t* xp = scratch<uint32_t>(M * p.K2);
-    cpu::avx512::pack_bf16_pairs(x, M, K, xp, p.K2);
+    pack_bf16_pairs_pooled(x, M, K, xp, p.K2);
     if (screened_argmax(xp, M, w, ids)) return;  // M <= 4 rows: the int8 screen
     ThreadPool& pool = global_pool();
     const int nth = pool.size();

@@ -112,6 +112,11 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
 // statement of that choice (ops/linear_group.h schedules the same kernels).
 bool uses_bf16_dot(const PackedWeight& w, bool swiglu, bool bf16_act);
 
+// x [M, K] as bf16 pairs [M, K2] (RNE; odd K padded with 0): the operand of the AVX-512 bf16 dot
+// kernels, rows over the pool. On one core it had cost the 0.8B shape's pp512 ~30 ms of its linears'
+// ~770 ms (`gdn profile`, docs/perf.md twentieth session).
+void pack_bf16_pairs_pooled(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
+
 // ids[m] = argmax_n (x @ W^T)[m, n] (the first on ties), without materialising the [M, N] products where
 // the kernel allows (greedy decoding over a large vocabulary). Equal to argmax over linear()'s output.
 // With w.screen (bf16 mode, one row, AVX-512 VNNI) it streams the int8 copy and rechecks the few

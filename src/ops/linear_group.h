@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/linear.h"
+#include "ops/linear_input.h"
 
 namespace gdn {
 
@@ -19,6 +20,9 @@ struct LinearJob {
     const LinearWeight* w = nullptr;
     float* y = nullptr;  // [M, N] products; swiglu: [M, N / 2] silu(gate) x up (w: make_swiglu_linear)
     const int64_t* rows = nullptr;  // input row m is x + rows[m] K (an expert's tokens: no gathered copy)
+    // Instead of x: a shared input (ops/linear_input.h), whose kept operand form the job reads (its rows
+    // copied from it where the job names rows), so a token's row routed to k experts is converted once.
+    LinearInput* in = nullptr;
 };
 
 // Every job as linear(x, M, w, y, bf16_act) (outputs not rounded) or, with swiglu, linear_swiglu(x, M,

@@ -84,25 +84,31 @@ const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format) {
     return kTable[0];
 }
 
-namespace {
-
-// x [M, K] quantized per row and group into the thread's scratch, by a table row's quantizer.
-const quant::QuantizedRows& quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize) {
+void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize, quant::QuantizedRows* xq) {
     GDN_PROFILE("quantize activations");
-    quant::QuantizedRows& xq = activation_scratch();
-    xq.resize(M, K);
+    xq->resize(M, K);
     if (isa == Isa::REF) {
-        for (int64_t m = 0; m < M; ++m) quantize(x + m * K, &xq, m);
+        for (int64_t m = 0; m < M; ++m) quantize(x + m * K, xq, m);
     } else {
         global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
-            for (int64_t m = m0; m < m1; ++m) quantize(x + m * K, &xq, m);
+            for (int64_t m = m0; m < m1; ++m) quantize(x + m * K, xq, m);
         }, row_grain(2 * K));
     }
+}
+
+namespace {
+
+// x [M, K] quantized into the thread's scratch.
+const quant::QuantizedRows& quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize) {
+    quant::QuantizedRows& xq = activation_scratch();
+    quantize_rows(x, M, K, isa, quantize, &xq);
     return xq;
 }
 
-// The columns of every panel into y [M, ldy] by gemm: the reference single threaded, else over the pool.
-void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y, int64_t ldy) {
+}  // namespace
+
+void run_quant_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y,
+                    int64_t ldy) {
     if (isa == Isa::REF) {
         gemm(xq, w, y, ldy, 0, w.n_panels);
     } else {
@@ -111,12 +117,10 @@ void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const P
     }
 }
 
-}  // namespace
-
 void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out) {
     const Isa isa = op_isa(OpId::LINEAR);
     const QuantKernelRow& k = quant_kernel(isa, w.format);
-    run_gemm(k.gemm, isa, quantize_rows(x, M, w.K, isa, k.quantize), w, y, w.N);
+    run_quant_gemm(k.gemm, isa, quantize_rows(x, M, w.K, isa, k.quantize), w, y, w.N);
     if (round_out) ref::round_activations(y, M * w.N, true);
 }
 
@@ -134,7 +138,7 @@ bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, f
     QuantizeRowFn quantize = nullptr;
     const QuantGemmFn epilogue = pooled_quant_kernel(w, true, &quantize);
     if (!epilogue) return false;
-    run_gemm(epilogue, isa, quantize_rows(x, M, w.K, isa, quantize), w, out, w.N / 2);
+    run_quant_gemm(epilogue, isa, quantize_rows(x, M, w.K, isa, quantize), w, out, w.N / 2);
     return true;
 }
 

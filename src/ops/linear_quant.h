@@ -46,6 +46,15 @@ void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y
 // table's epilogue, unrounded; false (nothing written) where the active row has none.
 bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out);
 
+// x [M, K] quantized per row and group into xq by a table row's quantizer: over the pool, or row by row
+// on the calling thread for the reference ISA.
+void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize, quant::QuantizedRows* xq);
+
+// gemm over the panels of w into y [M, ldy] from rows quantized by the row's quantizer: the reference
+// single threaded, else over the pool (linear_quantized's second half; ops/linear_input.h's first).
+void run_quant_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y,
+                    int64_t ldy);
+
 // The table's panel kernel for a quantized weight when it runs over the pool on the active ISA: the
 // products, or (swiglu) the SwiGLU epilogue; *quantize gets its activation quantizer. Null where the
 // weight takes another path (the reference ISA; no epilogue on this row). The one statement of that

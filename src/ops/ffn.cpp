@@ -1,0 +1,159 @@
+#include "ops/ffn.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/profiler.h"
+#include "core/thread_pool.h"
+#include "ops/dispatch.h"
+
+namespace gdn::ops {
+
+namespace {
+
+// The scratch of one run of MoE experts: its gathered inputs, outputs and SwiGLU activations. Bounds the
+// MoE's extra memory at long prefill chunks (N k rows of 2 H + I floats: 377 MB for a 2048-token chunk
+// of Qwen3-Next-80B-A3B, k = 10) at a few runs per layer.
+constexpr int64_t kMoeRunBytes = int64_t{64} << 20;
+
+// A weight matmul of the block: bf16 inputs in bf16 mode, outputs rounded only when emulating HF.
+void lin(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16, bool hf) { linear(x, M, w, y, bf16, hf); }
+
+}  // namespace
+
+void mlp(const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf, Scratch& sc, int gu_slot,
+         int act_slot, LinearInput* in) {
+    const int64_t I = m.down.K();
+    if (m.fused && !hf) {  // SwiGLU in the gate|up GEMM's epilogue
+        float* act = sc.f32(act_slot, N * I);
+        if (in) linear_swiglu(*in, m.gate_up, act, bf16);
+        else linear_swiglu(h, N, m.gate_up, act, bf16);
+        lin(act, N, m.down, out, bf16, hf);
+        return;
+    }
+    float* gu = sc.f32(gu_slot, N * 2 * I);
+    lin(h, N, m.gate_up, gu, bf16, hf);
+    float* act = sc.f32(act_slot, N * I);
+    if (m.fused) {  // HF rounding on the interleaved layout: rows of [gate 16 | up 16] (see linear_swiglu)
+        swiglu(gu, N * (I / 16), 16, act, hf);
+    } else {
+        swiglu(gu, N, I, act, hf);
+    }
+    lin(act, N, m.down, out, bf16, hf);
+}
+
+void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out, bool bf16, bool hf, Scratch& sc,
+         MoeWorkspace& ws) {
+    const int64_t H = s.hidden, E = s.n_experts, k = s.top_k;
+    // The reference MoE on the checkpoint's views where the layer kept them (a float layer); a quantized
+    // layer has none and is composed below from its packed weights.
+    if (op_isa(OpId::MOE) == Isa::REF && !m.views.experts.empty()) {
+        ref::moe(m.views, h, N, k, s.norm_topk_prob, out, bf16, hf);
+        return;
+    }
+    // h as one shared input of the block's linears (without HF's rounding, where they all take it as is).
+    LinearInput* in = nullptr;
+    if (!hf) {
+        ws.in.reset(h, N, H);
+        in = &ws.in;
+    }
+    float* logits = sc.f32(MOE_ROUTER, N * E);
+    if (in) linear(*in, m.router, logits, bf16);
+    else lin(h, N, m.router, logits, bf16, hf);
+    ws.route_idx.resize(N * k);
+    ws.route_w.resize(N * k);
+    {
+        GDN_PROFILE("moe_route");
+        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {  // tokens route independently
+            ref::moe_route(logits + t0 * E, t1 - t0, E, k, s.norm_topk_prob, ws.route_idx.data() + t0 * k,
+                           ws.route_w.data() + t0 * k);
+        }, row_grain(8 * E));
+    }
+    ref::round_activations(ws.route_w.data(), N * k, hf);
+    std::fill(out, out + N * H, 0.0f);
+    // Routes bucketed by expert (a stable counting sort: each expert's rows in token order, O(N k + E));
+    // a token routes to an expert at most once, so an expert's rows are distinct tokens. pos[t k + s]:
+    // route s of token t's row in that order, each token's sorted (ascending rows = ascending experts).
+    std::vector<int64_t>& start = ws.expert_start;
+    start.assign(E + 1, 0);
+    for (int64_t i = 0; i < N * k; ++i) ++start[ws.route_idx[i] + 1];
+    for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
+    ws.rows.resize(N * k);
+    ws.rw.resize(N * k);
+    ws.route_pos.resize(N * k);
+    {
+        std::vector<int64_t>& cursor = ws.rows_cursor;
+        cursor.assign(start.begin(), start.end() - 1);
+        for (int64_t t = 0; t < N; ++t) {
+            for (int64_t r = 0; r < k; ++r) {
+                const int64_t at = cursor[ws.route_idx[t * k + r]]++;
+                ws.rows[at] = t;
+                ws.rw[at] = ws.route_w[t * k + r];
+                ws.route_pos[t * k + r] = at;
+            }
+            std::sort(ws.route_pos.begin() + t * k, ws.route_pos.begin() + (t + 1) * k);
+        }
+    }
+    // Experts run in runs of consecutive experts whose rows fit the scratch (kMoeRunBytes of inputs,
+    // outputs and activations; at least one expert's N rows): every expert's MLP (fused: two
+    // linear_group passes for all of them, reading the tokens' rows of h through the shared input; the
+    // HF-rounding mode one expert at a time on gathered rows), then each token's weighted outputs added
+    // in expert order, the order of a one-expert-at-a-time loop.
+    const int64_t I = m.experts[0].down.K();
+    const bool grouped = !hf && std::all_of(m.experts.begin(), m.experts.end(), [](const Mlp& x) { return x.fused; });
+    const int64_t cap = std::max<int64_t>(N, kMoeRunBytes / static_cast<int64_t>((2 * H + I) * sizeof(float)));
+    float* ye = sc.f32(MOE_OUT, cap * H);
+    float* xe = grouped ? nullptr : sc.f32(MOE_IN, cap * H);
+    float* act = grouped ? sc.f32(MOE_ACT, cap * I) : nullptr;
+    const int64_t grain = row_grain(2 * H);
+    for (int64_t e0 = 0, e1; e0 < E; e0 = e1) {
+        for (e1 = e0 + 1; e1 < E && start[e1 + 1] - start[e0] <= cap;) ++e1;
+        const int64_t r0 = start[e0], r1 = start[e1];
+        if (r1 == r0) continue;
+        if (grouped) {
+            ws.gate_up_jobs.clear();
+            ws.down_jobs.clear();
+            for (int64_t e = e0; e < e1; ++e) {
+                const int64_t at = start[e] - r0, n = start[e + 1] - start[e];
+                if (n == 0) continue;
+                ws.gate_up_jobs.push_back({nullptr, n, &m.experts[e].gate_up, act + at * I, ws.rows.data() + start[e], in});
+                ws.down_jobs.push_back({act + at * I, n, &m.experts[e].down, ye + at * H});
+            }
+            linear_group(ws.gate_up_jobs, true, bf16);
+            linear_group(ws.down_jobs, false, bf16);
+        } else {
+            global_pool().parallel_for(r1 - r0, [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) std::memcpy(xe + i * H, h + ws.rows[r0 + i] * H, H * sizeof(float));
+            }, grain);
+            for (int64_t e = e0; e < e1; ++e)
+                if (const int64_t n = start[e + 1] - start[e]; n > 0)
+                    mlp(m.experts[e], xe + (start[e] - r0) * H, n, ye + (start[e] - r0) * H, bf16, hf, sc, MOE_GATE_UP,
+                        MOE_ACT);
+        }
+        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t)
+                for (int64_t r = 0; r < k; ++r) {
+                    const int64_t at = ws.route_pos[t * k + r];
+                    if (at < r0 || at >= r1) continue;
+                    const float w = ws.rw[at];
+                    const float* y = ye + (at - r0) * H;
+                    for (int64_t j = 0; j < H; ++j) out[t * H + j] += w * y[j];
+                }
+        }, grain);
+    }
+    if (s.has_shared) {
+        mlp(m.shared, h, N, ye, bf16, hf, sc, MOE_GATE_UP, MOE_ACT, in);
+        float* sg = sc.f32(MOE_SHARED_GATE, N);
+        if (in) linear(*in, m.shared_gate, sg, bf16);
+        else lin(h, N, m.shared_gate, sg, bf16, hf);
+        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
+            for (int64_t t = t0; t < t1; ++t) {
+                const float gate = ref::sigmoid(sg[t]);
+                for (int64_t j = 0; j < H; ++j) out[t * H + j] += gate * ye[t * H + j];
+            }
+        }, grain);
+    }
+    ref::round_activations(out, N * H, hf);
+}
+
+}  // namespace gdn::ops

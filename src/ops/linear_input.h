@@ -1,0 +1,53 @@
+// An activation matrix x [M, K] read by several linears, with the operand forms their kernels take made
+// once and kept: int8 groups (quantized weights, ops/linear_quant.h) and bf16 pairs (the AVX-512 bf16
+// dot). The MoE block reads its input through one: the router, the shared expert's gate|up, its gate and
+// every routed expert's gate|up (k copies of each token's row) multiply the same h, which linear() alone
+// would convert once per call and linear_group() once per routed row. Results are bitwise those of the
+// plain calls (the same conversion, made once). Buffers only grow: a workspace keeps one and resets it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/dispatch.h"
+#include "ops/linear_quant.h"
+
+namespace gdn {
+
+class LinearInput {
+public:
+    // A new matrix: the forms made for the previous one are dropped (their memory is kept).
+    void reset(const float* x, int64_t M, int64_t K) {
+        x_ = x;
+        M_ = M;
+        K_ = K;
+        quantized_by_ = nullptr;
+        have_pairs_ = false;
+    }
+    const float* x() const { return x_; }
+    int64_t M() const { return M_; }
+    int64_t K() const { return K_; }
+    const float* row(int64_t m) const { return x_ + m * K_; }
+
+    // Every row quantized by `quantize` (the kernel table row's quantizer; over the pool unless isa is
+    // the reference), made on first use.
+    const quant::QuantizedRows& quantized(QuantizeRowFn quantize, Isa isa);
+    // Every row as bf16 pairs [M, K2], K2 = ceil(K / 2) (cpu::avx512::pack_bf16_pairs), made on first use.
+    const uint32_t* bf16_pairs();
+    int64_t K2() const { return (K_ + 1) / 2; }
+
+private:
+    const float* x_ = nullptr;
+    int64_t M_ = 0, K_ = 0;
+    QuantizeRowFn quantized_by_ = nullptr;  // null: no quantized form for this matrix yet
+    quant::QuantizedRows q_;
+    bool have_pairs_ = false;
+    std::vector<uint32_t> pairs_;
+};
+
+// y [M, N] = x @ W^T as linear(in.x(), in.M(), w, y, bf16_act), from in's kept forms.
+void linear(LinearInput& in, const LinearWeight& w, float* y, bool bf16_act);
+// out [M, I] as linear_swiglu(in.x(), in.M(), w, out, bf16_act), from in's kept forms.
+void linear_swiglu(LinearInput& in, const LinearWeight& w, float* out, bool bf16_act);
+
+}  // namespace gdn
