@@ -141,7 +141,7 @@ bool swiglu_epilogue_fits(const PackedWeight& p) { return p.K2 <= 2048 || has_am
 void pack_bf16_pairs_pooled(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
     global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
         cpu::avx512::pack_bf16_pairs(x + m0 * K, m1 - m0, K, xp + m0 * K2, K2);
-    }, row_grain(2 * K));
+    }, row_grain(K));  // a copy-like pass: a decode batch of up to 8 rows of 1024 stays on the caller
 }
 
 bool uses_bf16_dot(const PackedWeight& p, bool swiglu, bool bf16_act) {
