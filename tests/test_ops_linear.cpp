@@ -348,14 +348,17 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
             for (const Case& c : cases) {
                 path.use();
                 const std::string what = path.name() + " " + c.name + (bf16_act ? " bf16" : " f32");
-                std::vector<float> want_y(R * I), want_act(R * I), want_rows(n * I), want2(R * I);
+                std::vector<float> want_y(R * I), want_act(R * I), want_rows(n * I), want2(R * I), want_rounded(R * I);
                 linear(h.data(), R, c.w, want_y.data(), bf16_act);
+                linear(h.data(), R, c.w, want_rounded.data(), bf16_act, true);
                 linear_swiglu(h.data(), R, c.gu, want_act.data(), bf16_act);
                 linear_swiglu(gathered.data(), n, c.gu, want_rows.data(), bf16_act);
                 linear(h2.data(), R, c.w, want2.data(), bf16_act);
                 in.reset(h.data(), R, K);
-                std::vector<float> y(R * I, NAN), act(R * I, NAN), act_rows(n * I, NAN), act_group(R * I, NAN);
+                std::vector<float> y(R * I, NAN), act(R * I, NAN), act_rows(n * I, NAN), act_group(R * I, NAN),
+                    rounded(R * I, NAN);
                 linear(in, c.w, y.data(), bf16_act);
+                linear(in, c.w, rounded.data(), bf16_act, true);  // outputs rounded where HF rounds
                 linear_swiglu(in, c.gu, act.data(), bf16_act);
                 // One group: a job on rows of the shared input, and one on all of it in place.
                 linear_group({{nullptr, n, &c.gu, act_rows.data(), rows.data(), &in},
@@ -363,6 +366,7 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
                              true, bf16_act);
                 for (int64_t i = 0; i < R * I; ++i) {
                     ASSERT_EQ(y[i], want_y[i]) << what << " i=" << i;
+                    ASSERT_EQ(rounded[i], want_rounded[i]) << what << " (rounded) i=" << i;
                     ASSERT_EQ(act[i], want_act[i]) << what << " i=" << i;
                     ASSERT_EQ(act_group[i], want_act[i]) << what << " i=" << i;
                 }

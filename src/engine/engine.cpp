@@ -118,9 +118,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     const std::string spec_note =
         spec.enabled() ? strprintf(" + verify staging %.2f MiB per sequence (speculation %s: %d tokens' GDN input rows%s)",
                                    verify_bytes / 1048576.0, spec.describe().c_str(), rows_per_seq,
-                                   mtp ? strprintf("; beside it in host memory, pending MTP rows: 2 MiB per sequence, up to %lld rows "
-                                               "(%.1f MiB) while plain decoding keeps them",
-                                               (long long)kMaxPendingMtpRows,
+                                   mtp ? strprintf("; beside it in host memory, pending MTP rows: %.0f MiB per sequence, up to %lld "
+                                               "rows (%.1f MiB) while plain decoding keeps them",
+                                               Buffer::kHugePage / 1048576.0, (long long)kMaxPendingMtpRows,
                                                kMaxPendingMtpRows * c.hidden * sizeof(float) / 1048576.0)
                                          .c_str()
                                    : "")

@@ -16,9 +16,6 @@ namespace {
 // of Qwen3-Next-80B-A3B, k = 10) at a few runs per layer.
 constexpr int64_t kMoeRunBytes = int64_t{64} << 20;
 
-// A weight matmul of the block: bf16 inputs in bf16 mode, outputs rounded only when emulating HF.
-void lin(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16, bool hf) { linear(x, M, w, y, bf16, hf); }
-
 }  // namespace
 
 void mlp(const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf, Scratch& sc, int gu_slot,
@@ -28,18 +25,18 @@ void mlp(const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf
         float* act = sc.f32(act_slot, N * I);
         if (in) linear_swiglu(*in, m.gate_up, act, bf16);
         else linear_swiglu(h, N, m.gate_up, act, bf16);
-        lin(act, N, m.down, out, bf16, hf);
+        linear(act, N, m.down, out, bf16, hf);
         return;
     }
     float* gu = sc.f32(gu_slot, N * 2 * I);
-    lin(h, N, m.gate_up, gu, bf16, hf);
+    linear(h, N, m.gate_up, gu, bf16, hf);
     float* act = sc.f32(act_slot, N * I);
     if (m.fused) {  // HF rounding on the interleaved layout: rows of [gate 16 | up 16] (see linear_swiglu)
         swiglu(gu, N * (I / 16), 16, act, hf);
     } else {
         swiglu(gu, N, I, act, hf);
     }
-    lin(act, N, m.down, out, bf16, hf);
+    linear(act, N, m.down, out, bf16, hf);
 }
 
 void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out, bool bf16, bool hf, Scratch& sc,
@@ -51,15 +48,11 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
         ref::moe(m.views, h, N, k, s.norm_topk_prob, out, bf16, hf);
         return;
     }
-    // h as one shared input of the block's linears (without HF's rounding, where they all take it as is).
-    LinearInput* in = nullptr;
-    if (!hf) {
-        ws.in.reset(h, N, H);
-        in = &ws.in;
-    }
+    // h as one shared input of the block's linears: each operand form of it is made once.
+    LinearInput& in = ws.in;
+    in.reset(h, N, H);
     float* logits = sc.f32(MOE_ROUTER, N * E);
-    if (in) linear(*in, m.router, logits, bf16);
-    else lin(h, N, m.router, logits, bf16, hf);
+    linear(in, m.router, logits, bf16, hf);
     ws.route_idx.resize(N * k);
     ws.route_w.resize(N * k);
     {
@@ -116,7 +109,7 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
             for (int64_t e = e0; e < e1; ++e) {
                 const int64_t at = start[e] - r0, n = start[e + 1] - start[e];
                 if (n == 0) continue;
-                ws.gate_up_jobs.push_back({nullptr, n, &m.experts[e].gate_up, act + at * I, ws.rows.data() + start[e], in});
+                ws.gate_up_jobs.push_back({nullptr, n, &m.experts[e].gate_up, act + at * I, ws.rows.data() + start[e], &in});
                 ws.down_jobs.push_back({act + at * I, n, &m.experts[e].down, ye + at * H});
             }
             linear_group(ws.gate_up_jobs, true, bf16);
@@ -142,10 +135,9 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
         }, grain);
     }
     if (s.has_shared) {
-        mlp(m.shared, h, N, ye, bf16, hf, sc, MOE_GATE_UP, MOE_ACT, in);
+        mlp(m.shared, h, N, ye, bf16, hf, sc, MOE_GATE_UP, MOE_ACT, &in);
         float* sg = sc.f32(MOE_SHARED_GATE, N);
-        if (in) linear(*in, m.shared_gate, sg, bf16);
-        else lin(h, N, m.shared_gate, sg, bf16, hf);
+        linear(in, m.shared_gate, sg, bf16, hf);
         global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
             for (int64_t t = t0; t < t1; ++t) {
                 const float gate = ref::sigmoid(sg[t]);

@@ -11,6 +11,7 @@
 #include "ops/cpu/linear_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/layers.h"
+#include "ops/linear_input.h"
 #include "ops/linear_quant.h"
 #include "ops/ref/ref_ops.h"
 
@@ -151,20 +152,31 @@ bool uses_bf16_dot(const PackedWeight& p, bool swiglu, bool bf16_act) {
     return dot && op_isa(OpId::SWIGLU) == Isa::AVX512 && swiglu_epilogue_fits(p);
 }
 
-void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
+namespace {
+
+// x [M, K] as bf16 pairs: the shared input's kept form, or packed into the thread's scratch.
+const uint32_t* bf16_pairs_of(const float* x, int64_t M, int64_t K, int64_t K2, LinearInput* in) {
+    if (in) return in->bf16_pairs();
+    uint32_t* xp = scratch<uint32_t>(M * K2);
+    pack_bf16_pairs_pooled(x, M, K, xp, K2);
+    return xp;
+}
+
+// linear() and linear_swiglu(); in: x as a shared input whose kept operand forms are read (ops/linear_input.h).
+void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out,
+                 LinearInput* in) {
     GDN_PROFILE(M == 1 ? "linear (gemv)" : "linear");
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
     if (is_quantized(p.format)) {  // activations become int8 whatever bf16_act says (ops/linear_quant.h)
-        linear_quantized(x, M, p, y, round_out);
+        linear_quantized(x, M, p, y, round_out, in);
         return;
     }
     const Isa isa = op_isa(OpId::LINEAR);
     if (uses_bf16_dot(p, false, bf16_act)) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
-        uint32_t* xp = scratch<uint32_t>(M * p.K2);
-        pack_bf16_pairs_pooled(x, M, K, xp, p.K2);
+        const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
         global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot(xp, M, p.K2, p, y, N, p0, p1, round_out);
         });
@@ -189,6 +201,55 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
     });
 }
 
+void linear_swiglu_from(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act, LinearInput* in) {
+    GDN_PROFILE("linear+swiglu");
+    const PackedWeight& p = w.packed;
+    const int64_t N = w.N(), K = w.K(), I = N / 2;
+    if (M <= 0) return;
+    if (uses_bf16_dot(p, false, bf16_act) && op_isa(OpId::SWIGLU) == Isa::AVX512 && !swiglu_epilogue_fits(p))
+        count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
+    if (uses_bf16_dot(p, true, bf16_act)) {
+        const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
+        global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
+            cpu::avx512::linear_bf16dot_swiglu(xp, M, p.K2, p, out, I, p0, p1);
+        });
+        return;
+    }
+    // Quantized weights: the table's SwiGLU epilogue where the row has one (silu(gate) x up of the
+    // unrounded products, as the bf16 epilogue above).
+    if (is_quantized(p.format) && linear_quantized_swiglu(x, M, p, out, in)) return;
+    float* products = products_scratch(M * N);  // [M, 2I] in the interleaved column order
+    linear_from(x, M, w, products, bf16_act, false, in);
+    // Each 32 columns are [gate 16 | up 16]: as rows of a [M * I / 16, 2 * 16] gate|up matrix, they give
+    // out [M * I / 16, 16] = [M, I] through the plain SwiGLU op (vectorised on every ISA).
+    ops::swiglu(products, M * (I / 16), 16, out, false);
+}
+
+void check_input(const LinearInput& in, const LinearWeight& w) {
+    GDN_CHECK(in.K() == w.K(), "linear: input rows of %lld for a weight of K = %lld", (long long)in.K(),
+              (long long)w.K());
+}
+
+}  // namespace
+
+void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
+    linear_from(x, M, w, y, bf16_act, round_out, nullptr);
+}
+
+void linear(LinearInput& in, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
+    check_input(in, w);
+    linear_from(in.x(), in.M(), w, y, bf16_act, round_out, &in);
+}
+
+void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act) {
+    linear_swiglu_from(x, M, w, out, bf16_act, nullptr);
+}
+
+void linear_swiglu(LinearInput& in, const LinearWeight& w, float* out, bool bf16_act) {
+    check_input(in, w);
+    linear_swiglu_from(in.x(), in.M(), w, out, bf16_act, &in);
+}
+
 LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up, std::optional<WeightFormat> quantize) {
     const int64_t I = gate.shape[0];
     GDN_CHECK(I % 16 == 0 && up.shape[0] == I, "fused SwiGLU needs I %% 16 == 0");
@@ -206,31 +267,6 @@ LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up, st
     LinearWeight lw = make_linear(parts, quantize);
     lw.view = TensorView();  // only the packed (interleaved) form exists
     return lw;
-}
-
-void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act) {
-    GDN_PROFILE("linear+swiglu");
-    const PackedWeight& p = w.packed;
-    const int64_t N = w.N(), K = w.K(), I = N / 2;
-    if (M <= 0) return;
-    if (uses_bf16_dot(p, false, bf16_act) && op_isa(OpId::SWIGLU) == Isa::AVX512 && !swiglu_epilogue_fits(p))
-        count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
-    if (uses_bf16_dot(p, true, bf16_act)) {
-        uint32_t* xp = scratch<uint32_t>(M * p.K2);
-        pack_bf16_pairs_pooled(x, M, K, xp, p.K2);
-        global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
-            cpu::avx512::linear_bf16dot_swiglu(xp, M, p.K2, p, out, I, p0, p1);
-        });
-        return;
-    }
-    // Quantized weights: the table's SwiGLU epilogue where the row has one (silu(gate) x up of the
-    // unrounded products, as the bf16 epilogue above).
-    if (is_quantized(p.format) && linear_quantized_swiglu(x, M, p, out)) return;
-    float* products = products_scratch(M * N);  // [M, 2I] in the interleaved column order
-    linear(x, M, w, products, bf16_act);
-    // Each 32 columns are [gate 16 | up 16]: as rows of a [M * I / 16, 2 * 16] gate|up matrix, they give
-    // out [M * I / 16, 16] = [M, I] through the plain SwiGLU op (vectorised on every ISA).
-    ops::swiglu(products, M * (I / 16), 16, out, false);
 }
 
 void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act) {

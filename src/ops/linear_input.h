@@ -27,7 +27,6 @@ public:
     const float* x() const { return x_; }
     int64_t M() const { return M_; }
     int64_t K() const { return K_; }
-    const float* row(int64_t m) const { return x_ + m * K_; }
 
     // Every row quantized by `quantize` (the kernel table row's quantizer; over the pool unless isa is
     // the reference), made on first use.
@@ -45,8 +44,9 @@ private:
     std::vector<uint32_t> pairs_;
 };
 
-// y [M, N] = x @ W^T as linear(in.x(), in.M(), w, y, bf16_act), from in's kept forms.
-void linear(LinearInput& in, const LinearWeight& w, float* y, bool bf16_act);
+// y [M, N] = x @ W^T as linear(in.x(), in.M(), w, y, bf16_act, round_out), from in's kept forms
+// (defined with it in ops/linear.cpp).
+void linear(LinearInput& in, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
 // out [M, I] as linear_swiglu(in.x(), in.M(), w, out, bf16_act), from in's kept forms.
 void linear_swiglu(LinearInput& in, const LinearWeight& w, float* out, bool bf16_act);
 

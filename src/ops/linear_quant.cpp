@@ -4,6 +4,7 @@
 #include "core/profiler.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/linear_quant_kernels.h"
+#include "ops/linear_input.h"
 #include "ops/ref/ref_ops.h"
 
 namespace gdn {
@@ -98,17 +99,17 @@ void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn 
 
 namespace {
 
-// x [M, K] quantized into the thread's scratch.
-const quant::QuantizedRows& quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize) {
+// x [M, K] quantized by `quantize`: the shared input's kept form, or made into the thread's scratch.
+const quant::QuantizedRows& quantized_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize,
+                                           LinearInput* in) {
+    if (in) return in->quantized(quantize, isa);
     quant::QuantizedRows& xq = activation_scratch();
     quantize_rows(x, M, K, isa, quantize, &xq);
     return xq;
 }
 
-}  // namespace
-
-void run_quant_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y,
-                    int64_t ldy) {
+// The columns of every panel into y [M, ldy] by gemm: the reference single threaded, else over the pool.
+void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y, int64_t ldy) {
     if (isa == Isa::REF) {
         gemm(xq, w, y, ldy, 0, w.n_panels);
     } else {
@@ -117,10 +118,12 @@ void run_quant_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, c
     }
 }
 
-void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out) {
+}  // namespace
+
+void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out, LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     const QuantKernelRow& k = quant_kernel(isa, w.format);
-    run_quant_gemm(k.gemm, isa, quantize_rows(x, M, w.K, isa, k.quantize), w, y, w.N);
+    run_gemm(k.gemm, isa, quantized_rows(x, M, w.K, isa, k.quantize, in), w, y, w.N);
     if (round_out) ref::round_activations(y, M * w.N, true);
 }
 
@@ -133,12 +136,12 @@ QuantGemmFn pooled_quant_kernel(const PackedWeight& w, bool swiglu, QuantizeRowF
     return op_isa(OpId::SWIGLU) == isa ? k.swiglu : nullptr;
 }
 
-bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out) {
+bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out, LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     QuantizeRowFn quantize = nullptr;
     const QuantGemmFn epilogue = pooled_quant_kernel(w, true, &quantize);
     if (!epilogue) return false;
-    run_quant_gemm(epilogue, isa, quantize_rows(x, M, w.K, isa, quantize), w, out, w.N / 2);
+    run_gemm(epilogue, isa, quantized_rows(x, M, w.K, isa, quantize, in), w, out, w.N / 2);
     return true;
 }
 

@@ -14,6 +14,8 @@
 
 namespace gdn {
 
+class LinearInput;  // ops/linear_input.h
+
 // y [M, ldy] columns of panels [p0, p1) from quantized activation rows.
 using QuantGemmFn = void (*)(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                              int64_t p1);
@@ -40,20 +42,17 @@ struct QuantKernelRow {
 const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format);
 
 // y [M, N] = x [M, K] @ W^T for a quantized W: x quantized per row and group (quant_format.h), then
-// the table's gemm for op_isa(LINEAR), threaded over panels. round_out rounds y to bf16.
-void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out);
+// the table's gemm for op_isa(LINEAR), threaded over panels. round_out rounds y to bf16. in: x as a
+// shared input (ops/linear_input.h) whose kept quantized form is read instead of quantizing x again.
+void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out,
+                      LinearInput* in = nullptr);
 // out [M, I] = silu(gate) x up for a gate|up weight packed for the fused SwiGLU (ops/linear.h), in the
 // table's epilogue, unrounded; false (nothing written) where the active row has none.
-bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out);
+bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out, LinearInput* in = nullptr);
 
 // x [M, K] quantized per row and group into xq by a table row's quantizer: over the pool, or row by row
 // on the calling thread for the reference ISA.
 void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize, quant::QuantizedRows* xq);
-
-// gemm over the panels of w into y [M, ldy] from rows quantized by the row's quantizer: the reference
-// single threaded, else over the pool (linear_quantized's second half; ops/linear_input.h's first).
-void run_quant_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y,
-                    int64_t ldy);
 
 // The table's panel kernel for a quantized weight when it runs over the pool on the active ISA: the
 // products, or (swiglu) the SwiGLU epilogue; *quantize gets its activation quantizer. Null where the
