@@ -16,6 +16,7 @@
 #include "ops/dispatch.h"
 #include "ops/layers.h"
 #include "ops/linear.h"
+#include "ops/linear_quant.h"
 #include "ops/quant/kquant.h"
 #include "tools/machine_limits.h"
 
@@ -131,6 +132,28 @@ BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{512}, {1536, 2048}, {512}, {0}, {0}})->ArgsProduct({{64}, {512}, {512}, {0}, {1}})->ArgsProduct({{1}, {32768}, {512}, {0}, {0, 1}})
     ->ArgsProduct({{1, 2}, {4096}, {1024}, {0, 1, 2, 3}, {1}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// The activation quantizer alone, one thread, rows of K floats in cache: what each int8 / int4 linear
+// pays before its product. Arg 2: 0 the AVX2 row (every x86 CPU), 1 the AVX-512 row (skipped without it).
+void BM_QuantizeActivations(benchmark::State& state) {
+    const int64_t M = state.range(0), K = state.range(1);
+    const gdn::Isa isa = state.range(2) ? gdn::Isa::AVX512 : gdn::Isa::AVX2;
+    if (isa == gdn::Isa::AVX512 && gdn::cpu_isa() != gdn::Isa::AVX512) {
+        state.SkipWithError("this CPU lacks the ISA");
+        return;
+    }
+    const gdn::QuantizeRowFn quantize = gdn::quant_kernel(isa, gdn::WeightFormat::Q8).quantize;
+    state.SetLabel(gdn::isa_name(isa));
+    std::vector<float> x(M * K);
+    uint32_t s = 3;
+    for (auto& v : x) v = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    gdn::quant::QuantizedRows xq;
+    xq.resize(M, K);
+    for (auto _ : state)
+        for (int64_t m = 0; m < M; ++m) quantize(x.data() + m * K, &xq, m);
+    state.counters["floats/s"] = benchmark::Counter(static_cast<double>(M * K), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_QuantizeActivations)->ArgsProduct({{512}, {256, 512}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The super-block fits, one thread: weights per second quantized (load-time quantization and `gdn
 // quantize` spend most of their time here). Arg: 0 int4-k (engine fit), 1 int4-k (ggml's fit, the

@@ -203,7 +203,7 @@ TEST(Quant, Int4KFitsOffsetGroups) {
 
 // Every ISA's activation quantizer gives the reference's bytes (scales, values and sums), odd K included.
 TEST(Quant, ActivationQuantizersAreBitwiseTheReference) {
-    for (int64_t K : {1, 5, 31, 32, 33, 100, 1024, 1031}) {
+    for (int64_t K : {1, 5, 31, 32, 33, 100, 256, 300, 1024, 1031}) {
         auto x = random_vec(3 * K, 21 + K, -3.0f, 3.0f);
         x[0] = 0.0f;
         if (K >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // an all-zero group

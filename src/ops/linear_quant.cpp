@@ -21,7 +21,7 @@ void ref_gemm(const quant::QuantizedRows& x, const PackedWeight& w, float* y, in
 // The first row matching (ISA, format) whose CPU need holds runs. AVX2 takes the AVX-VNNI build of its
 // kernels where the CPU has it; AVX-512 CPUs without AVX-512 VNNI (Skylake-X, which has no AVX-VNNI
 // either) run the plain AVX2 kernels, which every AVX-512 CPU executes. The activation quantizer is
-// the AVX2 one everywhere (M x K work against the product's M x N x K).
+// the AVX-512 one on AVX512 rows (it needs no VNNI) and the AVX2 one on AVX2 rows.
 constexpr CpuNeed kAny = CpuNeed::NOTHING, kVnni512 = CpuNeed::AVX512_VNNI, kVnni256 = CpuNeed::AVX_VNNI;
 const QuantKernelRow kTable[] = {
     {Isa::REF, WeightFormat::Q8, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
@@ -45,21 +45,21 @@ const QuantKernelRow kTable[] = {
     {Isa::AVX2, WeightFormat::Q6K, "avx2 vpmaddubsw (q + 32, offset by group sum)", kAny, cpu::avx2::quantize_activation_row,
      cpu::avx2::linear_q6k, cpu::avx2::linear_q6k_swiglu, false},
     {Isa::AVX512, WeightFormat::Q8, "avx512 vpdpbusd (weight + 128, group-sum offset)", kVnni512,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q8, cpu::avx512::linear_q8_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q8, cpu::avx512::linear_q8_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4, "avx512 vpdpbusd (nibble + 8, group-sum offset)", kVnni512,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4, cpu::avx512::linear_q4_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q4, cpu::avx512::linear_q4_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4K, "avx512 vpdpbusd (group scale and minimum in f32)", kVnni512,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q4k, cpu::avx512::linear_q4k_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q4k, cpu::avx512::linear_q4k_swiglu, false},
     {Isa::AVX512, WeightFormat::Q6K, "avx512 vpdpbusd (q + 32, group-sum offset)", kVnni512,
-     cpu::avx2::quantize_activation_row, cpu::avx512::linear_q6k, cpu::avx512::linear_q6k_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q6k, cpu::avx512::linear_q6k_swiglu, false},
     {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; this CPU has no AVX-512 VNNI)", kAny,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q8, cpu::avx2::linear_q8_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx2::linear_q8, cpu::avx2::linear_q8_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; this CPU has no AVX-512 VNNI)", kAny,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, cpu::avx2::linear_q4_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx2::linear_q4, cpu::avx2::linear_q4_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", kAny,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, cpu::avx2::linear_q4k_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx2::linear_q4k, cpu::avx2::linear_q4k_swiglu, false},
     {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", kAny,
-     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q6k, cpu::avx2::linear_q6k_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx2::linear_q6k, cpu::avx2::linear_q6k_swiglu, false},
 };
 
 bool holds(CpuNeed need) {

@@ -49,4 +49,6 @@ QuantGemmKernel linear_q4, linear_q4_swiglu;
 QuantGemmKernel linear_q4k, linear_q4k_swiglu;
 // int6-k on q + 32 in [0, 63] with vpdpbusd, the offset removed through the row's group sum.
 QuantGemmKernel linear_q6k, linear_q6k_swiglu;
+// quant::quantize_activation_row with 512-bit lanes (AVX-512 F/BW/DQ/VL): the same bytes.
+void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
 }  // namespace gdn::cpu::avx512

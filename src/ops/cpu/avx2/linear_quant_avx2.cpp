@@ -95,51 +95,6 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
 
 }  // namespace
 
-#ifndef GDN_AVX_VNNI  // one quantizer for both builds (the table's rows name the AVX2 one)
-void quantize_activation_row(const float* xr, quant::QuantizedRows* out, int64_t m) {
-    const int64_t K = out->K;
-    int8_t* q = out->xq.data() + m * out->Kp;
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    alignas(32) float tail[kQuantGroup];
-    for (int64_t g = 0; g < out->G; ++g) {
-        const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, K - k0);
-        const float* src = xr + k0;
-        if (len < kQuantGroup) {  // the zero-padded last group
-            std::fill(tail, tail + kQuantGroup, 0.0f);
-            std::copy(src, src + len, tail);
-            src = tail;
-        }
-        __m256 v[4], mx = _mm256_setzero_ps();
-        for (int i = 0; i < 4; ++i) {
-            v[i] = _mm256_loadu_ps(src + 8 * i);
-            mx = _mm256_max_ps(mx, _mm256_and_ps(v[i], abs_mask));
-        }
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float amax = _mm_cvtss_f32(h);
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const __m256 vinv = _mm256_set1_ps(inv);
-        __m256i iv[4];
-        for (int i = 0; i < 4; ++i) {
-            iv[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vinv));  // round to nearest even
-            iv[i] = _mm256_max_epi32(_mm256_min_epi32(iv[i], _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
-        }
-        __m256i s = _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        // int32 -> int8: the packs interleave 128-bit lanes; one permute restores k order.
-        const __m256i p16a = _mm256_packs_epi32(iv[0], iv[1]), p16b = _mm256_packs_epi32(iv[2], iv[3]);
-        const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k0), p8);
-        out->xs[m * out->G + g] = amax / 127.0f;
-        out->xsum[m * out->G + g] = _mm_cvtsi128_si32(s4);
-    }
-}
-#endif
-
 void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     run_panels<tile_q8<1>, tile_q8<kMR>>(x, w, y, ldy, p0, p1);
 }
