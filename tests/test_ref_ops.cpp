@@ -1,6 +1,7 @@
 // Reference ops against hand-computed values and independent float64 loops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/thread_pool.h"
@@ -138,4 +139,25 @@ TEST(RefOps, MoeRouteSoftmaxTopkRenormalise) {
     double z = 0;
     for (float l : logits) z += std::exp(double(l));
     EXPECT_NEAR(w[0], std::exp(2.0) / z, 1e-6);  // softmax over ALL experts when not renormalised
+}
+
+// The selection against a stable sort of all experts by descending probability (ties: lower index
+// first), on logits from a few levels so that ties are common, for k from 1 to E.
+TEST(RefOps, MoeRouteTopkIsTheStableSortsPrefix) {
+    const int64_t T = 64, E = 12;
+    auto r = random_vec(T * E, 5, 0.0f, 4.0f);
+    std::vector<float> logits(T * E);
+    for (int64_t i = 0; i < T * E; ++i) logits[i] = std::floor(r[i]);  // 4 levels
+    for (int64_t k = 1; k <= E; ++k) {
+        std::vector<int32_t> idx(T * k);
+        std::vector<float> w(T * k);
+        ref::moe_route(logits.data(), T, E, k, false, idx.data(), w.data());
+        for (int64_t t = 0; t < T; ++t) {
+            const float* l = logits.data() + t * E;
+            std::vector<int32_t> order(E);
+            for (int32_t e = 0; e < E; ++e) order[e] = e;
+            std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+            for (int64_t s = 0; s < k; ++s) ASSERT_EQ(idx[t * k + s], order[s]) << "token " << t << " k " << k << " rank " << s;
+        }
+    }
 }

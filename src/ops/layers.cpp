@@ -47,7 +47,10 @@ void embedding(const TensorView& table, const PackedWeight* packed, const int32_
         // A quantized row is dequantized value by value (~5 ns each): a prefill's rows go over the pool.
         const int64_t grain = is_quantized(packed->format) ? row_grain(16 * H) : row_grain(2 * H);
         global_pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) unpack_row(*packed, ids[i], out + i * H);
+            for (int64_t i = i0; i < i1; ++i) {
+                if (is_quantized(packed->format) && i + 2 < i1) quant::prefetch_row(*packed, ids[i + 2]);
+                unpack_row(*packed, ids[i], out + i * H);
+            }
         }, grain);
     } else {
         ref::embedding(table, ids, n, out);

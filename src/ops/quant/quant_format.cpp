@@ -297,14 +297,43 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
         std::fill(out, out + w.K, 0.0f);
         return;
     }
-    // q_value per element, with the record found once per group (an embedding gather's rows).
+    // q_value per element, with the record found once per group (an embedding gather's rows) and the
+    // format's case chosen once per group: a prefill's 512 rows of 512 took 0.79 ms with the switch per
+    // value, against 0.26 ms for bf16 rows.
+    const int64_t c = n % kCols;
+    int q[kQuantGroup];
     for (int64_t g = 0; g * kQuantGroup < w.K; ++g) {
         float a, b;
         group_affine(w, n, g, &a, &b);
         const uint8_t* rec = group_record(w, n, g);
+        switch (w.format) {
+            case WeightFormat::Q8:
+                for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = static_cast<int8_t>(rec[q8_byte(c, kg)]);
+                break;
+            case WeightFormat::Q4:
+                for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = get_nibble(rec, c, kg) - 8;
+                break;
+            case WeightFormat::Q4K:
+                for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = get_nibble(rec, c, kg);
+                break;
+            default:
+                for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = record_q(w.format, rec, c, kg);
+                break;
+        }
         const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, w.K - k0);
-        for (int64_t kg = 0; kg < len; ++kg)
-            out[k0 + kg] = a * static_cast<float>(record_q(w.format, rec, n % kCols, kg)) - b;
+        for (int64_t kg = 0; kg < len; ++kg) out[k0 + kg] = a * static_cast<float>(q[kg]) - b;
+    }
+}
+
+void prefetch_row(const PackedWeight& w, int64_t n) {
+    if (n >= w.N) return;
+    const int64_t c = n % kCols;
+    for (int64_t g = 0; g * kQuantGroup < w.K; ++g) {
+        const uint8_t* blk = w.quant_block(n / kCols, g * kQuantGroup / weight_block_k(w.format));
+        const uint8_t* rec = blk + record_offset(w.format, g);
+        __builtin_prefetch(blk + f16_offset(w.format) + c * 2);
+        for (int64_t kg = 0; kg < kQuantGroup; kg += 4)
+            __builtin_prefetch(rec + (w.format == WeightFormat::Q8 ? q8_byte(c, kg) : nib_byte(c, kg)));
     }
 }
 

@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "ops/ref/ref_ops.h"
@@ -9,9 +8,9 @@ namespace gdn::ref {
 
 void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx, float* w) {
     thread_local std::vector<float> p;  // grow-only: no allocation per call once warm
-    thread_local std::vector<int32_t> order;
+    thread_local std::vector<int32_t> top;
     p.resize(E);
-    order.resize(E);
+    top.resize(k);
     for (int64_t t = 0; t < T; ++t) {
         const float* l = logits + t * E;
         float mx = l[0];
@@ -22,15 +21,21 @@ void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renorm
             sum += p[e];
         }
         for (int64_t e = 0; e < E; ++e) p[e] /= sum;  // softmax over ALL experts, f32
-        std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-            return p[a] > p[b] || (p[a] == p[b] && a < b);
-        });
+        // Top-k by insertion in expert order: an expert enters only above a strictly smaller
+        // probability, so among equal ones the lower index stays first (k is 2..10: a few compares
+        // per expert, where a partial sort of all E indices cost more than the softmax's exps).
+        int64_t n = 0;
+        for (int32_t e = 0; e < E; ++e) {
+            if (n == k && !(p[e] > p[top[k - 1]])) continue;
+            int64_t at = n < k ? n++ : k - 1;
+            for (; at > 0 && p[e] > p[top[at - 1]]; --at) top[at] = top[at - 1];
+            top[at] = e;
+        }
         float wsum = 0.0f;
-        for (int64_t s = 0; s < k; ++s) wsum += p[order[s]];
+        for (int64_t s = 0; s < k; ++s) wsum += p[top[s]];
         for (int64_t s = 0; s < k; ++s) {
-            idx[t * k + s] = order[s];
-            w[t * k + s] = renormalize ? p[order[s]] / wsum : p[order[s]];
+            idx[t * k + s] = top[s];
+            w[t * k + s] = renormalize ? p[top[s]] / wsum : p[top[s]];
         }
     }
 }
