@@ -128,7 +128,7 @@ void BM_LinearQuant(benchmark::State& state) {
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
 BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{1}, {1024}, {3584}, {0, 1, 2, 3}, {0}})
-    ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
+    ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{1}, {151936}, {2048}, {0}, {0}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{512}, {1536, 2048}, {512}, {0}, {0}})->ArgsProduct({{64}, {512}, {512}, {0}, {1}})->ArgsProduct({{1}, {32768}, {512}, {0}, {0, 1}})
     ->ArgsProduct({{1, 2}, {4096}, {1024}, {0, 1, 2, 3}, {1}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
