@@ -324,6 +324,10 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
             for (size_t e = 0; e < v.experts.size(); ++e) {
                 GDN_ASSIGN_OR_RETURN(Mlp m, pack_mlp(ld, p + "mlp.experts." + std::to_string(e) + ".", v.experts[e]));
                 L.moe.experts.push_back(std::move(m));
+                // Quantized: each expert's source pages go as soon as it is packed, not with the layer (a
+                // Qwen3-Next layer's 512 experts are 3.2 GB of bf16: peak RSS was quantized size + that).
+                if (ld.quantization())
+                    for (const TensorView* t : {&v.experts[e].gate, &v.experts[e].up, &v.experts[e].down}) ck->release(*t);
             }
             if (v.has_shared) {
                 GDN_ASSIGN_OR_RETURN(L.moe.shared, pack_mlp(ld, p + "mlp.shared_expert.", v.shared));
