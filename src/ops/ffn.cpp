@@ -18,7 +18,8 @@ constexpr int64_t kMoeRunBytes = int64_t{64} << 20;
 
 // o += w y over H; first: o = 0 + w y, the bits of adding to a zeroed row without a pass that zeroes it
 // (a token's first route is its lowest bucketed row, so it comes in the first run holding any of them).
-// Not aliased, so the loop vectorises (the combine of 512 tokens x 4 routes x 512 took 135 us a layer).
+// The combine is bound by reading the experts' outputs (4 MB for 512 tokens x 4 routes x 512: ~135 us a
+// layer either way), not by these adds.
 inline void add_weighted_row(float* __restrict o, const float* __restrict y, float w, int64_t H, bool first) {
     if (first) {
         for (int64_t j = 0; j < H; ++j) o[j] = 0.0f + w * y[j];
