@@ -225,11 +225,6 @@ void linear_swiglu_from(const float* x, int64_t M, const LinearWeight& w, float*
     ops::swiglu(products, M * (I / 16), 16, out, false);
 }
 
-void check_input(const LinearInput& in, const LinearWeight& w) {
-    GDN_CHECK(in.K() == w.K(), "linear: input rows of %lld for a weight of K = %lld", (long long)in.K(),
-              (long long)w.K());
-}
-
 }  // namespace
 
 void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
@@ -237,7 +232,7 @@ void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf1
 }
 
 void linear(LinearInput& in, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
-    check_input(in, w);
+    in.check_fits(w.K(), "linear");
     linear_from(in.x(), in.M(), w, y, bf16_act, round_out, &in);
 }
 
@@ -246,7 +241,7 @@ void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out,
 }
 
 void linear_swiglu(LinearInput& in, const LinearWeight& w, float* out, bool bf16_act) {
-    check_input(in, w);
+    in.check_fits(w.K(), "linear");
     linear_swiglu_from(in.x(), in.M(), w, out, bf16_act, &in);
 }
 

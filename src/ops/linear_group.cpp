@@ -97,8 +97,7 @@ void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act
             continue;
         }
         if (j.in) {  // the shared input's form, made once for every job that reads it
-            GDN_CHECK(j.in->K() == p.K, "linear_group: input rows of %lld for a weight of K = %lld",
-                      (long long)j.in->K(), (long long)p.K);
+            j.in->check_fits(p.K, "linear_group");
             if (g.quant) g.src_q = &j.in->quantized(g.quantize, op_isa(OpId::LINEAR));
             else g.src_pairs = j.in->bf16_pairs();
         }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/log.h"
 #include "ops/dispatch.h"
 #include "ops/linear_quant.h"
 
@@ -16,6 +17,10 @@ namespace gdn {
 
 class LinearInput {
 public:
+    // Fails unless the rows fit a weight of K columns (op: the caller's name, for the message).
+    void check_fits(int64_t K, const char* op) const {
+        GDN_CHECK(K_ == K, "%s: input rows of %lld for a weight of K = %lld", op, (long long)K_, (long long)K);
+    }
     // A new matrix: the forms made for the previous one are dropped (their memory is kept).
     void reset(const float* x, int64_t M, int64_t K) {
         x_ = x;

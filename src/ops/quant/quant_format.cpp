@@ -257,6 +257,12 @@ inline int record_q(WeightFormat f, const uint8_t* rec, int64_t c, int64_t kg) {
     }
 }
 
+// The group's q values of column c, with the format a constant so record_q's switch folds away.
+template <WeightFormat F>
+void group_q_values(const uint8_t* rec, int64_t c, int (&q)[kQuantGroup]) {
+    for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = record_q(F, rec, c, kg);
+}
+
 const uint8_t* group_record(const PackedWeight& w, int64_t n, int64_t g) {
     return w.quant_block(n / kCols, g * kQuantGroup / weight_block_k(w.format)) + record_offset(w.format, g);
 }
@@ -307,18 +313,10 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
         group_affine(w, n, g, &a, &b);
         const uint8_t* rec = group_record(w, n, g);
         switch (w.format) {
-            case WeightFormat::Q8:
-                for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = static_cast<int8_t>(rec[q8_byte(c, kg)]);
-                break;
-            case WeightFormat::Q4:
-                for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = get_nibble(rec, c, kg) - 8;
-                break;
-            case WeightFormat::Q4K:
-                for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = get_nibble(rec, c, kg);
-                break;
-            default:
-                for (int64_t kg = 0; kg < kQuantGroup; ++kg) q[kg] = record_q(w.format, rec, c, kg);
-                break;
+            case WeightFormat::Q8: group_q_values<WeightFormat::Q8>(rec, c, q); break;
+            case WeightFormat::Q4: group_q_values<WeightFormat::Q4>(rec, c, q); break;
+            case WeightFormat::Q4K: group_q_values<WeightFormat::Q4K>(rec, c, q); break;
+            default: group_q_values<WeightFormat::Q6K>(rec, c, q); break;
         }
         const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, w.K - k0);
         for (int64_t kg = 0; kg < len; ++kg) out[k0 + kg] = a * static_cast<float>(q[kg]) - b;

@@ -106,8 +106,10 @@ int q_value(const PackedWeight& w, int64_t n, int64_t k);  // 0 for padding
 // The affine map of group g of column n: value = *a * q - *b.
 void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* b);
 // out[K] = row n dequantized: a * q - b.
-void prefetch_row(const PackedWeight& w, int64_t n);
 void dequantize_row(const PackedWeight& w, int64_t n, float* out);
+// Asks for the cache lines dequantize_row(w, n) will read (its scales and q bytes; a hint, no effect on
+// results): a gather of rows spread over panels requests the next rows' lines ahead.
+void prefetch_row(const PackedWeight& w, int64_t n);
 
 // Activations of a quantized linear: rows [M, K] as int8 groups. xq [M, Kp] (padding 0), xs [M, G],
 // xsum [M, G] = sum of the group's xq (the Q4 kernels' +8 offset correction).
