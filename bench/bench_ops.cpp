@@ -88,7 +88,7 @@ void BM_LinearResident(benchmark::State& state) {
     state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_LinearResident)->ArgsProduct({{1, 2, 3, 4}, {1536}, {256}})->ArgsProduct({{1, 2, 3, 4}, {256}, {768}})
+BENCHMARK(BM_LinearResident)->ArgsProduct({{1, 2, 3, 4, 5, 8, 12}, {1536}, {256}})->ArgsProduct({{1, 2, 3, 4}, {256}, {768}})
     ->ArgsProduct({{1, 3}, {4160}, {256}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The quantized formats (4th arg: 0 = int8, 1 = int4) on the same shapes, weights streamed from DRAM as

@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "ops/argmax_screen.h"
+#include "ops/cpu/linear_kernels.h"
 #include "ops/dispatch.h"
 #include "ops/linear.h"
 #include "test_util.h"
@@ -81,17 +82,23 @@ TEST(ArgmaxScreen, RandomOutputsGiveTheFullPassIds) {
     });
 }
 
-// Up to four rows in one stream of the int8 copy (a speculative verify's rows): each row's id is the
-// full pass's, whatever the other rows hold (an outlier row, a zero row, rows that share the argmax).
+// Up to cpu::kScreenRows rows in one stream of the int8 copy (a decode batch's or a speculative
+// verify's rows), more in chunks of them up to kScreenMaxRows, beyond that the full pass: each row's id
+// is the full pass's, whatever the other rows hold (an outlier row, a zero row, rows that share the
+// argmax). Every row count of one stream, one and two chunks with a partial last one, and one row too many.
 TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
+    static_assert(cpu::kScreenRows == 8 && kScreenMaxRows == 16, "the row counts below cover these limits");
     on_screen_paths([&] {
         for (auto [N, K] : std::vector<std::array<int64_t, 2>>{{33, 5}, {1000, 127}, {40000, 256}}) {
             Screened w(random_vec(N * K, static_cast<uint32_t>(3 * N + K), -0.1f, 0.1f), N, K);
-            for (int64_t M = 1; M <= 5; ++M) {
+            for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17}) {
                 for (uint32_t trial = 0; trial < 6; ++trial) {
                     std::vector<float> x = random_vec(M * K, 500 + 10 * static_cast<uint32_t>(M) + trial, -2.0f, 2.0f);
+                    // A zero row: the second, or past one stream the last (a second chunk that overflows
+                    // after the first ran must leave the ids unwritten too).
+                    const int64_t zero_row = M > cpu::kScreenRows ? M - 1 : 1;
                     if (M > 1 && trial % 3 == 1)
-                        for (int64_t k = 0; k < K; ++k) x[K + k] = 0.0f;                       // a zero row
+                        for (int64_t k = 0; k < K; ++k) x[zero_row * K + k] = 0.0f;
                     if (M > 2 && trial % 3 == 2) std::copy(x.begin(), x.begin() + K, x.begin() + 2 * K);  // a repeated row
                     std::vector<int32_t> want(M), got(M, -7), through(M, -7);
                     for (int64_t m = 0; m < M; ++m) want[m] = argmax_of(x.data() + m * K, w.full);
@@ -104,10 +111,12 @@ TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
                     // A zero row's outputs are all equal: beyond the candidate capacity the full pass runs.
                     const bool flat_row = M > 1 && trial % 3 == 1;
                     if (!flat_row || N <= 4096) {
-                        EXPECT_EQ(ran, M <= 4) << "N=" << N << " M=" << M << " trial=" << trial;
+                        EXPECT_EQ(ran, M <= kScreenMaxRows) << "N=" << N << " M=" << M << " trial=" << trial;
                     }
                     if (ran) {
                         EXPECT_EQ(got, want) << "N=" << N << " M=" << M << " trial=" << trial;
+                    } else {
+                        EXPECT_EQ(got, std::vector<int32_t>(M, -7)) << "N=" << N << " M=" << M << " trial=" << trial;
                     }
                     linear_argmax(x.data(), M, w.screened, through.data(), true);
                     EXPECT_EQ(through, want) << "N=" << N << " M=" << M << " trial=" << trial;

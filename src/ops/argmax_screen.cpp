@@ -157,9 +157,9 @@ bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenR
 }
 }  // namespace
 
-bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids) {
-    const ScreenPath path = screen_path();
-    if (!w.screen || path == ScreenPath::NONE || M < 1 || M > cpu::kScreenRows) return false;
+namespace {
+// screened_argmax of M <= kScreenRows rows: one stream of the int8 copy, then their exact pass.
+bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPath path, int32_t* ids) {
     const Int8Screen& s = *w.screen;
     const PackedWeight& pw = w.packed;
     const int rows = static_cast<int>(M);
@@ -289,6 +289,22 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
             }
         ids[m] = static_cast<int32_t>(best_i);
     }
+    return true;
+}
+}  // namespace
+
+bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids) {
+    const ScreenPath path = screen_path();
+    if (!w.screen || path == ScreenPath::NONE || M < 1 || M > kScreenMaxRows) return false;
+    // Rows kScreenRows at a time, each chunk one stream of the int8 copy; the ids are written only once
+    // every chunk ran (false: nothing written).
+    thread_local std::vector<int32_t> chunk_ids;
+    chunk_ids.resize(M);
+    for (int64_t m0 = 0; m0 < M; m0 += cpu::kScreenRows)
+        if (!screen_chunk(xp + m0 * w.packed.K2, std::min<int64_t>(cpu::kScreenRows, M - m0), w, path,
+                          chunk_ids.data() + m0))
+            return false;
+    std::copy(chunk_ids.begin(), chunk_ids.end(), ids);
     return true;
 }
 

@@ -58,11 +58,17 @@ struct ScreenRow {
 // The screen of a BF16 packed weight (threaded over panels). Runs where argmax_screen_available().
 std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w);
 
-// True and ids[m] = argmax_n (x_m @ W^T) for M <= 4 rows given as bf16 pairs [M, K2] (the exact
-// kernel's input, bf16-rounded as linear() rounds it; a speculative verify's rows share one stream of
-// the int8 copy), when w has a screen and argmax_screen_available(); false (nothing written) otherwise or when a row is not finite, so the caller
-// runs the full pass. Counts a fallback when the candidates overflow (near-flat outputs: then the full
-// pass is cheaper).
+// The most rows screened_argmax takes (in chunks of cpu::kScreenRows, each one stream of the int8 copy):
+// beyond it the full bf16 pass, whose cost grows with the rows only once it is compute bound, is
+// measured cheaper (docs/perf.md).
+constexpr int64_t kScreenMaxRows = 16;
+
+// True and ids[m] = argmax_n (x_m @ W^T) for M <= kScreenMaxRows rows given as bf16 pairs [M, K2] (the
+// exact kernel's input, bf16-rounded as linear() rounds it; a decode batch's or a speculative verify's
+// rows, up to cpu::kScreenRows of them sharing one stream of the int8 copy), when w has a screen and
+// argmax_screen_available(); false (nothing written) otherwise or when a row is not finite, so the
+// caller runs the full pass. Counts a fallback when the candidates overflow (near-flat outputs: then
+// the full pass is cheaper).
 bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids);
 
 // Whether screened_argmax can run with the kernels selected now: AVX-512 with VNNI and bf16 dot products

@@ -272,10 +272,10 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     const bool bf16_weight = bf16_act && p.format == WeightFormat::BF16 && p.data.data();
     const bool dot = op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_weight && has_bf16_dot();
     if (!dot) {
-        // The f32-FMA kernels: M <= 4 rows try the int8 screen on the x that linear() multiplies (rounded
+        // The f32-FMA kernels: M <= kScreenMaxRows rows try the int8 screen on the x that linear() multiplies (rounded
         // by the same code, then packed as bf16 pairs: exact); otherwise, and when the screen declines,
         // the products are materialised and each row's argmax taken.
-        if (bf16_weight && w.screen && M <= cpu::kScreenRows && argmax_screen_available()) {
+        if (bf16_weight && w.screen && M <= kScreenMaxRows && argmax_screen_available()) {
             float* xr = products_scratch(M * K);
             std::memcpy(xr, x, M * K * sizeof(float));
             round_bf16_with(op_isa(OpId::LINEAR), xr, M * K);
@@ -290,7 +290,7 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     }
     uint32_t* xp = scratch<uint32_t>(M * p.K2);
     pack_bf16_pairs_pooled(x, M, K, xp, p.K2);
-    if (screened_argmax(xp, M, w, ids)) return;  // M <= 4 rows: the int8 screen
+    if (screened_argmax(xp, M, w, ids)) return;  // M <= kScreenMaxRows rows: the int8 screen
     ThreadPool& pool = global_pool();
     const int nth = pool.size();
     // Rows [0, nth M): each thread's best (value, column) so far; [nth M, 2 nth M): its current chunk's.

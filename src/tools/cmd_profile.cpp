@@ -14,22 +14,29 @@
 namespace gdn {
 
 int cmd_profile(int argc, char** argv) {
-    auto args = Args::parse(argc, argv, {"--model", "--prompt-len", "--gen-len", "--threads", "--trace", "--dtype",
-                                                "--kv-cache-dtype", "--quantization"},
+    auto args = Args::parse(argc, argv, {"--model", "--prompt-len", "--gen-len", "--batch", "--threads", "--trace",
+                                                "--dtype", "--kv-cache-dtype", "--quantization"},
                             {"--help"});
     if (!args || args->has("--help") || !args->has("--model")) {
         std::fprintf(stderr,
-                     "usage: gdn profile --model DIR [--prompt-len 512] [--gen-len 32] [--threads N] [--dtype bf16|f32]\n"
-                     "                   [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym] [--trace FILE.json]\n"
+                     "usage: gdn profile --model DIR [--prompt-len 512] [--gen-len 32] [--batch 1] [--threads N]\n"
+                     "                   [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym]\n"
+                     "                   [--trace FILE.json]\n"
                      "  Prints per-op tables (calls, total, mean, share of step time) for prefill and decode, and\n"
-                     "  writes a Chrome trace (chrome://tracing, ui.perfetto.dev) of one decode step.\n");
+                     "  writes a Chrome trace (chrome://tracing, ui.perfetto.dev) of one decode step. --batch N:\n"
+                     "  N sequences of --prompt-len random tokens, prefilled in one forward, then decoding together\n"
+                     "  (every decode step a batch of N rows, as the engine's steps at N concurrent requests).\n");
         if (!args) std::fprintf(stderr, "gdn profile: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
     }
     auto plen = args->get_int("--prompt-len", 512), glen = args->get_int("--gen-len", 32),
-         threads = args->get_int("--threads", default_thread_count());
-    if (!plen || !glen || !threads || *plen < 1 || *glen < 1 || *threads < 1) {
-        std::fprintf(stderr, "gdn profile: --prompt-len, --gen-len and --threads must be positive integers\n");
+         batch = args->get_int("--batch", 1), threads = args->get_int("--threads", default_thread_count());
+    if (!plen || !glen || !batch || !threads || *plen < 1 || *glen < 1 || *batch < 1 || *threads < 1) {
+        std::fprintf(stderr, "gdn profile: --prompt-len, --gen-len, --batch and --threads must be positive integers\n");
+        return 2;
+    }
+    if (*batch > 256) {
+        std::fprintf(stderr, "gdn profile: --batch %lld: at most 256 sequences\n", *batch);
         return 2;
     }
     if (Status ks = configure_kernels_from_env(); !ks) {
@@ -53,27 +60,41 @@ int cmd_profile(int argc, char** argv) {
     }
     const DType kv_dtype = *kv;
     std::mt19937 rng(7);
-    std::vector<int32_t> prompt(*plen);
-    for (auto& t : prompt) t = static_cast<int32_t>(rng() % m.config().vocab);
+    const int n_seq = static_cast<int>(*batch);
+    std::vector<std::vector<int32_t>> prompts(n_seq, std::vector<int32_t>(*plen));
+    for (auto& p : prompts)
+        for (auto& t : p) t = static_cast<int32_t>(rng() % m.config().vocab);
     std::vector<float> logits;
     {  // warm-up, not profiled: a full-size prefill touches every buffer once
         SequenceState st = m.new_state(kv_dtype);
-        m.forward({{&st, prompt.data(), *plen, false}}, fo, &logits);
+        m.forward({{&st, prompts[0].data(), *plen, false}}, fo, &logits);
     }
     Profiler& prof = Profiler::get();
     prof.clear();
     prof.enable(true);
-    SequenceState st = m.new_state(kv_dtype);
-    st.reserve(*plen + *glen + 1);
-    logits.clear();
-    m.forward({{&st, prompt.data(), *plen, false}}, fo, &logits);
+    std::vector<SequenceState> states;
+    states.reserve(n_seq);
+    std::vector<SequenceInput> prefill;
+    for (int s = 0; s < n_seq; ++s) {
+        states.push_back(m.new_state(kv_dtype));
+        states.back().reserve(*plen + *glen + 1);
+        prefill.push_back({&states.back(), prompts[s].data(), *plen, false});
+    }
     // Decode greedily as the engine does: the lm_head returns the argmax, no logits row is written.
-    std::vector<int32_t> next = {static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
-    next.reserve(2);
+    std::vector<int32_t> next, tokens;
+    if (Status st = m.forward(prefill, fo, &logits, &next); !st) {
+        std::fprintf(stderr, "gdn profile: %s\n", st.message().c_str());
+        return 1;
+    }
     for (long long i = 0; i < *glen; ++i) {
-        const int32_t t = next.back();
+        tokens.swap(next);
         next.clear();
-        m.forward({{&st, &t, 1, false}}, fo, &logits, &next);
+        std::vector<SequenceInput> step;
+        for (int s = 0; s < n_seq; ++s) step.push_back({&states[s], &tokens[s], 1, false});
+        if (Status st = m.forward(step, fo, &logits, &next); !st) {
+            std::fprintf(stderr, "gdn profile: %s\n", st.message().c_str());
+            return 1;
+        }
     }
     prof.enable(false);
     std::printf("%s", prof.report().c_str());

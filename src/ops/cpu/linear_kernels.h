@@ -16,7 +16,7 @@ namespace gdn::cpu {
 // Raises lo_max[m] to the largest A_n - B_n seen and appends (n, A_n + B_n) of every column reaching the
 // running lo_max[m] to cand / cand_hi + m * cap (capacity cap; entries that fell below it are dropped
 // when full), n_cand[m] the counts. False if a row's cap is still too small.
-constexpr int kScreenRows = 4;
+constexpr int kScreenRows = 8;
 
 // f(std::integral_constant<int, M>{}) for a run-time M in [1, N]: a kernel templated on its row count,
 // called with the rows a step has.

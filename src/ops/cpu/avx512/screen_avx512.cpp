@@ -15,11 +15,13 @@ namespace gdn::cpu::avx512 {
 
 namespace {
 
-// MR rows: per row two chains per 16 columns (even and odd k-quads: integer sums, so the split changes
-// nothing), 4 * MR accumulators.
+// MR rows. Up to 4 rows: per row two chains per 16 columns (even and odd k-quads: integer sums, so the
+// split changes nothing), 4 * MR accumulators, enough chains to hide vpdpbusd's latency; 5-8 rows have
+// that many chains in one per 16 columns (2 * MR accumulators: 16 of the 32 registers at 8 rows).
 template <int MR>
 bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* lo_max,
                  int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
+    constexpr bool kSplitK = MR <= 4;
     const __m512 eight_u = _mm512_set1_ps(8.0f * 0x1p-24f), inflate = _mm512_set1_ps(1.001f);
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const int64_t K4 = s.K4;
@@ -27,22 +29,29 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
     for (int m = 0; m < MR; ++m) lm[m] = lo_max[m];
     for (int64_t p = p0; p < p1; ++p) {
         const int8_t* b = s.panel(p);
-        __m512i a0[MR], a1[MR], c0[MR], c1[MR];
-        for (int m = 0; m < MR; ++m) a0[m] = a1[m] = c0[m] = c1[m] = _mm512_setzero_si512();
+        __m512i a0[MR], a1[MR], c0[kSplitK ? MR : 1], c1[kSplitK ? MR : 1];
+        for (int m = 0; m < MR; ++m) a0[m] = a1[m] = _mm512_setzero_si512();
         int64_t kk = 0;
-        for (; kk + 1 < K4; kk += 2, b += 256) {
-            const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64), w2 = _mm512_loadu_si512(b + 128),
-                          w3 = _mm512_loadu_si512(b + 192);
+        if constexpr (kSplitK) {
+            for (int m = 0; m < MR; ++m) c0[m] = c1[m] = _mm512_setzero_si512();
+            for (; kk + 1 < K4; kk += 2, b += 256) {
+                const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64),
+                              w2 = _mm512_loadu_si512(b + 128), w3 = _mm512_loadu_si512(b + 192);
+                for (int m = 0; m < MR; ++m) {
+                    const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk]));
+                    const __m512i x1 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk + 1]));
+                    a0[m] = _mm512_dpbusd_epi32(a0[m], x0, w0);
+                    a1[m] = _mm512_dpbusd_epi32(a1[m], x0, w1);
+                    c0[m] = _mm512_dpbusd_epi32(c0[m], x1, w2);
+                    c1[m] = _mm512_dpbusd_epi32(c1[m], x1, w3);
+                }
+            }
             for (int m = 0; m < MR; ++m) {
-                const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk]));
-                const __m512i x1 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk + 1]));
-                a0[m] = _mm512_dpbusd_epi32(a0[m], x0, w0);
-                a1[m] = _mm512_dpbusd_epi32(a1[m], x0, w1);
-                c0[m] = _mm512_dpbusd_epi32(c0[m], x1, w2);
-                c1[m] = _mm512_dpbusd_epi32(c1[m], x1, w3);
+                a0[m] = _mm512_add_epi32(a0[m], c0[m]);
+                a1[m] = _mm512_add_epi32(a1[m], c1[m]);
             }
         }
-        if (kk < K4) {
+        for (; kk < K4; ++kk, b += 128) {
             const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64);
             for (int m = 0; m < MR; ++m) {
                 const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk]));
@@ -54,7 +63,7 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
             const ScreenRow& rm = r[m];
             const __m512 sx = _mm512_set1_ps(rm.sx), c_err = _mm512_set1_ps(rm.c_err), c_wq = _mm512_set1_ps(rm.c_wq),
                          c_wmax = _mm512_set1_ps(rm.c_wmax), c_abs = _mm512_set1_ps(rm.c_abs);
-            const __m512i acc[2] = {_mm512_add_epi32(a0[m], c0[m]), _mm512_add_epi32(a1[m], c1[m])};
+            const __m512i acc[2] = {a0[m], a1[m]};
             int32_t* cm = cand + m * cap;
             float* hm = cand_hi + m * cap;
             for (int h = 0; h < 2; ++h) {
