@@ -8,6 +8,7 @@
 #include "ops/cpu/row_slabs.h"
 #include "core/dtype.h"
 #include "ops/cpu/simd.h"
+#include "ops/cpu/stream_ahead.h"
 #include "ops/dispatch.h"
 
 namespace gdn::cpu::avx512 {
@@ -21,8 +22,9 @@ constexpr int64_t kKcPairs = 2048;  // k-pairs per block: a weight panel block s
 
 
 // kSwiglu: the panel holds 16 gate columns then the 16 matching up columns; the tile stores
-// silu(gate) * up (16 columns) instead of the 32 products.
-template <int MR, bool kSwiglu = false>
+// silu(gate) * up (16 columns) instead of the 32 products. kStream: the tile is the only one of its panel
+// (a decode batch), which streams from memory: 2+ rows ask for its lines ahead (ops/cpu/stream_ahead.h).
+template <int MR, bool kSwiglu = false, bool kStream = false>
 void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y, int64_t ldy,
               int ncols, bool accumulate, bool round_out) {
     __m512 acc[MR][2];
@@ -33,6 +35,7 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
     }
     const uint16_t* b = B + kk0 * 2 * kPanelCols;
     for (int64_t kk = kk0; kk < kk1; ++kk, b += 2 * kPanelCols) {
+        if constexpr (kStream && MR >= 2) stream_ahead_batch_128(b);
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
         for (int m = 0; m < MR; ++m) {
@@ -51,20 +54,20 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
     }
 }
 
-template <int MR>
+template <int MR, bool kStream = false>
 void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y,
                        int64_t ldy, int ncols, bool acc, bool round_out) {
     if constexpr (MR > 0) {
-        if (mr == MR) return tile_dot<MR>(xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out);
-        return tile_dot_dispatch<MR - 1>(mr, xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out);
+        if (mr == MR) return tile_dot<MR, false, kStream>(xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out);
+        return tile_dot_dispatch<MR - 1, kStream>(mr, xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out);
     }
 }
 
-template <int MR>
+template <int MR, bool kStream = false>
 void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t K2, float* y, int64_t ldy) {
     if constexpr (MR > 0) {
-        if (mr == MR) return tile_dot<MR, true>(xp, ldp, B, 0, K2, y, ldy, 32, false, false);
-        return tile_swiglu_dispatch<MR - 1>(mr, xp, ldp, B, K2, y, ldy);
+        if (mr == MR) return tile_dot<MR, true, kStream>(xp, ldp, B, 0, K2, y, ldy, 32, false, false);
+        return tile_swiglu_dispatch<MR - 1, kStream>(mr, xp, ldp, B, K2, y, ldy);
     }
 }
 
@@ -113,6 +116,11 @@ void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
         });
         return;
     }
+    if (M <= kMRdot) {  // a decode batch: one tile per panel, streamed
+        for (int64_t p = p0; p < p1; ++p)
+            tile_swiglu_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), w.K2, y + p * 16, ldy);
+        return;
+    }
     const int64_t slab = slab_rows(w.K2 * 4, kMRdot);  // ops/cpu/row_slabs.h
     for (int64_t s0 = 0; s0 < M; s0 += slab) {
         const int64_t s1 = std::min(M, s0 + slab);
@@ -153,8 +161,12 @@ void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
         const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
         for (int64_t m0 = 0; m0 < M; m0 += kMRdot) {
             const int mr = static_cast<int>(std::min<int64_t>(kMRdot, M - m0));
-            tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols, ncols, false,
-                                      false);
+            if (M <= kMRdot)  // one tile per panel: streamed
+                tile_dot_dispatch<kMRdot, true>(mr, xp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols, ncols, false,
+                                                false);
+            else
+                tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols, ncols,
+                                          false, false);
             for (int r = 0; r < mr; ++r) scan(m0 + r, p, tile + r * kPanelCols, ncols);
         }
     }
@@ -193,7 +205,7 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
         // Decode / small batches: one pass over each weight panel, all rows at once (bandwidth bound).
         for (int64_t p = p0; p < p1; ++p) {
             const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
-            tile_dot_dispatch<kMRdot>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), 0, w.K2, y + p * kPanelCols, ldy,
+            tile_dot_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), 0, w.K2, y + p * kPanelCols, ldy,
                                       ncols, false, round_out);
         }
         return;
