@@ -40,6 +40,14 @@ inline void record_ahead(const uint8_t* rec, int step, int steps, int64_t record
     stream_ahead_128(p + 128);
 }
 
+// A decode batch (2 to 2 kMR rows: one or two tiles a panel) streams each panel from memory, and its
+// tiles' dot products take about the memory's time for the panel's bytes: they ask for the lines
+// kStreamAheadBatchBytes ahead so that the two overlap (ops/cpu/stream_ahead.h). Zen 5, 2 threads, the
+// 0.8B shape in int8, `gdn bench --concurrency 2,4,8` (ABBA): steps 18.4-20.5 / 24.7-26.1 / 36.6-40.9 ms
+// without, 18.8-19.7 / 21.3-22.1 / 27.8-31.8 with. One row (M = 1) and prefill tiles (cache-resident
+// panels) do without.
+inline bool streams_batch(const quant::QuantizedRows& x) { return x.M >= 2 && x.M <= 2 * kMR; }
+
 // 16 f16 values (16 columns' scales) as f32.
 inline __m512 f16x16(const uint8_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
