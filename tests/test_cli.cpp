@@ -270,3 +270,22 @@ TEST(Cli, BenchAtDepth) {
     EXPECT_EQ(r.exit_code, 2) << r.out;
     EXPECT_NE(r.out.find("--depth must be >= 0"), std::string::npos) << r.out;
 }
+
+// gdn profile --batch N: the N sequences decode together, so gen-len steps (not N x gen-len), and the
+// step tables and traces are written; impossible values are named.
+TEST(Cli, ProfileDecodesABatchTogether) {
+    TempDir tmp;
+    RunResult r = run_gdn("profile --model " + demo_model_dir() + " --prompt-len 8 --gen-len 3 --batch 3 --threads 2 --trace " +
+                          tmp.path() + "/t.json");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("prefill: 1 steps"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("decode: 3 steps"), std::string::npos) << r.out;
+    auto trace = read_text_file(tmp.path() + "/t.json");
+    ASSERT_TRUE(trace.is_ok()) << trace.message();
+    EXPECT_NE(trace->find("traceEvents"), std::string::npos);
+    for (const char* bad : {"--batch 0", "--batch 257", "--batch x"}) {
+        r = run_gdn("profile --model " + demo_model_dir() + " " + bad);
+        EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+        EXPECT_NE(r.out.find("--batch"), std::string::npos) << bad << ": " << r.out;
+    }
+}
