@@ -74,6 +74,7 @@ void BM_LinearStream(benchmark::State& state) {
 }
 BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({1, 1024, 3584})->Args({1, 1024, 2048})
     ->Args({2, 7168, 1024})->Args({3, 7168, 1024})->Args({4, 7168, 1024})->Args({5, 7168, 1024})->Args({8, 7168, 1024})
+    ->Args({8, 8224, 1024})->Args({8, 1024, 3584})->Args({8, 1024, 2048})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // One bf16 weight that stays in cache (the demo model's shapes: gate_up 1536 x 256, down 256 x 768,
