@@ -159,14 +159,18 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
+// The k-formats' batch tiles are bound by their unpacking, not the stream (not measured with the
+// prefetch of streams_batch): one form for both.
 template <int MR, bool kSwiglu>
 struct TileQ4K {
     static constexpr TileFn run = tile_q4k<MR, kSwiglu>;
+    static constexpr TileFn streamed = run;
 };
 
 template <int MR, bool kSwiglu>
 struct TileQ6K {
     static constexpr TileFn run = tile_q6k<MR, kSwiglu>;
+    static constexpr TileFn streamed = run;
 };
 
 }  // namespace

@@ -31,19 +31,20 @@ inline void scale_group(const quant::QuantizedRows& x, int64_t m0, int64_t g, co
     }
 }
 
-template <int MR, bool kSwiglu>
+// kStream: a decode batch's tile, which asks for the panel's lines ahead (streams_batch).
+template <int MR, bool kSwiglu, bool kStream>
 void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-    const bool stream = MR >= 2 && streams_batch(x);  // one row: a lone decode, or a batch tail (cached)
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
     for (int64_t g = 0; g < w.n_blocks; ++g) {
         const uint8_t* blk = w.quant_block(p, g);
         __m512i acc[MR][2];
         for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-128 * x.xsum[(m0 + m) * x.G + g]);
+#pragma GCC unroll 8  // as without the prefetch: GCC stops unrolling it, and the accumulators then shuffle
         for (int j = 0; j < 8; ++j) {
-            if (stream) stream_ahead_batch_128(blk + j * 128);
+            if constexpr (kStream) stream_ahead_batch_128(blk + j * 128);
             const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(blk + j * 128), flip);
             const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(blk + j * 128 + 64), flip);
             for (int m = 0; m < MR; ++m) {
@@ -57,7 +58,7 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
-template <int MR, bool kSwiglu>
+template <int MR, bool kSwiglu, bool kStream>
 void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
@@ -68,7 +69,6 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
     // against 26.2-33.6 us, 5 of 5 interleaved rounds). Two rows measured the same either way; larger
     // tiles have no registers for the second set and shift the nibbles down.
     constexpr bool kInPlaceHigh = MR == 1;
-    const bool stream = MR >= 2 && streams_batch(x);  // one row: a lone decode, or a batch tail (cached)
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
     for (int64_t g = 0; g < w.n_blocks; ++g) {
@@ -77,8 +77,9 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
         for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-8 * x.xsum[(m0 + m) * x.G + g]);
         if constexpr (kInPlaceHigh)
             for (int m = 0; m < MR; ++m) acc16[m][0] = acc16[m][1] = _mm512_setzero_si512();
+#pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
-            if (stream) stream_ahead_batch_128(blk + j * 128);
+            if constexpr (kStream) stream_ahead_batch_128(blk + j * 128);
             const __m512i b0 = _mm512_loadu_si512(blk + j * 128), b1 = _mm512_loadu_si512(blk + j * 128 + 64);
             const __m512i lo0 = _mm512_and_si512(b0, low4), lo1 = _mm512_and_si512(b1, low4);
             if constexpr (kInPlaceHigh) {
@@ -112,14 +113,17 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
+// A one-row tile of a batch (its last row) reads the panel the tile before it left in cache.
 template <int MR, bool kSwiglu>
 struct TileQ8 {
-    static constexpr TileFn run = tile_q8<MR, kSwiglu>;
+    static constexpr TileFn run = tile_q8<MR, kSwiglu, false>;
+    static constexpr TileFn streamed = tile_q8<MR, kSwiglu, MR >= 2>;
 };
 
 template <int MR, bool kSwiglu>
 struct TileQ4 {
-    static constexpr TileFn run = tile_q4<MR, kSwiglu>;
+    static constexpr TileFn run = tile_q4<MR, kSwiglu, false>;
+    static constexpr TileFn streamed = tile_q4<MR, kSwiglu, MR >= 2>;
 };
 
 }  // namespace

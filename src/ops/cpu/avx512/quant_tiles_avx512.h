@@ -93,14 +93,19 @@ inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantizedRows& x
     }
 }
 
-// Every tile size of one format over the panels: Tile<MR, kSwiglu>::run is the format's tile of MR rows.
+// Every tile size of one format over the panels: Tile<MR, kSwiglu>::run is the format's tile of MR rows,
+// ::streamed its form for a decode batch (streams_batch; a separate instantiation, so that the prefetch
+// is decided at compile time: a run-time test in the tile's loop kept GCC from unrolling it).
 template <template <int, bool> class Tile, bool kSwiglu>
 inline void run_format(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                        int64_t p1) {
     static constexpr TileFn tiles[kMR] = {Tile<1, kSwiglu>::run, Tile<2, kSwiglu>::run, Tile<3, kSwiglu>::run,
                                           Tile<4, kSwiglu>::run, Tile<5, kSwiglu>::run, Tile<6, kSwiglu>::run};
+    static constexpr TileFn streamed[kMR] = {Tile<1, kSwiglu>::streamed, Tile<2, kSwiglu>::streamed,
+                                             Tile<3, kSwiglu>::streamed, Tile<4, kSwiglu>::streamed,
+                                             Tile<5, kSwiglu>::streamed, Tile<6, kSwiglu>::streamed};
     static_assert(kMR == 6, "one table entry per tile size");
-    run_panels<kSwiglu>(tiles, x, w, y, ldy, p0, p1);
+    run_panels<kSwiglu>(streams_batch(x) ? streamed : tiles, x, w, y, ldy, p0, p1);
 }
 
 }  // namespace gdn::cpu::avx512
