@@ -1,5 +1,5 @@
 // Software prefetch for weight streams: one-row ones (decode GEMVs, the greedy lm_head screen) on AVX2
-// CPUs, and the AVX-512 bf16 kernel's decode batches (below).
+// CPUs, and the AVX-512 kernels' decode batches (bf16, int8, int4-sym; below).
 // Those kernels spend several vector ops per 32 weight bytes, and the ops of the loop fill the core's
 // out-of-order window so that the hardware prefetchers alone kept ~0.75 of a plain read's bandwidth
 // on the Zen 3 AVX2 VM (docs/perf.md, "thirteenth session"). Each loop step that reads 128 bytes asks
@@ -22,11 +22,12 @@ inline void stream_ahead_128(const void* p) {
     _mm_prefetch(c + 64, _MM_HINT_T0);
 }
 
-// Decode batches on AVX-512 (2-12 rows over each bf16 weight panel at once, vdpbf16ps; not one row):
-// every 128 bytes of the panel cost 2 x rows dot products, so at 4-8 rows the loop's compute is about
-// the memory's time for its bytes, and with the hardware prefetchers alone the two did not overlap --
-// the step took their sum. Zen 5, 2 threads, the 0.8B shape, `gdn bench --concurrency 2,4,8` (ABBA):
-// steps 29-33 / 38 / 42-45 ms without, 25-27 / 27-29 / 31-36 with; 2, 4, 8 and 16 KB measured alike.
+// Decode batches on AVX-512 (2-12 rows over each weight panel at once; not one row): every 128 bytes of
+// a bf16 panel cost 2 x rows vdpbf16ps (of an int8 one 2 x rows vpdpbusd and its scales), so at 4-8
+// rows the loop's compute is about the memory's time for its bytes, and with the hardware prefetchers
+// alone the two did not overlap -- the step took their sum. Zen 5, 2 threads, the 0.8B shape in bf16,
+// `gdn bench --concurrency 2,4,8` (ABBA): steps 29-33 / 38 / 42-45 ms without, 25-27 / 27-29 / 31-36
+// with; 2, 4, 8 and 16 KB measured alike.
 constexpr int64_t kStreamAheadBatchBytes = 4096;
 inline void stream_ahead_batch_128(const void* p) {
     const char* c = static_cast<const char*>(p) + kStreamAheadBatchBytes;

@@ -205,8 +205,8 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
         // Decode / small batches: one pass over each weight panel, all rows at once (bandwidth bound).
         for (int64_t p = p0; p < p1; ++p) {
             const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
-            tile_dot_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), 0, w.K2, y + p * kPanelCols, ldy,
-                                      ncols, false, round_out);
+            tile_dot_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), 0, w.K2, y + p * kPanelCols,
+                                            ldy, ncols, false, round_out);
         }
         return;
     }
