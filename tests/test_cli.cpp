@@ -275,8 +275,8 @@ TEST(Cli, BenchAtDepth) {
 // step tables and traces are written; impossible values are named.
 TEST(Cli, ProfileDecodesABatchTogether) {
     TempDir tmp;
-    RunResult r = run_gdn("profile --model " + demo_model_dir() + " --prompt-len 8 --gen-len 3 --batch 3 --threads 2 --trace " +
-                          tmp.path() + "/t.json");
+    RunResult r = run_gdn("profile --model " + demo_model_dir() +
+                          " --prompt-len 8 --gen-len 3 --batch 3 --threads 2 --trace " + tmp.path() + "/t.json");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_NE(r.out.find("prefill: 1 steps"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("decode: 3 steps"), std::string::npos) << r.out;

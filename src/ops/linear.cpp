@@ -272,9 +272,9 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
     const bool bf16_weight = bf16_act && p.format == WeightFormat::BF16 && p.data.data();
     const bool dot = op_isa(OpId::LINEAR) == Isa::AVX512 && bf16_weight && has_bf16_dot();
     if (!dot) {
-        // The f32-FMA kernels: M <= kScreenMaxRows rows try the int8 screen on the x that linear() multiplies (rounded
-        // by the same code, then packed as bf16 pairs: exact); otherwise, and when the screen declines,
-        // the products are materialised and each row's argmax taken.
+        // The f32-FMA kernels: M <= kScreenMaxRows rows try the int8 screen on the x that linear()
+        // multiplies (rounded by the same code, then packed as bf16 pairs: exact); otherwise, and when the
+        // screen declines, the products are materialised and each row's argmax taken.
         if (bf16_weight && w.screen && M <= kScreenMaxRows && argmax_screen_available()) {
             float* xr = products_scratch(M * K);
             std::memcpy(xr, x, M * K * sizeof(float));

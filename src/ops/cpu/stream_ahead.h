@@ -16,11 +16,14 @@ namespace gdn::cpu {
 // 1 KB: int8 GEMV (131072 x 1024, 2 threads) 21.2-21.6 GB/s against 19.5-21.0 at 2 KB and 17.6-18.7
 // with none; bf16 decode of the 0.8B shape 0.80-0.85 of its roofline against 0.77-0.80 at 512 B.
 constexpr int64_t kStreamAheadBytes = 1024;
-inline void stream_ahead_128(const void* p) {
-    const char* c = static_cast<const char*>(p) + kStreamAheadBytes;
+
+// The two lines of the 128 bytes `ahead` bytes past p, into L1.
+inline void prefetch_128_ahead(const void* p, int64_t ahead) {
+    const char* c = static_cast<const char*>(p) + ahead;
     _mm_prefetch(c, _MM_HINT_T0);
     _mm_prefetch(c + 64, _MM_HINT_T0);
 }
+inline void stream_ahead_128(const void* p) { prefetch_128_ahead(p, kStreamAheadBytes); }
 
 // Decode batches on AVX-512 (2-12 rows over each weight panel at once; not one row): every 128 bytes of
 // a bf16 panel cost 2 x rows vdpbf16ps (of an int8 one 2 x rows vpdpbusd and its scales), so at 4-8
@@ -29,10 +32,6 @@ inline void stream_ahead_128(const void* p) {
 // `gdn bench --concurrency 2,4,8` (ABBA): steps 29-33 / 38 / 42-45 ms without, 25-27 / 27-29 / 31-36
 // with; 2, 4, 8 and 16 KB measured alike.
 constexpr int64_t kStreamAheadBatchBytes = 4096;
-inline void stream_ahead_batch_128(const void* p) {
-    const char* c = static_cast<const char*>(p) + kStreamAheadBatchBytes;
-    _mm_prefetch(c, _MM_HINT_T0);
-    _mm_prefetch(c + 64, _MM_HINT_T0);
-}
+inline void stream_ahead_batch_128(const void* p) { prefetch_128_ahead(p, kStreamAheadBatchBytes); }
 
 }  // namespace gdn::cpu
