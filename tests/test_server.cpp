@@ -372,6 +372,24 @@ TEST(ArrivalWait, StopsHoldingWhenNobodyComesAndProbes) {
     EXPECT_EQ(w.budget_ms(1, 200, 0), 10);
 }
 
+// The end of a closed-loop batch expires its last holds; once the server has nothing to run, the next
+// batch starts holding again at once instead of probing every kProbeEvery-th chance.
+TEST(ArrivalWait, IdleForgetsTheExpiredHoldsOfTheTrafficBefore) {
+    ArrivalWait w(10);
+    for (int i = 0; i < 8; ++i)
+        if (w.budget_ms(1, 200, 0) > 0) w.observe(false);
+    ASSERT_LT(w.answered_share(), ArrivalWait::kMinAnswered);
+    int holds = 0;
+    for (int i = 0; i < ArrivalWait::kProbeEvery - 1; ++i) holds += w.budget_ms(1, 200, 0) > 0;
+    EXPECT_LE(holds, 1);  // probing only
+    w.idle();
+    EXPECT_EQ(w.answered_share(), 1.0);
+    for (int i = 0; i < ArrivalWait::kProbeEvery; ++i) {
+        EXPECT_EQ(w.budget_ms(1, 200, 0), 10);
+        w.observe(true);
+    }
+}
+
 // A server with --arrival-wait-ms: after a step that ended a request while another one kept decoding,
 // the engine thread held the next step for a new request, and /metrics counts it (nobody came here, so
 // the hold expired).
@@ -407,6 +425,54 @@ TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
     EXPECT_GE(metric("gdn_arrival_waits_total"), 1.0);
     EXPECT_GE(metric("gdn_arrival_waits_expired_total"), 1.0);
     EXPECT_GT(metric("gdn_arrival_wait_seconds_total"), 0.0);
+}
+
+// Holds that expired under one burst of traffic (short requests ending beside a long one, nobody sending
+// a next one) lower the answered share; once the server has had nothing to run, it is 1 again, so the
+// next burst's clients get their holds (the old server kept probing only: TTFT two steps, not one).
+TEST(ArrivalWaitServer, IdleServerForgetsTheLastBurstsExpiredHolds) {
+    OneThread one;
+    EngineConfig ec;
+    ec.max_model_len = 256;
+    ec.max_num_seqs = 4;
+    ec.cache_memory = 16ull << 20;
+    ServerConfig sc;
+    sc.arrival_wait_ms = 50;
+    auto server = demo_server(ec, sc);
+    ASSERT_NE(server, nullptr);
+    auto metric = [&](const std::string& name) {
+        httplib::Client c("127.0.0.1", server->port());
+        auto r = c.Get("/metrics");
+        const auto p = r ? r->body.find("\n" + name + " ") : std::string::npos;
+        return p == std::string::npos ? -1.0 : std::stod(r->body.substr(p + name.size() + 2));
+    };
+    EXPECT_EQ(metric("gdn_arrival_wait_answered_share"), 1.0);
+    std::atomic<bool> long_done{false};
+    auto send = [&](int max_tokens) {
+        httplib::Client c("127.0.0.1", server->port());
+        c.set_read_timeout(60, 0);
+        auto r = c.Post("/v1/completions",
+                        strprintf(R"({"prompt":"Once upon a time","max_tokens":%d,"ignore_eos":true})", max_tokens),
+                        "application/json");
+        EXPECT_TRUE(r && r->status == 200);
+    };
+    std::thread long_one([&] {
+        send(240);
+        long_done = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Short requests one at a time, each after a pause longer than any hold: their ends' holds expire.
+    double lowest = 1;
+    for (int i = 0; i < 12 && !long_done && lowest >= 1; ++i) {
+        send(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(60));
+        lowest = std::min(lowest, metric("gdn_arrival_wait_answered_share"));
+    }
+    long_one.join();
+    ASSERT_LT(lowest, 1.0) << "no hold expired while the long request decoded";
+    for (int i = 0; i < 100 && metric("gdn_arrival_wait_answered_share") < 1.0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(metric("gdn_arrival_wait_answered_share"), 1.0);
 }
 
 // The server over a model quantized at load: chat answers, and streaming equals non-streaming.

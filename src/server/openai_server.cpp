@@ -70,6 +70,7 @@ struct OpenAIServer::Impl {
     // --arrival-wait-ms: steps held for the next requests of clients whose requests had just ended.
     uint64_t arrival_waits_answered = 0, arrival_waits_expired = 0;
     double arrival_wait_seconds = 0;
+    double arrival_answered_share = 1;  // ArrivalWait::answered_share(): below kMinAnswered, holds only probe
     std::atomic<uint64_t> requests_refused{0};  // 503: over --max-queue
     Histogram ttft{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
     Histogram tpot{{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1}};
@@ -121,6 +122,11 @@ void OpenAIServer::Impl::engine_loop() {
                 return n;
             };
             if (incoming.empty() && !engine->has_unfinished() && !stopping) {
+                arrival_wait.idle();
+                {
+                    std::lock_guard<std::mutex> ml(m_mu);
+                    arrival_answered_share = arrival_wait.answered_share();
+                }
                 q_cv.wait_for(lock, std::chrono::milliseconds(50));
             } else if (const double budget = arrival_wait.budget_ms(ended_last_step, last_step_ms,
                                                                     engine_waiting + arrived_since_step(false));
@@ -133,6 +139,7 @@ void OpenAIServer::Impl::engine_loop() {
                 std::lock_guard<std::mutex> ml(m_mu);
                 arrival_wait_seconds += now_seconds() - t0;
                 (came ? arrival_waits_answered : arrival_waits_expired)++;
+                arrival_answered_share = arrival_wait.answered_share();
             }
             ended_last_step = 0;  // one wait per step
             fresh.assign(incoming.begin(), incoming.end());
@@ -349,6 +356,9 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
         gauge("gdn_arrival_waits_expired_total", "of those, holds that ended without the requests arriving",
               double(arrival_waits_expired), "counter");
         gauge("gdn_arrival_wait_seconds_total", "time steps were held for new requests", arrival_wait_seconds, "counter");
+        gauge("gdn_arrival_wait_answered_share",
+              "recent holds' share that their requests answered (below 0.3 holds only probe; 1 again when idle)",
+              arrival_answered_share);
         gauge("gdn_prompt_tokens_total", "prompt tokens received", double(st.prompt_tokens), "counter");
         gauge("gdn_generation_tokens_total", "tokens generated", double(st.generation_tokens), "counter");
         gauge("gdn_kv_blocks_total", "KV cache blocks", st.kv_blocks_total);
