@@ -3,9 +3,11 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include "server/openai_server.h"
@@ -51,6 +53,14 @@ inline std::unique_ptr<RunningServer> demo_server(const EngineConfig& ec, Server
     if (tok) *tok = *t;
     if (sc.served_model_name.empty()) sc.served_model_name = "demo";
     return std::make_unique<RunningServer>(std::move(*e), *t, sc);
+}
+
+// The value of one line of the server's /metrics (Prometheus text: "name value"); -1 when absent.
+inline double scrape_metric(int port, const std::string& name) {
+    httplib::Client c("127.0.0.1", port);
+    auto r = c.Get("/metrics");
+    const auto p = r ? r->body.find("\n" + name + " ") : std::string::npos;
+    return p == std::string::npos ? -1.0 : std::stod(r->body.substr(p + name.size() + 2));
 }
 
 }  // namespace gdn::test

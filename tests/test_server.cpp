@@ -390,6 +390,16 @@ TEST(ArrivalWait, IdleForgetsTheExpiredHoldsOfTheTrafficBefore) {
     }
 }
 
+// A /v1/completions request of max_tokens tokens (ignore_eos) from its own client; expects 200.
+void complete_ignoring_eos(int port, int max_tokens) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(60, 0);
+    auto r = c.Post("/v1/completions",
+                    strprintf(R"({"prompt":"Once upon a time","max_tokens":%d,"ignore_eos":true})", max_tokens),
+                    "application/json");
+    EXPECT_TRUE(r && r->status == 200);
+}
+
 // A server with --arrival-wait-ms: after a step that ended a request while another one kept decoding,
 // the engine thread held the next step for a new request, and /metrics counts it (nobody came here, so
 // the hold expired).
@@ -403,21 +413,9 @@ TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
     sc.arrival_wait_ms = 50;
     auto server = demo_server(ec, sc);
     ASSERT_NE(server, nullptr);
-    auto metric = [&](const std::string& name) {
-        httplib::Client c("127.0.0.1", server->port());
-        auto r = c.Get("/metrics");
-        const auto p = r ? r->body.find("\n" + name + " ") : std::string::npos;
-        return p == std::string::npos ? -1.0 : std::stod(r->body.substr(p + name.size() + 2));
-    };
+    auto metric = [&](const std::string& name) { return scrape_metric(server->port(), name); };
     EXPECT_EQ(metric("gdn_arrival_waits_total"), 0.0);
-    auto send = [&](int max_tokens) {
-        httplib::Client c("127.0.0.1", server->port());
-        c.set_read_timeout(60, 0);
-        auto r = c.Post("/v1/completions",
-                        strprintf(R"({"prompt":"Once upon a time","max_tokens":%d,"ignore_eos":true})", max_tokens),
-                        "application/json");
-        EXPECT_TRUE(r && r->status == 200);
-    };
+    auto send = [&](int max_tokens) { complete_ignoring_eos(server->port(), max_tokens); };
     std::thread long_one([&] { send(150); });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     send(2);  // ends while the long one decodes
@@ -440,22 +438,10 @@ TEST(ArrivalWaitServer, IdleServerForgetsTheLastBurstsExpiredHolds) {
     sc.arrival_wait_ms = 50;
     auto server = demo_server(ec, sc);
     ASSERT_NE(server, nullptr);
-    auto metric = [&](const std::string& name) {
-        httplib::Client c("127.0.0.1", server->port());
-        auto r = c.Get("/metrics");
-        const auto p = r ? r->body.find("\n" + name + " ") : std::string::npos;
-        return p == std::string::npos ? -1.0 : std::stod(r->body.substr(p + name.size() + 2));
-    };
+    auto metric = [&](const std::string& name) { return scrape_metric(server->port(), name); };
     EXPECT_EQ(metric("gdn_arrival_wait_answered_share"), 1.0);
     std::atomic<bool> long_done{false};
-    auto send = [&](int max_tokens) {
-        httplib::Client c("127.0.0.1", server->port());
-        c.set_read_timeout(60, 0);
-        auto r = c.Post("/v1/completions",
-                        strprintf(R"({"prompt":"Once upon a time","max_tokens":%d,"ignore_eos":true})", max_tokens),
-                        "application/json");
-        EXPECT_TRUE(r && r->status == 200);
-    };
+    auto send = [&](int max_tokens) { complete_ignoring_eos(server->port(), max_tokens); };
     std::thread long_one([&] {
         send(240);
         long_done = true;

@@ -413,12 +413,7 @@ TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
     EXPECT_NE(bad["error"]["message"].get<std::string>().find("format"), std::string::npos) << bad.dump();
 }
 
-double metric(const std::string& name, int port) {
-    httplib::Client c("127.0.0.1", port);
-    auto r = c.Get("/metrics");
-    const auto p = r->body.find("\n" + name + " ");
-    return p == std::string::npos ? -1 : std::stod(r->body.substr(p + name.size() + 2));
-}
+double metric(const std::string& name, int port) { return scrape_metric(port, name); }
 
 // n = 3 with a seed: three distinct samples, the same three again, streamed as three indexed choices;
 // the prompt is prefilled once (the others compute only its tail after the last full block).

@@ -36,8 +36,8 @@ public:
     // The server has nothing to run: what the holds learned described the traffic that just ended. The
     // end of every closed-loop batch expires its last holds (its clients have nothing more to send), and
     // kept, that history made the next batch's clients miss their step for up to kProbeEvery chances
-    // each: measured on the 0.8B shape here, `gdn bench --base-url` at c = 8 run twice against one
-    // server, the second run's TTFT p50 was two steps (505-546 ms) where the first run's was one (256-285).
+    // each: measured on the 0.8B shape here, `gdn bench --base-url` at c = 8 run again against one server,
+    // the later runs' TTFT p50 was two steps (449-553 ms) where the first run's was one (235-285).
     void idle() {
         answered_ = 1;
         skipped_ = 0;
