@@ -400,18 +400,23 @@ void complete_ignoring_eos(int port, int max_tokens) {
     EXPECT_TRUE(r && r->status == 200);
 }
 
-// A server with --arrival-wait-ms: after a step that ended a request while another one kept decoding,
-// the engine thread held the next step for a new request, and /metrics counts it (nobody came here, so
-// the hold expired).
-TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
-    OneThread one;
+// The demo model served with --arrival-wait-ms 50 (holds of at most a quarter of a step).
+std::unique_ptr<RunningServer> arrival_hold_server() {
     EngineConfig ec;
     ec.max_model_len = 256;
     ec.max_num_seqs = 4;
     ec.cache_memory = 16ull << 20;
     ServerConfig sc;
     sc.arrival_wait_ms = 50;
-    auto server = demo_server(ec, sc);
+    return demo_server(ec, sc);
+}
+
+// A server with --arrival-wait-ms: after a step that ended a request while another one kept decoding,
+// the engine thread held the next step for a new request, and /metrics counts it (nobody came here, so
+// the hold expired).
+TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
+    OneThread one;
+    auto server = arrival_hold_server();
     ASSERT_NE(server, nullptr);
     auto metric = [&](const std::string& name) { return scrape_metric(server->port(), name); };
     EXPECT_EQ(metric("gdn_arrival_waits_total"), 0.0);
@@ -430,13 +435,7 @@ TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
 // next burst's clients get their holds (the old server kept probing only: TTFT two steps, not one).
 TEST(ArrivalWaitServer, IdleServerForgetsTheLastBurstsExpiredHolds) {
     OneThread one;
-    EngineConfig ec;
-    ec.max_model_len = 256;
-    ec.max_num_seqs = 4;
-    ec.cache_memory = 16ull << 20;
-    ServerConfig sc;
-    sc.arrival_wait_ms = 50;
-    auto server = demo_server(ec, sc);
+    auto server = arrival_hold_server();
     ASSERT_NE(server, nullptr);
     auto metric = [&](const std::string& name) { return scrape_metric(server->port(), name); };
     EXPECT_EQ(metric("gdn_arrival_wait_answered_share"), 1.0);
