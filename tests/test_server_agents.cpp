@@ -413,8 +413,6 @@ TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
     EXPECT_NE(bad["error"]["message"].get<std::string>().find("format"), std::string::npos) << bad.dump();
 }
 
-double metric(const std::string& name, int port) { return scrape_metric(port, name); }
-
 // n = 3 with a seed: three distinct samples, the same three again, streamed as three indexed choices;
 // the prompt is prefilled once (the others compute only its tail after the last full block).
 TEST_F(AgentServerTest, NSamplesShareOnePrefill) {
@@ -423,9 +421,11 @@ TEST_F(AgentServerTest, NSamplesShareOnePrefill) {
     const int64_t P = static_cast<int64_t>((*tok_)->encode(prompt).size());
     const Json body = {{"prompt", prompt}, {"n", 3}, {"seed", 11}, {"temperature", 1.0}, {"max_tokens", 8}};
     const int port = server_->port();
-    const double q0 = metric("gdn_prefix_cache_queries_total", port), h0 = metric("gdn_prefix_cache_hits_total", port);
+    const double q0 = scrape_metric(port, "gdn_prefix_cache_queries_total"),
+                 h0 = scrape_metric(port, "gdn_prefix_cache_hits_total");
     Json a = ok("/v1/completions", body);
-    const double q1 = metric("gdn_prefix_cache_queries_total", port), h1 = metric("gdn_prefix_cache_hits_total", port);
+    const double q1 = scrape_metric(port, "gdn_prefix_cache_queries_total"),
+                 h1 = scrape_metric(port, "gdn_prefix_cache_hits_total");
     const double computed = (q1 - q0) - (h1 - h0);
     EXPECT_GE(computed, P);
     EXPECT_LT(computed, P + 2 * 16) << "the prompt was prefilled more than once";  // block size 16
