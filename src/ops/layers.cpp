@@ -543,15 +543,17 @@ void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, cons
         uint32_t* kt = reinterpret_cast<uint32_t*>(sc.f32(ATTN_PACKED_KV, static_cast<size_t>(2 * Hkv * per_head)));
         uint32_t* vp = kt + Hkv * per_head;
         const int64_t ranges = (nk + kPackKeys - 1) / kPackKeys;
+        const bool amx = has_amx_bf16();
+        const int64_t key_chunk = amx ? nk : cpu::avx512::kDotKeyChunk;
         global_pool().parallel_for(Hkv * ranges, [&](int64_t u0, int64_t u1) {
             for (int64_t u = u0; u < u1; ++u) {
                 const int64_t g = u / ranges, j0 = (u % ranges) * kPackKeys;
                 cpu::avx512::attention_bf16_pack(s.kv, g * D, D, n_keys, j0, std::min(nk, j0 + kPackKeys),
-                                                kt + g * per_head, vp + g * per_head, nk);
+                                                kt + g * per_head, vp + g * per_head, nk, key_chunk);
             }
         });
         const int64_t n_blocks = (s.T + tokens_per_block - 1) / tokens_per_block;
-        const auto block = has_amx_bf16() ? cpu::avx512::attention_amx_block : cpu::avx512::attention_dot_block;
+        const auto block = amx ? cpu::avx512::attention_amx_block : cpu::avx512::attention_dot_block;
         global_pool().run([&](int ith, int nth) {
             for (int64_t u = ith; u < Hkv * n_blocks; u += nth) {
                 const int64_t blk = u / Hkv, g = u % Hkv, tb = blk * tokens_per_block;

@@ -30,14 +30,14 @@ namespace gdn::cpu::avx512 {
 
 namespace {
 
-constexpr int kChunk = 64;     // keys per online-softmax step: 4 vectors of S, 32 key pairs of P . V
+constexpr int kChunk = kDotKeyChunk;  // keys per online-softmax step: 4 vectors of S, 32 key pairs of P . V
 constexpr int kTileRows = 6;   // rows per register tile: 6 x 4 f32 accumulators + 4 operand vectors
 constexpr int kMaxRows = 32;
 
 inline __m512bh as_pairs(__m512i v) { return (__m512bh)v; }
 
 // s [R][kChunk] = the rows' q pairs (qa, row stride D2) dotted with keys [0, 16 NV) of the chunk (kt: row
-// i = dim pair i, stride nk).
+// i = dim pair i, stride nk: the chunk's width).
 template <int R, int NV>
 void score_tile(const uint32_t* qa, int64_t D2, const uint32_t* kt, int64_t nk, float* s) {
     __m512 acc[R][NV];
@@ -98,6 +98,18 @@ constexpr auto kScore2 = tiles_by_rows<Score, 2>(std::make_integer_sequence<int,
 constexpr auto kValue4 = tiles_by_rows<Value, 4>(std::make_integer_sequence<int, kTileRows>{});
 constexpr auto kValue2 = tiles_by_rows<Value, 2>(std::make_integer_sequence<int, kTileRows>{});
 
+// Calls f(r, R) for rows [r0, rows) as register tiles of at most kTileRows rows, as even as they go (32
+// rows: 6 6 5 5 5 5, not 6 6 6 6 6 2: a 2-row tile has too few accumulators to cover vdpbf16ps' latency).
+template <typename F>
+void for_row_tiles(int r0, int rows, F&& f) {
+    const int n = rows - r0, tiles = (n + kTileRows - 1) / kTileRows;
+    for (int t = 0, r = r0; t < tiles; ++t) {
+        const int R = n / tiles + (t < n % tiles ? 1 : 0);
+        f(r, R);
+        r += R;
+    }
+}
+
 struct alignas(64) DotScratch {
     std::vector<uint32_t> qa;  // [rows][D / 2]
     std::vector<float> o;      // [rows][D]
@@ -130,11 +142,12 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
         // Rows with a key in this chunk: limits grow with the row, so they are [r0, rows).
         int r0 = 0;
         while (limit(r0) <= c0) ++r0;
-        const int nv = static_cast<int>(std::min<int64_t>(kChunk, nk - c0)) / 16;  // 4, or 2 at a 32-key tail of nk
-        for (int r = r0; r < rows; r += kTileRows) {
-            const int R = std::min(kTileRows, rows - r);
-            (nv == 4 ? kScore4 : kScore2)[R - 1](b.qa.data() + r * D2, D2, kt + c0, nk, b.s + r * kChunk);
-        }
+        const int64_t width = packed_key_chunk_width(c0, nk, kChunk);  // 64, or 32 at a 32-key tail of nk
+        const int nv = static_cast<int>(width) / 16;
+        const uint32_t* kc = kt + packed_key_chunk_start(c0, D2, kChunk);
+        for_row_tiles(r0, rows, [&](int r, int R) {
+            (nv == 4 ? kScore4 : kScore2)[R - 1](b.qa.data() + r * D2, D2, kc, width, b.s + r * kChunk);
+        });
         for (int r = r0; r < rows; ++r) {
             const float* sr = b.s + r * kChunk;
             const int64_t valid = std::min<int64_t>(16 * nv, limit(r) - c0);
@@ -161,12 +174,12 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
                 _mm512_storeu_si512(pr + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
         }
         const uint32_t* vc = vp + (c0 / 2) * D;
-        for (int r = r0; r < rows; r += kTileRows) {
-            const int R = std::min(kTileRows, rows - r);
-            int64_t d = 0;
-            for (; d + 64 <= D; d += 64)
-                kValue4[R - 1](b.pa + r * (kChunk / 2), 8 * nv, vc + d, D, b.corr + r, b.o.data() + r * D + d);
-            if (d < D) kValue2[R - 1](b.pa + r * (kChunk / 2), 8 * nv, vc + d, D, b.corr + r, b.o.data() + r * D + d);
+        // Dims outside, rows inside: a 64-dim strip of the chunk's V (8 KiB) stays in L1 for every row tile.
+        for (int64_t d = 0; d < D; d += 64) {
+            const auto& value = D - d >= 64 ? kValue4 : kValue2;
+            for_row_tiles(r0, rows, [&](int r, int R) {
+                value[R - 1](b.pa + r * (kChunk / 2), 8 * nv, vc + d, D, b.corr + r, b.o.data() + r * D + d);
+            });
         }
     }
     for (int r = 0; r < rows; ++r) {
@@ -190,14 +203,18 @@ inline float kv_value(const E* p, int64_t i) {
 
 template <typename E>
 void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1, uint32_t* kt,
-               uint32_t* vp, int64_t nk) {
-    // kt [D/2][nk]: column j holds key j's dims as pairs; vp [nk/2][D]: row jp holds keys 2jp, 2jp+1 per dim.
+               uint32_t* vp, int64_t nk, int64_t key_chunk) {
+    // kt: key j's dims as pairs in its chunk's [D/2][width] array; vp [nk/2][D]: row jp holds keys 2jp,
+    // 2jp+1 per dim.
+    const int64_t D2 = D / 2;
     for (int64_t j = j0; j < j1; ++j) {
+        const int64_t width = packed_key_chunk_width(j, nk, key_chunk);
+        uint32_t* col = kt + packed_key_chunk_start(j, D2, key_chunk) + j % key_chunk;
         if (j < n_keys) {
             const E* k = kv.k<E>(j) + hoff;
-            for (int64_t i = 0; i < D / 2; ++i) kt[i * nk + j] = bf16_pair(kv_value(k, 2 * i), kv_value(k, 2 * i + 1));
+            for (int64_t i = 0; i < D2; ++i) col[i * width] = bf16_pair(kv_value(k, 2 * i), kv_value(k, 2 * i + 1));
         } else {
-            for (int64_t i = 0; i < D / 2; ++i) kt[i * nk + j] = 0;
+            for (int64_t i = 0; i < D2; ++i) col[i * width] = 0;
         }
     }
     for (int64_t jp = j0 / 2; jp < j1 / 2; ++jp) {
@@ -212,9 +229,9 @@ void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_
 }  // namespace
 
 void attention_bf16_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1,
-                         uint32_t* kt, uint32_t* vp, int64_t nk) {
-    if (kv.bf16) pack_keys<uint16_t>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk);
-    else pack_keys<float>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk);
+                         uint32_t* kt, uint32_t* vp, int64_t nk, int64_t key_chunk) {
+    if (kv.bf16) pack_keys<uint16_t>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk, key_chunk);
+    else pack_keys<float>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk, key_chunk);
 }
 
 }  // namespace gdn::cpu::avx512
