@@ -7,6 +7,9 @@
 //   m' = max(m, scale S on the row's causal keys); P = exp(scale S - m'), 0 past the row's limit
 //   O = O exp(m - m') + (P as bf16 pairs) . V chunk     vdpbf16ps, V from vp (key pairs, dims along a row)
 //   l = l exp(m - m') + sum P;  finally out = O / l (x sigmoid(gate))
+// in base 2: m, m' and the scores are in units of log2(e) (scale log2(e) S), so P = 2^(. - m') costs a
+// rounding, a degree-4 polynomial and a vscalefps (exp2_nonpositive; P is then rounded to bf16 anyway),
+// and l stays a vector of 16 lane sums until the row's end.
 //
 // Register tiles of up to kTileRows rows x 4 vectors (64 keys of S, 64 dims of O), the operand row
 // loaded once per step and each row's pair broadcast. A row is only touched by chunks that hold at least
@@ -35,6 +38,20 @@ constexpr int kTileRows = 6;   // rows per register tile: 6 x 4 f32 accumulators
 constexpr int kMaxRows = 32;
 
 inline __m512bh as_pairs(__m512i v) { return (__m512bh)v; }
+
+// 2^x for x <= 0 (scores minus their running maximum), to ~4.5e-5 relative (the first dropped Taylor
+// term, (ln2 / 2)^5 / 5!), far inside the bf16 rounding of P (up to 2^-9) that follows: x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f by its degree-4 Taylor
+// polynomial, 2^n by vscalefps, which gives exact 0 (not a denormal trap or a clamp) for x far below 0.
+inline __m512 exp2_nonpositive(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(9.6181291076e-3f);                // ln2^4 / 4!
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));  // ln2^3 / 3!
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));  // ln2^2 / 2!
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));  // ln2
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
 
 // s [R][kChunk] = the rows' q pairs (qa, row stride D2) dotted with keys [0, 16 NV) of the chunk (kt: row
 // i = dim pair i, stride nk: the chunk's width).
@@ -115,7 +132,8 @@ struct alignas(64) DotScratch {
     std::vector<float> o;      // [rows][D]
     float s[kMaxRows * kChunk];
     uint32_t pa[kMaxRows * kChunk / 2];
-    float m[kMaxRows], l[kMaxRows], corr[kMaxRows];
+    float m[kMaxRows], corr[kMaxRows];  // m in units of log2(e)
+    __m512 l[kMaxRows];                  // per row, 16 lane sums of P
 };
 
 }  // namespace
@@ -135,9 +153,9 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
         for (int64_t d = 0; d < D; d += 32) pack_pairs32(q_row(r) + d, b.qa.data() + r * D2 + d / 2);
         std::fill(b.o.data() + r * D, b.o.data() + (r + 1) * D, 0.0f);
         b.m[r] = -INFINITY;
-        b.l[r] = 0.0f;
+        b.l[r] = _mm512_setzero_ps();
     }
-    const __m512 vscale = _mm512_set1_ps(scale);
+    const __m512 vscale = _mm512_set1_ps(scale * 1.44269504088896341f);  // scale log2(e)
     for (int64_t c0 = 0; c0 < nkb; c0 += kChunk) {
         // Rows with a key in this chunk: limits grow with the row, so they are [r0, rows).
         int r0 = 0;
@@ -158,17 +176,17 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
             }
             const float m_new = std::max(b.m[r], _mm512_reduce_max_ps(vmax));
             // exp(m - m') is exactly 1 when the maximum stays (and 0 on the row's first chunk).
-            b.corr[r] = m_new == b.m[r] ? 1.0f : std::exp(b.m[r] - m_new);
+            b.corr[r] = m_new == b.m[r] ? 1.0f : std::exp2(b.m[r] - m_new);
             b.m[r] = m_new;
             const __m512 mx = _mm512_set1_ps(m_new);
             __m512 vsum = _mm512_setzero_ps();
             __m512 p[4];
             for (int v = 0; v < nv; ++v) {
-                // Keys past the row's limit are exact zeros (vexp clamps: it never returns 0 by itself).
-                p[v] = _mm512_maskz_mov_ps(simd::lanes_mask(valid - 16 * v), simd::vexp(_mm512_sub_ps(sv[v], mx)));
+                // Keys past the row's limit are exact zeros (their scores are not <= m').
+                p[v] = _mm512_maskz_mov_ps(simd::lanes_mask(valid - 16 * v), exp2_nonpositive(_mm512_sub_ps(sv[v], mx)));
                 vsum = _mm512_add_ps(vsum, p[v]);
             }
-            b.l[r] = b.l[r] * b.corr[r] + _mm512_reduce_add_ps(vsum);
+            b.l[r] = _mm512_fmadd_ps(b.l[r], _mm512_set1_ps(b.corr[r]), vsum);
             uint32_t* pr = b.pa + r * (kChunk / 2);
             for (int v = 0; v < nv; v += 2)
                 _mm512_storeu_si512(pr + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
@@ -184,7 +202,7 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
     }
     for (int r = 0; r < rows; ++r) {
         const int64_t at = (r % group) * D;  // row r: token tb + r / group, head r % group of the group
-        write_gated_row(b.o.data() + r * D, 1.0f / b.l[r], gate ? gate + (tb + r / group) * ldq + at : nullptr, D,
+        write_gated_row(b.o.data() + r * D, 1.0f / _mm512_reduce_add_ps(b.l[r]), gate ? gate + (tb + r / group) * ldq + at : nullptr, D,
                         out + (tb + r / group) * ldo + at);
     }
 }
