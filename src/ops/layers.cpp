@@ -28,6 +28,11 @@ namespace {
 #define GDN_KERNEL(isa, fn, ...) \
     ((isa) == Isa::AVX512 ? cpu::avx512::fn(__VA_ARGS__) : cpu::avx2::fn(__VA_ARGS__))
 
+// Asks for the cache lines of x[0, n).
+void prefetch_floats(const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; i += 16) __builtin_prefetch(x + i);
+}
+
 void round_inplace(float* x, int64_t n, bool bf16) {
     ref::round_activations(x, n, bf16);
 }
@@ -241,7 +246,7 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
 // head) — the conv of the head's q, k and v channels, the L2 norms, the gates, the delta-rule step of its
 // value heads and their gated norm — so a head's conv state, delta-rule state and outputs are touched
 // while they are in cache, and the mixer takes one barrier instead of four. Same kernels and per-element
-// arithmetic as the staged path below (bitwise equal; the test runs both). A sequence's tokens run one
+// arithmetic as the prefill path below (bitwise equal; the test runs both). A sequence's tokens run one
 // after the other in its unit, each reading the state the previous token left: each token is exactly a
 // decode step. y [N, CD] and core [N, VD] are the unit's scratch rows; out null: the states only (a
 // commit), no gated norm.
@@ -330,7 +335,7 @@ void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& sc, bool bf1
     const GdnParams& p0 = *layers[0].p;
     const int64_t Hk = p0.Hk, CD = 2 * Hk * p0.Dk + p0.Hv * p0.Dv, VD = p0.Hv * p0.Dv;
     int64_t N = 0;
-    std::vector<int64_t>& first = sc.gdn_rows;  // the first unit of each layer, then the total
+    std::vector<int64_t>& first = sc.gdn_commit_units;  // the first unit of each layer, then the total
     first.clear();
     int64_t units = 0;
     for (const GdnCommitLayer& l : layers) {
@@ -372,15 +377,8 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
     const Isa isa = conv_isa;
     const int64_t Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, r = Hv / Hk;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
-    int64_t N = 0;
-    for (const auto& s : all_seqs) N = std::max(N, s.t0 + s.T);
-    float* y = sc.f32(GDN_QKV, N * CD);      // conv output: q | k | v per token
-    float* g = sc.f32(GDN_LOG_DECAY, N * Hv);      // log decay; the recurrent kernels take exp(g), the chunked one sums g
-    float* beta = sc.f32(GDN_BETA, N * Hv);
-    float* kq = sc.f32(GDN_KQ, N * Hk);    // k . q per key head (shared by its value heads)
-    float* core = sc.f32(GDN_CORE, N * VD);  // delta-rule output
     ThreadPool& pool = global_pool();
-    // Decode steps and verified drafts run fused, token by token; prefill chunks run staged below.
+    // Decode steps and verified drafts run token by token; prefill chunks in token blocks below.
     std::vector<GdnSeq>& stepwise = sc.gdn_step_seqs;
     std::vector<GdnSeq>& seqs = sc.gdn_staged_seqs;
     stepwise.clear();
@@ -391,131 +389,104 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
     }
     if (!stepwise.empty()) {
         GDN_PROFILE("gdn.decode");
+        int64_t N = 0;
+        for (const GdnSeq& s : stepwise) N = std::max(N, s.t0 + s.T);
+        float* y = sc.f32(GDN_QKV, N * CD);      // conv output: q | k | v per token
+        float* core = sc.f32(GDN_CORE, N * VD);  // delta-rule output
         gdn_stepwise_fused(proj, ldp, stepwise, p, y, core, out, isa, bf16);
     }
     if (seqs.empty()) return;
-    // The staged path's token rows (all rows of its sequences; the others are done).
-    std::vector<int64_t>& rows = sc.gdn_rows;
-    rows.clear();
-    for (const GdnSeq& s : seqs)
-        for (int64_t t = s.t0; t < s.t0 + s.T; ++t) rows.push_back(t);
-    const int64_t NR = static_cast<int64_t>(rows.size());
-
-    // 1. conv + SiLU: per sequence, channels split over threads.
+    // Prefill: one pass per (sequence, key head), tokens in blocks of kBlock. A block's conv output of the
+    // head's q, k and v channels goes straight into per-thread head-contiguous rows (the kernel then
+    // streams q, k, v sequentially), gets its L2 norms and gates there, runs the delta rule of each value
+    // head, and leaves through the gated norm into `out`: no [N, CD] conv output, no second pass over it
+    // for the norms and none over the rule's output for the gated norm (at 4096 tokens those three passes
+    // moved ~0.5 GB per layer). Same kernels and per-element arithmetic as the fused decode unit above.
     {
-        GDN_PROFILE("gdn.conv");
-        for (const GdnSeq& s : seqs) {
-            pool.run([&](int ith, int nth) {
-                int64_t c0, c1;
-                split_range((CD + 15) / 16, ith, nth, &c0, &c1);
-                c0 *= 16;
-                c1 = std::min(CD, c1 * 16);
-                if (c0 < c1)
-                    GDN_KERNEL(isa, conv1d_silu, proj + s.t0 * ldp, ldp, s.T, CD, p.conv_wT, p.K, s.conv,
-                               y + s.t0 * CD, CD, c0, c1, bf16);
-            });
-        }
-    }
-    // 2. q/k L2 norm + scale, gates, k.q: per token.
-    {
-        GDN_PROFILE("gdn.prep");
-        const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
-        pool.parallel_for(NR, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-                const int64_t t = rows[i];
-                float* yt = y + t * CD;
-                for (int64_t h = 0; h < Hk; ++h) {
-                    GDN_KERNEL(isa, l2_norm_scale, yt + h * Dk, Dk, 1e-6f, qscale);
-                    GDN_KERNEL(isa, l2_norm_scale, yt + KD + h * Dk, Dk, 1e-6f, 1.0f);
-                    kq[t * Hk + h] = GDN_KERNEL(isa, dot, yt + h * Dk, yt + KD + h * Dk, Dk);
-                }
-                const float* bt = proj + t * ldp + CD + VD;
-                const float* at = bt + Hv;
-                for (int64_t h = 0; h < Hv; ++h) {
-                    g[t * Hv + h] = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
-                    const float bb = ref::sigmoid(bt[h]);
-                    beta[t * Hv + h] = bf16 ? round_bf16(bb) : bb;
-                }
-            }
-        });
-    }
-    // 3. The delta rule. Work units: (sequence, value head, column slab); decode steps use one unit per head.
-    {
-        GDN_PROFILE("gdn.rule");
-        std::vector<GdnUnit>& units = sc.gdn_units;  // shared with the worker threads: not thread_local
-        units.clear();
+        GDN_PROFILE("gdn.prefill");
         // Decided here, on the calling thread (a forced-but-unsupported form is counted once per call).
         std::vector<uint8_t>& chunked = sc.gdn_chunked;
         chunked.clear();
         for (const GdnSeq& s : seqs) chunked.push_back(s.T > 1 && use_chunked_delta_rule(s.T, Dk, Dv));
-        for (int si = 0; si < static_cast<int>(seqs.size()); ++si)
-            for (int64_t h = 0; h < Hv; ++h) units.push_back({si, h, 0, Dv});
-        pool.parallel_for(static_cast<int64_t>(units.size()), [&](int64_t u0, int64_t u1) {
-            // Prefill: tokens are gathered per head into contiguous blocks, so the kernel streams q, k, v
-            // sequentially (in the batch layout consecutive tokens of a head are a row of CD floats apart).
+        const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
+        pool.parallel_for(static_cast<int64_t>(seqs.size()) * Hk, [&](int64_t u0, int64_t u1) {
             constexpr int64_t kBlock = 256;  // a multiple of the chunk size
             static_assert(kBlock % cpu::kGdnChunk == 0);
-            // Per-thread staging, grown by prefill only: a staged decode step (T == 1) must not allocate on
-            // a worker that meets this job for the first time.
+            // The unit reads a few hundred floats of projection rows ~ldp floats apart, a stride the hardware
+            // prefetchers do not follow: rows kRowsAhead tokens on are asked for in the loops below.
+            constexpr int64_t kRowsAhead = 8;
+            // Per-thread blocks, grown by prefill only: a staged decode step (T == 1) must not allocate on a
+            // worker that meets this job for the first time.
             thread_local std::vector<float> qb, kb, vb, ob, gb, chunk_scratch;
             for (int64_t u = u0; u < u1; ++u) {
-                const GdnUnit& un = units[u];
-                const GdnSeq& s = seqs[un.s];
-                const int64_t hk = un.h / r;  // value head h reads key head h / r
-                float* S = s.ssm + un.h * Dk * Dv;
-                if (s.T == 1) {
-                    const int64_t gi = s.t0 * Hv + un.h;
-                    GDN_KERNEL(isa, gdn_step, S, S, y + s.t0 * CD + hk * Dk, y + s.t0 * CD + KD + hk * Dk,
-                               y + s.t0 * CD + 2 * KD + un.h * Dv, std::exp(g[gi]), beta[gi], kq[s.t0 * Hk + hk], Dk, Dv,
-                               core + s.t0 * VD + un.h * Dv);
-                    continue;
-                }
+                const GdnSeq& s = seqs[u / Hk];
+                const int64_t hk = u % Hk;
+                const float* x = proj + s.t0 * ldp;  // the sequence's projection rows
                 // Tokens [0, Tc) go through the chunked form one full chunk at a time, the rest recurrently.
                 // Chunks start at the segment's first token; the scheduler cuts prompts on multiples of 64.
-                const int64_t Tc = chunked[un.s] ? s.T / cpu::kGdnChunk * cpu::kGdnChunk : 0;
-                qb.resize(kBlock * Dk);
-                kb.resize(kBlock * Dk);
-                vb.resize(kBlock * Dv);
-                ob.resize(kBlock * Dv);
-                gb.resize(4 * kBlock);  // decay | beta | k.q | log decay
+                const int64_t Tc = chunked[u / Hk] ? s.T / cpu::kGdnChunk * cpu::kGdnChunk : 0;
+                const int64_t nb = std::min(kBlock, s.T);
+                qb.resize(std::max<int64_t>(nb * Dk, qb.size()));
+                kb.resize(std::max<int64_t>(nb * Dk, kb.size()));
+                vb.resize(std::max<int64_t>(nb * Dv, vb.size()));
+                ob.resize(std::max<int64_t>(nb * Dv, ob.size()));
+                gb.resize(std::max<int64_t>(4 * kBlock, gb.size()));  // decay | beta | k.q | log decay
                 if (Tc > 0) chunk_scratch.resize(GDN_KERNEL(isa, gdn_chunk_scratch_floats, Dk, Dv));
                 for (int64_t b0 = 0; b0 < s.T; b0 += kBlock) {
-                    const int64_t n = std::min(kBlock, s.T - b0);
+                    const int64_t n = std::min(kBlock, s.T - b0), b1 = b0 + n;
+                    GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, qb.data(), Dk,
+                               hk * Dk, (hk + 1) * Dk, bf16);
+                    GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, kb.data(), Dk,
+                               KD + hk * Dk, KD + (hk + 1) * Dk, bf16);
                     for (int64_t i = 0; i < n; ++i) {
-                        const float* yt = y + (s.t0 + b0 + i) * CD;
-                        std::memcpy(&qb[i * Dk], yt + hk * Dk, Dk * sizeof(float));
-                        std::memcpy(&kb[i * Dk], yt + KD + hk * Dk, Dk * sizeof(float));
-                        std::memcpy(&vb[i * Dv], yt + 2 * KD + un.h * Dv, Dv * sizeof(float));
-                        const int64_t t = s.t0 + b0 + i;
-                        gb[i] = std::exp(g[t * Hv + un.h]);
-                        gb[kBlock + i] = beta[t * Hv + un.h];
-                        gb[2 * kBlock + i] = kq[t * Hk + hk];
-                        gb[3 * kBlock + i] = g[t * Hv + un.h];
+                        GDN_KERNEL(isa, l2_norm_scale, &qb[i * Dk], Dk, 1e-6f, qscale);
+                        GDN_KERNEL(isa, l2_norm_scale, &kb[i * Dk], Dk, 1e-6f, 1.0f);
+                        gb[2 * kBlock + i] = GDN_KERNEL(isa, dot, &qb[i * Dk], &kb[i * Dk], Dk);
                     }
-                    const int64_t nc = std::clamp<int64_t>(Tc - b0, 0, n);  // a multiple of the chunk
-                    for (int64_t c = 0; c < nc; c += cpu::kGdnChunk)
-                        GDN_KERNEL(isa, gdn_chunk, S, &qb[c * Dk], &kb[c * Dk], &vb[c * Dv], &gb[3 * kBlock + c],
-                                   &gb[kBlock + c], Dk, Dv, &ob[c * Dv], chunk_scratch.data());
-                    if (nc < n)
-                        GDN_KERNEL(isa, gdn_slab, S, &qb[nc * Dk], &kb[nc * Dk], Dk, &vb[nc * Dv], Dv, &ob[nc * Dv], Dv,
-                                   &gb[nc], &gb[kBlock + nc], 1, &gb[2 * kBlock + nc], 1, n - nc, Dk, Dv, 0, Dv);
-                    for (int64_t i = 0; i < n; ++i)
-                        std::memcpy(core + (s.t0 + b0 + i) * VD + un.h * Dv, &ob[i * Dv], Dv * sizeof(float));
+                    for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {  // value head h reads key head h / r
+                        float* S = s.ssm + h * Dk * Dv;
+                        GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, vb.data(), Dv,
+                                   2 * KD + h * Dv, 2 * KD + (h + 1) * Dv, bf16);
+                        for (int64_t i = 0; i < n; ++i) {
+                            if (i + kRowsAhead < n) __builtin_prefetch(x + (b0 + i + kRowsAhead) * ldp + CD + VD + h);
+                            const float* bt = x + (b0 + i) * ldp + CD + VD;  // beta logits, then the decay's a
+                            const float g = p.neg_exp_A[h] * ref::softplus(bt[Hv + h] + p.dt_bias[h]);
+                            const float bb = ref::sigmoid(bt[h]);
+                            gb[i] = std::exp(g);
+                            gb[kBlock + i] = bf16 ? round_bf16(bb) : bb;
+                            gb[3 * kBlock + i] = g;
+                        }
+                        if (s.T == 1) {
+                            GDN_KERNEL(isa, gdn_step, S, S, qb.data(), kb.data(), vb.data(), gb[0], gb[kBlock],
+                                       gb[2 * kBlock], Dk, Dv, ob.data());
+                        } else {
+                            const int64_t nc = std::clamp<int64_t>(Tc - b0, 0, n);  // a multiple of the chunk
+                            for (int64_t c = 0; c < nc; c += cpu::kGdnChunk)
+                                GDN_KERNEL(isa, gdn_chunk, S, &qb[c * Dk], &kb[c * Dk], &vb[c * Dv],
+                                           &gb[3 * kBlock + c], &gb[kBlock + c], Dk, Dv, &ob[c * Dv],
+                                           chunk_scratch.data());
+                            if (nc < n)
+                                GDN_KERNEL(isa, gdn_slab, S, &qb[nc * Dk], &kb[nc * Dk], Dk, &vb[nc * Dv], Dv,
+                                           &ob[nc * Dv], Dv, &gb[nc], &gb[kBlock + nc], 1, &gb[2 * kBlock + nc], 1,
+                                           n - nc, Dk, Dv, 0, Dv);
+                        }
+                        // The gated RMSNorm with silu(z), per token.
+                        for (int64_t i = 0; i < n; ++i) {
+                            if (i + kRowsAhead < n) prefetch_floats(x + (b0 + i + kRowsAhead) * ldp + CD + h * Dv, Dv);
+                            float* o = &ob[i * Dv];
+                            if (bf16) ref::round_activations(o, Dv, true);
+                            GDN_KERNEL(isa, gated_norm_row, o, x + (b0 + i) * ldp + CD + h * Dv, Dv, p.norm, p.eps,
+                                       out + (s.t0 + b0 + i) * VD + h * Dv, bf16);
+                        }
+                    }
                 }
+                // The conv state after the sequence: this unit's channels only (no other unit reads them).
+                for (const auto& [c0, c1] : {std::pair{hk * Dk, (hk + 1) * Dk}, std::pair{KD + hk * Dk, KD + (hk + 1) * Dk},
+                                             std::pair{2 * KD + hk * r * Dv, 2 * KD + (hk + 1) * r * Dv}})
+                    GDN_KERNEL(isa, conv1d_state_update, x, ldp, s.T, CD, p.K, s.conv, c0, c1);
             }
         });
     }
-    // 4. gated RMSNorm with silu(z), per (token, head).
-    GDN_PROFILE("gdn.norm");
-    pool.parallel_for(NR * Hv, [&](int64_t i0, int64_t i1) {
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t t = rows[i / Hv], h = i % Hv;
-            float* o = core + t * VD + h * Dv;
-            if (bf16) ref::round_activations(o, Dv, true);
-            GDN_KERNEL(isa, gated_norm_row, o, proj + t * ldp + CD + h * Dv, Dv, p.norm, p.eps,
-                       out + t * VD + h * Dv, bf16);
-        }
-    });
 }
 
 // ------------------------------------------------------------------------------------------------

@@ -16,12 +16,6 @@ struct PackedWeight;
 
 namespace gdn::ops {
 
-// A unit of delta-rule work: (sequence, value head, value-column range [j0, j1)).
-struct GdnUnit {
-    int s;
-    int64_t h, j0, j1;
-};
-
 struct GdnSeq;
 struct AttnSeq;
 
@@ -29,12 +23,11 @@ struct AttnSeq;
 class Scratch {
 public:
     float* f32(int slot, size_t n);
-    std::vector<GdnUnit> gdn_units;
     std::vector<uint8_t> gdn_chunked;  // per sequence of a GDN call: full chunks in the chunked form
     bool gdn_staged_decode = false;    // tests: decode steps through the staged path, not the fused one
     std::vector<int64_t> attn_units;   // decode attention: first key-range unit of each sequence
     std::vector<GdnSeq> gdn_step_seqs, gdn_staged_seqs;  // a GDN call's sequences by path
-    std::vector<int64_t> gdn_rows;                       // the staged path's token rows
+    std::vector<int64_t> gdn_commit_units;               // gdn_commit: the first unit of each layer
     std::vector<AttnSeq> attn_decode_seqs, attn_prefill_seqs, attn_bf16_seqs;  // an attention call's by path
 
 private:

@@ -8,10 +8,8 @@ namespace gdn::ops {
 
 enum ScratchSlot : int {
     // ops::gdn_mixer
+    // (decode steps, verification and commits; prefill keeps its conv output in per-thread head blocks)
     GDN_QKV = 0,        // conv output q | k | v per token [N, CD] (a commit: [L N, CD])
-    GDN_LOG_DECAY = 1,  // [N, Hv]
-    GDN_BETA = 2,       // [N, Hv]
-    GDN_KQ = 3,         // k . q per key head [N, Hk]
     GDN_CORE = 4,       // delta-rule output [N, VD]
     // ops::attention
     ATTN_ROW_SCRATCH = 10,  // f32 prefill rows: 64 floats per thread

@@ -38,9 +38,15 @@ struct KvRows {
     void norm_rope_head(float* x, int64_t D, const float* w, float eps, int64_t rot, const float* cs, bool bf16); \
     /* out = silu(g) * u over n */                                                                                  \
     void silu_mul(const float* g, const float* u, int64_t n, float* out, bool bf16);                             \
-    /* causal depthwise conv + SiLU for channels [c0, c1): x rows of ldx, wT [K, C], state [K-1, C] */            \
+    /* causal depthwise conv + SiLU for channels [c0, c1): x rows of ldx, wT [K, C], state [K-1, C] (updated) */  \
     void conv1d_silu(const float* x, int64_t ldx, int64_t T, int64_t C, const float* wT, int64_t K, float* state, \
                      float* y, int64_t ldy, int64_t c0, int64_t c1, bool bf16);                                   \
+    /* the same for tokens [t0, t1) only, y + (t - t0) ldy + (c - c0) getting (t, c); the state is only read */    \
+    void conv1d_silu_rows(const float* x, int64_t ldx, int64_t t0, int64_t t1, int64_t C, const float* wT,       \
+                          int64_t K, const float* state, float* y, int64_t ldy, int64_t c0, int64_t c1, bool bf16); \
+    /* the state after T tokens: the window's last K-1 rows, channels [c0, c1) */                                  \
+    void conv1d_state_update(const float* x, int64_t ldx, int64_t T, int64_t C, int64_t K, float* state,          \
+                             int64_t c0, int64_t c1);                                                             \
     /* x *= scale / sqrt(sum(x^2) + eps) */                                                                        \
     void l2_norm_scale(float* x, int64_t n, float eps, float scale);                                              \
     float dot(const float* a, const float* b, int64_t n);                                                           \
