@@ -1,21 +1,23 @@
 // Prefill attention with vdpbf16ps (bf16 mode on AVX-512 BF16 CPUs without AMX; the AMX engine is
 // attention_amx.cpp). Flash-style: a block of up to 32 query rows (tokens x the query heads of one KV
-// head) walks its keys in fixed chunks of kChunk keys from key 0, keeping per row a running maximum m,
-// a running sum l and an f32 output block O [rows, D] in L1:
+// head) walks its keys in fixed steps of kStep keys from key 0 (two packed 64-key chunks of K), keeping
+// per row a running maximum m, a running sum l and an f32 output block O [rows, D] in L1:
 //
-//   S [rows, c] = (Q rows as bf16 pairs) . K chunk     vdpbf16ps, K from kt (dim pairs, keys along a row)
+//   S [rows, c] = (Q rows as bf16 pairs) . K step      vdpbf16ps, K from kt (dim pairs, keys along a row)
 //   m' = max(m, scale S on the row's causal keys); P = exp(scale S - m'), 0 past the row's limit
-//   O = O exp(m - m') + (P as bf16 pairs) . V chunk     vdpbf16ps, V from vp (key pairs, dims along a row)
+//   O = O exp(m - m') + (P as bf16 pairs) . V step      vdpbf16ps, V from vp (key pairs, dims along a row)
 //   l = l exp(m - m') + sum P;  finally out = O / l (x sigmoid(gate))
 // in base 2: m, m' and the scores are in units of log2(e) (scale log2(e) S), so P = 2^(. - m') costs a
 // rounding, a degree-4 polynomial and a vscalefps (exp2_nonpositive; P is then rounded to bf16 anyway),
 // and l stays a vector of 16 lane sums until the row's end.
 //
 // Register tiles of up to kTileRows rows x 4 vectors (64 keys of S, 64 dims of O), the operand row
-// loaded once per step and each row's pair broadcast. A row is only touched by chunks that hold at least
-// one of its keys, and a chunk's work for a row depends on nothing but that row's q, keys and limit, so
-// a row gives the same bits in any block and any prefill chunk (the prefix cache's exactness), and the
-// per-block key range stops at the block's last causal key (causal tile skipping).
+// loaded once per k and each row's pair broadcast. A row is only touched by steps that hold at least
+// one of its keys, and a step's work for a row depends on nothing but that row's q, keys and limit (keys
+// past the limit, which a step holds or not by where the block ends, add exact zeros), so a row gives the
+// same bits in any block and any prefill chunk (the prefix cache's exactness), and the per-block key
+// range stops at the packed chunk of the block's last causal key (causal tile skipping). 128-key steps
+// halve what the softmax and the O rescale cost per key against 64-key ones.
 #define GDN_SIMD_AVX512
 #include <immintrin.h>
 
@@ -33,7 +35,8 @@ namespace gdn::cpu::avx512 {
 
 namespace {
 
-constexpr int kChunk = kDotKeyChunk;  // keys per online-softmax step: 4 vectors of S, 32 key pairs of P . V
+constexpr int kChunk = kDotKeyChunk;  // keys per packed K chunk: one score tile's 4 vectors
+constexpr int kStep = 2 * kChunk;     // keys per online-softmax step: up to 8 vectors of S, 64 key pairs of P . V
 constexpr int kTileRows = 6;   // rows per register tile: 6 x 4 f32 accumulators + 4 operand vectors
 constexpr int kMaxRows = 32;
 
@@ -53,7 +56,7 @@ inline __m512 exp2_nonpositive(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-// s [R][kChunk] = the rows' q pairs (qa, row stride D2) dotted with keys [0, 16 NV) of the chunk (kt: row
+// s [R][kStep] = the rows' q pairs (qa, row stride D2) dotted with keys [0, 16 NV) of the chunk (kt: row
 // i = dim pair i, stride nk: the chunk's width).
 template <int R, int NV>
 void score_tile(const uint32_t* qa, int64_t D2, const uint32_t* kt, int64_t nk, float* s) {
@@ -69,10 +72,10 @@ void score_tile(const uint32_t* qa, int64_t D2, const uint32_t* kt, int64_t nk, 
         }
     }
     for (int r = 0; r < R; ++r)
-        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(s + r * kChunk + 16 * v, acc[r][v]);
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(s + r * kStep + 16 * v, acc[r][v]);
 }
 
-// o [R][D] (columns [0, 16 NV) from o) = o x corr[r] + the rows' P pairs (pa, row stride kChunk / 2)
+// o [R][D] (columns [0, 16 NV) from o) = o x corr[r] + the rows' P pairs (pa, row stride kStep / 2)
 // dotted with npairs key pairs of V (vp: row = key pair, stride D).
 template <int R, int NV>
 void value_tile(const uint32_t* pa, int npairs, const uint32_t* vp, int64_t D, const float* corr, float* o) {
@@ -85,7 +88,7 @@ void value_tile(const uint32_t* pa, int npairs, const uint32_t* vp, int64_t D, c
         __m512i w[NV];
         for (int v = 0; v < NV; ++v) w[v] = _mm512_loadu_si512(vp + i * D + 16 * v);
         for (int r = 0; r < R; ++r) {
-            const __m512bh a = as_pairs(_mm512_set1_epi32(static_cast<int>(pa[r * (kChunk / 2) + i])));
+            const __m512bh a = as_pairs(_mm512_set1_epi32(static_cast<int>(pa[r * (kStep / 2) + i])));
             for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], a, as_pairs(w[v]));
         }
     }
@@ -130,8 +133,8 @@ void for_row_tiles(int r0, int rows, F&& f) {
 struct alignas(64) DotScratch {
     std::vector<uint32_t> qa;  // [rows][D / 2]
     std::vector<float> o;      // [rows][D]
-    float s[kMaxRows * kChunk];
-    uint32_t pa[kMaxRows * kChunk / 2];
+    float s[kMaxRows * kStep];
+    uint32_t pa[kMaxRows * kStep / 2];
     float m[kMaxRows], corr[kMaxRows];  // m in units of log2(e)
     __m512 l[kMaxRows];                  // per row, 16 lane sums of P
 };
@@ -156,20 +159,26 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
         b.l[r] = _mm512_setzero_ps();
     }
     const __m512 vscale = _mm512_set1_ps(scale * 1.44269504088896341f);  // scale log2(e)
-    for (int64_t c0 = 0; c0 < nkb; c0 += kChunk) {
-        // Rows with a key in this chunk: limits grow with the row, so they are [r0, rows).
+    for (int64_t c0 = 0; c0 < nkb; c0 += kStep) {
+        // Rows with a key in this step: limits grow with the row, so they are [r0, rows).
         int r0 = 0;
         while (limit(r0) <= c0) ++r0;
-        const int64_t width = packed_key_chunk_width(c0, nk, kChunk);  // 64, or 32 at a 32-key tail of nk
-        const int nv = static_cast<int>(width) / 16;
-        const uint32_t* kc = kt + packed_key_chunk_start(c0, D2, kChunk);
-        for_row_tiles(r0, rows, [&](int r, int R) {
-            (nv == 4 ? kScore4 : kScore2)[R - 1](b.qa.data() + r * D2, D2, kc, width, b.s + r * kChunk);
-        });
+        // The step's packed chunks that hold keys of the block: [c0, c0 + 64), and [c0 + 64, c0 + 128) unless
+        // the block ends before it (a chunk is 64 keys wide, or 32 at a 32-key tail of nk).
+        int nv = 0;  // vectors of S in this step
+        for (int64_t k0 = c0; k0 < std::min<int64_t>(c0 + kStep, nkb); k0 += kChunk) {
+            const int64_t width = packed_key_chunk_width(k0, nk, kChunk);
+            const uint32_t* kc = kt + packed_key_chunk_start(k0, D2, kChunk);
+            for_row_tiles(r0, rows, [&](int r, int R) {
+                (width == kChunk ? kScore4 : kScore2)[R - 1](b.qa.data() + r * D2, D2, kc, width,
+                                                             b.s + r * kStep + 16 * nv);
+            });
+            nv += static_cast<int>(width / 16);
+        }
         for (int r = r0; r < rows; ++r) {
-            const float* sr = b.s + r * kChunk;
+            const float* sr = b.s + r * kStep;
             const int64_t valid = std::min<int64_t>(16 * nv, limit(r) - c0);
-            __m512 sv[4], vmax = _mm512_set1_ps(-INFINITY);
+            __m512 sv[kStep / 16], vmax = _mm512_set1_ps(-INFINITY);
             for (int v = 0; v < nv; ++v) {
                 sv[v] = _mm512_mul_ps(_mm512_loadu_ps(sr + 16 * v), vscale);
                 vmax = _mm512_mask_max_ps(vmax, simd::lanes_mask(valid - 16 * v), vmax, sv[v]);
@@ -180,23 +189,23 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
             b.m[r] = m_new;
             const __m512 mx = _mm512_set1_ps(m_new);
             __m512 vsum = _mm512_setzero_ps();
-            __m512 p[4];
+            __m512 p[kStep / 16];
             for (int v = 0; v < nv; ++v) {
                 // Keys past the row's limit are exact zeros (their scores are not <= m').
                 p[v] = _mm512_maskz_mov_ps(simd::lanes_mask(valid - 16 * v), exp2_nonpositive(_mm512_sub_ps(sv[v], mx)));
                 vsum = _mm512_add_ps(vsum, p[v]);
             }
             b.l[r] = _mm512_fmadd_ps(b.l[r], _mm512_set1_ps(b.corr[r]), vsum);
-            uint32_t* pr = b.pa + r * (kChunk / 2);
+            uint32_t* pr = b.pa + r * (kStep / 2);
             for (int v = 0; v < nv; v += 2)
                 _mm512_storeu_si512(pr + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(p[v + 1], p[v]));
         }
         const uint32_t* vc = vp + (c0 / 2) * D;
-        // Dims outside, rows inside: a 64-dim strip of the chunk's V (8 KiB) stays in L1 for every row tile.
+        // Dims outside, rows inside: a 64-dim strip of the step's V (16 KiB) stays in L1 for every row tile.
         for (int64_t d = 0; d < D; d += 64) {
             const auto& value = D - d >= 64 ? kValue4 : kValue2;
             for_row_tiles(r0, rows, [&](int r, int R) {
-                value[R - 1](b.pa + r * (kChunk / 2), 8 * nv, vc + d, D, b.corr + r, b.o.data() + r * D + d);
+                value[R - 1](b.pa + r * (kStep / 2), 8 * nv, vc + d, D, b.corr + r, b.o.data() + r * D + d);
             });
         }
     }
