@@ -79,10 +79,29 @@ TEST(OpsCpu, QkNormRope) {
         for (bool bf16 : {false, true})
             compare_paths([&] {
                 std::vector<float> y = x;
-                ops::qk_norm_rope(y.data(), H * D, N, H, D, w.data(), 1e-6f, rot, 1e7f, pos, bf16);
+                ops::qk_norm_rope(y.data(), H * D, N, {{0, H, D, w.data()}}, D, 1e-6f, rot, 1e7f, pos, bf16);
                 return y;
             }, 2e-6f, bf16 ? 8e-3f : 2e-5f, "qk_norm_rope");
     }
+}
+
+// The attention layer's layout: per token H query heads each followed by its gate (stride 2D), then Hkv
+// key heads (stride D), normed with their own weights in one call; the gates are not touched.
+TEST(OpsCpu, QkNormRopeOfTwoHeadSets) {
+    const int64_t N = 6, H = 4, Hkv = 2, D = 64, rot = 16, ld = H * 2 * D + Hkv * D;
+    const auto x = random_vec(N * ld, 9), wq = random_vec(D, 10, 0.5f, 1.5f), wk = random_vec(D, 11, 0.5f, 1.5f);
+    const int64_t pos[N] = {0, 3, 4, 5, 900, 70000};
+    for (bool bf16 : {false, true})
+        compare_paths([&] {
+            std::vector<float> y = x;
+            ops::qk_norm_rope(y.data(), ld, N, {{0, H, 2 * D, wq.data()}, {H * 2 * D, Hkv, D, wk.data()}}, D, 1e-6f,
+                              rot, 1e7f, pos, bf16);
+            for (int64_t t = 0; t < N; ++t)
+                for (int64_t h = 0; h < H; ++h)  // the gates stay as they were
+                    for (int64_t d = 0; d < D; ++d)
+                        EXPECT_EQ(y[t * ld + h * 2 * D + D + d], x[t * ld + h * 2 * D + D + d]);
+            return y;
+        }, 2e-6f, bf16 ? 8e-3f : 2e-5f, "qk_norm_rope");
 }
 
 struct GdnCase {

@@ -244,13 +244,10 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
     const int64_t ld = A.qkv.N();  // per token: Hq x [query D | gate D], then k (Hkv*D), then v (Hkv*D)
     float* qkv = sc_.f32(PROJ, N * ld);
     lin(h, N, A.qkv, qkv);
-    // q heads sit at stride 2D inside a token row (interleaved with their gates): norm+rope them in place
-    // as [N, Hq] rows of D with a head stride of 2D.
-    for (int64_t hh = 0; hh < Hq; ++hh)
-        ops::qk_norm_rope(qkv + hh * 2 * D, ld, N, 1, D, A.q_norm, c_.rms_eps, c_.rotary_dim, c_.rope_theta, pos,
-                          hf_);
-    ops::qk_norm_rope(qkv + Hq * 2 * D, ld, N, Hkv, D, A.k_norm, c_.rms_eps, c_.rotary_dim, c_.rope_theta, pos,
-                      hf_);
+    // q heads sit at stride 2D inside a token row (interleaved with their gates), then the k heads at D:
+    // both normed and roped in place.
+    ops::qk_norm_rope(qkv, ld, N, {{0, Hq, 2 * D, A.q_norm}, {Hq * 2 * D, Hkv, D, A.k_norm}}, D, c_.rms_eps,
+                      c_.rotary_dim, c_.rope_theta, pos, hf_);
     // Each token's [query | gate] heads split into q and gate [N, Hq, D], and its K/V rows appended to
     // its sequence's cache: one pass over the pool, tokens being independent (on the calling thread,
     // 8192 head copies and 512 rows took 0.35 ms a layer of a 512-token prefill).

@@ -94,34 +94,41 @@ void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float
     }, row_grain(2 * n));
 }
 
-void qk_norm_rope(float* x, int64_t ld, int64_t N, int64_t H, int64_t D, const float* w, float eps,
+void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHeads> heads, int64_t D, float eps,
                   int64_t rot, float theta, const int64_t* pos, bool bf16) {
     GDN_PROFILE("qk_norm_rope");
     const Isa isa = op_isa(OpId::QK_NORM_ROPE);
     if (isa == Isa::REF) {
-        for (int64_t t = 0; t < N; ++t) {
-            float* row = x + t * ld;
-            ref::rms_norm(row, H, D, w, eps, row);
-            round_inplace(row, H * D, bf16);
-            ref::rope_neox(row, 1, H, D, rot, &pos[t], theta, bf16);
-        }
+        for (int64_t t = 0; t < N; ++t)
+            for (const RopeHeads& hs : heads)
+                for (int64_t h = 0; h < hs.n; ++h) {
+                    float* head = x + t * ld + hs.first + h * hs.stride;
+                    ref::rms_norm(head, 1, D, hs.w, eps, head);
+                    round_inplace(head, D, bf16);
+                    ref::rope_neox(head, 1, 1, D, rot, &pos[t], theta, bf16);
+                }
         return;
     }
+    int64_t n_heads = 0;
+    for (const RopeHeads& hs : heads) n_heads += hs.n;
+    const int64_t half = rot / 2;
+    float inv_freq[256];  // computed like the reference (f32)
+    GDN_CHECK(half <= 256, "qk_norm_rope: rotary dims above 512");
+    for (int64_t j = 0; j < half; ++j)
+        inv_freq[j] = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(rot));
     global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
-        float cs[512];  // [cos(rot/2) | sin(rot/2)], computed like the reference (f32 inv_freq)
-        const int64_t half = rot / 2;
+        float cs[512];  // [cos(rot/2) | sin(rot/2)]
         for (int64_t t = t0; t < t1; ++t) {
             for (int64_t j = 0; j < half; ++j) {
-                const float inv_freq =
-                    1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(rot));
-                const float ang = static_cast<float>(pos[t]) * inv_freq;
+                const float ang = static_cast<float>(pos[t]) * inv_freq[j];
                 cs[j] = bf16 ? round_bf16(std::cos(ang)) : std::cos(ang);
                 cs[half + j] = bf16 ? round_bf16(std::sin(ang)) : std::sin(ang);
             }
-            for (int64_t h = 0; h < H; ++h)
-                GDN_KERNEL(isa, norm_rope_head, x + t * ld + h * D, D, w, eps, rot, cs, bf16);
+            for (const RopeHeads& hs : heads)
+                for (int64_t h = 0; h < hs.n; ++h)
+                    GDN_KERNEL(isa, norm_rope_head, x + t * ld + hs.first + h * hs.stride, D, hs.w, eps, rot, cs, bf16);
         }
-    }, row_grain(H * D + 16 * rot));  // the pow/cos/sin per rotary pair weigh about 32 floats of norm work
+    }, row_grain(n_heads * D + 16 * rot));  // the pow/cos/sin per rotary pair weigh about 32 floats of norm work
 }
 
 void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
