@@ -488,7 +488,8 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
                     }
                 }
                 // The conv state after the sequence: this unit's channels only (no other unit reads them).
-                for (const auto& [c0, c1] : {std::pair{hk * Dk, (hk + 1) * Dk}, std::pair{KD + hk * Dk, KD + (hk + 1) * Dk},
+                for (const auto& [c0, c1] : {std::pair{hk * Dk, (hk + 1) * Dk},
+                                             std::pair{KD + hk * Dk, KD + (hk + 1) * Dk},
                                              std::pair{2 * KD + hk * r * Dv, 2 * KD + (hk + 1) * r * Dv}})
                     GDN_KERNEL(isa, conv1d_state_update, x, ldp, s.T, CD, p.K, s.conv, c0, c1);
             }

@@ -26,7 +26,9 @@ constexpr int64_t kDotKeyChunk = 64;
 // chunk c holds keys [c key_chunk, c key_chunk + w) as [D/2][w] words (w = key_chunk, or what is left of
 // nk at the last chunk), the chunks one after another. Chunks keep a chunk's 64-key rows 256 B apart:
 // one [D/2][nk] array puts them nk * 4 B apart, on the same few L1 sets at every nk a multiple of 1024.
-inline int64_t packed_key_chunk_start(int64_t j, int64_t D2, int64_t key_chunk) { return j / key_chunk * key_chunk * D2; }
+inline int64_t packed_key_chunk_start(int64_t j, int64_t D2, int64_t key_chunk) {
+    return j / key_chunk * key_chunk * D2;
+}
 inline int64_t packed_key_chunk_width(int64_t j, int64_t nk, int64_t key_chunk) {
     const int64_t c0 = j / key_chunk * key_chunk;
     return nk - c0 < key_chunk ? nk - c0 : key_chunk;

@@ -36,15 +36,16 @@ namespace gdn::cpu::avx512 {
 namespace {
 
 constexpr int kChunk = kDotKeyChunk;  // keys per packed K chunk: one score tile's 4 vectors
-constexpr int kStep = 2 * kChunk;     // keys per online-softmax step: up to 8 vectors of S, 64 key pairs of P . V
+constexpr int kStep = 2 * kChunk;     // keys per online-softmax step: <= 8 vectors of S, 64 key pairs of P . V
 constexpr int kTileRows = 6;   // rows per register tile: 6 x 4 f32 accumulators + 4 operand vectors
 constexpr int kMaxRows = 32;
 
 inline __m512bh as_pairs(__m512i v) { return (__m512bh)v; }
 
 // 2^x for x <= 0 (scores minus their running maximum), to ~4.5e-5 relative (the first dropped Taylor
-// term, (ln2 / 2)^5 / 5!), far inside the bf16 rounding of P (up to 2^-9) that follows: x = n + f with n = round(x), f in [-1/2, 1/2]; 2^f by its degree-4 Taylor
-// polynomial, 2^n by vscalefps, which gives exact 0 (not a denormal trap or a clamp) for x far below 0.
+// term, (ln2 / 2)^5 / 5!), far inside the bf16 rounding of P (up to 2^-9) that follows: x = n + f with
+// n = round(x), f in [-1/2, 1/2]; 2^f by its degree-4 Taylor polynomial, 2^n by vscalefps, which gives
+// exact 0 (not a denormal trap or a clamp) for x far below 0.
 inline __m512 exp2_nonpositive(__m512 x) {
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(x, n);
@@ -192,7 +193,8 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
             __m512 p[kStep / 16];
             for (int v = 0; v < nv; ++v) {
                 // Keys past the row's limit are exact zeros (their scores are not <= m').
-                p[v] = _mm512_maskz_mov_ps(simd::lanes_mask(valid - 16 * v), exp2_nonpositive(_mm512_sub_ps(sv[v], mx)));
+                p[v] = _mm512_maskz_mov_ps(simd::lanes_mask(valid - 16 * v),
+                                           exp2_nonpositive(_mm512_sub_ps(sv[v], mx)));
                 vsum = _mm512_add_ps(vsum, p[v]);
             }
             b.l[r] = _mm512_fmadd_ps(b.l[r], _mm512_set1_ps(b.corr[r]), vsum);
@@ -211,7 +213,8 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
     }
     for (int r = 0; r < rows; ++r) {
         const int64_t at = (r % group) * D;  // row r: token tb + r / group, head r % group of the group
-        write_gated_row(b.o.data() + r * D, 1.0f / _mm512_reduce_add_ps(b.l[r]), gate ? gate + (tb + r / group) * ldq + at : nullptr, D,
+        const float* gate_row = gate ? gate + (tb + r / group) * ldq + at : nullptr;
+        write_gated_row(b.o.data() + r * D, 1.0f / _mm512_reduce_add_ps(b.l[r]), gate_row, D,
                         out + (tb + r / group) * ldo + at);
     }
 }
@@ -239,7 +242,8 @@ void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_
         uint32_t* col = kt + packed_key_chunk_start(j, D2, key_chunk) + j % key_chunk;
         if (j < n_keys) {
             const E* k = kv.k<E>(j) + hoff;
-            for (int64_t i = 0; i < D2; ++i) col[i * width] = bf16_pair(kv_value(k, 2 * i), kv_value(k, 2 * i + 1));
+            for (int64_t i = 0; i < D2; ++i)
+                col[i * width] = bf16_pair(kv_value(k, 2 * i), kv_value(k, 2 * i + 1));
         } else {
             for (int64_t i = 0; i < D2; ++i) col[i * width] = 0;
         }
