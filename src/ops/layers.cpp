@@ -172,6 +172,18 @@ int64_t argmax(const float* x, int64_t n) {
 
 namespace {
 
+// Value head h's gates for one token, from its projection row's beta logits bt [Hv] (the decay inputs a
+// follow at bt + Hv): log decay g = -exp(A_log) softplus(a + dt_bias) and beta = sigmoid(b), rounded to
+// bf16 in bf16 mode. One source for the decode unit and the prefill blocks, whose bitwise equality
+// depends on it.
+struct GdnGates {
+    float log_decay, beta;
+};
+GdnGates gdn_gates(const GdnParams& p, const float* bt, int64_t h, bool bf16) {
+    const float bb = ref::sigmoid(bt[h]);
+    return {p.neg_exp_A[h] * ref::softplus(bt[p.Hv + h] + p.dt_bias[h]), bf16 ? round_bf16(bb) : bb};
+}
+
 // The reference composition (the oracle): exactly the steps of model_spec.md §4.5, one op each.
 void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs_in, const GdnParams& p,
                    float* out, bool bf16) {
@@ -294,15 +306,12 @@ void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t 
         GDN_KERNEL(isa, l2_norm_scale, q, Dk, 1e-6f, qscale);
         GDN_KERNEL(isa, l2_norm_scale, k, Dk, 1e-6f, 1.0f);
         const float kq = GDN_KERNEL(isa, dot, q, k, Dk);
-        const float* bt = x + CD + VD;
-        const float* at = bt + Hv;
         for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {
-            const float g = p.neg_exp_A[h] * ref::softplus(at[h] + p.dt_bias[h]);
-            const float bb = ref::sigmoid(bt[h]);
+            const GdnGates gates = gdn_gates(p, x + CD + VD, h, bf16);
             float* o = core + t * VD + h * Dv;
             const float* ssm_in = i == 0 ? s.ssm + h * head_n : head_of(i - 1, h);
-            GDN_KERNEL(isa, gdn_step, ssm_in, head_of(i, h), q, k, yt + 2 * KD + h * Dv, std::exp(g),
-                       bf16 ? round_bf16(bb) : bb, kq, Dk, Dv, o);
+            GDN_KERNEL(isa, gdn_step, ssm_in, head_of(i, h), q, k, yt + 2 * KD + h * Dv,
+                       std::exp(gates.log_decay), gates.beta, kq, Dk, Dv, o);
             if (!out) continue;
             if (bf16) ref::round_activations(o, Dv, true);
             GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv, bf16);
@@ -422,8 +431,7 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
             // The unit reads a few hundred floats of projection rows ~ldp floats apart, a stride the hardware
             // prefetchers do not follow: rows kRowsAhead tokens on are asked for in the loops below.
             constexpr int64_t kRowsAhead = 8;
-            // Per-thread blocks, grown by prefill only: a staged decode step (T == 1) must not allocate on a
-            // worker that meets this job for the first time.
+            // Per-thread blocks, grown to the largest block a thread has met (never shrunk).
             thread_local std::vector<float> qb, kb, vb, ob, gb, chunk_scratch;
             for (int64_t u = u0; u < u1; ++u) {
                 const GdnSeq& s = seqs[u / Hk];
@@ -456,12 +464,10 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
                                    2 * KD + h * Dv, 2 * KD + (h + 1) * Dv, bf16);
                         for (int64_t i = 0; i < n; ++i) {
                             if (i + kRowsAhead < n) __builtin_prefetch(x + (b0 + i + kRowsAhead) * ldp + CD + VD + h);
-                            const float* bt = x + (b0 + i) * ldp + CD + VD;  // beta logits, then the decay's a
-                            const float g = p.neg_exp_A[h] * ref::softplus(bt[Hv + h] + p.dt_bias[h]);
-                            const float bb = ref::sigmoid(bt[h]);
-                            gb[i] = std::exp(g);
-                            gb[kBlock + i] = bf16 ? round_bf16(bb) : bb;
-                            gb[3 * kBlock + i] = g;
+                            const GdnGates gates = gdn_gates(p, x + (b0 + i) * ldp + CD + VD, h, bf16);
+                            gb[i] = std::exp(gates.log_decay);
+                            gb[kBlock + i] = gates.beta;
+                            gb[3 * kBlock + i] = gates.log_decay;
                         }
                         if (s.T == 1) {
                             GDN_KERNEL(isa, gdn_step, S, S, qb.data(), kb.data(), vb.data(), gb[0], gb[kBlock],

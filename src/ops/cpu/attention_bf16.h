@@ -18,8 +18,8 @@ namespace gdn::cpu::avx512 {
 // Whether heads of size D with `group` query heads per KV head take the bf16 path.
 bool attention_bf16_supported(int64_t D, int64_t group);
 
-// Keys per chunk of the vdpbf16ps engine's packed K (its online-softmax step); the AMX engine packs K as
-// one chunk of all nk keys.
+// Keys per chunk of the vdpbf16ps engine's packed K (its online-softmax step takes two); the AMX engine
+// packs K as one chunk of all nk keys.
 constexpr int64_t kDotKeyChunk = 64;
 
 // Where key j's dim pair i lies in a packed K of nk keys in chunks of key_chunk keys (a multiple of 32):
