@@ -352,6 +352,25 @@ void BM_AttentionPrefill(benchmark::State& state) {
 }
 BENCHMARK(BM_AttentionPrefill)->ArgsProduct({{512, 2048, 8192}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// A prefill chunk of T = 512 tokens after n_past keys already cached (a long prompt through the server,
+// which prefills it in chunks; `gdn bench --pp 512 --depth D`), 0.8B shape, bf16 mode. Args: n_past, KV
+// dtype (0 = f32, 1 = bf16).
+void BM_AttentionPrefillAtDepth(benchmark::State& state) {
+    const int64_t T = 512, n_past = state.range(0), Hq = 8, Hkv = 2, D = 256, ldq = 2 * Hq * D;
+    std::vector<float> q(T * ldq), out(T * Hq * D);
+    uint32_t s = 5;
+    for (auto& x : q) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+    const KvArena kv((n_past + T) * Hkv * D, 6);
+    gdn::ops::Scratch sc;
+    const std::vector<gdn::ops::AttnSeq> seqs = {{0, T, n_past, kv.rows(Hkv * D, state.range(1) != 0)}};
+    for (auto _ : state)
+        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, true);
+    state.counters["GFLOP/s"] = benchmark::Counter(4.0 * D * Hq * T * (n_past + (T + 1) / 2.0),
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["bf16_peak_GFLOP/s"] = limits().bf16_gflops;
+}
+BENCHMARK(BM_AttentionPrefillAtDepth)->ArgsProduct({{3584, 15872}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // One decode query (8 heads) over n_past keys of a layer's KV cache, Qwen3.5-0.8B shape. Eight layers'
 // caches are cycled so they come from DRAM, as in a decode step. Arg 1: 0 = f32 KV, 1 = bf16 KV.
 void BM_AttentionDecode(benchmark::State& state) {

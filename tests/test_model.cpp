@@ -113,6 +113,50 @@ TEST_P(Presets, Bf16KvCache) {
     EXPECT_EQ(c.n_past, 0);
 }
 
+// Without hidden states asked, the last layer after its mixer runs on the rows the head reads only (a
+// prompt's last row): the logits and greedy ids, and the caches later steps read, are bitwise those of
+// the full pass (hidden asked: every row), in f32 and bf16 mode, with prompt rows past 256 keys (the
+// bf16 attention kernels), one sequence wanting all its rows and decode rows in the same batches.
+TEST_P(Presets, OutputRowsOnlyMatchTheFullPass) {
+    const int64_t V = model_->config().vocab;
+    const auto p1 = random_ids(300, V, 11), p2 = random_ids(40, V, 12), p3 = random_ids(20, V, 13);
+    for (bool bf16 : {false, true}) {
+        ForwardOptions o;
+        o.bf16_activations = bf16;
+        std::vector<float> logits[2];
+        std::vector<int32_t> ids[2];
+        for (int full = 0; full < 2; ++full) {
+            std::vector<float> hidden;
+            std::vector<float>* h = full ? &hidden : nullptr;
+            std::vector<SequenceState> st;
+            for (int i = 0; i < 3; ++i) st.push_back(model_->new_state());
+            const int32_t t1 = 5, t2 = 6;
+            // A prompt chunk (last row only), a sequence with every row's logits, a short prompt.
+            ASSERT_TRUE(model_->forward({{&st[0], p1.data(), 250, false}, {&st[1], p2.data(), 40, true},
+                                         {&st[2], p3.data(), 20, false}},
+                                        o, &logits[full], nullptr, h)
+                            .is_ok());
+            // The prompt's rest (rows with 251..300 keys) beside two decode rows, then greedy ids.
+            ASSERT_TRUE(model_->forward({{&st[1], &t1, 1, false}, {&st[0], p1.data() + 250, 50, false},
+                                         {&st[2], &t2, 1, false}},
+                                        o, &logits[full], nullptr, h)
+                            .is_ok());
+            ASSERT_TRUE(model_->forward({{&st[0], &t1, 1, false}, {&st[2], p3.data(), 20, false}}, o,
+                                        &logits[full], &ids[full], h)
+                            .is_ok());
+            // A decode step of all three reads every cache the steps above wrote.
+            ASSERT_TRUE(model_->forward({{&st[0], &t2, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t1, 1, false}},
+                                        o, &logits[full], nullptr, h)
+                            .is_ok());
+            if (full) EXPECT_EQ(hidden.size(), size_t(310 + 52 + 21 + 3) * model_->config().hidden);
+        }
+        ASSERT_EQ(logits[0].size(), size_t(1 + 40 + 1 + 3 + 3) * V);
+        EXPECT_EQ(logits[0], logits[1]) << "bf16 " << bf16;
+        ASSERT_EQ(ids[0].size(), 2u);
+        EXPECT_EQ(ids[0], ids[1]) << "bf16 " << bf16;
+    }
+}
+
 TEST_P(Presets, BadTokenIdIsAnErrorAndLeavesStateUntouched) {
     SequenceState s = model_->new_state();
     int32_t bad[2] = {1, model_->config().vocab};

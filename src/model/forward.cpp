@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "core/profiler.h"
 #include "core/thread_pool.h"
@@ -153,6 +154,7 @@ struct ForwardWorkspace {
     ops::Scratch sc;
     std::vector<int32_t> ids;
     std::vector<int64_t> pos, logit_rows;
+    std::vector<int64_t> head_rows;  // Model::run: the head's rows after the last layer kept only the logit rows
     std::vector<SeqSpan> spans;
     std::vector<ops::GdnSeq> gdn_seqs;
     std::vector<float*> gdn_out;  // sequences' per-token state pointers (conv, then ssm)
@@ -172,6 +174,15 @@ ops::GdnParams gdn_params(const ModelConfig& c, const GdnWeights& g, GdnForm for
             g.neg_exp_A, g.dt_bias, g.norm, form != GdnForm::RECURRENT};
 }
 
+// Moves rows `rows` (ascending) of x [*, width] to rows 0, 1, ... in that order, in place (row r's source
+// is at or after r, and after every earlier row's); returns their count.
+int64_t pack_rows(float* x, int64_t width, const std::vector<int64_t>& rows) {
+    for (size_t r = 0; r < rows.size(); ++r)
+        if (rows[r] != static_cast<int64_t>(r))
+            std::memmove(x + r * width, x + rows[r] * width, width * sizeof(float));
+    return static_cast<int64_t>(rows.size());
+}
+
 class ForwardPass {
 public:
     ForwardPass(const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o, ForwardWorkspace& ws,
@@ -182,9 +193,13 @@ public:
     // Weight matmul: bf16 inputs in bf16 mode; outputs rounded only when emulating HF.
     void lin(const float* x, int64_t M, const LinearWeight& w, float* y) const { linear(x, M, w, y, bf16_, hf_); }
 
-    void gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs, float* out);
+    // A mixer over the batch's N rows (caches and states advance for all of them); out [N, H], or with
+    // keep (ascending rows of the batch) [R, H]: only those rows' outputs, packed in that order (the last
+    // layer, when only the head reads its output).
+    void gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs, float* out,
+                   const std::vector<int64_t>* keep = nullptr);
     void attention_block(const LayerWeights& L, int ai, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
-                         const int64_t* pos, float* out);
+                         const int64_t* pos, float* out, const std::vector<int64_t>* keep = nullptr);
     void ffn(const LayerWeights& L, const float* h, int64_t N, float* out);
 
 private:
@@ -199,7 +214,7 @@ private:
 };
 
 void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
-                            float* out) {
+                            float* out, const std::vector<int64_t>* keep) {
     const GdnWeights& g = L.gdn;
     const int64_t VD = c_.gdn_value_dim();
     const int64_t ldp = g.in_proj.N();  // q|k|v (CD) | z (VD) | b (Hv) | a (Hv)
@@ -234,11 +249,12 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
     const ops::GdnParams p = gdn_params(c_, g, form_);
     float* normed = sc_.f32(ACT, N * VD);
     ops::gdn_mixer(proj, ldp, gs, p, normed, sc_, hf_);
-    lin(normed, N, g.out, out);
+    lin(normed, keep ? pack_rows(normed, VD, *keep) : N, g.out, out);
 }
 
 void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h, int64_t N,
-                                  const std::vector<SeqSpan>& seqs, const int64_t* pos, float* out) {
+                                  const std::vector<SeqSpan>& seqs, const int64_t* pos, float* out,
+                                  const std::vector<int64_t>* keep) {
     const AttentionWeights& A = L.attn;
     const int64_t Hq = c_.attn_heads, Hkv = c_.attn_kv_heads, D = c_.head_dim;
     const int64_t ld = A.qkv.N();  // per token: Hq x [query D | gate D], then k (Hkv*D), then v (Hkv*D)
@@ -269,8 +285,22 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
     }, row_grain(2 * ld));
     std::vector<ops::AttnSeq>& as = ws_.attn_seqs;
     as.clear();
+    size_t k = 0;  // keep: the first kept row not yet placed
     for (int i = 0; i < static_cast<int>(seqs.size()); ++i) {
         const SeqSpan& s = seqs[i];
+        if (keep) {
+            // Only the sequence's kept rows attend: each as its own query, a row of a longer prefill on the
+            // prefill kernels (its bits are those it gets among all its rows); all rows kept: as below.
+            const size_t k0 = k;
+            while (k < keep->size() && (*keep)[k] < s.t0 + s.T) ++k;
+            if (static_cast<int64_t>(k - k0) < s.T) {
+                for (size_t j = k0; j < k; ++j) {
+                    const int64_t t = (*keep)[j] - s.t0;
+                    as.push_back({s.t0 + t, 1, s.n_past + t, cache_.rows(i, ai), s.T > 1 && !cache_.verified(i)});
+                }
+                continue;
+            }
+        }
         if (cache_.verified(i)) {  // each verified row as the decode step it stands for (same kernel, same bits)
             for (int64_t t = 0; t < s.T; ++t) as.push_back({s.t0 + t, 1, s.n_past + t, cache_.rows(i, ai)});
         } else {
@@ -278,9 +308,10 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
         }
     }
     float* o = sc_.f32(ACT, N * Hq * D);
-    ops::attention(q, gate, Hq * D, as, Hq, Hkv, D, o, sc_, bf16_);
-    ref::round_activations(o, N * Hq * D, hf_);
-    lin(o, N, A.o, out);
+    if (!as.empty()) ops::attention(q, gate, Hq * D, as, Hq, Hkv, D, o, sc_, bf16_);
+    const int64_t R = keep ? pack_rows(o, Hq * D, *keep) : N;
+    ref::round_activations(o, R * Hq * D, hf_);
+    lin(o, R, A.o, out);
 }
 
 void ForwardPass::ffn(const LayerWeights& L, const float* h, int64_t N, float* out) {
@@ -489,19 +520,36 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     float* ffn = sc.f32(FFN, N * H);
     ops::embedding(w.embed, w.embed_packed, ids, N, x, bf16);
     ops::rms_norm(x, N, H, w.layers[0].input_norm, c.rms_eps, hm, bf16);
+    // After the last layer's mixer only the rows the head reads matter, unless every row's hidden state
+    // is returned: that layer's attention queries, output projection and FFN and the final norm run on
+    // those rows only (a prompt's last row; none for a prompt chunk that is not its last). Every op's
+    // row does not depend on the other rows of its batch, so the logits are bitwise those of the full
+    // pass (OpsForward.OutputRowsOnlyMatchTheFullPass).
+    const bool prune = !hidden && static_cast<int64_t>(logit_rows.size()) < N;
+    const std::vector<int64_t>* keep = prune ? &logit_rows : nullptr;
     int gi = 0, ai = 0;
     for (int l = 0; l < c.n_layers; ++l) {
         const LayerWeights& L = w.layers[l];
-        if (L.kind == LayerKind::FULL_ATTENTION) fp.attention_block(L, ai++, hm, N, ws.spans, pos, mix);
-        else fp.gdn_block(L, gi++, hm, N, ws.spans, mix);
+        const bool last = l + 1 == c.n_layers;
+        const std::vector<int64_t>* out_rows = last ? keep : nullptr;
+        if (L.kind == LayerKind::FULL_ATTENTION) fp.attention_block(L, ai++, hm, N, ws.spans, pos, mix, out_rows);
+        else fp.gdn_block(L, gi++, hm, N, ws.spans, mix, out_rows);
+        if (out_rows) {
+            N = pack_rows(x, H, *out_rows);  // the residual rows that go on, as the mixer's output
+            if (N == 0) break;               // no row reaches the head
+        }
         ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);  // x += mixer; hf = post norm
         fp.ffn(L, hf, N, ffn);
         // x += FFN; hm = next layer's input norm, or the final norm after the last layer
-        const float* next_norm = l + 1 < c.n_layers ? w.layers[l + 1].input_norm : w.final_norm;
+        const float* next_norm = last ? w.final_norm : w.layers[l + 1].input_norm;
         ops::add_rms_norm(x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
     }
     if (hidden) hidden->insert(hidden->end(), hm, hm + N * H);
-    head(hm, logit_rows, opt, logits, greedy_ids);
+    if (keep) {  // hm's rows are the kept ones, in order
+        ws.head_rows.resize(N);
+        std::iota(ws.head_rows.begin(), ws.head_rows.end(), int64_t{0});
+    }
+    if (!logit_rows.empty()) head(hm, keep ? ws.head_rows : logit_rows, opt, logits, greedy_ids);
     prof.end_step();
 }
 

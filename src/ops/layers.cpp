@@ -517,7 +517,8 @@ constexpr int64_t kKeysPerUnit = 256;
 // Prefill in bf16 (ops/cpu/attention_bf16.h): per sequence, every KV head's keys are packed once (in
 // parallel over 256-key ranges), then the blocks of query rows run on AMX tiles where the CPU has them,
 // else on vdpbf16ps, dealt round-robin (later blocks see more keys, so contiguous ranges would be
-// unbalanced).
+// unbalanced) one KV head after the other: the threads stream the same head's packed K/V at once (16
+// MiB at 16k keys), not one head each, which would need both heads' in the L3 together.
 void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& pre, int64_t Hq,
                            int64_t Hkv, int64_t D, float scale, float* out, Scratch& sc) {
     const int64_t group = Hq / Hkv, tokens_per_block = 32 / group;
@@ -541,7 +542,7 @@ void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, cons
         const auto block = amx ? cpu::avx512::attention_amx_block : cpu::avx512::attention_dot_block;
         global_pool().run([&](int ith, int nth) {
             for (int64_t u = ith; u < Hkv * n_blocks; u += nth) {
-                const int64_t blk = u / Hkv, g = u % Hkv, tb = blk * tokens_per_block;
+                const int64_t blk = u % n_blocks, g = u / n_blocks, tb = blk * tokens_per_block;
                 const int64_t off = s.t0 * ldq + g * group * D;
                 block(q + off, gate ? gate + off : nullptr, ldq, group, D, s.n_past, tb,
                       std::min(tokens_per_block, s.T - tb), kt + g * per_head, vp + g * per_head, nk, scale,
@@ -594,7 +595,7 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
     dec.clear();
     pre.clear();
     const bool decode_kernel = GDN_KERNEL(isa, attention_decode_supported, D);  // other head sizes: the path below
-    for (const AttnSeq& s : seqs) (decode_kernel && s.T == 1 ? dec : pre).push_back(s);
+    for (const AttnSeq& s : seqs) (decode_kernel && s.T == 1 && !s.prefill_row ? dec : pre).push_back(s);
     if (!dec.empty()) {
         // Decode: each unit is (sequence, key range) over all KV heads, reading whole K/V rows in order;
         // long contexts are split over the threads (flash-decoding), then merged per head. The ranges
@@ -650,8 +651,8 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         size_t n_f32 = 0;
         for (const AttnSeq& s : pre) {
             const int64_t t_split = std::clamp<int64_t>(kKeysPerUnit - s.n_past, 0, s.T);
-            if (t_split < s.T) late.push_back({s.t0 + t_split, s.T - t_split, s.n_past + t_split, s.kv});
-            if (t_split > 0) pre[n_f32++] = {s.t0, t_split, s.n_past, s.kv};
+            if (t_split < s.T) late.push_back({s.t0 + t_split, s.T - t_split, s.n_past + t_split, s.kv, s.prefill_row});
+            if (t_split > 0) pre[n_f32++] = {s.t0, t_split, s.n_past, s.kv, s.prefill_row};
         }
         pre.resize(n_f32);
         if (!late.empty()) attention_prefill_bf16(q, gate, ldq, late, Hq, Hkv, D, scale, out, sc);

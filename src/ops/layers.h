@@ -105,11 +105,14 @@ void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& scratch, boo
 struct AttnSeq {
     int64_t t0, T, n_past;
     cpu::KvRows kv;
+    // A one-token query that is one row of a prefill (the rest of whose rows nobody reads): it takes the
+    // prefill kernels, whose bits for a row do not depend on the other rows, not the decode kernel.
+    bool prefill_row = false;
 };
 // out [N, Hq, D] = causal softmax attention with GQA, times sigmoid(gate). q, gate rows of ldq floats.
 // bf16 (the activation mode): prefill rows with more than 256 keys run with Q, K, V and the
 // probabilities in bf16 on AVX-512 BF16 CPUs (AMX tiles or vdpbf16ps; uses_bf16_attention); the rest,
-// one-token rows and f32 mode stay in f32.
+// one-token rows (but prefill_row ones) and f32 mode stay in f32.
 void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
                int64_t Hkv, int64_t D, float* out, Scratch& scratch, bool bf16);
 bool uses_bf16_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16);
