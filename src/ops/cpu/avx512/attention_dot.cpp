@@ -225,10 +225,12 @@ bool attention_bf16_supported(int64_t D, int64_t group) { return D % 32 == 0 && 
 
 namespace {
 
+// 16 K/V values of a cache row as bf16: f32 rows rounded (vcvtneps2bf16: to nearest even, as f32_to_bf16;
+// it flushes f32 denormals, which vdpbf16ps and tdpbf16ps read as zero anyway), bf16 rows as stored.
 template <typename E>
-inline float kv_value(const E* p, int64_t i) {
-    if constexpr (sizeof(E) == 2) return bf16_to_f32(p[i]);
-    else return p[i];
+inline __m256i bf16x16(const E* p) {
+    if constexpr (sizeof(E) == 2) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    else return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p));
 }
 
 template <typename E>
@@ -237,13 +239,15 @@ void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_
     // kt: key j's dims as pairs in its chunk's [D/2][width] array; vp [nk/2][D]: row jp holds keys 2jp,
     // 2jp+1 per dim.
     const int64_t D2 = D / 2;
+    alignas(64) uint32_t pairs[256];  // one key's dim pairs (D <= 512)
     for (int64_t j = j0; j < j1; ++j) {
         const int64_t width = packed_key_chunk_width(j, nk, key_chunk);
         uint32_t* col = kt + packed_key_chunk_start(j, D2, key_chunk) + j % key_chunk;
         if (j < n_keys) {
             const E* k = kv.k<E>(j) + hoff;
-            for (int64_t i = 0; i < D2; ++i)
-                col[i * width] = bf16_pair(kv_value(k, 2 * i), kv_value(k, 2 * i + 1));
+            for (int64_t d = 0; d < D; d += 16)
+                _mm256_store_si256(reinterpret_cast<__m256i*>(pairs + d / 2), bf16x16(k + d));
+            for (int64_t i = 0; i < D2; ++i) col[i * width] = pairs[i];
         } else {
             for (int64_t i = 0; i < D2; ++i) col[i * width] = 0;
         }
@@ -253,7 +257,11 @@ void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_
         const int64_t ja = 2 * jp, jb = 2 * jp + 1;
         const E* va = ja < n_keys ? kv.v<E>(ja) + hoff : nullptr;
         const E* vb = jb < n_keys ? kv.v<E>(jb) + hoff : nullptr;
-        for (int64_t d = 0; d < D; ++d) row[d] = bf16_pair(va ? kv_value(va, d) : 0.0f, vb ? kv_value(vb, d) : 0.0f);
+        for (int64_t d = 0; d < D; d += 16) {
+            const __m512i a = va ? _mm512_cvtepu16_epi32(bf16x16(va + d)) : _mm512_setzero_si512();
+            const __m512i b = vb ? _mm512_cvtepu16_epi32(bf16x16(vb + d)) : _mm512_setzero_si512();
+            _mm512_storeu_si512(row + d, _mm512_or_si512(a, _mm512_slli_epi32(b, 16)));
+        }
     }
 }
 
