@@ -369,7 +369,10 @@ void BM_AttentionPrefillAtDepth(benchmark::State& state) {
                                                    benchmark::Counter::kIsIterationInvariantRate);
     state.counters["bf16_peak_GFLOP/s"] = limits().bf16_gflops;
 }
-BENCHMARK(BM_AttentionPrefillAtDepth)->ArgsProduct({{3584, 15872}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionPrefillAtDepth)
+    ->ArgsProduct({{3584, 15872}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // One decode query (8 heads) over n_past keys of a layer's KV cache, Qwen3.5-0.8B shape. Eight layers'
 // caches are cycled so they come from DRAM, as in a decode step. Arg 1: 0 = f32 KV, 1 = bf16 KV.

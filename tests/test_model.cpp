@@ -145,8 +145,9 @@ TEST_P(Presets, OutputRowsOnlyMatchTheFullPass) {
                                         &logits[full], &ids[full], h)
                             .is_ok());
             // A decode step of all three reads every cache the steps above wrote.
-            ASSERT_TRUE(model_->forward({{&st[0], &t2, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t1, 1, false}},
-                                        o, &logits[full], nullptr, h)
+            ASSERT_TRUE(model_->forward(
+                                  {{&st[0], &t2, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t1, 1, false}}, o,
+                                  &logits[full], nullptr, h)
                             .is_ok());
             if (full) EXPECT_EQ(hidden.size(), size_t(310 + 52 + 21 + 3) * model_->config().hidden);
         }

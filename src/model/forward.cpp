@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "core/profiler.h"
@@ -154,7 +155,7 @@ struct ForwardWorkspace {
     ops::Scratch sc;
     std::vector<int32_t> ids;
     std::vector<int64_t> pos, logit_rows;
-    std::vector<int64_t> head_rows;  // Model::run: the head's rows after the last layer kept only the logit rows
+    std::vector<int64_t> head_rows;  // Model::run: 0 .. R - 1, when the last layer kept only the R logit rows
     std::vector<SeqSpan> spans;
     std::vector<ops::GdnSeq> gdn_seqs;
     std::vector<float*> gdn_out;  // sequences' per-token state pointers (conv, then ssm)
@@ -196,8 +197,8 @@ public:
     // A mixer over the batch's N rows (caches and states advance for all of them); out [N, H], or with
     // keep (ascending rows of the batch) [R, H]: only those rows' outputs, packed in that order (the last
     // layer, when only the head reads its output).
-    void gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs, float* out,
-                   const std::vector<int64_t>* keep = nullptr);
+    void gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
+                   float* out, const std::vector<int64_t>* keep = nullptr);
     void attention_block(const LayerWeights& L, int ai, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
                          const int64_t* pos, float* out, const std::vector<int64_t>* keep = nullptr);
     void ffn(const LayerWeights& L, const float* h, int64_t N, float* out);
@@ -296,7 +297,8 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
             if (static_cast<int64_t>(k - k0) < s.T) {
                 for (size_t j = k0; j < k; ++j) {
                     const int64_t t = (*keep)[j] - s.t0;
-                    as.push_back({s.t0 + t, 1, s.n_past + t, cache_.rows(i, ai), s.T > 1 && !cache_.verified(i)});
+                    const bool prefill_row = s.T > 1 && !cache_.verified(i);
+                    as.push_back({s.t0 + t, 1, s.n_past + t, cache_.rows(i, ai), prefill_row});
                 }
                 continue;
             }
@@ -524,16 +526,21 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     // is returned: that layer's attention queries, output projection and FFN and the final norm run on
     // those rows only (a prompt's last row; none for a prompt chunk that is not its last). Every op's
     // row does not depend on the other rows of its batch, so the logits are bitwise those of the full
-    // pass (OpsForward.OutputRowsOnlyMatchTheFullPass).
-    const bool prune = !hidden && static_cast<int64_t>(logit_rows.size()) < N;
+    // pass (Presets.OutputRowsOnlyMatchTheFullPass in test_model.cpp).
+    // (The rows come in batch order, each once; were they not, every row would go on.)
+    const bool ascending =
+        std::adjacent_find(logit_rows.begin(), logit_rows.end(), std::greater_equal<int64_t>()) == logit_rows.end();
+    const bool prune = !hidden && static_cast<int64_t>(logit_rows.size()) < N && ascending;
     const std::vector<int64_t>* keep = prune ? &logit_rows : nullptr;
     int gi = 0, ai = 0;
     for (int l = 0; l < c.n_layers; ++l) {
         const LayerWeights& L = w.layers[l];
         const bool last = l + 1 == c.n_layers;
         const std::vector<int64_t>* out_rows = last ? keep : nullptr;
-        if (L.kind == LayerKind::FULL_ATTENTION) fp.attention_block(L, ai++, hm, N, ws.spans, pos, mix, out_rows);
-        else fp.gdn_block(L, gi++, hm, N, ws.spans, mix, out_rows);
+        if (L.kind == LayerKind::FULL_ATTENTION)
+            fp.attention_block(L, ai++, hm, N, ws.spans, pos, mix, out_rows);
+        else
+            fp.gdn_block(L, gi++, hm, N, ws.spans, mix, out_rows);
         if (out_rows) {
             N = pack_rows(x, H, *out_rows);  // the residual rows that go on, as the mixer's output
             if (N == 0) break;               // no row reaches the head

@@ -651,7 +651,8 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         size_t n_f32 = 0;
         for (const AttnSeq& s : pre) {
             const int64_t t_split = std::clamp<int64_t>(kKeysPerUnit - s.n_past, 0, s.T);
-            if (t_split < s.T) late.push_back({s.t0 + t_split, s.T - t_split, s.n_past + t_split, s.kv, s.prefill_row});
+            if (t_split < s.T)
+                late.push_back({s.t0 + t_split, s.T - t_split, s.n_past + t_split, s.kv, s.prefill_row});
             if (t_split > 0) pre[n_f32++] = {s.t0, t_split, s.n_past, s.kv, s.prefill_row};
         }
         pre.resize(n_f32);
