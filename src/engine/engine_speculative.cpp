@@ -211,8 +211,7 @@ void Engine::flush_mtp_rows(Request& r) {
     append_mtp_rows(r);
     ForwardOptions fo;
     fo.bf16_activations = cfg_.bf16;
-    mtp_out_.clear();
-    Status st = model_->mtp_forward(p, mtp_in_.data(), *kv_, fo, nullptr, nullptr, &mtp_out_);
+    Status st = model_->mtp_forward(p, mtp_in_.data(), *kv_, fo, nullptr);  // the layer's K/V only
     GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
     r.mtp_done += static_cast<int64_t>(r.mtp_hidden.size()) / model_->config().hidden;
     r.mtp_hidden.clear();
@@ -273,21 +272,16 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
     if (!drafting.empty() && p.n_tokens() == static_cast<int64_t>(drafting.size()))
         cost_.observe_draft(now_seconds() - t_catch_up);  // one row per drafting request: a clean draft step
     GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
-    // Each drafting request's last hidden row: the next recursive step's input.
+    // Each drafting request's last hidden row (mtp_out_'s rows are the logits rows: one per drafting
+    // request, in order): the next recursive step's input.
     thread_local std::vector<float> last;
-    last.clear();
+    last.assign(mtp_out_.begin(), mtp_out_.end());
     {
         size_t di = 0;
-        for (size_t i = 0; i < rows_of.size(); ++i) {
-            Request* r = rows_of[i];
+        for (Request* r : rows_of) {
             r->mtp_done += static_cast<int64_t>(r->mtp_hidden.size()) / H;
             r->mtp_hidden.clear();
-            if (di < drafting.size() && drafting[di] == r) {
-                const int64_t last_row = p.cu_seqlens[i + 1] - 1;
-                last.insert(last.end(), mtp_out_.begin() + last_row * H, mtp_out_.begin() + (last_row + 1) * H);
-                r->sched->drafts.assign(1, mtp_ids_[di]);
-                ++di;
-            }
+            if (di < drafting.size() && drafting[di] == r) r->sched->drafts.assign(1, mtp_ids_[di++]);
         }
     }
     // 2. Drafts 2..k: the layer again on its own output (vLLM's recursion with one MTP layer): slot t + 1

@@ -155,7 +155,7 @@ struct ForwardWorkspace {
     ops::Scratch sc;
     std::vector<int32_t> ids;
     std::vector<int64_t> pos, logit_rows;
-    std::vector<int64_t> head_rows;  // Model::run: 0 .. R - 1, when the last layer kept only the R logit rows
+    std::vector<int64_t> head_rows;  // Model::first_rows: 0 .. R - 1, when the last layer kept only R rows
     std::vector<SeqSpan> spans;
     std::vector<ops::GdnSeq> gdn_seqs;
     std::vector<float*> gdn_out;  // sequences' per-token state pointers (conv, then ssm)
@@ -527,11 +527,7 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     // those rows only (a prompt's last row; none for a prompt chunk that is not its last). Every op's
     // row does not depend on the other rows of its batch, so the logits are bitwise those of the full
     // pass (Presets.OutputRowsOnlyMatchTheFullPass in test_model.cpp).
-    // (The rows come in batch order, each once; were they not, every row would go on.)
-    const bool ascending =
-        std::adjacent_find(logit_rows.begin(), logit_rows.end(), std::greater_equal<int64_t>()) == logit_rows.end();
-    const bool prune = !hidden && static_cast<int64_t>(logit_rows.size()) < N && ascending;
-    const std::vector<int64_t>* keep = prune ? &logit_rows : nullptr;
+    const std::vector<int64_t>* keep = hidden ? nullptr : rows_to_keep(logit_rows, N);
     int gi = 0, ai = 0;
     for (int l = 0; l < c.n_layers; ++l) {
         const LayerWeights& L = w.layers[l];
@@ -552,12 +548,22 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
         ops::add_rms_norm(x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
     }
     if (hidden) hidden->insert(hidden->end(), hm, hm + N * H);
-    if (keep) {  // hm's rows are the kept ones, in order
-        ws.head_rows.resize(N);
-        std::iota(ws.head_rows.begin(), ws.head_rows.end(), int64_t{0});
-    }
-    if (!logit_rows.empty()) head(hm, keep ? ws.head_rows : logit_rows, opt, logits, greedy_ids);
+    if (!logit_rows.empty()) head(hm, keep ? first_rows(N) : logit_rows, opt, logits, greedy_ids);
     prof.end_step();
+}
+
+const std::vector<int64_t>* Model::rows_to_keep(const std::vector<int64_t>& logit_rows, int64_t N) const {
+    // (The rows come in batch order, each once; were they not, every row would go on.)
+    const bool ascending =
+        std::adjacent_find(logit_rows.begin(), logit_rows.end(), std::greater_equal<int64_t>()) == logit_rows.end();
+    return static_cast<int64_t>(logit_rows.size()) < N && ascending ? &logit_rows : nullptr;
+}
+
+const std::vector<int64_t>& Model::first_rows(int64_t n) const {
+    std::vector<int64_t>& r = ws_->head_rows;
+    r.resize(n);
+    std::iota(r.begin(), r.end(), int64_t{0});
+    return r;
 }
 
 void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
@@ -596,15 +602,22 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
     float* mix = sc.f32(MIX, N * H);
     float* ffn = sc.f32(FFN, N * H);
     ops::rms_norm(x, N, H, L.input_norm, c.rms_eps, hm, bf16);
-    fp.attention_block(L, c.n_attention_layers(), hm, N, ws.spans, pos, mix);
-    ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);
-    fp.ffn(L, hf, N, ffn);
-    ops::add_rms_norm(x, ffn, N, H, m.norm, c.rms_eps, hm, bf16);  // hm = mtp.norm(x): the draft hidden
-    if (hidden_out) hidden_out->insert(hidden_out->end(), hm, hm + N * H);
+    // Past its attention mixer the layer runs on the logit rows only (as the main model's last layer;
+    // a catch-up row that drafts nothing only writes the layer's K/V).
+    const std::vector<int64_t>* keep = rows_to_keep(logit_rows, N);
+    fp.attention_block(L, c.n_attention_layers(), hm, N, ws.spans, pos, mix, keep);
+    if (keep) N = pack_rows(x, H, *keep);
+    if (N > 0) {
+        ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);
+        fp.ffn(L, hf, N, ffn);
+        ops::add_rms_norm(x, ffn, N, H, m.norm, c.rms_eps, hm, bf16);  // hm = mtp.norm(x): the draft hidden
+    }
+    const std::vector<int64_t>& rows = keep ? first_rows(N) : logit_rows;  // hm's rows of the logit rows
+    if (hidden_out)
+        for (int64_t r : rows) hidden_out->insert(hidden_out->end(), hm + r * H, hm + (r + 1) * H);
     // Draft ids come from the quantized copy of the lm_head when there is one (a draft needs no exact
     // argmax: verification decides); logits (the reference checks) from the lm_head itself.
-    if (!logit_rows.empty())  // (a catch-up only writes the layer's K/V)
-        head(hm, logit_rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
+    if (!rows.empty()) head(hm, rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
     prof.end_step();
 }
 

@@ -86,12 +86,13 @@ public:
     // for a recursive draft, this layer's own output at the slot before). The layer's K/V rows go to the
     // KV cache's last layer (KvCache built with n_attention_layers() + 1 layers) at plan.slot_mapping.
     // Appends the logits (or greedy ids) of plan.logits_rows, which predict token t+2, and, with
-    // hidden_out, its output after mtp.norm for every row ([N, H]: the next recursive step's input).
+    // hidden_out, its output after mtp.norm for those rows ([R, H] in their order: the next recursive
+    // step's input). Past the layer's attention only those rows are computed.
     Status mtp_forward(const BatchPlan& plan, const float* hidden, KvCache& kv, const ForwardOptions& opt,
                        std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
                        std::vector<float>* hidden_out = nullptr) const;
     // The same over a standalone sequence (its mtp_past slots are in its MTP KV cache): n slots from
-    // mtp_past on; logits for every row ([n, V]).
+    // mtp_past on; logits (and hidden_out) for every row ([n, V]).
     Status mtp_forward(SequenceState& state, const int32_t* next_tokens, const float* hidden, int64_t n,
                        const ForwardOptions& opt, std::vector<float>* logits,
                        std::vector<float>* hidden_out = nullptr) const;
@@ -109,6 +110,11 @@ private:
     void run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
                  CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
                  std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const;
+    // The rows a last layer keeps past its mixer: &logit_rows when they are fewer than the batch's N and
+    // ascending (the engine's order), else null (all rows go on).
+    const std::vector<int64_t>* rows_to_keep(const std::vector<int64_t>& logit_rows, int64_t N) const;
+    // 0, 1, ..., n - 1 (the head's rows once a layer kept only n rows; a workspace vector).
+    const std::vector<int64_t>& first_rows(int64_t n) const;
     // The lm_head over the rows `rows` of h [*, H]: logits or greedy ids appended.
     void head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt, std::vector<float>* logits,
               std::vector<int32_t>* greedy_ids, const LinearWeight* argmax_head = nullptr) const;
