@@ -155,7 +155,7 @@ struct ForwardWorkspace {
     ops::Scratch sc;
     std::vector<int32_t> ids;
     std::vector<int64_t> pos, logit_rows;
-    std::vector<int64_t> head_rows;  // Model::first_rows: 0 .. R - 1, when the last layer kept only R rows
+    std::vector<int64_t> head_rows;  // first_rows: 0 .. R - 1, when the last layer kept only R rows
     std::vector<SeqSpan> spans;
     std::vector<ops::GdnSeq> gdn_seqs;
     std::vector<float*> gdn_out;  // sequences' per-token state pointers (conv, then ssm)
@@ -182,6 +182,21 @@ int64_t pack_rows(float* x, int64_t width, const std::vector<int64_t>& rows) {
         if (rows[r] != static_cast<int64_t>(r))
             std::memmove(x + r * width, x + rows[r] * width, width * sizeof(float));
     return static_cast<int64_t>(rows.size());
+}
+
+// The rows a last layer keeps past its mixer: &logit_rows when they are fewer than the batch's N and come
+// in batch order, each once (the engine's), else null (every row goes on).
+const std::vector<int64_t>* rows_to_keep(const std::vector<int64_t>& logit_rows, int64_t N) {
+    const bool ascending =
+        std::adjacent_find(logit_rows.begin(), logit_rows.end(), std::greater_equal<int64_t>()) == logit_rows.end();
+    return static_cast<int64_t>(logit_rows.size()) < N && ascending ? &logit_rows : nullptr;
+}
+
+// 0, 1, ..., n - 1 in the workspace: the head's rows once a layer kept only n rows.
+const std::vector<int64_t>& first_rows(ForwardWorkspace& ws, int64_t n) {
+    ws.head_rows.resize(n);
+    std::iota(ws.head_rows.begin(), ws.head_rows.end(), int64_t{0});
+    return ws.head_rows;
 }
 
 class ForwardPass {
@@ -548,22 +563,8 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
         ops::add_rms_norm(x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
     }
     if (hidden) hidden->insert(hidden->end(), hm, hm + N * H);
-    if (!logit_rows.empty()) head(hm, keep ? first_rows(N) : logit_rows, opt, logits, greedy_ids);
+    if (!logit_rows.empty()) head(hm, keep ? first_rows(ws, N) : logit_rows, opt, logits, greedy_ids);
     prof.end_step();
-}
-
-const std::vector<int64_t>* Model::rows_to_keep(const std::vector<int64_t>& logit_rows, int64_t N) const {
-    // (The rows come in batch order, each once; were they not, every row would go on.)
-    const bool ascending =
-        std::adjacent_find(logit_rows.begin(), logit_rows.end(), std::greater_equal<int64_t>()) == logit_rows.end();
-    return static_cast<int64_t>(logit_rows.size()) < N && ascending ? &logit_rows : nullptr;
-}
-
-const std::vector<int64_t>& Model::first_rows(int64_t n) const {
-    std::vector<int64_t>& r = ws_->head_rows;
-    r.resize(n);
-    std::iota(r.begin(), r.end(), int64_t{0});
-    return r;
 }
 
 void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
@@ -612,7 +613,7 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
         fp.ffn(L, hf, N, ffn);
         ops::add_rms_norm(x, ffn, N, H, m.norm, c.rms_eps, hm, bf16);  // hm = mtp.norm(x): the draft hidden
     }
-    const std::vector<int64_t>& rows = keep ? first_rows(N) : logit_rows;  // hm's rows of the logit rows
+    const std::vector<int64_t>& rows = keep ? first_rows(ws, N) : logit_rows;  // hm's rows of the logit rows
     if (hidden_out)
         for (int64_t r : rows) hidden_out->insert(hidden_out->end(), hm + r * H, hm + (r + 1) * H);
     // Draft ids come from the quantized copy of the lm_head when there is one (a draft needs no exact

@@ -110,11 +110,6 @@ private:
     void run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
                  CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
                  std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const;
-    // The rows a last layer keeps past its mixer: &logit_rows when they are fewer than the batch's N and
-    // ascending (the engine's order), else null (all rows go on).
-    const std::vector<int64_t>* rows_to_keep(const std::vector<int64_t>& logit_rows, int64_t N) const;
-    // 0, 1, ..., n - 1 (the head's rows once a layer kept only n rows; a workspace vector).
-    const std::vector<int64_t>& first_rows(int64_t n) const;
     // The lm_head over the rows `rows` of h [*, H]: logits or greedy ids appended.
     void head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt, std::vector<float>* logits,
               std::vector<int32_t>* greedy_ids, const LinearWeight* argmax_head = nullptr) const;

@@ -8,14 +8,9 @@
 
 #include <cstdint>
 
-#include "core/dtype.h"
 #include "ops/cpu/simd.h"
 
 namespace gdn::cpu::avx512 {
-
-inline uint32_t bf16_pair(float lo, float hi) {
-    return static_cast<uint32_t>(f32_to_bf16(lo)) | static_cast<uint32_t>(f32_to_bf16(hi)) << 16;
-}
 
 // 32 floats -> 16 bf16 pairs (k, k + 1) in memory order.
 inline void pack_pairs32(const float* x, uint32_t* out) {
