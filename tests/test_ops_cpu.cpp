@@ -500,6 +500,36 @@ TEST(OpsCpu, AttentionDecodeBatch) {
     }
 }
 
+// A key's score has the same bits whether the kernel sums it beside three other keys (the 4-key score
+// pass, whose 16 sums share one shuffle tree on AVX-512) or alone (a tile's tail keys): decode over 5 keys
+// (keys 0-3 in the 4-key pass, key 4 alone) against the same 5 keys followed by 3 whose scores are so
+// low that their weights vanish beside the others' (key 4 then in the 4-key pass).
+TEST(OpsCpu, AttentionScoreOfAKeyDoesNotDependOnItsNeighbours) {
+    for (auto [Hq, Hkv, D] : std::vector<std::array<int64_t, 3>>{{4, 1, 256}, {8, 2, 64}, {16, 2, 128}, {4, 1, 32}}) {
+        const int64_t row = Hkv * D, n_small = 5, n_big = 8;
+        auto q = random_vec(2 * Hq * D, 41);
+        for (float& x : q) x = 0.5f + 0.5f * x;  // positive queries: the low keys below score far below 0
+        auto kv = random_vec(2 * n_big * row, 42);
+        for (int64_t j = n_small; j < n_big; ++j)
+            for (int64_t c = 0; c < row; ++c) kv[j * row + c] = -100.0f;
+        auto run = [&](int64_t n) {
+            std::vector<float> k(kv.begin(), kv.begin() + n * row);
+            std::vector<float> v(kv.begin() + n_big * row, kv.begin() + (n_big + n) * row);
+            std::vector<float> out(Hq * D);
+            ops::Scratch sc;
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D,
+                           {{0, 1, n - 1, cpu::KvRows{k.data(), v.data(), row, nullptr, 0, false}}}, Hq, Hkv, D,
+                           out.data(), sc, false);
+            return out;
+        };
+        for (Isa isa : fast_isas()) {
+            set_active_isa(isa);
+            EXPECT_EQ(run(n_small), run(n_big)) << isa_name(isa) << " Hq=" << Hq << " Hkv=" << Hkv << " D=" << D;
+        }
+        set_active_isa(cpu_isa());
+    }
+}
+
 TEST(Dispatch, EnvOverridesAreValidated) {
     setenv("GDN_FORCE_REFERENCE", "linear,nonsense", 1);
     Status st = configure_kernels_from_env();

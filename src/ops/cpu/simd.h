@@ -29,7 +29,33 @@ inline V vmax(V a, V b) { return _mm512_max_ps(a, b); }
 inline V vmin(V a, V b) { return _mm512_min_ps(a, b); }
 inline V vfma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }   // a*b + c
 inline V vfnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a*b
-inline float vsum(V v) { return _mm512_reduce_add_ps(v); }
+// The lanes' sum as a tree: lane j + lane j+8, then + j+4, then + j+2, then + j+1 (GCC's
+// _mm512_reduce_add_ps, written out so that vsum_4x4 below adds in the same order on any compiler).
+inline float vsum(V v) {
+    const __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m128 t6 = _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
+    const __m128 t8 = _mm_add_ps(t6, _mm_movehl_ps(t6, t6));
+    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
+}
+// vsum of 16 vectors a[h][i] (h, i < 4) at once, in lane 4h + i, bitwise: the same tree, four pairs of
+// vectors per shuffle-and-add instead of one vector's lanes (45 instructions instead of ~130).
+inline V vsum_4x4(const V (&a)[4][4]) {
+    V g[4];  // g[i], 128-bit lane h: head h's four partial sums of key i (after the + j+8, + j+4 steps)
+    for (int i = 0; i < 4; ++i) {
+        const V c = _mm512_add_ps(_mm512_shuffle_f32x4(a[0][i], a[1][i], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a[0][i], a[1][i], _MM_SHUFFLE(3, 2, 3, 2)));
+        const V d = _mm512_add_ps(_mm512_shuffle_f32x4(a[2][i], a[3][i], _MM_SHUFFLE(1, 0, 1, 0)),
+                                  _mm512_shuffle_f32x4(a[2][i], a[3][i], _MM_SHUFFLE(3, 2, 3, 2)));
+        g[i] = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+    // + j+2: per 128-bit lane [key i: 2 sums, key i+1: 2 sums]; then + j+1: [key 0, 1, 2, 3].
+    const V p = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const V q = _mm512_add_ps(_mm512_shuffle_ps(g[2], g[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(g[2], g[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(p, q, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(p, q, _MM_SHUFFLE(3, 1, 3, 1)));
+}
 inline float vhmax(V v) { return _mm512_reduce_max_ps(v); }
 // 16 bf16 values -> f32 (exact)
 inline V vload_bf16(const uint16_t* p) {
