@@ -426,7 +426,7 @@ void BM_AttentionDecodePaged(benchmark::State& state) {
                                                    benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
-BENCHMARK(BM_AttentionDecodePaged)->ArgsProduct({{16384}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_AttentionDecodePaged)->ArgsProduct({{16384, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 

@@ -507,8 +507,7 @@ TEST(OpsCpu, AttentionDecodeBatch) {
 TEST(OpsCpu, AttentionScoreOfAKeyDoesNotDependOnItsNeighbours) {
     for (auto [Hq, Hkv, D] : std::vector<std::array<int64_t, 3>>{{4, 1, 256}, {8, 2, 64}, {16, 2, 128}, {4, 1, 32}}) {
         const int64_t row = Hkv * D, n_small = 5, n_big = 8;
-        auto q = random_vec(2 * Hq * D, 41);
-        for (float& x : q) x = 0.5f + 0.5f * x;  // positive queries: the low keys below score far below 0
+        const auto q = random_vec(2 * Hq * D, 41, 0.0f, 1.0f);  // positive: the keys of -100 score far below 0
         auto kv = random_vec(2 * n_big * row, 42);
         for (int64_t j = n_small; j < n_big; ++j)
             for (int64_t c = 0; c < row; ++c) kv[j * row + c] = -100.0f;

@@ -32,7 +32,8 @@ inline V vfnma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a*b
 // The lanes' sum as a tree: lane j + lane j+8, then + j+4, then + j+2, then + j+1 (GCC's
 // _mm512_reduce_add_ps, written out so that vsum_4x4 below adds in the same order on any compiler).
 inline float vsum(V v) {
-    const __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    const __m256 t3 = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
     const __m128 t6 = _mm_add_ps(_mm256_castps256_ps128(t3), _mm256_extractf128_ps(t3, 1));
     const __m128 t8 = _mm_add_ps(t6, _mm_movehl_ps(t6, t6));
     return _mm_cvtss_f32(_mm_add_ss(t8, _mm_movehdup_ps(t8)));
@@ -54,7 +55,8 @@ inline V vsum_4x4(const V (&a)[4][4]) {
                               _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 2, 3, 2)));
     const V q = _mm512_add_ps(_mm512_shuffle_ps(g[2], g[3], _MM_SHUFFLE(1, 0, 1, 0)),
                               _mm512_shuffle_ps(g[2], g[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(_mm512_shuffle_ps(p, q, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(p, q, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_ps(p, q, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(p, q, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 inline float vhmax(V v) { return _mm512_reduce_max_ps(v); }
 // 16 bf16 values -> f32 (exact)
