@@ -376,49 +376,32 @@ BENCHMARK(BM_AttentionPrefillAtDepth)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// One decode query (8 heads) over n_past keys of a layer's KV cache, Qwen3.5-0.8B shape. Eight layers'
-// caches are cycled so they come from DRAM, as in a decode step. Arg 1: 0 = f32 KV, 1 = bf16 KV.
-void BM_AttentionDecode(benchmark::State& state) {
+// One decode query (8 heads) over n_past keys of a layer's KV cache, Qwen3.5-0.8B shape, n_layers layers'
+// caches cycled so they come from DRAM, as in a decode step; with `block`, rows in blocks of that many
+// tokens in a shuffled order (the engine's paged cache; a long-lived one hands out freed blocks).
+// Arg 1: 0 = f32 KV, 1 = bf16 KV.
+void attention_decode_bench(benchmark::State& state, int n_layers, int64_t block) {
     const int64_t n = state.range(0), Hq = 8, Hkv = 2, D = 256, ldq = 2 * Hq * D;
     const bool bf16 = state.range(1) != 0;
     std::vector<float> q(ldq, 0.01f), out(Hq * D);
     std::vector<KvArena> layers;
-    for (int l = 0; l < 8; ++l) layers.emplace_back(n * Hkv * D, 7 + l);
-    gdn::ops::Scratch sc;
-    size_t i = 0;
-    for (auto _ : state) {
-        const std::vector<gdn::ops::AttnSeq> seqs = {{0, 1, n - 1, layers[i++ % layers.size()].rows(Hkv * D, bf16)}};
-        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, false);
-    }
-    state.counters["KV_GB/s"] = benchmark::Counter(2.0 * n * Hkv * D * (bf16 ? 2 : 4),
-                                                   benchmark::Counter::kIsIterationInvariantRate);
-    state.counters["read_limit_GB/s"] = limits().read_gbps;
-}
-BENCHMARK(BM_AttentionDecode)->ArgsProduct({{256, 2048, 8192}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
-
-// The same query over n_past keys as the engine's paged cache holds them: blocks of 16 tokens in a
-// shuffled order (a long-lived cache hands out freed blocks), six layers cycled (the 0.8B shape's
-// attention layers; 0.4 GB of f32 K/V at 16k keys). Arg 1: 0 = f32 KV, 1 = bf16 KV.
-void BM_AttentionDecodePaged(benchmark::State& state) {
-    const int64_t n = state.range(0), Hq = 8, Hkv = 2, D = 256, ldq = 2 * Hq * D, block = 16;
-    const bool bf16 = state.range(1) != 0;
-    std::vector<float> q(ldq, 0.01f), out(Hq * D);
-    std::vector<KvArena> layers;
-    std::vector<std::vector<int32_t>> tables;
-    for (int l = 0; l < 6; ++l) {
+    std::vector<std::vector<int32_t>> tables(n_layers);
+    for (int l = 0; l < n_layers; ++l) {
         layers.emplace_back(n * Hkv * D, 7 + l);
-        std::vector<int32_t> t(n / block);
-        std::iota(t.begin(), t.end(), 0);
-        std::shuffle(t.begin(), t.end(), std::mt19937(11 + l));
-        tables.push_back(std::move(t));
+        if (!block) continue;
+        tables[l].resize(n / block);
+        std::iota(tables[l].begin(), tables[l].end(), 0);
+        std::shuffle(tables[l].begin(), tables[l].end(), std::mt19937(11 + l));
     }
     gdn::ops::Scratch sc;
     size_t i = 0;
     for (auto _ : state) {
         const size_t l = i++ % layers.size();
         gdn::cpu::KvRows rows = layers[l].rows(Hkv * D, bf16);
-        rows.block_table = tables[l].data();
-        rows.block_size = block;
+        if (block) {
+            rows.block_table = tables[l].data();
+            rows.block_size = block;
+        }
         const std::vector<gdn::ops::AttnSeq> seqs = {{0, 1, n - 1, rows}};
         gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, false);
     }
@@ -426,6 +409,11 @@ void BM_AttentionDecodePaged(benchmark::State& state) {
                                                    benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
+// Contiguous rows, eight layers.
+void BM_AttentionDecode(benchmark::State& state) { attention_decode_bench(state, 8, 0); }
+BENCHMARK(BM_AttentionDecode)->ArgsProduct({{256, 2048, 8192}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+// 16-token blocks, six layers (the 0.8B shape's attention layers; 0.4 GB of f32 K/V at 16k keys).
+void BM_AttentionDecodePaged(benchmark::State& state) { attention_decode_bench(state, 6, 16); }
 BENCHMARK(BM_AttentionDecodePaged)->ArgsProduct({{16384, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
