@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "ops/cpu/row_slabs.h"
 #include "ops/dispatch.h"
 #include "ops/layers.h"
 #include "ops/linear.h"
@@ -90,6 +91,40 @@ TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
                     }
                 }
             }
+        }
+    }
+    restore_default_kernels();
+}
+
+// A long prefill hands its panels over in row chunks of ~2 MiB of packed rows (ops/cpu/row_slabs.h:
+// chunk_rows): rows on both sides of a chunk boundary, and the last ones, give the bits they give in a
+// short batch or alone. 2400 rows of K = 1030 (515 k-pairs, 4.9 MB) make chunks of 864, 864 and 672 rows.
+TEST(OpsLinear, RowsDoNotDependOnTheRowChunk) {
+    const int64_t M = 2400, K = 1030, I = 48;
+    ASSERT_EQ(cpu::chunk_rows(M, (K + 1) / 2 * 4), 864);
+    auto g = random_vec(I * K, 21, -0.5f, 0.5f), u = random_vec(I * K, 22, -0.5f, 0.5f);
+    std::vector<uint16_t> gb(I * K), ub(I * K);
+    convert_from_f32(g.data(), DType::BF16, gb.data(), gb.size());
+    convert_from_f32(u.data(), DType::BF16, ub.data(), ub.size());
+    const TensorView vg = TensorView::contiguous(gb.data(), DType::BF16, {I, K});
+    const TensorView vu = TensorView::contiguous(ub.data(), DType::BF16, {I, K});
+    const LinearWeight plain = make_linear({vg, vu});  // N = 2I: the two parts stacked
+    const LinearWeight gate_up = make_swiglu_linear(vg, vu);
+    auto x = random_vec(M * K, 23);
+    for (const FastPath& path : fast_paths()) {
+        path.use();
+        std::vector<float> all(M * 2 * I), all_swiglu(M * I);
+        linear(x.data(), M, plain, all.data(), true, true);
+        linear_swiglu(x.data(), M, gate_up, all_swiglu.data(), true);
+        for (auto [m0, rows] : std::vector<std::pair<int64_t, int64_t>>{{856, 16}, {863, 1}, {864, 1}, {1720, 16},
+                                                                         {M - 1, 1}, {M - 30, 30}}) {
+            std::vector<float> part(rows * 2 * I), part_swiglu(rows * I);
+            linear(x.data() + m0 * K, rows, plain, part.data(), true, true);
+            linear_swiglu(x.data() + m0 * K, rows, gate_up, part_swiglu.data(), true);
+            for (int64_t i = 0; i < rows * 2 * I; ++i)
+                ASSERT_EQ(part[i], all[m0 * 2 * I + i]) << path.name() << " m0=" << m0 << " i=" << i;
+            for (int64_t i = 0; i < rows * I; ++i)
+                ASSERT_EQ(part_swiglu[i], all_swiglu[m0 * I + i]) << path.name() << " swiglu m0=" << m0 << " i=" << i;
         }
     }
     restore_default_kernels();

@@ -17,4 +17,24 @@ inline int64_t slab_rows(int64_t row_bytes, int64_t tile_rows) {
     return std::max<int64_t>(tile_rows, kSlabBytes / std::max<int64_t>(row_bytes, 1) / tile_rows * tile_rows);
 }
 
+// A prefill product's panels are claimed by the threads in ~15 pieces each (ThreadPool::
+// parallel_for_balanced), and every piece streams all the rows it is given: at M = 4096 and K = 2048 those
+// are 16 MB of packed activations a piece, which with the product's output and weights outgrow this
+// machine's 32 MB L3 and come from DRAM ~30 times a product. ops/linear.cpp therefore hands the panels
+// over in row chunks of ~kChunkBytes of packed rows, each chunk its own pass of claims. Paired in one
+// process against the whole M (docs/perf.md, 27th session): 2 MiB chunks 0.88-0.98 of the time at M =
+// 4096 and 16384 on every 0.8B shape; 1 MiB and 4 MiB less.
+constexpr int64_t kChunkBytes = 2 << 20;
+
+// Rows per chunk of a product of M rows of row_bytes packed bytes: all M while they fit two chunks'
+// bytes (a prompt of a few hundred rows: the L3 holds them), else M in even pieces of at most
+// kChunkBytes, each a multiple of 96 rows (whole 12-row vector and 32-row AMX tiles) and at least 192, so
+// the weights still meet many rows per pass at any K.
+inline int64_t chunk_rows(int64_t M, int64_t row_bytes) {
+    row_bytes = std::max<int64_t>(row_bytes, 1);
+    if (M * row_bytes <= 2 * kChunkBytes) return std::max<int64_t>(M, 1);
+    const int64_t pieces = (M * row_bytes + kChunkBytes - 1) / kChunkBytes;
+    return std::max<int64_t>(192, ((M + pieces - 1) / pieces + 95) / 96 * 96);
+}
+
 }  // namespace gdn::cpu
