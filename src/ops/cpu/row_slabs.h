@@ -2,7 +2,8 @@
 // weight panel of a thread's range meets them: the activations then come from L2 once per panel, not
 // from L3 or DRAM (M = 16384 at K = 3584: 117 MB of bf16 pairs a panel), and a panel streams once per
 // slab. Used by the AMX and vdpbf16ps kernels (avx512/linear_avx512.cpp) and the AVX-512 quantized tiles
-// (avx512/quant_tiles_avx512.h). A row's sums never depend on its slab or tile.
+// (avx512/quant_tiles_avx512.h); the bf16 products also take their rows in chunks of several slabs
+// (chunk_rows below). A row's sums never depend on its chunk, slab or tile.
 #pragma once
 
 #include <algorithm>
@@ -22,12 +23,12 @@ inline int64_t slab_rows(int64_t row_bytes, int64_t tile_rows) {
 // are 16 MB of packed activations a piece, which with the product's output and weights outgrow this
 // machine's 32 MB L3 and come from DRAM ~30 times a product. ops/linear.cpp therefore hands the panels
 // over in row chunks of ~kChunkBytes of packed rows, each chunk its own pass of claims. Paired in one
-// process against the whole M (docs/perf.md, 27th session): 2 MiB chunks 0.88-0.98 of the time at M =
-// 4096 and 16384 on every 0.8B shape; 1 MiB and 4 MiB less.
+// process against the whole M (docs/perf.md, 27th session): 2 MiB chunks 0.86-0.93 of the time of the
+// long-K products (K = 2048, 3584) at M = 4096 and 16384, 0.95-1.04 of the others; 1 and 4 MiB gained less.
 constexpr int64_t kChunkBytes = 2 << 20;
 
 // Rows per chunk of a product of M rows of row_bytes packed bytes: all M while they fit two chunks'
-// bytes (a prompt of a few hundred rows: the L3 holds them), else M in even pieces of at most
+// bytes (a prompt of a few hundred rows: the L3 holds them), else M in even pieces of about
 // kChunkBytes, each a multiple of 96 rows (whole 12-row vector and 32-row AMX tiles) and at least 192, so
 // the weights still meet many rows per pass at any K.
 inline int64_t chunk_rows(int64_t M, int64_t row_bytes) {
