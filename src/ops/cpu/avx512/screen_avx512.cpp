@@ -10,6 +10,7 @@
 #include "ops/argmax_screen.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/cpu/simd.h"
+#include "ops/cpu/stream_ahead.h"
 
 namespace gdn::cpu::avx512 {
 
@@ -22,6 +23,9 @@ template <int MR>
 bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* lo_max,
                  int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
     constexpr bool kSplitK = MR <= 4;
+    // 2+ rows spend 2 x MR vpdpbusd per 128 weight bytes, about the memory's time for them: their lines
+    // are asked for ahead so the two overlap (ops/cpu/stream_ahead.h); one row is bound by the stream.
+    constexpr bool kStream = MR >= 2;
     const __m512 eight_u = _mm512_set1_ps(8.0f * 0x1p-24f), inflate = _mm512_set1_ps(1.001f);
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const int64_t K4 = s.K4;
@@ -35,6 +39,10 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
         if constexpr (kSplitK) {
             for (int m = 0; m < MR; ++m) c0[m] = c1[m] = _mm512_setzero_si512();
             for (; kk + 1 < K4; kk += 2, b += 256) {
+                if constexpr (kStream) {
+                    stream_ahead_batch_128(b);
+                    stream_ahead_batch_128(b + 128);
+                }
                 const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64),
                               w2 = _mm512_loadu_si512(b + 128), w3 = _mm512_loadu_si512(b + 192);
                 for (int m = 0; m < MR; ++m) {
@@ -52,6 +60,7 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
             }
         }
         for (; kk < K4; ++kk, b += 128) {
+            if constexpr (kStream) stream_ahead_batch_128(b);
             const __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64);
             for (int m = 0; m < MR; ++m) {
                 const __m512i x0 = _mm512_set1_epi32(static_cast<int>(xq[m * K4 + kk]));
