@@ -1,5 +1,6 @@
 // Software prefetch for weight streams: one-row ones (decode GEMVs, the greedy lm_head screen) on AVX2
-// CPUs, and the AVX-512 kernels' decode batches (bf16, int8, int4-sym; below).
+// CPUs, and the AVX-512 kernels' decode batches (bf16, int8, int4-sym, the greedy screen's 2-8 rows;
+// below).
 // Those kernels spend several vector ops per 32 weight bytes, and the ops of the loop fill the core's
 // out-of-order window so that the hardware prefetchers alone kept ~0.75 of a plain read's bandwidth
 // on the Zen 3 AVX2 VM (docs/perf.md, "thirteenth session"). Each loop step that reads 128 bytes asks
