@@ -116,15 +116,17 @@ TEST(OpsLinear, RowsDoNotDependOnTheRowChunk) {
         std::vector<float> all(M * 2 * I), all_swiglu(M * I);
         linear(x.data(), M, plain, all.data(), true, true);
         linear_swiglu(x.data(), M, gate_up, all_swiglu.data(), true);
-        for (auto [m0, rows] : std::vector<std::pair<int64_t, int64_t>>{{856, 16}, {863, 1}, {864, 1}, {1720, 16},
-                                                                         {M - 1, 1}, {M - 30, 30}}) {
+        const std::vector<std::pair<int64_t, int64_t>> batches = {{856, 16}, {863, 1},  {864, 1},
+                                                                   {1720, 16}, {M - 1, 1}, {M - 30, 30}};
+        for (auto [m0, rows] : batches) {
             std::vector<float> part(rows * 2 * I), part_swiglu(rows * I);
             linear(x.data() + m0 * K, rows, plain, part.data(), true, true);
             linear_swiglu(x.data() + m0 * K, rows, gate_up, part_swiglu.data(), true);
             for (int64_t i = 0; i < rows * 2 * I; ++i)
                 ASSERT_EQ(part[i], all[m0 * 2 * I + i]) << path.name() << " m0=" << m0 << " i=" << i;
             for (int64_t i = 0; i < rows * I; ++i)
-                ASSERT_EQ(part_swiglu[i], all_swiglu[m0 * I + i]) << path.name() << " swiglu m0=" << m0 << " i=" << i;
+                ASSERT_EQ(part_swiglu[i], all_swiglu[m0 * I + i])
+                    << path.name() << " swiglu m0=" << m0 << " i=" << i;
         }
     }
     restore_default_kernels();

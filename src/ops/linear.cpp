@@ -163,12 +163,17 @@ const uint32_t* bf16_pairs_of(const float* x, int64_t M, int64_t K, int64_t K2, 
     return xp;
 }
 
-// fn(m0, rows) over the row chunks of [0, M) (ops/cpu/row_slabs.h: chunk_rows), in order; one call for a
-// decode batch or a short prompt. Each call is its own pass of panel claims over the pool.
+// fn(m0, rows, p0, p1): the bf16 products of rows [m0, m0 + rows) and panels [p0, p1) of p. The rows go
+// in chunks (ops/cpu/row_slabs.h: chunk_rows; one for a decode batch or a short prompt), each its own
+// pass of panel claims over the pool.
 template <class Fn>
-void for_row_chunks(int64_t M, int64_t row_bytes, Fn&& fn) {
-    const int64_t chunk = cpu::chunk_rows(M, row_bytes);
-    for (int64_t m0 = 0; m0 < M; m0 += chunk) fn(m0, std::min(chunk, M - m0));
+void bf16_products_over_pool(const PackedWeight& p, int64_t M, Fn&& fn) {
+    const int64_t chunk = cpu::chunk_rows(M, p.K2 * 4);
+    for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+        const int64_t rows = std::min(chunk, M - m0);
+        global_pool().parallel_for_balanced(p.n_panels, min_panels(p, rows),
+                                            [&](int, int64_t p0, int64_t p1) { fn(m0, rows, p0, p1); });
+    }
 }
 
 // linear() and linear_swiglu(); in: x as a shared input whose kept operand forms are read (ops/linear_input.h).
@@ -186,10 +191,8 @@ void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, boo
     if (uses_bf16_dot(p, false, bf16_act)) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
-        for_row_chunks(M, p.K2 * 4, [&](int64_t m0, int64_t rows) {
-            global_pool().parallel_for_balanced(p.n_panels, min_panels(p, rows), [&](int, int64_t p0, int64_t p1) {
-                cpu::avx512::linear_bf16dot(xp + m0 * p.K2, rows, p.K2, p, y + m0 * N, N, p0, p1, round_out);
-            });
+        bf16_products_over_pool(p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
+            cpu::avx512::linear_bf16dot(xp + m0 * p.K2, rows, p.K2, p, y + m0 * N, N, p0, p1, round_out);
         });
         return;
     }
@@ -221,10 +224,8 @@ void linear_swiglu_from(const float* x, int64_t M, const LinearWeight& w, float*
         count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
     if (uses_bf16_dot(p, true, bf16_act)) {
         const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
-        for_row_chunks(M, p.K2 * 4, [&](int64_t m0, int64_t rows) {
-            global_pool().parallel_for_balanced(p.n_panels, min_panels(p, rows), [&](int, int64_t p0, int64_t p1) {
-                cpu::avx512::linear_bf16dot_swiglu(xp + m0 * p.K2, rows, p.K2, p, out + m0 * I, I, p0, p1);
-            });
+        bf16_products_over_pool(p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
+            cpu::avx512::linear_bf16dot_swiglu(xp + m0 * p.K2, rows, p.K2, p, out + m0 * I, I, p0, p1);
         });
         return;
     }
