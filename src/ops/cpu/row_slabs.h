@@ -18,13 +18,14 @@ inline int64_t slab_rows(int64_t row_bytes, int64_t tile_rows) {
     return std::max<int64_t>(tile_rows, kSlabBytes / std::max<int64_t>(row_bytes, 1) / tile_rows * tile_rows);
 }
 
-// A prefill product's panels are claimed by the threads in ~15 pieces each (ThreadPool::
+// A prefill product's panels are claimed by the threads in ~10-15 pieces each (ThreadPool::
 // parallel_for_balanced), and every piece streams all the rows it is given: at M = 4096 and K = 2048 those
 // are 16 MB of packed activations a piece, which with the product's output and weights outgrow this
-// machine's 32 MB L3 and come from DRAM ~30 times a product. ops/linear.cpp therefore hands the panels
+// machine's 32 MB L3 and come from DRAM 20-30 times a product. ops/linear.cpp therefore hands the panels
 // over in row chunks of ~kChunkBytes of packed rows, each chunk its own pass of claims. Paired in one
 // process against the whole M (docs/perf.md, 27th session): 2 MiB chunks 0.86-0.93 of the time of the
-// long-K products (K = 2048, 3584) at M = 4096 and 16384, 0.95-1.04 of the others; 1 and 4 MiB gained less.
+// long-K products (K = 2048, 3584) at M = 4096 and 16384, 0.95-1.04 of the others; 1 and 4 MiB gained
+// less.
 constexpr int64_t kChunkBytes = 2 << 20;
 
 // Rows per chunk of a product of M rows of row_bytes packed bytes: all M while they fit two chunks'
