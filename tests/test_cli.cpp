@@ -218,6 +218,19 @@ TEST(Cli, PerplexityAndKlDivergence) {
     EXPECT_EQ(number_after(r.out, "Same top-1 = "), 100.0) << r.out;
     EXPECT_EQ(number_after(r.out, "PPL = "), ppl);
 
+    // --decode: the scored half one token per forward (decode attention over the cache), the same
+    // model's rows in f32; in bf16 (a bf16 KV cache by default) a small positive KLD.
+    r = run_gdn(common + " --decode --kl-divergence " + base);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("by decode steps"), std::string::npos) << r.out;
+    EXPECT_LT(number_after(r.out, "Mean KLD = "), 1e-6) << r.out;
+    EXPECT_NEAR(number_after(r.out, "PPL = "), ppl, 1e-3 * ppl) << r.out;
+    r = run_gdn(common + " --decode --dtype bf16 --kl-divergence " + base);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("bf16 KV cache"), std::string::npos) << r.out;
+    EXPECT_GT(number_after(r.out, "Mean KLD = "), 0.0) << r.out;
+    EXPECT_LT(number_after(r.out, "Mean KLD = "), 1e-3) << r.out;
+
     r = run_gdn(common + " --quantization int8 --kl-divergence " + base);
     ASSERT_EQ(r.exit_code, 0) << r.out;
     const double kld = number_after(r.out, "Mean KLD = ");

@@ -134,7 +134,7 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
         tight.max_num_seqs = 8;
         const ModelConfig& c = l.model->config();
         const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16,
-                                                      tight.bf16 ? DType::BF16 : DType::F32);
+                                                      tight.kv_cache_dtype());
         const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
         tight.cache_memory = 8 * slot + 3 * 16 * block;
     }
@@ -188,7 +188,7 @@ TEST(Engine, PromptLogprobsAreTheModelsDistribution) {
     ForwardOptions fo;
     fo.bf16_activations = EngineConfig{}.bf16;
     fo.gdn_form = GdnForm::RECURRENT;
-    SequenceState st = l.model->new_state(EngineConfig{}.kv_dtype);
+    SequenceState st = l.model->new_state(EngineConfig{}.kv_cache_dtype());
     st.reserve(static_cast<int64_t>(long_prompt.size()));
     std::vector<float> ref;
     ASSERT_TRUE(l.model->forward({{&st, long_prompt.data(), static_cast<int64_t>(long_prompt.size()), true}}, fo, &ref).is_ok());
@@ -360,13 +360,15 @@ TEST(Engine, MemoryPlanClampsMaxNumSeqs) {
     EXPECT_NE(bad.message().find("cannot hold one sequence"), std::string::npos) << bad.message();
 }
 
-// --kv-cache-dtype bf16: twice the KV blocks in the same memory; requests decoding together still equal
-// each alone (same cache dtype); refused with f32 activations.
+// --kv-cache-dtype bf16 (the default in bf16 mode): twice the KV blocks of f32 in the same memory;
+// requests decoding together still equal each alone (same cache dtype); refused with f32 activations.
 TEST(Engine, Bf16KvCacheDoublesBlocksAndKeepsBatchInvariance) {
     Loaded l = load(golden_dir("qwen3_5"));
     EngineConfig f32kv, bf16kv;
     f32kv.cache_memory = bf16kv.cache_memory = 64ull << 20;
+    f32kv.kv_dtype = DType::F32;
     bf16kv.kv_dtype = DType::BF16;
+    EXPECT_EQ(EngineConfig{}.kv_cache_dtype(), DType::BF16);  // the default in the default (bf16) mode
     const int64_t blocks_f32 = make_engine(l, f32kv)->stats().kv_blocks_total;
     auto e = make_engine(l, bf16kv);
     EXPECT_GE(e->stats().kv_blocks_total, 2 * blocks_f32 - 1);

@@ -458,10 +458,11 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
     std::map<std::pair<int32_t, int32_t>, double> exact;
     {
         ForwardOptions fo;
-        fo.bf16_activations = true;
+        fo.bf16_activations = EngineConfig{}.bf16;
+        const DType kv = EngineConfig{}.kv_cache_dtype();  // the engine's cache below
         Sampler smp;
         SamplerState ss;
-        SequenceState st = m.new_state();
+        SequenceState st = m.new_state(kv);
         std::vector<float> logits;
         ASSERT_TRUE(m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits).is_ok());
         std::vector<float> row = logits;
@@ -471,7 +472,7 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
             if (smp.prob(t) > 0) first.push_back({t, smp.prob(t)});
         ASSERT_EQ(first.size(), 6u);
         for (auto [t1, p1] : first) {
-            SequenceState s2 = m.new_state();
+            SequenceState s2 = m.new_state(kv);
             std::vector<int32_t> ids = prompt;
             ids.push_back(t1);
             std::vector<float> l2;

@@ -70,16 +70,17 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     auto e = std::unique_ptr<Engine>(new Engine());
     // Memory plan: state slots first (one per running request), the rest KV blocks.
     const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
-    if (cfg.kv_dtype != DType::F32 && cfg.kv_dtype != DType::BF16) return bad("the KV cache dtype must be f32 or bf16");
+    const DType kv_dtype = cfg.kv_cache_dtype();
+    if (kv_dtype != DType::F32 && kv_dtype != DType::BF16) return bad("the KV cache dtype must be f32 or bf16");
     const SpeculativeConfig& spec = cfg.speculative;
     const bool mtp = spec.uses_mtp();
     if (mtp && !model->has_mtp())
         return bad("MTP speculation needs the model's MTP layer: load it with LoadOptions::mtp (the tools do this "
                    "for --speculative-config '{\"method\": \"mtp\", ...}')");
     const int n_attn = std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0);  // the MTP layer's KV rides along
-    if (cfg.kv_dtype == DType::BF16 && !cfg.bf16)
+    if (kv_dtype == DType::BF16 && !cfg.bf16)
         return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
-    const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, cfg.kv_dtype);
+    const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, kv_dtype);
     const int64_t conv_n = c.gdn_conv_state_floats();
     const int64_t ssm_n = c.gdn_ssm_state_floats();
     const size_t slot_bytes = std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
@@ -129,7 +130,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens (%.1f MiB); "
         "GDN state slot %.2f MiB (%d layers); %d slots%s (%.1f MiB); max_model_len %d, max_num_seqs %d, "
         "max_num_batched_tokens %d; %s%s%s",
-        cfg.block_size, block_bytes / 1024.0, dtype_name(cfg.kv_dtype), n_attn, mtp ? " incl. MTP" : "", n_blocks,
+        cfg.block_size, block_bytes / 1024.0, dtype_name(kv_dtype), n_attn, mtp ? " incl. MTP" : "", n_blocks,
         (long long)n_blocks * cfg.block_size, n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0,
         c.n_gdn_layers(), n_slots, spec_note.c_str(), n_slots * seq_state_bytes / 1048576.0, cfg.max_model_len,
         cfg.max_num_seqs, cfg.max_num_batched_tokens,
@@ -146,7 +147,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     e->model_ = std::move(model);
     e->tok_ = std::move(tok);
     e->kv_ = std::make_unique<KvCache>(c.n_attention_layers() + (mtp ? 1 : 0), row, n_blocks, cfg.block_size,
-                                       cfg.kv_dtype);
+                                       kv_dtype);
     e->slot_bytes_ = slot_bytes;
     e->staged_row_bytes_ = StateSlots::verify_bytes_per_seq(c.n_gdn_layers(), 1, c.gdn_in_proj_floats());
     e->cost_.reset(spec.max_drafts());

@@ -41,10 +41,12 @@ struct EngineConfig {
     int prefill_step_ms = 0;
     size_t cache_memory = 1ull << 30;  // KV blocks + state slots
     bool bf16 = true;                  // bf16 matmul inputs (see ForwardOptions)
-    // K/V cache elements. BF16 (--kv-cache-dtype bf16) halves the cache (twice the tokens in the same
-    // memory, half the bytes read by decode attention) at the cost of rounding K and V, as HF's bf16
-    // forward does; it needs bf16 activations. F32 (default) keeps them as computed.
-    DType kv_dtype = DType::F32;
+    // K/V cache elements (--kv-cache-dtype); unset: default_kv_dtype(bf16), BF16 with bf16 activations.
+    // BF16 halves the cache (twice the tokens in the same memory, half the bytes read by decode attention)
+    // at the cost of rounding K and V, as HF's bf16 forward does; it needs bf16 activations. F32 keeps
+    // them as computed.
+    std::optional<DType> kv_dtype;
+    DType kv_cache_dtype() const { return kv_dtype.value_or(default_kv_dtype(bf16)); }
     // Speculative decoding (--speculative-config): drafts from the MTP layer (the model must be loaded
     // with LoadOptions::mtp) or from prompt lookup, verified k + 1 tokens per step. Each running request
     // may hold up to 1 + k GDN state slots during a step (the memory plan counts them).

@@ -12,6 +12,11 @@
 
 namespace gdn {
 
+// The K/V cache dtype the engine and the tools use unless told otherwise: BF16 with bf16 activations (half
+// the bytes per token, and decode at depth reads half the K/V; rounding K and V as HF's bf16 forward does
+// measured at the f32 cache's quality: docs/perf.md, "bf16 K/V by default"), F32 in the f32 mode.
+inline DType default_kv_dtype(bool bf16_activations) { return bf16_activations ? DType::BF16 : DType::F32; }
+
 struct SequenceState {
     int64_t n_past = 0;  // tokens already consumed (positions of the next token start here)
     // Per attention layer: K and V rows [rows, Hkv, D] (post-norm, post-RoPE k; raw v) as raw bytes of

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/log.h"
+#include "model/state.h"
 
 namespace gdn {
 
@@ -71,7 +72,8 @@ Result<std::vector<int>> parse_id_list(const std::string& s) {
 }
 
 Result<DType> kv_cache_dtype(const Args& a, bool bf16_activations) {
-    const std::string v = a.get("--kv-cache-dtype", "f32");
+    if (!a.has("--kv-cache-dtype")) return default_kv_dtype(bf16_activations);
+    const std::string v = a.get("--kv-cache-dtype");
     if (v == "f32") return DType::F32;
     if (v != "bf16") return Status::error("--kv-cache-dtype must be f32 or bf16, got '" + v + "'");
     if (!bf16_activations) return Status::error("--kv-cache-dtype bf16 needs --dtype bf16");

@@ -30,7 +30,8 @@ private:
 
 Result<std::vector<int>> parse_id_list(const std::string& s);
 
-// --kv-cache-dtype f32|bf16 (default f32); bf16 is only valid with bf16 activations.
+// --kv-cache-dtype f32|bf16; unset: default_kv_dtype (bf16 with bf16 activations). bf16 is only valid
+// with bf16 activations.
 Result<DType> kv_cache_dtype(const Args& a, bool bf16_activations);
 
 }  // namespace gdn

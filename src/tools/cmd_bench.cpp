@@ -370,7 +370,7 @@ int cmd_bench(int argc, char** argv) {
                 ec.max_model_len = static_cast<int>(longest + sp.max_tokens + 2 + sc.num_speculative_tokens);
                 ec.speculative = sc;
                 ec.prefault_memory = true;  // as gdn serve: no page faults inside the timed steps
-                ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len, ec.kv_dtype,
+                ec.cache_memory = Engine::cache_bytes_for(shared->config(), C, ec.max_model_len, kv_dtype,
                                                           ec.block_size, sc);
                 GDN_RETURN_IF_ERROR(apply_prefix_cache_options(*args, &ec));
                 GDN_ASSIGN_OR_RETURN(r->engine, Engine::create(shared, tok, ec));

@@ -1,7 +1,8 @@
 // gdn perplexity: llama-perplexity's measurement (non-overlapping windows of --ctx tokens, each scored
 // on its second half; PPL +- standard error), optionally as KL divergence against a base run's
 // log-probabilities (tools/perplexity.h). Windows go through the model's batched prefill, several
-// sequences per forward.
+// sequences per forward; with --decode the scored half goes one token per forward instead, the way
+// generation reads the KV cache (decode attention, the cache dtype as stored).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -25,12 +26,14 @@ void usage() {
     std::fprintf(stderr,
                  "usage: gdn perplexity --model DIR --file TEXT [--ctx 512] [--batch N] [--chunks N] [--dtype f32|bf16]\n"
                  "                      [--quantization int8|int4|int4-sym] [--threads N]\n"
-                 "                      [--kl-divergence-base FILE | --kl-divergence FILE]\n"
+                 "                      [--kl-divergence-base FILE | --kl-divergence FILE] [--decode]\n"
                  "  Windows of --ctx tokens (a shorter tail is dropped), each scored on its second half.\n"
                  "  --kl-divergence-base FILE  also write this run's log-probabilities (the base, e.g. --dtype f32)\n"
                  "  --kl-divergence FILE       compare with a base: mean KLD, its 99th percentile, same top-1 %%\n"
                  "  --batch N                  windows per forward (default: as many as fit 512 MB of logits, <= 8)\n"
-                 "  --chunks N                 score only the first N windows\n");
+                 "  --chunks N                 score only the first N windows\n"
+                 "  --decode                   prefill each window's first half, then score the second half one\n"
+                 "                             token per forward (decode steps, teacher-forced), as generation runs\n");
 }
 
 }  // namespace
@@ -39,7 +42,7 @@ int cmd_perplexity(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
                             {"--model", "--file", "--ctx", "--batch", "--chunks", "--dtype", "--kv-cache-dtype",
                              "--quantization", "--threads", "--kl-divergence-base", "--kl-divergence"},
-                            {"--help"});
+                            {"--help", "--decode"});
     if (!args || args->has("--help") || !args->has("--model") || !args->has("--file")) {
         usage();
         if (!args) std::fprintf(stderr, "gdn perplexity: %s\n", args.message().c_str());
@@ -57,6 +60,7 @@ int cmd_perplexity(int argc, char** argv) {
     if (!threads || *threads < 1) return fail("--threads must be a positive integer", 2);
     if (args->has("--kl-divergence-base") && args->has("--kl-divergence"))
         return fail("--kl-divergence-base writes a base and --kl-divergence reads one: give one of them", 2);
+    const bool decode = args->has("--decode");
     ForwardOptions fo;
     const std::string dt = args->get("--dtype", "f32");
     if (dt == "bf16") fo.bf16_activations = true;
@@ -87,8 +91,9 @@ int cmd_perplexity(int argc, char** argv) {
                     1);
     const int64_t B = *batch > 0 ? *batch
                                  : std::clamp<int64_t>((int64_t{512} << 20) / (C * V * 4), 1, 8);
-    GDN_LOG_INFO("%zu tokens, %lld windows of %lld (scoring %lld per window), %lld windows per forward",
-                 tokens.size(), (long long)n_windows, (long long)C, (long long)per_window, (long long)B);
+    GDN_LOG_INFO("%zu tokens, %lld windows of %lld (scoring %lld per window%s), %lld windows per forward, %s KV cache",
+                 tokens.size(), (long long)n_windows, (long long)C, (long long)per_window,
+                 decode ? " by decode steps" : "", (long long)B, dtype_name(*kv));
 
     std::unique_ptr<perplexity::BaseWriter> writer;
     std::unique_ptr<perplexity::BaseReader> reader;
@@ -114,24 +119,48 @@ int cmd_perplexity(int argc, char** argv) {
             states.push_back(m.new_state(*kv));
             batch_in.push_back({&states.back(), tokens.data() + (w0 + b) * C, C, true});
         }
-        logits.clear();
-        if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
-        for (int64_t b = 0; b < nb; ++b)
-            for (int64_t j = first; j < C - 1; ++j) {
-                const int32_t next = tokens[(w0 + b) * C + j + 1];
-                const int64_t top = perplexity::log_softmax(logits.data() + (b * C + j) * V, V, logp.data());
-                acc.add(-static_cast<double>(logp[next]));
-                if (writer)
-                    if (Status s = writer->write_row(logp.data()); !s) return fail(s.message(), 1);
-                if (reader) {
-                    if (Status s = reader->read_row(base.data()); !s) return fail(s.message(), 1);
-                    int64_t base_top = 0;
-                    for (int64_t v = 1; v < V; ++v)
-                        if (base[v] > base[base_top]) base_top = v;
-                    acc.add_base(-static_cast<double>(base[next]), perplexity::kl_divergence(base.data(), logp.data(), V),
-                                 base_top == top);
-                }
+        // Row of window b's logits for position j in `logits`, [nb x C x V] after a prefill of whole
+        // windows, [nb x V] after a decode step of position j.
+        auto score = [&](int64_t b, int64_t j, const float* row) -> Status {
+            const int32_t next = tokens[(w0 + b) * C + j + 1];
+            const int64_t top = perplexity::log_softmax(row, V, logp.data());
+            acc.add(-static_cast<double>(logp[next]));
+            if (writer)
+                if (Status s = writer->write_row(logp.data()); !s) return s;
+            if (reader) {
+                if (Status s = reader->read_row(base.data()); !s) return s;
+                int64_t base_top = 0;
+                for (int64_t v = 1; v < V; ++v)
+                    if (base[v] > base[base_top]) base_top = v;
+                acc.add_base(-static_cast<double>(base[next]), perplexity::kl_divergence(base.data(), logp.data(), V),
+                             base_top == top);
             }
+            return Status::ok();
+        };
+        if (!decode) {
+            logits.clear();
+            if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
+            for (int64_t b = 0; b < nb; ++b)
+                for (int64_t j = first; j < C - 1; ++j)
+                    if (Status s = score(b, j, logits.data() + (b * C + j) * V); !s) return fail(s.message(), 1);
+        } else {
+            // Rows are scored window by window (the base file's order): keep each window's rows.
+            std::vector<float> rows(static_cast<size_t>(nb * per_window * V));
+            for (auto& in : batch_in) in.n_tokens = first, in.all_logits = false;
+            logits.clear();
+            if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
+            for (int64_t j = first; j < C - 1; ++j) {
+                for (int64_t b = 0; b < nb; ++b) batch_in[b] = {&states[b], tokens.data() + (w0 + b) * C + j, 1, false};
+                logits.clear();
+                if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
+                for (int64_t b = 0; b < nb; ++b)
+                    std::copy_n(logits.data() + b * V, V, rows.data() + (b * per_window + j - first) * V);
+            }
+            for (int64_t b = 0; b < nb; ++b)
+                for (int64_t j = first; j < C - 1; ++j)
+                    if (Status s = score(b, j, rows.data() + (b * per_window + j - first) * V); !s)
+                        return fail(s.message(), 1);
+        }
         const int64_t done = w0 + nb;
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const perplexity::Summary s = acc.summary();

@@ -37,7 +37,8 @@ void usage() {
                  "  --temperature T --top-p P --top-k K --seed S   sampling (default: greedy)\n"
                  "  -n              new tokens to generate (default 32)\n"
                  "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
-                 "  --kv-cache-dtype f32|bf16   K/V cache elements (bf16: half the memory, K/V rounded; needs --dtype bf16)\n"
+                 "  --kv-cache-dtype f32|bf16   K/V cache elements (bf16, the default with --dtype bf16: half the memory,\n"
+                 "                              K/V rounded as HF's bf16 forward does; f32: as computed)\n"
                  "  --quantization int8|int4|int4-sym   quantize the weight matrices at load (int8: 8.5 bits/weight;\n"
                  "                  int4: 4.5-bit int4-k, int6-k where 4 bits hurt most, ~5 overall; int4-sym: 4.5, int8 lm_head)\n"
                  "  --speculative-config JSON  speculative decoding, vLLM's JSON: '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'\n"
@@ -199,7 +200,7 @@ int cmd_run(int argc, char** argv) {
     ec.speculative = *spec;
     ec.enable_prefix_caching = false;  // one request: nothing to share
     ec.max_num_batched_tokens += spec->num_speculative_tokens;
-    ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len, ec.kv_dtype, ec.block_size, *spec);
+    ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len, *kv_dtype, ec.block_size, *spec);
     std::shared_ptr<const Model> shared(std::move(*model));
     auto engine = Engine::create(shared, tok, ec);
     if (!engine) {
