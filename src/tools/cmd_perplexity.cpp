@@ -117,7 +117,8 @@ int cmd_perplexity(int argc, char** argv) {
         std::vector<SequenceInput> batch_in;
         for (int64_t b = 0; b < nb; ++b) {
             states.push_back(m.new_state(*kv));
-            batch_in.push_back({&states.back(), tokens.data() + (w0 + b) * C, C, true});
+            // Whole windows with every row's logits, or (--decode) the unscored first half, logits unread.
+            batch_in.push_back({&states.back(), tokens.data() + (w0 + b) * C, decode ? first : C, !decode});
         }
         // Row of window b's logits for position j in `logits`, [nb x C x V] after a prefill of whole
         // windows, [nb x V] after a decode step of position j.
@@ -137,18 +138,15 @@ int cmd_perplexity(int argc, char** argv) {
             }
             return Status::ok();
         };
+        logits.clear();
+        if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
         if (!decode) {
-            logits.clear();
-            if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
             for (int64_t b = 0; b < nb; ++b)
                 for (int64_t j = first; j < C - 1; ++j)
                     if (Status s = score(b, j, logits.data() + (b * C + j) * V); !s) return fail(s.message(), 1);
         } else {
             // Rows are scored window by window (the base file's order): keep each window's rows.
             std::vector<float> rows(static_cast<size_t>(nb * per_window * V));
-            for (auto& in : batch_in) in.n_tokens = first, in.all_logits = false;
-            logits.clear();
-            if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
             for (int64_t j = first; j < C - 1; ++j) {
                 for (int64_t b = 0; b < nb; ++b) batch_in[b] = {&states[b], tokens.data() + (w0 + b) * C + j, 1, false};
                 logits.clear();
