@@ -21,12 +21,20 @@ constexpr int kMRdot = 12;       // 12 rows x 2 vectors = 24 accumulators
 constexpr int64_t kKcPairs = 2048;  // k-pairs per block: a weight panel block streams from L2 (measured: C reloads cost more)
 
 
+// The lines of the next weight panel that one prefill tile asks for while it computes (PanelAhead below):
+// `lines` cache lines from `p`, one every `every` k-pairs.
+struct LinesAhead {
+    const char* p = nullptr;
+    int64_t lines = 0, every = 1;
+};
+
 // kSwiglu: the panel holds 16 gate columns then the 16 matching up columns; the tile stores
 // silu(gate) * up (16 columns) instead of the 32 products. kStream: the tile is the only one of its panel
 // (a decode batch), which streams from memory: 2+ rows ask for its lines ahead (ops/cpu/stream_ahead.h).
+// ahead: a prefill tile's share of the next panel's lines (nothing for decode batches).
 template <int MR, bool kSwiglu = false, bool kStream = false>
 void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y, int64_t ldy,
-              int ncols, bool accumulate, bool round_out) {
+              int ncols, bool accumulate, bool round_out, LinesAhead ahead = {}) {
     __m512 acc[MR][2];
     const __mmask16 m0 = simd::lanes_mask(ncols), m1 = simd::lanes_mask(ncols - 16);
     for (int m = 0; m < MR; ++m) {
@@ -34,8 +42,15 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
         acc[m][1] = accumulate ? _mm512_maskz_loadu_ps(m1, y + m * ldy + 16) : _mm512_setzero_ps();
     }
     const uint16_t* b = B + kk0 * 2 * kPanelCols;
+    int64_t countdown = 0;
     for (int64_t kk = kk0; kk < kk1; ++kk, b += 2 * kPanelCols) {
         if constexpr (kStream && MR >= 2) stream_ahead_batch_128(b);
+        if (!kStream && ahead.lines > 0 && --countdown <= 0) {
+            _mm_prefetch(ahead.p, _MM_HINT_T1);  // into L2, where the next tiles read it
+            ahead.p += 64;
+            --ahead.lines;
+            countdown = ahead.every;
+        }
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
         for (int m = 0; m < MR; ++m) {
@@ -56,20 +71,52 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
 
 template <int MR, bool kStream = false>
 void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y,
-                       int64_t ldy, int ncols, bool acc, bool round_out) {
+                       int64_t ldy, int ncols, bool acc, bool round_out, LinesAhead ahead = {}) {
     if constexpr (MR > 0) {
-        if (mr == MR) return tile_dot<MR, false, kStream>(xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out);
-        return tile_dot_dispatch<MR - 1, kStream>(mr, xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out);
+        if (mr == MR) return tile_dot<MR, false, kStream>(xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out, ahead);
+        return tile_dot_dispatch<MR - 1, kStream>(mr, xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out, ahead);
     }
 }
 
 template <int MR, bool kStream = false>
-void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t K2, float* y, int64_t ldy) {
+void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t K2, float* y, int64_t ldy,
+                          LinesAhead ahead = {}) {
     if constexpr (MR > 0) {
-        if (mr == MR) return tile_dot<MR, true, kStream>(xp, ldp, B, 0, K2, y, ldy, 32, false, false);
-        return tile_swiglu_dispatch<MR - 1, kStream>(mr, xp, ldp, B, K2, y, ldy);
+        if (mr == MR) return tile_dot<MR, true, kStream>(xp, ldp, B, 0, K2, y, ldy, 32, false, false, ahead);
+        return tile_swiglu_dispatch<MR - 1, kStream>(mr, xp, ldp, B, K2, y, ldy, ahead);
     }
 }
+
+// A prefill product meets each panel's k block first in its first slab's first row tile, which waits
+// on memory for it (the later tiles read it from L2): for a prompt of a hundred-odd rows that first
+// read is ~10% of the panel's time. So in the first slab the row tiles of panel p share out the lines
+// of panel p + 1's same k block, each asking for its part into L2 spread over its k loop. Panel p + 1
+// is the thread's next one unless its claim ends at p (then usually its next claim's first; at the end
+// of its share, one the other thread has read: a wasted block). Later slabs meet panels the thread
+// read a slab ago, and asking there measured slower (L2 holds the slab's rows, this panel and the
+// next). Bitwise the same products. Zen 5, 2 threads, weights streamed from memory (docs/perf.md,
+// twenty-ninth session): K = 1024 products at M = 128-256 0.87-0.89 of the time, M = 1056 0.95-0.99;
+// N = 1024, K = 2048 / 3584 at M = 135 0.95-0.97, at M = 288-4096 0.99-1.05.
+// next: that block's first byte, or null (past the last panel, or not the first slab); bytes: its
+// size; tiles: the row tiles that will run on this panel's block.
+class PanelAhead {
+public:
+    PanelAhead(const void* next, int64_t bytes, int64_t k_pairs, int64_t tiles)
+        : p_(static_cast<const char*>(next)), lines_(next ? (bytes + 63) / 64 : 0),
+          per_tile_((lines_ + tiles - 1) / std::max<int64_t>(tiles, 1)),
+          every_(std::max<int64_t>(1, k_pairs / std::max<int64_t>(per_tile_, 1))) {}
+    // The next tile's share (nothing once every line has been asked for).
+    LinesAhead take() {
+        const int64_t n = std::min(per_tile_, lines_ - done_);
+        LinesAhead a{p_ + done_ * 64, std::max<int64_t>(n, 0), every_};
+        done_ += a.lines;
+        return a;
+    }
+
+private:
+    const char* p_;
+    int64_t lines_, per_tile_, every_, done_ = 0;
+};
 
 // The AMX form of the three entry points below, for every M (decode too: a row's sums must not depend on
 // the batch it is in). Rows go in blocks of up to 32 through amx_panel_block over the k-pairs [0, kk_end), kk_end
@@ -124,11 +171,15 @@ void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
     const int64_t slab = slab_rows(w.K2 * 4, kMRdot);  // ops/cpu/row_slabs.h
     for (int64_t s0 = 0; s0 < M; s0 += slab) {
         const int64_t s1 = std::min(M, s0 + slab);
-        for (int64_t p = p0; p < p1; ++p)
+        for (int64_t p = p0; p < p1; ++p) {
+            PanelAhead ahead(s0 == 0 && p + 1 < w.n_panels ? w.bf16_panel(p + 1) : nullptr, w.K2 * 2 * kPanelCols * 2, w.K2,
+                             (s1 - s0 + kMRdot - 1) / kMRdot);
             for (int64_t m0 = s0; m0 < s1; m0 += kMRdot) {
                 const int mr = static_cast<int>(std::min<int64_t>(kMRdot, s1 - m0));
-                tile_swiglu_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), w.K2, y + m0 * ldy + p * 16, ldy);
+                tile_swiglu_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), w.K2, y + m0 * ldy + p * 16, ldy,
+                                             ahead.take());
             }
+        }
     }
 }
 
@@ -220,10 +271,12 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
             for (int64_t p = p0; p < p1; ++p) {
                 const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
                 const uint16_t* B = w.bf16_panel(p);
+                PanelAhead ahead(s0 == 0 && p + 1 < w.n_panels ? w.bf16_panel(p + 1) + kk0 * 2 * kPanelCols : nullptr,
+                                 (kk1 - kk0) * 2 * kPanelCols * 2, kk1 - kk0, (s1 - s0 + kMRdot - 1) / kMRdot);
                 for (int64_t m0 = s0; m0 < s1; m0 += kMRdot) {
                     const int mr = static_cast<int>(std::min<int64_t>(kMRdot, s1 - m0));
                     tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, B, kk0, kk1, y + m0 * ldy + p * kPanelCols, ldy,
-                                              ncols, kk0 > 0, round_out && kk1 == w.K2);
+                                              ncols, kk0 > 0, round_out && kk1 == w.K2, ahead.take());
                 }
             }
         }
