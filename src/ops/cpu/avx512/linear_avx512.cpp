@@ -42,21 +42,24 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
         acc[m][1] = accumulate ? _mm512_maskz_loadu_ps(m1, y + m * ldy + 16) : _mm512_setzero_ps();
     }
     const uint16_t* b = B + kk0 * 2 * kPanelCols;
-    int64_t countdown = 0;
-    for (int64_t kk = kk0; kk < kk1; ++kk, b += 2 * kPanelCols) {
-        if constexpr (kStream && MR >= 2) stream_ahead_batch_128(b);
-        if (!kStream && ahead.lines > 0 && --countdown <= 0) {
+    // Runs of `every` k-pairs, each after one line of `ahead` is asked for (one run of all of them when
+    // there is nothing to ask for): the inner loop stays free of tests.
+    const int64_t run = ahead.lines > 0 ? ahead.every : kk1 - kk0;
+    for (int64_t kk = kk0; kk < kk1;) {
+        if (ahead.lines > 0) {
             _mm_prefetch(ahead.p, _MM_HINT_T1);  // into L2, where the next tiles read it
             ahead.p += 64;
             --ahead.lines;
-            countdown = ahead.every;
         }
-        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
-        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
-        for (int m = 0; m < MR; ++m) {
-            const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[m * ldp + kk]));
-            acc[m][0] = _mm512_dpbf16_ps(acc[m][0], a, b0);
-            acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
+        for (const int64_t end = std::min(kk1, kk + run); kk < end; ++kk, b += 2 * kPanelCols) {
+            if constexpr (kStream && MR >= 2) stream_ahead_batch_128(b);
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 32);
+            for (int m = 0; m < MR; ++m) {
+                const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[m * ldp + kk]));
+                acc[m][0] = _mm512_dpbf16_ps(acc[m][0], a, b0);
+                acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
+            }
         }
     }
     if constexpr (kSwiglu) {
