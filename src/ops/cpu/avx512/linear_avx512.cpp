@@ -76,14 +76,16 @@ template <int MR, bool kStream = false>
 void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y,
                        int64_t ldy, int ncols, bool acc, bool round_out, LinesAhead ahead = {}) {
     if constexpr (MR > 0) {
-        if (mr == MR) return tile_dot<MR, false, kStream>(xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out, ahead);
-        return tile_dot_dispatch<MR - 1, kStream>(mr, xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out, ahead);
+        if (mr == MR)
+            return tile_dot<MR, false, kStream>(xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out, ahead);
+        return tile_dot_dispatch<MR - 1, kStream>(mr, xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out,
+                                                  ahead);
     }
 }
 
 template <int MR, bool kStream = false>
-void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t K2, float* y, int64_t ldy,
-                          LinesAhead ahead = {}) {
+void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t K2, float* y,
+                          int64_t ldy, LinesAhead ahead = {}) {
     if constexpr (MR > 0) {
         if (mr == MR) return tile_dot<MR, true, kStream>(xp, ldp, B, 0, K2, y, ldy, 32, false, false, ahead);
         return tile_swiglu_dispatch<MR - 1, kStream>(mr, xp, ldp, B, K2, y, ldy, ahead);
@@ -100,14 +102,15 @@ void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_
 // next). Bitwise the same products. Zen 5, 2 threads, weights streamed from memory (docs/perf.md,
 // twenty-ninth session): K = 1024 products at M = 128-256 0.87-0.89 of the time, M = 1056 0.95-0.99;
 // N = 1024, K = 2048 / 3584 at M = 135 0.95-0.97, at M = 288-4096 0.99-1.05.
-// next: that block's first byte, or null (past the last panel, or not the first slab); bytes: its
-// size; tiles: the row tiles that will run on this panel's block.
 class PanelAhead {
 public:
-    PanelAhead(const void* next, int64_t bytes, int64_t k_pairs, int64_t tiles)
-        : p_(static_cast<const char*>(next)), lines_(next ? (bytes + 63) / 64 : 0),
-          per_tile_((lines_ + tiles - 1) / std::max<int64_t>(tiles, 1)),
-          every_(std::max<int64_t>(1, k_pairs / std::max<int64_t>(per_tile_, 1))) {}
+    // For the row tiles of rows [s0, s1) on panel p's k-pairs [kk0, kk1).
+    PanelAhead(const PackedWeight& w, int64_t p, int64_t kk0, int64_t kk1, int64_t s0, int64_t s1)
+        : p_(reinterpret_cast<const char*>(w.bf16_panel(std::min(p + 1, w.n_panels - 1)) +
+                                           kk0 * 2 * kPanelCols)),
+          lines_(s0 == 0 && p + 1 < w.n_panels ? (kk1 - kk0) * 2 * kPanelCols * 2 / 64 : 0),
+          per_tile_((lines_ + tiles(s0, s1) - 1) / tiles(s0, s1)),
+          every_(std::max<int64_t>(1, (kk1 - kk0) / std::max<int64_t>(per_tile_, 1))) {}
     // The next tile's share (nothing once every line has been asked for).
     LinesAhead take() {
         const int64_t n = std::min(per_tile_, lines_ - done_);
@@ -117,6 +120,7 @@ public:
     }
 
 private:
+    static int64_t tiles(int64_t s0, int64_t s1) { return (s1 - s0 + kMRdot - 1) / kMRdot; }
     const char* p_;
     int64_t lines_, per_tile_, every_, done_ = 0;
 };
@@ -175,12 +179,11 @@ void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
     for (int64_t s0 = 0; s0 < M; s0 += slab) {
         const int64_t s1 = std::min(M, s0 + slab);
         for (int64_t p = p0; p < p1; ++p) {
-            PanelAhead ahead(s0 == 0 && p + 1 < w.n_panels ? w.bf16_panel(p + 1) : nullptr, w.K2 * 2 * kPanelCols * 2, w.K2,
-                             (s1 - s0 + kMRdot - 1) / kMRdot);
+            PanelAhead ahead(w, p, 0, w.K2, s0, s1);
             for (int64_t m0 = s0; m0 < s1; m0 += kMRdot) {
                 const int mr = static_cast<int>(std::min<int64_t>(kMRdot, s1 - m0));
-                tile_swiglu_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), w.K2, y + m0 * ldy + p * 16, ldy,
-                                             ahead.take());
+                tile_swiglu_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), w.K2,
+                                             y + m0 * ldy + p * 16, ldy, ahead.take());
             }
         }
     }
@@ -274,8 +277,7 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
             for (int64_t p = p0; p < p1; ++p) {
                 const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
                 const uint16_t* B = w.bf16_panel(p);
-                PanelAhead ahead(s0 == 0 && p + 1 < w.n_panels ? w.bf16_panel(p + 1) + kk0 * 2 * kPanelCols : nullptr,
-                                 (kk1 - kk0) * 2 * kPanelCols * 2, kk1 - kk0, (s1 - s0 + kMRdot - 1) / kMRdot);
+                PanelAhead ahead(w, p, kk0, kk1, s0, s1);
                 for (int64_t m0 = s0; m0 < s1; m0 += kMRdot) {
                     const int mr = static_cast<int>(std::min<int64_t>(kMRdot, s1 - m0));
                     tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, B, kk0, kk1, y + m0 * ldy + p * kPanelCols, ldy,
