@@ -100,7 +100,7 @@ void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_
 // of its share, one the other thread has read: a wasted block). Later slabs meet panels the thread
 // read a slab ago, and asking there measured slower (L2 holds the slab's rows, this panel and the
 // next). Bitwise the same products. Zen 5, 2 threads, weights streamed from memory (docs/perf.md,
-// twenty-ninth session): K = 1024 products at M = 128-256 0.87-0.89 of the time, M = 1056 0.95-0.99;
+// twenty-ninth session): K = 1024 products at M = 128-256 0.83-0.93 of the time, M = 1056 0.93-0.99;
 // N = 1024, K = 2048 / 3584 at M = 135 0.95-0.97, at M = 288-4096 0.99-1.05.
 class PanelAhead {
 public:
