@@ -113,8 +113,7 @@ public:
           every_(std::max<int64_t>(1, (kk1 - kk0) / std::max<int64_t>(per_tile_, 1))) {}
     // The next tile's share (nothing once every line has been asked for).
     LinesAhead take() {
-        const int64_t n = std::min(per_tile_, lines_ - done_);
-        LinesAhead a{p_ + done_ * 64, std::max<int64_t>(n, 0), every_};
+        LinesAhead a{p_ + done_ * 64, std::min(per_tile_, lines_ - done_), every_};  // done_ <= lines_
         done_ += a.lines;
         return a;
     }
