@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -151,6 +152,97 @@ TEST(ThreadPool, AClaimedJobDoesNotWaitForAWorkerThatHasNotStarted) {
     EXPECT_EQ(ran.load(), 2);
     const double run_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     EXPECT_GE(run_ms, 90.0);
+}
+
+// A stealable job's unit u writes value(m, c) = 1000 m + c + 1 into columns [3u, 3u + 3) of every row of
+// dst (the last unit's columns end at n_cols); it counts the calls that computed into a worker's tile.
+struct ColumnsJob {
+    float* y;
+    int64_t rows, ld, n_cols;
+    std::atomic<int>* tile_calls;
+    int spin_us;  // per unit, so the worker surely joins and claims
+    void operator()(int64_t u0, int64_t u1, float* dst) const {
+        if (dst != y) tile_calls->fetch_add(1);
+        for (int64_t u = u0; u < u1; ++u) {
+            const auto t0 = std::chrono::steady_clock::now();
+            while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(spin_us)) {
+            }
+            for (int64_t m = 0; m < rows; ++m)
+                for (int64_t c = 3 * u; c < std::min(n_cols, 3 * u + 3); ++c) dst[m * ld + c] = 1000.0f * m + c + 1;
+        }
+    }
+};
+
+void expect_columns(const std::vector<float>& y, int64_t rows, int64_t ld, int64_t n_cols, const char* what) {
+    int bad = 0;
+    for (int64_t m = 0; m < rows; ++m)
+        for (int64_t c = 0; c < ld; ++c)
+            bad += y[m * ld + c] != (c < n_cols ? 1000.0f * m + c + 1 : -1.0f);  // padding untouched
+    EXPECT_EQ(bad, 0) << what;
+}
+
+TEST(ThreadPool, StealableJobsWriteEveryUnitOnceIntoItsColumns) {
+    for (int threads : {1, 2, 3}) {
+        ThreadPool pool(threads);
+        for (bool scope : {false, true}) {
+            std::optional<ThreadPool::StealScope> steal;
+            if (scope) steal.emplace(pool);
+            for (int64_t n : {1, 2, 7, 64, 1000, 70000})  // 70000 > the 16-bit tagged ranges: plain claims
+                for (int64_t chunk : {1, 5, 64}) {
+                    const int64_t rows = 3, n_cols = 3 * n - 1, ld = n_cols + 5;
+                    std::vector<float> y(rows * ld, -1.0f);
+                    std::atomic<int> tile_calls{0};
+                    pool.parallel_for_stealable(n, chunk, UnitColumns{y.data(), rows, ld, 3, n_cols},
+                                                ColumnsJob{y.data(), rows, ld, n_cols, &tile_calls, 0});
+                    expect_columns(y, rows, ld, n_cols, "");
+                    if (HasFailure()) FAIL() << threads << " threads, n=" << n << ", chunk=" << chunk;
+                }
+        }
+    }
+}
+
+TEST(ThreadPool, AStealableJobTakesOverTheClaimOfADescheduledWorker) {
+    // The worker sleeps 300 ms after its first claim (the OS descheduling it). Inside a StealScope the
+    // caller computes that claim itself and returns without it; the worker's copy, computed when it wakes,
+    // is dropped (out.y, refilled after the job, stays as it is). Outside a scope the job waits for it.
+    ThreadPool pool(2);
+    const int64_t n = 64, rows = 2, n_cols = 3 * n, ld = n_cols;
+    std::vector<float> y(rows * ld);
+    std::atomic<int> tile_calls{0};
+    const ColumnsJob job{y.data(), rows, ld, n_cols, &tile_calls, 200};  // >= 6 ms of the caller's share
+    {
+        ThreadPool::StealScope scope(pool);
+        for (int attempt = 0; attempt < 5 && pool.steals() == 0; ++attempt) {
+            pool.run([](int, int) {});  // the worker awake and spinning
+            pool.delay_next_claim_for_test(1, 300);
+            std::fill(y.begin(), y.end(), -1.0f);
+            tile_calls = 0;
+            pool.parallel_for_stealable(n, 1, UnitColumns{y.data(), rows, ld, 3, n_cols}, job);
+            expect_columns(y, rows, ld, n_cols, "the job with a stolen claim");
+        }
+        ASSERT_GE(pool.steals(), 1) << "the worker never claimed units in five tries";
+        EXPECT_EQ(tile_calls.load(), 0) << "the job waited for the descheduled worker";
+        // More jobs while the worker still sleeps: the caller does them alone.
+        for (int rep = 0; rep < 3; ++rep) {
+            std::fill(y.begin(), y.end(), -1.0f);
+            pool.parallel_for_stealable(n, 1, UnitColumns{y.data(), rows, ld, 3, n_cols},
+                                        ColumnsJob{y.data(), rows, ld, n_cols, &tile_calls, 0});
+            expect_columns(y, rows, ld, n_cols, "a job beside the late worker");
+        }
+        std::fill(y.begin(), y.end(), 7.0f);
+        pool.wait_for_late_workers();
+        EXPECT_EQ(tile_calls.load(), 1) << "the late worker computes its stolen claim once, into its tile";
+        for (float v : y) ASSERT_EQ(v, 7.0f) << "the late worker wrote a stolen claim into the output";
+    }
+    // Outside a scope nothing is stolen: the job returns once the worker has published its claims.
+    const int64_t steals = pool.steals();
+    pool.run([](int, int) {});
+    pool.delay_next_claim_for_test(1, 50);
+    std::fill(y.begin(), y.end(), -1.0f);
+    tile_calls = 0;
+    pool.parallel_for_stealable(n, 1, UnitColumns{y.data(), rows, ld, 3, n_cols}, job);
+    expect_columns(y, rows, ld, n_cols, "outside a scope");
+    EXPECT_EQ(pool.steals(), steals);
 }
 
 }  // namespace

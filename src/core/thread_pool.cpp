@@ -31,6 +31,7 @@ ThreadPool::ThreadPool(int n_threads)
 }
 
 ThreadPool::~ThreadPool() {
+    wait_for_late_workers();
     {
         std::lock_guard<std::mutex> lock(mu_);
         stop_ = true;
@@ -59,6 +60,10 @@ void ThreadPool::worker_loop(int ith) {
         seen = gen;
         if (shares_[ith].delay_ms.load(std::memory_order_relaxed) > 0)
             std::this_thread::sleep_for(std::chrono::milliseconds(shares_[ith].delay_ms.exchange(0)));
+        if (job_stealable_.load(std::memory_order_acquire)) {
+            work_stealable(ith, gen);
+            continue;
+        }
         if (!join(ith, gen)) continue;  // closed out: the caller did (or took) this thread's part
         (*job_.load(std::memory_order_acquire))(ith, n_threads_);
         pending_.fetch_sub(1, std::memory_order_acq_rel);
@@ -87,6 +92,7 @@ void ThreadPool::dispatch(FunctionRef<void(int, int)> fn, bool skippable) {
         return;
     }
     job_.store(&fn, std::memory_order_release);
+    job_stealable_.store(false, std::memory_order_relaxed);
     pending_.store(n_threads_ - 1, std::memory_order_release);
     uint64_t gen;
     {
@@ -185,6 +191,169 @@ void ThreadPool::parallel_for_balanced(int64_t n, int64_t min_chunk,
             while (claim(other, min_chunk, 2 * nth, false, &b, &e)) fn(ith, b, e);
         }
     }, true);
+}
+
+namespace {
+
+// A stealable job's claim states (the low byte of Share::claim).
+enum ClaimState : uint64_t { kClaimed = 1, kPublishing = 2, kPublished = 3, kStolen = 4 };
+uint64_t claim_word(uint64_t gen, uint64_t seq, ClaimState state) {
+    return gen << 32 | (seq & 0xFFFFFF) << 8 | state;
+}
+// A stealable job's share range, tagged with its generation (only the low 32 bits of it: a worker would
+// have to be descheduled across 2^32 jobs to mistake one for another).
+uint64_t tagged_range(uint64_t gen, int64_t front, int64_t back) {
+    return (gen & 0xFFFFFFFF) << 32 | static_cast<uint64_t>(back) << 16 | static_cast<uint64_t>(front);
+}
+// claim() for tagged ranges: false when nothing is left or the range is another job's.
+bool claim_tagged(std::atomic<uint64_t>& range, uint64_t gen, int64_t min_chunk, int64_t divisor, bool from_front,
+                  int64_t* begin, int64_t* end) {
+    uint64_t r = range.load(std::memory_order_acquire);
+    for (;;) {
+        if ((r >> 32) != (gen & 0xFFFFFFFF)) return false;
+        const int64_t front = static_cast<int64_t>(r & 0xFFFF), back = static_cast<int64_t>((r >> 16) & 0xFFFF);
+        if (front >= back) return false;
+        const int64_t take = std::max(min_chunk, (back - front) / divisor);
+        *begin = from_front ? front : std::max(front, back - take);
+        *end = from_front ? std::min(back, front + take) : back;
+        const uint64_t next = from_front ? tagged_range(gen, *end, back) : tagged_range(gen, front, *begin);
+        if (range.compare_exchange_weak(r, next, std::memory_order_acq_rel)) return true;
+    }
+}
+// Units [u0, u1) as output columns [c0, c1) of a UnitColumns.
+void unit_cols(const UnitColumns& out, int64_t u0, int64_t u1, int64_t* c0, int64_t* c1) {
+    *c0 = u0 * out.unit_cols;
+    *c1 = std::min(out.n_cols, u1 * out.unit_cols);
+}
+
+}  // namespace
+
+void ThreadPool::publish_units(const StealJob& job, const float* tile, int64_t u0, int64_t u1) {
+    int64_t c0, c1;
+    unit_cols(job.out, u0, u1, &c0, &c1);
+    if (c1 <= c0) return;
+    for (int64_t m = 0; m < job.out.rows; ++m)
+        std::memcpy(job.out.y + m * job.out.ld + c0, tile + m * job.out.ld + c0, (c1 - c0) * sizeof(float));
+}
+
+void ThreadPool::run_stealable_job(const StealJob& job) {
+    const int64_t n = job.n, min_chunk = std::max<int64_t>(job.min_chunk, 1);
+    if (n <= 0) return;
+    if (n_threads_ == 1 || n <= min_chunk) {
+        job.call(job.blob, 0, n, job.out.y);
+        return;
+    }
+    if (n > 0xFFFF) {  // beyond the tagged 16-bit ends (never a decode GEMV's panels): claims without stealing
+        parallel_for_balanced(n, min_chunk, [&](int, int64_t b, int64_t e) { job.call(job.blob, b, e, job.out.y); });
+        return;
+    }
+    const int nth = n_threads_;
+    // The workers' tiles grow here, on the caller, once no worker is in a stealable job: in the warm-up
+    // steps that first run each shape, not in whichever step timing first hands a worker a claim.
+    const size_t tile_floats = static_cast<size_t>(job.out.rows * job.out.ld);
+    if (tile_floats_ < tile_floats) {
+        wait_for_late_workers();
+        for (int i = 1; i < nth; ++i) shares_[i].tile.resize(tile_floats);
+        tile_floats_ = tile_floats;
+    }
+    const uint64_t gen = generation_.load(std::memory_order_relaxed) + 1;  // only this thread bumps it
+    for (int i = 0; i < nth; ++i) {
+        int64_t b, e;
+        split_range(n, i, nth, &b, &e);
+        shares_[i].steal_range.store(tagged_range(gen, b, e), std::memory_order_relaxed);
+    }
+    units_done_.store(0, std::memory_order_relaxed);
+    uint64_t words[kStealWords] = {};
+    std::memcpy(words, &job, sizeof(StealJob));
+    for (int i = 0; i < kStealWords; ++i) steal_words_[i].store(words[i], std::memory_order_relaxed);
+    job_stealable_.store(true, std::memory_order_relaxed);
+    {
+        std::lock_guard<std::mutex> lock(mu_);  // as dispatch(): orders the bump with a sleeper's check
+        generation_.fetch_add(1, std::memory_order_acq_rel);
+    }
+    if (sleepers_.load() > 0) cv_start_.notify_all();
+    // The caller's claims, as parallel_for_balanced's, straight into out.y.
+    int64_t b, e, mine = 0;
+    for (int k = 0; k < nth; ++k)
+        while (claim_tagged(shares_[k].steal_range, gen, min_chunk, 2 * nth, k == 0, &b, &e)) {
+            job.call(job.blob, b, e, job.out.y);
+            mine += e - b;
+        }
+    units_done_.fetch_add(mine, std::memory_order_relaxed);
+    for (int i = 1; i < nth; ++i) close(i, gen);  // a worker that has not joined has nothing left to do
+    // Every unit is claimed: wait for the workers' claims to be published, or steal one that has run
+    // kStealAfterUs (its worker is descheduled) and compute it here.
+    using Clock = std::chrono::steady_clock;
+    for (int spin = 0; units_done_.load(std::memory_order_acquire) < n; ++spin) {
+        cpu_relax();
+        if (steal_scopes_ == 0 || (spin & 63) != 63) continue;
+        const Clock::time_point now = Clock::now();
+        for (int i = 1; i < nth; ++i) {
+            uint64_t c = shares_[i].claim.load(std::memory_order_acquire);
+            if ((c >> 32) != gen || (c & 0xFF) != kClaimed) continue;
+            if (c != shares_[i].watched_claim) {
+                shares_[i].watched_claim = c;
+                shares_[i].watched_since = now;
+                continue;
+            }
+            if (now - shares_[i].watched_since < std::chrono::microseconds(kStealAfterUs)) continue;
+            if (!shares_[i].claim.compare_exchange_strong(c, (c & ~uint64_t{0xFF}) | kStolen,
+                                                          std::memory_order_acq_rel))
+                continue;
+            const uint64_t span = shares_[i].claim_span.load(std::memory_order_relaxed);
+            const int64_t u0 = static_cast<int64_t>(span >> 32), u1 = static_cast<int64_t>(span & 0xFFFFFFFF);
+            job.call(job.blob, u0, u1, job.out.y);
+            units_done_.fetch_add(u1 - u0, std::memory_order_relaxed);
+            steals_.fetch_add(1, std::memory_order_relaxed);
+        }
+    }
+}
+
+void ThreadPool::work_stealable(int ith, uint64_t gen) {
+    Share& me = shares_[ith];
+    // Copied before the join: the join succeeds only while the caller is still in job `gen`, so a copy
+    // that raced with the next job's words is dropped with the failed join.
+    uint64_t words[kStealWords];
+    for (int i = 0; i < kStealWords; ++i) words[i] = steal_words_[i].load(std::memory_order_relaxed);
+    me.inside.store(gen, std::memory_order_seq_cst);
+    if (!join(ith, gen)) {
+        me.inside.store(0, std::memory_order_release);
+        return;
+    }
+    StealJob job;
+    std::memcpy(&job, words, sizeof(StealJob));
+    const int nth = n_threads_;
+    const int64_t min_chunk = std::max<int64_t>(job.min_chunk, 1);
+    uint64_t seq = 0;  // the claim's number in this job: a claim word names (job, claim)
+    int64_t b, e;
+    for (int k = 0; k < nth; ++k) {
+        const int s = (ith + k) % nth;
+        while (claim_tagged(shares_[s].steal_range, gen, min_chunk, 2 * nth, k == 0, &b, &e)) {
+            const uint64_t claimed = claim_word(gen, ++seq, kClaimed);
+            me.claim_span.store(static_cast<uint64_t>(b) << 32 | static_cast<uint64_t>(e), std::memory_order_relaxed);
+            me.claim.store(claimed, std::memory_order_release);
+            if (me.claim_delay_ms.load(std::memory_order_relaxed) > 0)
+                std::this_thread::sleep_for(std::chrono::milliseconds(me.claim_delay_ms.exchange(0)));
+            job.call(job.blob, b, e, me.tile.data());
+            uint64_t expect = claimed;
+            if (!me.claim.compare_exchange_strong(expect, claim_word(gen, seq, kPublishing),
+                                                  std::memory_order_acq_rel)) {
+                // Stolen: the caller computed these units and may have left the job; every unit is
+                // claimed, so there is nothing else to do.
+                me.inside.store(0, std::memory_order_release);
+                return;
+            }
+            publish_units(job, me.tile.data(), b, e);
+            units_done_.fetch_add(e - b, std::memory_order_release);
+            me.claim.store(claim_word(gen, seq, kPublished), std::memory_order_release);
+        }
+    }
+    me.inside.store(0, std::memory_order_release);
+}
+
+void ThreadPool::wait_for_late_workers() {
+    for (int i = 1; i < n_threads_; ++i)
+        while (shares_[i].inside.load(std::memory_order_acquire) != 0) cpu_relax();
 }
 
 namespace {

@@ -6,12 +6,16 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace gdn {
@@ -31,6 +35,13 @@ public:
 private:
     const void* obj_;
     R (*call_)(const void*, Args...);
+};
+
+// Where the units of a stealable job write: y [rows, ld]; unit u fills columns
+// [u * unit_cols, min(n_cols, (u + 1) * unit_cols)) of every row and nothing else.
+struct UnitColumns {
+    float* y = nullptr;
+    int64_t rows = 0, ld = 0, unit_cols = 0, n_cols = 0;
 };
 
 class ThreadPool {
@@ -60,10 +71,72 @@ public:
     // docs/perf.md.
     void parallel_for_balanced(int64_t n, int64_t min_chunk, FunctionRef<void(int ith, int64_t begin, int64_t end)> fn);
 
+    // parallel_for_balanced for jobs whose units are pure functions of memory that no unit writes, each
+    // unit writing only its own columns of out.y (UnitColumns): the decode GEMVs. fn(u0, u1, dst) writes
+    // units [u0, u1) into dst, a matrix of out.y's shape: out.y itself when the caller computes them, a
+    // worker's private tile otherwise, which the worker then publishes into out.y unless the caller has
+    // stolen the claim. Inside a StealScope the caller steals a worker's claim that has run for
+    // kStealAfterUs (the OS has descheduled that worker: each slice a competing process gets on its core
+    // stalled the whole step) and computes it itself; the job returns while the worker may still be
+    // computing its copy, which it then drops. fn must be trivially copyable (it is copied into the pool,
+    // so capture by value: pointers to memory that lives until the scope ends) and at most
+    // kStealBlobBytes. Outside a scope no claim is stolen and the job returns when every unit is in out.y.
+    template <class F>
+    void parallel_for_stealable(int64_t n, int64_t min_chunk, const UnitColumns& out, const F& fn) {
+        static_assert(std::is_trivially_copyable_v<F> && sizeof(F) <= kStealBlobBytes && alignof(F) <= 16,
+                      "a stealable job is copied into the pool: capture pointers and sizes by value");
+        StealJob job;
+        job.call = [](const void* blob, int64_t u0, int64_t u1, float* dst) {
+            (*std::launder(reinterpret_cast<const F*>(blob)))(u0, u1, dst);
+        };
+        job.out = out;
+        job.n = n;
+        job.min_chunk = min_chunk;
+        std::memcpy(job.blob, &fn, sizeof(F));
+        run_stealable_job(job);
+    }
+    static constexpr size_t kStealBlobBytes = 96;
+    static constexpr int kStealAfterUs = 150;  // a healthy worker's last claim of a decode GEMV: < 40 us
+
+    // While one is alive (on the thread that dispatches), stealable jobs steal from descheduled workers;
+    // the scope's end, and wait_for_late_workers(), wait until no worker still computes a stolen claim
+    // (it reads the job's inputs: memory they read must not be freed before). Nests.
+    class StealScope {
+    public:
+        explicit StealScope(ThreadPool& pool) : pool_(pool) { ++pool_.steal_scopes_; }
+        ~StealScope() {
+            if (--pool_.steal_scopes_ == 0) pool_.wait_for_late_workers();
+        }
+        StealScope(const StealScope&) = delete;
+        StealScope& operator=(const StealScope&) = delete;
+
+    private:
+        ThreadPool& pool_;
+    };
+    // Waits until no worker is inside a stealable job (cheap when none is): before freeing memory that a
+    // stolen claim may still read. Called on the dispatching thread, between jobs.
+    void wait_for_late_workers();
+    // Claims stolen from descheduled workers so far (tests, profiles).
+    int64_t steals() const { return steals_.load(std::memory_order_relaxed); }
+
     // Test hook: worker ith sleeps this long before it joins its next job (an OS descheduling it).
     void delay_next_join_for_test(int ith, int milliseconds) { shares_[ith].delay_ms.store(milliseconds); }
+    // Test hook: worker ith sleeps this long after it claims its next units of a stealable job.
+    void delay_next_claim_for_test(int ith, int milliseconds) { shares_[ith].claim_delay_ms.store(milliseconds); }
 
 private:
+    // A stealable job as copied into the pool: trivially copyable, published as words (StealWords).
+    struct StealJob {
+        void (*call)(const void* blob, int64_t u0, int64_t u1, float* dst) = nullptr;
+        UnitColumns out;
+        int64_t n = 0, min_chunk = 1;
+        alignas(16) unsigned char blob[kStealBlobBytes];
+    };
+    static constexpr int kStealWords = (sizeof(StealJob) + 7) / 8;
+    void run_stealable_job(const StealJob& job);
+    void work_stealable(int ith, uint64_t gen);  // a worker's side of a stealable job
+    // Units [u0, u1) of the job's columns from a tile of out.y's shape into out.y.
+    static void publish_units(const StealJob& job, const float* tile, int64_t u0, int64_t u1);
     void worker_loop(int ith);
     // run(), or with `skippable` a job whose items the threads claim (parallel_for, _balanced): once
     // the caller's fn returns every item is claimed, so a worker that has not joined yet is closed out
@@ -85,12 +158,32 @@ private:
     std::atomic<int> pending_{0};
     std::atomic<int> sleepers_{0};
     std::atomic<bool> stop_{false};
+    std::atomic<bool> job_stealable_{false};  // the published job's kind (read after its generation)
+    std::atomic<uint64_t> steal_words_[kStealWords];
+    std::atomic<int64_t> units_done_{0};  // a stealable job's units in out.y
+    std::atomic<int64_t> steals_{0};
+    int steal_scopes_ = 0;
+    size_t tile_floats_ = 0;  // every worker's tile holds this many floats
     // parallel_for_balanced's shares: the unclaimed range [front, back) packed as back << 32 | front.
     // seat: the last job the thread joined (gen << 1) or was closed out of (gen << 1 | 1).
+    // Stealable jobs: steal_range is the share's unclaimed range tagged with the job's generation
+    // (gen << 32 | back << 16 | front), so a worker late from an earlier job claims nothing of a later
+    // one; claim is the worker's current claim, gen << 32 | seq << 8 | state (ClaimState), its units
+    // in claim_span (u0 << 32 | u1, written before the claim); inside: the generation of the stealable
+    // job the worker is in, 0 when none (wait_for_late_workers).
     struct alignas(64) Share {
         std::atomic<uint64_t> range{0};
         std::atomic<uint64_t> seat{0};
-        std::atomic<int> delay_ms{0};  // delay_next_join_for_test
+        std::atomic<int> delay_ms{0};        // delay_next_join_for_test
+        std::atomic<int> claim_delay_ms{0};  // delay_next_claim_for_test
+        std::atomic<uint64_t> steal_range{0};
+        std::atomic<uint64_t> claim{0};
+        std::atomic<uint64_t> claim_span{0};
+        std::atomic<uint64_t> inside{0};
+        std::vector<float> tile;  // the worker's private output tile (grown by the caller between jobs)
+        // The caller's watch on this worker's claim: the claim word last seen and since when.
+        uint64_t watched_claim = 0;
+        std::chrono::steady_clock::time_point watched_since;
     };
     std::unique_ptr<Share[]> shares_;
 };
@@ -113,6 +206,15 @@ inline int64_t row_grain(int64_t floats_per_row) {
 
 // The process-wide pool used by ops (set once at start-up from --threads).
 ThreadPool& global_pool();
+// Grows v to at least n elements, first waiting out the global pool's late workers when the storage
+// moves: a buffer that a stealable job reads (a linear's input) may still be read by a worker whose claim
+// was stolen. Every grow-only buffer of the forward that feeds a linear grows through it.
+template <class Vec>
+void grow_read_buffer(Vec& v, size_t n) {
+    if (v.size() >= n) return;
+    if (v.capacity() < n) global_pool().wait_for_late_workers();
+    v.resize(n);
+}
 void set_global_threads(int n_threads);
 int default_thread_count();
 

@@ -512,6 +512,8 @@ void Model::head(const float* h, const std::vector<int64_t>& rows, const Forward
 void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
                 const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
                 std::vector<float>* hidden) const {
+    // Decode GEMVs steal claims from descheduled workers; the scope's end waits for those workers.
+    ThreadPool::StealScope steal(global_pool());
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
     const int64_t H = c.hidden;
@@ -570,6 +572,7 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
 void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
                     CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
                     std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const {
+    ThreadPool::StealScope steal(global_pool());  // as run()
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
     const MtpWeights& m = *w.mtp;

@@ -100,7 +100,7 @@ void linear_ref(const float* x, int64_t M, const LinearWeight& w, float* y) {
 template <typename T>
 T* scratch(size_t n) {
     thread_local std::vector<T> buf;
-    if (buf.size() < n) buf.resize(n);
+    grow_read_buffer(buf, n);
     return buf.data();
 }
 
@@ -108,7 +108,7 @@ T* scratch(size_t n) {
 // linear_argmax off their fused kernels). Not scratch<float>(): linear() uses that for its own input.
 float* products_scratch(size_t n) {
     thread_local std::vector<float> buf;
-    if (buf.size() < n) buf.resize(n);
+    grow_read_buffer(buf, n);
     return buf.data();
 }
 
@@ -163,6 +163,19 @@ const uint32_t* bf16_pairs_of(const float* x, int64_t M, int64_t K, int64_t K2, 
     return xp;
 }
 
+// The bf16 products of a decode-sized x (M <= kStealableRows rows as bf16 pairs [M, K2]) into y [M, ldy],
+// over the pool as a stealable job: unit = panel, unit_cols output columns each (32, or 16 for the fused
+// SwiGLU's activations). kernel: linear_bf16dot's or linear_bf16dot_swiglu's signature.
+template <class Kernel>
+void stealable_bf16_products(const uint32_t* xp, int64_t M, const PackedWeight& p, float* y, int64_t ldy,
+                             int64_t unit_cols, Kernel kernel) {
+    const PackedWeight* w = &p;
+    global_pool().parallel_for_stealable(p.n_panels, min_panels(p, M), UnitColumns{y, M, ldy, unit_cols, ldy},
+                                         [xp, M, w, ldy, kernel](int64_t p0, int64_t p1, float* dst) {
+                                             kernel(xp, M, w->K2, *w, dst, ldy, p0, p1);
+                                         });
+}
+
 // fn(m0, rows, p0, p1): the bf16 products of rows [m0, m0 + rows) and panels [p0, p1) of p. The rows go
 // in chunks (ops/cpu/row_slabs.h: chunk_rows; one for a decode batch or a short prompt), each its own
 // pass of panel claims over the pool.
@@ -191,6 +204,14 @@ void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, boo
     if (uses_bf16_dot(p, false, bf16_act)) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
+        if (M <= kStealableRows) {
+            auto kernel = [round_out](const uint32_t* a, int64_t m, int64_t ldp, const PackedWeight& w, float* d,
+                                      int64_t ld, int64_t p0, int64_t p1) {
+                cpu::avx512::linear_bf16dot(a, m, ldp, w, d, ld, p0, p1, round_out);
+            };
+            stealable_bf16_products(xp, M, p, y, N, kPanelCols, kernel);
+            return;
+        }
         bf16_products_over_pool(p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot(xp + m0 * p.K2, rows, p.K2, p, y + m0 * N, N, p0, p1, round_out);
         });
@@ -224,6 +245,10 @@ void linear_swiglu_from(const float* x, int64_t M, const LinearWeight& w, float*
         count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
     if (uses_bf16_dot(p, true, bf16_act)) {
         const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
+        if (M <= kStealableRows) {  // 16 activations per panel of 16 gate | 16 up columns
+            stealable_bf16_products(xp, M, p, out, I, kPanelCols / 2, &cpu::avx512::linear_bf16dot_swiglu);
+            return;
+        }
         bf16_products_over_pool(p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot_swiglu(xp + m0 * p.K2, rows, p.K2, p, out + m0 * I, I, p0, p1);
         });

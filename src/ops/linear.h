@@ -82,6 +82,11 @@ inline int64_t min_stream_panels(int64_t panel_bytes, int64_t M) {
     return std::max<int64_t>(1, floor_bytes / std::max<int64_t>(panel_bytes, 1));
 }
 
+// Products of at most this many rows (decode steps, speculative verification) run as stealable jobs
+// (ThreadPool::parallel_for_stealable): a worker the OS deschedules mid-claim costs the step the claim,
+// not the time until it runs again. Each worker then computes into a private [M, N] tile.
+constexpr int64_t kStealableRows = 16;
+
 // Argmax over pieces computed in any order: (v, i) beats (bv, bi) if larger, or equal at a lower column
 // (the reference's first maximum), so the id does not depend on which thread took which piece. i < 0:
 // nothing yet.

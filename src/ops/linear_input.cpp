@@ -1,6 +1,7 @@
 #include "ops/linear_input.h"
 
 #include "core/profiler.h"
+#include "core/thread_pool.h"
 
 namespace gdn {
 
@@ -18,7 +19,7 @@ const uint32_t* LinearInput::bf16_pairs() {
     if (!have_pairs_) {
         GDN_PROFILE("bf16 pairs");
         const int64_t K2 = this->K2();
-        if (pairs_.size() < static_cast<size_t>(M_ * K2)) pairs_.resize(M_ * K2);
+        grow_read_buffer(pairs_, static_cast<size_t>(M_ * K2));
         pack_bf16_pairs_pooled(x_, M_, K_, pairs_.data(), K2);
         have_pairs_ = true;
     }
