@@ -198,7 +198,7 @@ namespace {
 // A stealable job's claim states (the low byte of Share::claim).
 enum ClaimState : uint64_t { kClaimed = 1, kPublishing = 2, kPublished = 3, kStolen = 4 };
 uint64_t claim_word(uint64_t gen, uint64_t seq, ClaimState state) {
-    return gen << 32 | (seq & 0xFFFFFF) << 8 | state;
+    return (gen & 0xFFFFFFFF) << 32 | (seq & 0xFFFFFF) << 8 | state;
 }
 // A stealable job's share range, tagged with its generation (only the low 32 bits of it: a worker would
 // have to be descheduled across 2^32 jobs to mistake one for another).
@@ -290,7 +290,7 @@ void ThreadPool::run_stealable_job(const StealJob& job) {
         const Clock::time_point now = Clock::now();
         for (int i = 1; i < nth; ++i) {
             uint64_t c = shares_[i].claim.load(std::memory_order_acquire);
-            if ((c >> 32) != gen || (c & 0xFF) != kClaimed) continue;
+            if ((c >> 32) != (gen & 0xFFFFFFFF) || (c & 0xFF) != kClaimed) continue;
             if (c != shares_[i].watched_claim) {
                 shares_[i].watched_claim = c;
                 shares_[i].watched_since = now;

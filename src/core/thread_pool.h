@@ -2,7 +2,8 @@
 // kernel's result never depends on timing: run() and parallel_for() split by (thread index, thread
 // count); parallel_for() and parallel_for_balanced() let timing decide only which thread computes a
 // range, not its value. On a shared machine a worker may be descheduled for milliseconds: jobs whose
-// ranges any thread can take do not wait for a worker that has not started them.
+// ranges any thread can take do not wait for a worker that has not started them, and stealable jobs
+// (parallel_for_stealable) not for one that has started a claim either.
 #pragma once
 
 #include <atomic>
@@ -96,7 +97,9 @@ public:
         run_stealable_job(job);
     }
     static constexpr size_t kStealBlobBytes = 96;
-    static constexpr int kStealAfterUs = 150;  // a healthy worker's last claim of a decode GEMV: < 40 us
+    // Longer than any claim of a worker that runs: the longest, the first claim of the 0.8B shape's gate|up
+    // at one row (1/8 of 14.7 MB), streams in ~75 us on one core; the OS deschedules for 1-10 ms.
+    static constexpr int kStealAfterUs = 150;
 
     // While one is alive (on the thread that dispatches), stealable jobs steal from descheduled workers;
     // the scope's end, and wait_for_late_workers(), wait until no worker still computes a stolen claim
