@@ -108,20 +108,13 @@ const quant::QuantizedRows& quantized_rows(const float* x, int64_t M, int64_t K,
     return xq;
 }
 
-// The columns of every panel into y [M, ldy] by gemm: the reference single threaded, else over the pool
-// (decode-sized products as a stealable job: ldy columns, unit_cols of them per panel).
-void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y, int64_t ldy,
-              int64_t unit_cols) {
+// The columns of every panel into y [M, ldy] by gemm: the reference single threaded, else over the pool.
+// Not a stealable job (ThreadPool::parallel_for_stealable): the kernels read the rows' shape through the
+// shared QuantizedRows, which the next op reshapes, so a worker whose claim was stolen could run on with
+// another op's M and K.
+void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y, int64_t ldy) {
     if (isa == Isa::REF) {
         gemm(xq, w, y, ldy, 0, w.n_panels);
-    } else if (xq.M <= kStealableRows) {
-        const quant::QuantizedRows* rows = &xq;
-        const PackedWeight* pw = &w;
-        global_pool().parallel_for_stealable(w.n_panels, min_stream_panels(w.panel_bytes(), xq.M),
-                                             UnitColumns{y, xq.M, ldy, unit_cols, ldy},
-                                             [gemm, rows, pw, ldy](int64_t p0, int64_t p1, float* dst) {
-                                                 gemm(*rows, *pw, dst, ldy, p0, p1);
-                                             });
     } else {
         global_pool().parallel_for_balanced(w.n_panels, min_stream_panels(w.panel_bytes(), xq.M),
                                             [&](int, int64_t p0, int64_t p1) { gemm(xq, w, y, ldy, p0, p1); });
@@ -133,7 +126,7 @@ void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const P
 void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out, LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     const QuantKernelRow& k = quant_kernel(isa, w.format);
-    run_gemm(k.gemm, isa, quantized_rows(x, M, w.K, isa, k.quantize, in), w, y, w.N, kPanelCols);
+    run_gemm(k.gemm, isa, quantized_rows(x, M, w.K, isa, k.quantize, in), w, y, w.N);
     if (round_out) ref::round_activations(y, M * w.N, true);
 }
 
@@ -151,7 +144,7 @@ bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, f
     QuantizeRowFn quantize = nullptr;
     const QuantGemmFn epilogue = pooled_quant_kernel(w, true, &quantize);
     if (!epilogue) return false;
-    run_gemm(epilogue, isa, quantized_rows(x, M, w.K, isa, quantize, in), w, out, w.N / 2, kPanelCols / 2);
+    run_gemm(epilogue, isa, quantized_rows(x, M, w.K, isa, quantize, in), w, out, w.N / 2);
     return true;
 }
 
