@@ -128,7 +128,7 @@ public:
     void delay_next_claim_for_test(int ith, int milliseconds) { shares_[ith].claim_delay_ms.store(milliseconds); }
 
 private:
-    // A stealable job as copied into the pool: trivially copyable, published as words (StealWords).
+    // A stealable job as copied into the pool: trivially copyable, published as words (steal_words_).
     struct StealJob {
         void (*call)(const void* blob, int64_t u0, int64_t u1, float* dst) = nullptr;
         UnitColumns out;
