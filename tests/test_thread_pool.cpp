@@ -168,7 +168,8 @@ struct ColumnsJob {
             while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(spin_us)) {
             }
             for (int64_t m = 0; m < rows; ++m)
-                for (int64_t c = 3 * u; c < std::min(n_cols, 3 * u + 3); ++c) dst[m * ld + c] = 1000.0f * m + c + 1;
+                for (int64_t c = 3 * u; c < std::min(n_cols, 3 * u + 3); ++c)
+                    dst[m * ld + c] = 1000.0f * m + c + 1;
         }
     }
 };

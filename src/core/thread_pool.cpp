@@ -206,12 +206,13 @@ uint64_t tagged_range(uint64_t gen, int64_t front, int64_t back) {
     return (gen & 0xFFFFFFFF) << 32 | static_cast<uint64_t>(back) << 16 | static_cast<uint64_t>(front);
 }
 // claim() for tagged ranges: false when nothing is left or the range is another job's.
-bool claim_tagged(std::atomic<uint64_t>& range, uint64_t gen, int64_t min_chunk, int64_t divisor, bool from_front,
-                  int64_t* begin, int64_t* end) {
+bool claim_tagged(std::atomic<uint64_t>& range, uint64_t gen, int64_t min_chunk, int64_t divisor,
+                  bool from_front, int64_t* begin, int64_t* end) {
     uint64_t r = range.load(std::memory_order_acquire);
     for (;;) {
         if ((r >> 32) != (gen & 0xFFFFFFFF)) return false;
-        const int64_t front = static_cast<int64_t>(r & 0xFFFF), back = static_cast<int64_t>((r >> 16) & 0xFFFF);
+        const int64_t front = static_cast<int64_t>(r & 0xFFFF);
+        const int64_t back = static_cast<int64_t>((r >> 16) & 0xFFFF);
         if (front >= back) return false;
         const int64_t take = std::max(min_chunk, (back - front) / divisor);
         *begin = from_front ? front : std::max(front, back - take);
@@ -243,8 +244,9 @@ void ThreadPool::run_stealable_job(const StealJob& job) {
         job.call(job.blob, 0, n, job.out.y);
         return;
     }
-    if (n > 0xFFFF) {  // beyond the tagged 16-bit ends (never a decode GEMV's panels): claims without stealing
-        parallel_for_balanced(n, min_chunk, [&](int, int64_t b, int64_t e) { job.call(job.blob, b, e, job.out.y); });
+    if (n > 0xFFFF) {  // beyond the tagged 16-bit ends (never a decode GEMV's panels): no stealing
+        parallel_for_balanced(n, min_chunk,
+                              [&](int, int64_t b, int64_t e) { job.call(job.blob, b, e, job.out.y); });
         return;
     }
     const int nth = n_threads_;
@@ -330,7 +332,8 @@ void ThreadPool::work_stealable(int ith, uint64_t gen) {
         const int s = (ith + k) % nth;
         while (claim_tagged(shares_[s].steal_range, gen, min_chunk, 2 * nth, k == 0, &b, &e)) {
             const uint64_t claimed = claim_word(gen, ++seq, kClaimed);
-            me.claim_span.store(static_cast<uint64_t>(b) << 32 | static_cast<uint64_t>(e), std::memory_order_relaxed);
+            me.claim_span.store(static_cast<uint64_t>(b) << 32 | static_cast<uint64_t>(e),
+                                std::memory_order_relaxed);
             me.claim.store(claimed, std::memory_order_release);
             if (me.claim_delay_ms.load(std::memory_order_relaxed) > 0)
                 std::this_thread::sleep_for(std::chrono::milliseconds(me.claim_delay_ms.exchange(0)));

@@ -9,8 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -125,7 +125,9 @@ public:
     // Test hook: worker ith sleeps this long before it joins its next job (an OS descheduling it).
     void delay_next_join_for_test(int ith, int milliseconds) { shares_[ith].delay_ms.store(milliseconds); }
     // Test hook: worker ith sleeps this long after it claims its next units of a stealable job.
-    void delay_next_claim_for_test(int ith, int milliseconds) { shares_[ith].claim_delay_ms.store(milliseconds); }
+    void delay_next_claim_for_test(int ith, int milliseconds) {
+        shares_[ith].claim_delay_ms.store(milliseconds);
+    }
 
 private:
     // A stealable job as copied into the pool: trivially copyable, published as words (steal_words_).

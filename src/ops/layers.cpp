@@ -19,7 +19,8 @@ namespace gdn::ops {
 float* Scratch::f32(int slot, size_t n) {
     if (static_cast<int>(f_.size()) <= slot) f_.resize(slot + 1);
     if (f_[slot].size() < n * sizeof(float)) {
-        global_pool().wait_for_late_workers();  // a stolen claim may still read the old buffer (a linear's input)
+        // A worker whose claim was stolen may still read the old buffer (a linear's input).
+        global_pool().wait_for_late_workers();
         f_[slot].allocate(n * sizeof(float), false);  // contents not kept
     }
     return f_[slot].as<float>();

@@ -205,8 +205,8 @@ void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, boo
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
         if (M <= kStealableRows) {
-            auto kernel = [round_out](const uint32_t* a, int64_t m, int64_t ldp, const PackedWeight& w, float* d,
-                                      int64_t ld, int64_t p0, int64_t p1) {
+            auto kernel = [round_out](const uint32_t* a, int64_t m, int64_t ldp, const PackedWeight& w,
+                                      float* d, int64_t ld, int64_t p0, int64_t p1) {
                 cpu::avx512::linear_bf16dot(a, m, ldp, w, d, ld, p0, p1, round_out);
             };
             stealable_bf16_products(xp, M, p, y, N, kPanelCols, kernel);
