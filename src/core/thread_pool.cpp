@@ -110,6 +110,15 @@ void ThreadPool::dispatch(FunctionRef<void(int, int)> fn, bool skippable) {
 
 namespace {
 
+// The piece of an unclaimed range [front, back) that one claim takes: (back - front) / divisor items, at
+// least min_chunk, from the front or the back.
+void guided_piece(int64_t front, int64_t back, int64_t min_chunk, int64_t divisor, bool from_front, int64_t* begin,
+                  int64_t* end) {
+    const int64_t take = std::max(min_chunk, (back - front) / divisor);
+    *begin = from_front ? front : std::max(front, back - take);
+    *end = from_front ? std::min(back, front + take) : back;
+}
+
 // Claims items from the front (the share's owner) or the back (a thread whose own share is done) of a
 // share's unclaimed range: a quarter of what is left with two threads (guided scheduling), never fewer
 // than min_chunk. Early claims are long streams; the last ones are small, so the threads finish within
@@ -120,9 +129,7 @@ bool claim(std::atomic<uint64_t>& range, int64_t min_chunk, int64_t divisor, boo
     for (;;) {
         const int64_t front = static_cast<uint32_t>(r), back = static_cast<int64_t>(r >> 32);
         if (front >= back) return false;
-        const int64_t take = std::max(min_chunk, (back - front) / divisor);
-        *begin = from_front ? front : std::max(front, back - take);
-        *end = from_front ? std::min(back, front + take) : back;
+        guided_piece(front, back, min_chunk, divisor, from_front, begin, end);
         const uint64_t next = from_front ? (static_cast<uint64_t>(back) << 32 | static_cast<uint64_t>(*end))
                                          : (static_cast<uint64_t>(*begin) << 32 | static_cast<uint64_t>(front));
         if (range.compare_exchange_weak(r, next, std::memory_order_relaxed)) return true;
@@ -214,9 +221,7 @@ bool claim_tagged(std::atomic<uint64_t>& range, uint64_t gen, int64_t min_chunk,
         const int64_t front = static_cast<int64_t>(r & 0xFFFF);
         const int64_t back = static_cast<int64_t>((r >> 16) & 0xFFFF);
         if (front >= back) return false;
-        const int64_t take = std::max(min_chunk, (back - front) / divisor);
-        *begin = from_front ? front : std::max(front, back - take);
-        *end = from_front ? std::min(back, front + take) : back;
+        guided_piece(front, back, min_chunk, divisor, from_front, begin, end);
         const uint64_t next = from_front ? tagged_range(gen, *end, back) : tagged_range(gen, front, *begin);
         if (range.compare_exchange_weak(r, next, std::memory_order_acq_rel)) return true;
     }
