@@ -126,6 +126,58 @@ TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
     });
 }
 
+// From cpu::kScreenAmxRows rows on the screen's integer sums run on AMX-INT8 tiles where the CPU has
+// them, the k-quads past the last multiple of 16 on vpdpbusd: the kernel's thresholds and candidates are
+// bitwise those of vpdpbusd alone, for every row count of one stream (the fewer rows stay on vpdpbusd)
+// and a K with both parts (K4 = 258: 256 + 2).
+TEST(ArgmaxScreen, AmxTilesGiveTheVnniScreenBitForBit) {
+    set_active_isa(cpu_isa());
+    if (!set_amx_bf16(true) || !has_amx_int8()) {
+        restore_default_kernels();
+        GTEST_SKIP() << "no AMX-INT8 here";
+    }
+    const int64_t N = 1000, K = 1030;
+    Screened w(random_vec(N * K, 77, -0.1f, 0.1f), N, K);
+    const Int8Screen& s = *w.screened.screen;
+    ASSERT_EQ(s.K4, 258);
+    std::vector<uint32_t> xq(cpu::kScreenRows * s.K4);
+    uint32_t seed = 5;
+    for (auto& q : xq) q = seed = seed * 1664525u + 1013904223u;  // any unsigned bytes
+    const int64_t cap = 4096;
+    struct Out {
+        std::vector<float> lo, hi;
+        std::vector<int32_t> cand;
+        std::vector<int64_t> n;
+        bool ok;
+    };
+    auto run = [&](int M) {
+        std::vector<ScreenRow> r(M);
+        for (int m = 0; m < M; ++m) r[m] = ScreenRow{1e-3f * (m + 1), 1e-4f, 1e-4f, 0.0f, 1e-30f};
+        Out o{std::vector<float>(M, -INFINITY), std::vector<float>(M * cap), std::vector<int32_t>(M * cap),
+              std::vector<int64_t>(M, 0), false};
+        o.ok = cpu::avx512::screen_i8(xq.data(), M, s, r.data(), 0, s.n_panels, o.lo.data(), o.cand.data(),
+                                      o.hi.data(), o.n.data(), cap);
+        return o;
+    };
+    for (int M = 2; M <= cpu::kScreenRows; ++M) {
+        set_amx_bf16(true);
+        const Out amx = run(M);
+        set_amx_bf16(false);
+        const Out vnni = run(M);
+        ASSERT_TRUE(amx.ok && vnni.ok) << "M=" << M;
+        for (int m = 0; m < M; ++m) {
+            ASSERT_EQ(amx.lo[m], vnni.lo[m]) << "M=" << M << " row " << m;
+            ASSERT_EQ(amx.n[m], vnni.n[m]) << "M=" << M << " row " << m;
+            ASSERT_GT(vnni.n[m], 0) << "M=" << M << " row " << m;
+            for (int64_t i = m * cap; i < m * cap + vnni.n[m]; ++i) {
+                ASSERT_EQ(amx.cand[i], vnni.cand[i]) << "M=" << M << " row " << m << " i=" << i;
+                ASSERT_EQ(amx.hi[i], vnni.hi[i]) << "M=" << M << " row " << m << " i=" << i;
+            }
+        }
+    }
+    restore_default_kernels();
+}
+
 TEST(ArgmaxScreen, ExactAndNearTiesAreDecidedByTheExactKernel) {
     on_screen_paths([&] {
         const int64_t N = 30000, K = 96;

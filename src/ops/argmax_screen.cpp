@@ -102,7 +102,10 @@ bool argmax_screen_available() { return screen_path() != ScreenPath::NONE; }
 
 const char* argmax_screen_kernel() {
     switch (screen_path()) {
-        case ScreenPath::VNNI: return "int8 screen (vpdpbusd), candidates rechecked in bf16";
+        case ScreenPath::VNNI:
+            return has_amx_int8()
+                       ? "int8 screen (vpdpbusd; 4+ rows on AMX tiles, tdpbusd), candidates rechecked in bf16"
+                       : "int8 screen (vpdpbusd), candidates rechecked in bf16";
         case ScreenPath::AVX2: return "int8 screen (vpmaddubsw), candidates rechecked by the f32 linear kernel";
         case ScreenPath::NONE: break;
     }

@@ -53,6 +53,7 @@ struct CpuFlags {
     bool avx2 = false, fma = false, f16c = false, avx_vnni = false;
     bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512bf16 = false, avx512vnni = false;
     bool amx_bf16 = false;  // AMX-TILE + AMX-BF16, and the OS lets this process use the tile data
+    bool amx_int8 = false;  // AMX-INT8 besides them (the same grant)
     bool amx_refused = false;  // the CPU has them but the OS did not grant the tile data
 };
 
@@ -80,6 +81,7 @@ CpuFlags detect() {
         f.avx512vl = b & (1u << 31);
         f.avx512vnni = c & (1u << 11);
         f.amx_bf16 = (d & (1u << 22)) && (d & (1u << 24));  // AMX-BF16, AMX-TILE
+        f.amx_int8 = d & (1u << 25);                        // AMX-INT8
     }
     if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) {
         f.avx_vnni = a & (1u << 4);
@@ -97,6 +99,7 @@ CpuFlags detect() {
     } else {
         f.amx_bf16 = false;
     }
+    f.amx_int8 = f.amx_int8 && f.amx_bf16 && f.avx512vnni;
     return f;
 }
 const CpuFlags& flags() {
@@ -274,6 +277,7 @@ bool has_amx_bf16() {
     ensure_configured();
     return has_bf16_dot() && state().amx;
 }
+bool has_amx_int8() { return has_amx_bf16() && has_int8_dot() && flags().amx_int8; }
 bool set_amx_bf16(bool on) {
     ensure_configured();
     state().amx = on && flags().amx_bf16;

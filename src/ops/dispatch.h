@@ -60,7 +60,11 @@ bool cpu_has_amx_bf16();
 // not 0. All of a process's bf16 products take one path (a row's sums must not depend on the batch: the
 // engine's concurrent == alone and prefix-cache == recompute guarantees), so this is set at start-up.
 bool has_amx_bf16();
-// Turns the AMX path on or off (tests and A/B benchmarks; on only where the CPU allows). Returns the state.
+// True if the greedy argmax's int8 screen runs 4+ rows on AMX-INT8 tiles: has_amx_bf16() (the
+// same switch), has_int8_dot() and the CPU has AMX-INT8. Integer sums: the same values as vpdpbusd's.
+bool has_amx_int8();
+// Turns the AMX paths on or off (tests and A/B benchmarks; on only where the CPU allows). Returns the
+// state of the bf16 one.
 bool set_amx_bf16(bool on);
 
 // Re-reads GDN_ISA / GDN_FORCE_REFERENCE (tests change them). Errors name the bad value.

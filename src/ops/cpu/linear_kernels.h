@@ -17,6 +17,8 @@ namespace gdn::cpu {
 // running lo_max[m] to cand / cand_hi + m * cap (capacity cap; entries that fell below it are dropped
 // when full), n_cand[m] the counts. False if a row's cap is still too small.
 constexpr int kScreenRows = 8;
+// From this many rows on the screen's integer sums run on AMX-INT8 tiles where dispatch.h has_amx_int8().
+constexpr int kScreenAmxRows = 4;
 
 // f(std::integral_constant<int, M>{}) for a run-time M in [1, N]: a kernel templated on its row count,
 // called with the rows a step has.
@@ -61,6 +63,13 @@ void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
 void amx_panel_block(const uint32_t* xp, int64_t ldp, int rows, const uint16_t* B, int64_t kk_end, float* c,
                      bool prefetch);
 void amx_end();
+// The int8 screen's integer sums on AMX-INT8 tiles (screen_amx.cpp; only where dispatch.h has_amx_int8(),
+// for kScreenAmxRows rows or more):
+// c [rows x 32] (row stride 32) = sum over k-quads [0, kq_end) of rows [0, rows) of xq [., K4] (unsigned
+// quads) times the panel (Int8Screen layout); kq_end a multiple of 16, rows <= 16. amx_end releases the
+// tiles once a call is done.
+void amx_screen_block(const uint32_t* xq, int64_t K4, int rows, const int8_t* panel, int64_t kq_end,
+                      int32_t* c);
 // x [M, K] f32 -> bf16 pairs [M, K2] (RNE; odd K padded with 0)
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
 void round_bf16_inplace(float* x, int64_t n);
