@@ -99,7 +99,7 @@ CpuFlags detect() {
     } else {
         f.amx_bf16 = false;
     }
-    f.amx_int8 = f.amx_int8 && f.amx_bf16 && f.avx512vnni;
+    f.amx_int8 = f.amx_int8 && f.amx_bf16;  // has_amx_int8() adds the VNNI of the active ISA
     return f;
 }
 const CpuFlags& flags() {

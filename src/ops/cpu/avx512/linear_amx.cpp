@@ -18,21 +18,13 @@
 
 namespace gdn::cpu::avx512 {
 
-namespace {
-
-// Decode streams each panel once from DRAM: tile loads alone leave the L2 streamer behind (measured
-// 24.4 against vdpbf16ps' 26.8 GB/s on one 7168 x 1024 GEMV), prefetching 4-8 KB ahead closes the gap.
-constexpr int64_t kPrefetchBytes = 6144;
-
-}  // namespace
-
 void amx_end() { amx::release(); }
 
 void amx_panel_block(const uint32_t* xp, int64_t ldp, int rows, const uint16_t* B, int64_t kk_end, float* c,
                      bool prefetch) {
     // B as uint32 words: a k-pair row of the panel is 32 words, a k-step 16 rows.
     amx::gemm_block(xp, ldp, rows, reinterpret_cast<const uint32_t*>(B), kPanelCols, 16 * kPanelCols, kk_end / 16, c,
-                    kPanelCols, prefetch ? kPrefetchBytes : 0);
+                    kPanelCols, prefetch ? amx::kStreamPrefetchBytes : 0);
 }
 
 double amx_dot_chains(int64_t iters, float* sink) {

@@ -17,12 +17,6 @@
 
 namespace gdn::cpu::avx512 {
 
-namespace {
-// The int8 copy streams from DRAM: prefetching ahead of the tile loads keeps the stream going, as for
-// the bf16 panels (linear_amx.cpp).
-constexpr int64_t kPrefetchBytes = 6144;
-}  // namespace
-
 void amx_screen_block(const uint32_t* xq, int64_t K4, int rows, const int8_t* panel, int64_t kq_end,
                       int32_t* c) {
     amx::configure(rows);
@@ -30,7 +24,7 @@ void amx_screen_block(const uint32_t* xq, int64_t K4, int rows, const int8_t* pa
     _tile_zero(1);
     for (int64_t kq = 0; kq < kq_end; kq += 16) {
         const int8_t* b = panel + kq * 128;
-        const char* ahead = reinterpret_cast<const char*>(b) + kPrefetchBytes;
+        const char* ahead = reinterpret_cast<const char*>(b) + amx::kStreamPrefetchBytes;
         for (int off = 0; off < 16 * 128; off += 64) _mm_prefetch(ahead + off, _MM_HINT_T0);
         _tile_loadd(4, xq + kq, K4 * 4);
         _tile_loadd(6, b, 128);
