@@ -38,7 +38,7 @@ TEST(Quant, ReferenceEqualsFloat64DequantizedProduct) {
             quant::QuantizedRows xq;
             quant::quantize_activations(x.data(), s.M, s.K, &xq);
             std::vector<float> y(s.M * s.N);
-            ref::linear_quant(xq, lw.packed, y.data(), s.N);
+            ref::linear_quant(xq.view(), lw.packed, y.data(), s.N);
             for (int64_t m = 0; m < s.M; ++m)
                 for (int64_t n = 0; n < s.N; ++n) {
                     double want = 0.0, mag = 0.0;
@@ -46,7 +46,7 @@ TEST(Quant, ReferenceEqualsFloat64DequantizedProduct) {
                         float a, b;
                         quant::group_affine(lw.packed, n, k / kQuantGroup, &a, &b);
                         const double aq = static_cast<double>(a) * quant::q_value(lw.packed, n, k);
-                        const double xd = static_cast<double>(xq.xs[m * xq.G + k / kQuantGroup]) * xq.row(m)[k];
+                        const double xd = static_cast<double>(xq.xs[m * xq.G + k / kQuantGroup]) * xq.xq[m * xq.Kp + k];
                         want += (aq - b) * xd;
                         mag += std::abs(aq * xd) + std::abs(b * xd);
                     }

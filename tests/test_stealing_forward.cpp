@@ -1,9 +1,11 @@
-// Decode forwards whose GEMV claims the caller stole from a descheduled worker give bitwise the logits
-// of plain steps, and the forward returns with no worker still computing a stolen claim.
+// Decode forwards whose GEMV claims (bf16 and quantized weights) the caller stole from a descheduled
+// worker give bitwise the logits of plain steps, and the forward returns with no worker still computing a
+// stolen claim.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -15,8 +17,9 @@
 namespace gdn {
 namespace {
 
-TEST(StealingForward, DecodeStepsWithStolenClaimsMatchPlainSteps) {
-    if (!has_bf16_dot()) GTEST_SKIP() << "the stealable GEMVs are the AVX-512 bf16 dot products";
+// quantization: none for the bf16 dot products, else the quantized ones (their rows' view travels with
+// the job: quant::QuantRowsView).
+void expect_stolen_steps_match_plain(std::optional<WeightFormat> quantization) {
     // The 0.8B shape's matrices (hidden 1024: panels of 64 KB, many claims per product), 4 layers, a small
     // vocabulary: ~150 MB.
     test::TempDir dir;
@@ -27,7 +30,9 @@ TEST(StealingForward, DecodeStepsWithStolenClaimsMatchPlainSteps) {
     o.vocab_override = 512;
     o.layers_override = 4;
     ASSERT_TRUE(make_model(o).is_ok());
-    auto m = Model::load(dir.path());
+    LoadOptions lo;
+    lo.quantization = quantization;
+    auto m = Model::load(dir.path(), nullptr, lo);
     ASSERT_TRUE(m.is_ok()) << m.message();
     set_global_threads(2);
     ForwardOptions fo;
@@ -53,6 +58,19 @@ TEST(StealingForward, DecodeStepsWithStolenClaimsMatchPlainSteps) {
     EXPECT_GE(pool.steals() - steals_before, 1) << "no claim was stolen in six steps";
     pool.delay_next_claim_for_test(1, 0);  // a hook the worker did not reach stays off for later tests
     set_global_threads(default_thread_count());
+}
+
+TEST(StealingForward, DecodeStepsWithStolenClaimsMatchPlainSteps) {
+    if (!has_bf16_dot()) GTEST_SKIP() << "the stealable bf16 GEMVs are the AVX-512 bf16 dot products";
+    expect_stolen_steps_match_plain(std::nullopt);
+}
+
+TEST(StealingForward, QuantizedDecodeStepsWithStolenClaimsMatchPlainSteps) {
+    if (op_isa(OpId::LINEAR) == Isa::REF) GTEST_SKIP() << "the reference runs the products on one thread";
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4K}) {
+        SCOPED_TRACE(weight_format_name(f));
+        expect_stolen_steps_match_plain(f);
+    }
 }
 
 }  // namespace

@@ -63,7 +63,7 @@ GroupScratch& group_scratch() {
 
 // Row m of `to` = row r of `from` (the same quantized bytes, scales and group sums).
 void copy_quantized_row(const quant::QuantizedRows& from, int64_t r, quant::QuantizedRows& to, int64_t m) {
-    std::copy_n(from.row(r), from.Kp, to.xq.data() + m * to.Kp);
+    std::copy_n(from.xq.data() + r * from.Kp, from.Kp, to.xq.data() + m * to.Kp);
     std::copy_n(from.xs.data() + r * from.G, from.G, to.xs.data() + m * to.G);
     std::copy_n(from.xsum.data() + r * from.G, from.G, to.xsum.data() + m * to.G);
 }
@@ -155,7 +155,7 @@ void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act
             const PackedWeight& w = j.w->packed;
             const int64_t a = p0 - g.panel0, b = std::min(p1 - g.panel0, w.n_panels);
             const int64_t ldy = swiglu ? w.N / 2 : w.N;
-            if (g.quant) g.quant(*g.xq, w, j.y, ldy, a, b);
+            if (g.quant) g.quant(g.xq->view(), w, j.y, ldy, a, b);
             else if (swiglu) cpu::avx512::linear_bf16dot_swiglu(g.pairs, j.M, w.K2, w, j.y, ldy, a, b);
             else cpu::avx512::linear_bf16dot(g.pairs, j.M, w.K2, w, j.y, ldy, a, b, false);
             p0 = g.panel0 + b;

@@ -12,7 +12,7 @@ namespace gdn {
 namespace {
 
 // The scalar reference over the same panel range (single threaded by linear_quantized).
-void ref_gemm(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void ref_gemm(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     (void)p0;
     (void)p1;
     ref::linear_quant(x, w, y, ldy);
@@ -108,17 +108,28 @@ const quant::QuantizedRows& quantized_rows(const float* x, int64_t M, int64_t K,
     return xq;
 }
 
-// The columns of every panel into y [M, ldy] by gemm: the reference single threaded, else over the pool.
-// Not a stealable job (ThreadPool::parallel_for_stealable): the kernels read the rows' shape through the
-// shared QuantizedRows, which the next op reshapes, so a worker whose claim was stolen could run on with
-// another op's M and K.
-void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y, int64_t ldy) {
+// The columns of every panel into y [M, ldy] by gemm (unit_cols output columns a panel: quant::kCols, or
+// half that for the SwiGLU epilogue's activations): the reference single threaded, else over the pool;
+// a decode-sized x (M <= kStealableRows) as a stealable job, which carries the rows' view by value
+// (quant::QuantRowsView), so a worker whose claim was stolen runs on with this job's shape.
+void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y, int64_t ldy,
+              int64_t unit_cols) {
+    const quant::QuantRowsView x = xq.view();
     if (isa == Isa::REF) {
-        gemm(xq, w, y, ldy, 0, w.n_panels);
-    } else {
-        global_pool().parallel_for_balanced(w.n_panels, min_stream_panels(w.panel_bytes(), xq.M),
-                                            [&](int, int64_t p0, int64_t p1) { gemm(xq, w, y, ldy, p0, p1); });
+        gemm(x, w, y, ldy, 0, w.n_panels);
+        return;
     }
+    const int64_t min_chunk = min_stream_panels(w.panel_bytes(), x.M);
+    if (x.M <= kStealableRows) {
+        const PackedWeight* wp = &w;
+        global_pool().parallel_for_stealable(w.n_panels, min_chunk, UnitColumns{y, x.M, ldy, unit_cols, ldy},
+                                             [x, wp, ldy, gemm](int64_t p0, int64_t p1, float* dst) {
+                                                 gemm(x, *wp, dst, ldy, p0, p1);
+                                             });
+        return;
+    }
+    global_pool().parallel_for_balanced(w.n_panels, min_chunk,
+                                        [&](int, int64_t p0, int64_t p1) { gemm(x, w, y, ldy, p0, p1); });
 }
 
 }  // namespace
@@ -126,7 +137,7 @@ void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const P
 void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out, LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     const QuantKernelRow& k = quant_kernel(isa, w.format);
-    run_gemm(k.gemm, isa, quantized_rows(x, M, w.K, isa, k.quantize, in), w, y, w.N);
+    run_gemm(k.gemm, isa, quantized_rows(x, M, w.K, isa, k.quantize, in), w, y, w.N, quant::kCols);
     if (round_out) ref::round_activations(y, M * w.N, true);
 }
 
@@ -144,7 +155,7 @@ bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, f
     QuantizeRowFn quantize = nullptr;
     const QuantGemmFn epilogue = pooled_quant_kernel(w, true, &quantize);
     if (!epilogue) return false;
-    run_gemm(epilogue, isa, quantized_rows(x, M, w.K, isa, quantize, in), w, out, w.N / 2);
+    run_gemm(epilogue, isa, quantized_rows(x, M, w.K, isa, quantize, in), w, out, w.N / 2, quant::kCols / 2);
     return true;
 }
 

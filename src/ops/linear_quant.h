@@ -17,7 +17,7 @@ namespace gdn {
 class LinearInput;  // ops/linear_input.h
 
 // y [M, ldy] columns of panels [p0, p1) from quantized activation rows.
-using QuantGemmFn = void (*)(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+using QuantGemmFn = void (*)(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                              int64_t p1);
 
 // Row m of x quantized into rows (already sized): the activation work of a quantized linear.

@@ -11,7 +11,7 @@
 
 namespace gdn::cpu {
 
-using QuantGemmKernel = void(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+using QuantGemmKernel = void(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                              int64_t p1);
 
 }  // namespace gdn::cpu

@@ -340,11 +340,9 @@ void QuantizedRows::resize(int64_t m, int64_t k) {
     K = k;
     G = n_groups(K);
     Kp = G * kQuantGroup;
-    if (xq.size() < static_cast<size_t>(M * Kp)) xq.resize(M * Kp);
-    if (xs.size() < static_cast<size_t>(M * G)) {
-        xs.resize(M * G);
-        xsum.resize(M * G);
-    }
+    grow_read_buffer(xq, static_cast<size_t>(M * Kp));
+    grow_read_buffer(xs, static_cast<size_t>(M * G));
+    grow_read_buffer(xsum, static_cast<size_t>(M * G));
 }
 
 void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows* out) {

@@ -111,15 +111,30 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out);
 // results): a gather of rows spread over panels requests the next rows' lines ahead.
 void prefetch_row(const PackedWeight& w, int64_t n);
 
-// Activations of a quantized linear: rows [M, K] as int8 groups. xq [M, Kp] (padding 0), xs [M, G],
-// xsum [M, G] = sum of the group's xq (the Q4 kernels' +8 offset correction).
+// Activations of a quantized linear as the kernels read them: rows [M, K] as int8 groups. xq [M, Kp]
+// (padding 0), xs [M, G], xsum [M, G] = sum of the group's xq (the Q4 kernels' +8 offset correction).
+// A view into a QuantizedRows' buffers, trivially copyable: a stealable decode product
+// (ThreadPool::parallel_for_stealable) carries its own copy, so a worker whose claim was stolen runs on
+// with its job's shape, not the next op's (the buffers it points into only grow, waiting out such
+// workers first: QuantizedRows::resize).
+struct QuantRowsView {
+    int64_t M = 0, K = 0, Kp = 0, G = 0;
+    const int8_t* xq = nullptr;
+    const float* xs = nullptr;
+    const int32_t* xsum = nullptr;
+    const int8_t* row(int64_t m) const { return xq + m * Kp; }
+};
+
+// The storage of quantized activation rows (the layout above), written by the quantizers.
 struct QuantizedRows {
     int64_t M = 0, K = 0, Kp = 0, G = 0;
     std::vector<int8_t> xq;
     std::vector<float> xs;
     std::vector<int32_t> xsum;
-    const int8_t* row(int64_t m) const { return xq.data() + m * Kp; }
-    void resize(int64_t M, int64_t K);  // sets the shape; buffers only grow
+    // Sets the shape. Buffers only grow, through grow_read_buffer (core/thread_pool.h): a late worker of a
+    // stealable product may still read them.
+    void resize(int64_t M, int64_t K);
+    QuantRowsView view() const { return {M, K, Kp, G, xq.data(), xs.data(), xsum.data()}; }
 };
 // The one activation quantizer (every ISA): xs = max|x| / 127 of the group, xq = round-to-nearest-even
 // of x / xs (0 for an all-zero group). Buffers only grow (no allocation once warm).

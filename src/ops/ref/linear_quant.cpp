@@ -7,7 +7,7 @@
 
 namespace gdn::ref {
 
-void linear_quant(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy) {
+void linear_quant(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy) {
     for (int64_t m = 0; m < x.M; ++m)
         for (int64_t n = 0; n < w.N; ++n) {
             float acc = 0.0f;

@@ -15,7 +15,7 @@
 namespace gdn {
 struct PackedWeight;
 namespace quant {
-struct QuantizedRows;
+struct QuantRowsView;
 }
 }  // namespace gdn
 
@@ -29,7 +29,7 @@ void linear(const float* x, int64_t M, const TensorView& W, float* y);
 
 // y [x.M, ldy] = the quantized product of ops/quant/quant_format.h, element by element: for each
 // column, sum over groups of (weight scale * activation scale) * (exact int32 dot of the group).
-void linear_quant(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy);
+void linear_quant(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy);
 
 // Zero-centred RMSNorm with (1 + w) precomputed in w: y = x * rsqrt(mean(x^2) + eps) * w, per row.
 // x, y [rows, n] (may alias), w [n]

@@ -28,7 +28,7 @@ inline void record_ahead(const uint8_t* rec, int step, int64_t record_bytes) {
 // operations of the unpacked prefill tiles (linear_kquant_unpacked_avx2.cpp) in their order, so a row's
 // bits do not depend on how many rows its batch has.
 template <int MR, bool kSwiglu = false>
-void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
@@ -74,7 +74,7 @@ void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
 // step's lo + hi pair sums <= 4 * 63 * 127 < 2^15); the offset leaves through the row's
 // group sum, as int4-sym's +8: y += xs * d * sc * (sum u x - 32 S).
 template <int MR, bool kSwiglu = false>
-void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
@@ -120,23 +120,23 @@ void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, 
 
 }  // namespace
 
-void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     if (x.M >= kUnpackRows) return unpacked_q4k(x, w, y, ldy, p0, p1);
     run_panels<tile_q4k<1>, tile_q4k<kMR>>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     if (x.M >= kUnpackRows) return unpacked_q6k(x, w, y, ldy, p0, p1);
     run_panels<tile_q6k<1>, tile_q6k<kMR>>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void linear_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                        int64_t p1) {
     if (x.M >= kUnpackRows) return unpacked_q4k_swiglu(x, w, y, ldy, p0, p1);
     run_panels<tile_q4k<1, true>, tile_q4k<kMR, true>, true>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void linear_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                        int64_t p1) {
     if (x.M >= kUnpackRows) return unpacked_q6k_swiglu(x, w, y, ldy, p0, p1);
     run_panels<tile_q6k<1, true>, tile_q6k<kMR, true>, true>(x, w, y, ldy, p0, p1);

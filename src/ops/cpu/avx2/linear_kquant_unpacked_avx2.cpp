@@ -85,7 +85,7 @@ void unpack_q6k(const uint8_t* blk, int64_t groups, UnpackedBlock* u) {
 // int4-k: group sums of all 8 quads (8 * 2 * 15 * 127 < 2^15), times the scale level as they widen, then
 // y += d xs (sc D) - (dmin m) xs S (the packed tiles' order too: a row's bits do not depend on its batch).
 template <int MR>
-inline void group_q4k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u,
+inline void group_q4k(const quant::QuantRowsView& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u,
                       float* sums) {
     const uint8_t* q = u.q + j * kGroupBytes;
     __m256i acc[MR][kNV];
@@ -116,7 +116,7 @@ inline void group_q4k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int 
 // int6-k: two quads at a time (AVX2: their pair sums in int16, 2 * 2 * 63 * 127 < 2^15); then
 // y += (d sc) xs (sum u x - 32 S).
 template <int MR>
-inline void group_q6k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u,
+inline void group_q6k(const quant::QuantRowsView& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u,
                       float* sums) {
     const uint8_t* q = u.q + j * kGroupBytes;
     __m256i acc[MR][kNV];
@@ -149,7 +149,7 @@ inline void group_q6k(const quant::QuantizedRows& x, int64_t m0, int64_t g, int 
 using UnpackFn = void (*)(const uint8_t* blk, int64_t groups, UnpackedBlock* u);
 
 template <UnpackFn Unpack, template <int> class Group, bool kSwiglu = false>
-void unpacked_panels(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void unpacked_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                      int64_t p1) {
     UnpackedBlock u;
     alignas(32) float sums[kRowBlock * 32];
@@ -184,33 +184,33 @@ void unpacked_panels(const quant::QuantizedRows& x, const PackedWeight& w, float
 
 template <int MR>
 struct GroupQ4K {
-    static void run(const quant::QuantizedRows& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u, float* s) {
+    static void run(const quant::QuantRowsView& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u, float* s) {
         group_q4k<MR>(x, m0, g, j, u, s);
     }
 };
 template <int MR>
 struct GroupQ6K {
-    static void run(const quant::QuantizedRows& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u, float* s) {
+    static void run(const quant::QuantRowsView& x, int64_t m0, int64_t g, int j, const UnpackedBlock& u, float* s) {
         group_q6k<MR>(x, m0, g, j, u, s);
     }
 };
 
 }  // namespace
 
-void unpacked_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void unpacked_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     unpacked_panels<unpack_q4k, GroupQ4K>(x, w, y, ldy, p0, p1);
 }
 
-void unpacked_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void unpacked_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     unpacked_panels<unpack_q6k, GroupQ6K>(x, w, y, ldy, p0, p1);
 }
 
-void unpacked_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void unpacked_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                          int64_t p1) {
     unpacked_panels<unpack_q4k, GroupQ4K, true>(x, w, y, ldy, p0, p1);
 }
 
-void unpacked_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void unpacked_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                          int64_t p1) {
     unpacked_panels<unpack_q6k, GroupQ6K, true>(x, w, y, ldy, p0, p1);
 }

@@ -33,7 +33,7 @@ inline void for_each_step(const uint8_t* blk, const Step& step) {
 }
 
 template <int MR, bool kSwiglu = false>
-void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
@@ -68,7 +68,7 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
 }
 
 template <int MR, bool kSwiglu = false>
-void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
@@ -95,20 +95,20 @@ void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
 
 }  // namespace
 
-void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     run_panels<tile_q8<1>, tile_q8<kMR>>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     run_panels<tile_q4<1>, tile_q4<kMR>>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q8_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void linear_q8_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
     run_panels<tile_q8<1, true>, tile_q8<kMR, true>, true>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q4_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void linear_q4_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
     run_panels<tile_q4<1, true>, tile_q4<kMR, true>, true>(x, w, y, ldy, p0, p1);
 }

@@ -47,7 +47,7 @@ inline void q4k_group_scales(const uint8_t* lv, int v, __m512 d, __m512 dmin, __
 }
 
 template <int MR, bool kSwiglu>
-void tile_q4k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
     // A decode row multiplies the high nibbles in place, as 16 q, into accumulators of their own, exactly
@@ -125,7 +125,7 @@ inline void q6k_quads(const uint8_t* rec, int s, int v, __m512i* lo, __m512i* hi
 }
 
 template <int MR, bool kSwiglu>
-void tile_q6k(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
@@ -175,18 +175,18 @@ struct TileQ6K {
 
 }  // namespace
 
-void linear_q4k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     run_format<TileQ4K, false>(x, w, y, ldy, p0, p1);
 }
-void linear_q4k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void linear_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
     run_format<TileQ4K, true>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q6k(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     run_format<TileQ6K, false>(x, w, y, ldy, p0, p1);
 }
-void linear_q6k_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void linear_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
     run_format<TileQ6K, true>(x, w, y, ldy, p0, p1);
 }

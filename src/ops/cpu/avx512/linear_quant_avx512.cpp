@@ -21,7 +21,7 @@ namespace {
 
 // The group epilogue: sum += float(acc) * (scale_w * scale_x) for each row and vector.
 template <int MR>
-inline void scale_group(const quant::QuantizedRows& x, int64_t m0, int64_t g, const uint8_t* scales, __m512i (&acc)[MR][2],
+inline void scale_group(const quant::QuantRowsView& x, int64_t m0, int64_t g, const uint8_t* scales, __m512i (&acc)[MR][2],
                         __m512 (&sum)[MR][2]) {
     const __m512 ws0 = f16x16(scales), ws1 = f16x16(scales + 32);
     for (int m = 0; m < MR; ++m) {
@@ -33,7 +33,7 @@ inline void scale_group(const quant::QuantizedRows& x, int64_t m0, int64_t g, co
 
 // kStream: a decode batch's tile, which asks for the panel's lines ahead (streams_batch).
 template <int MR, bool kSwiglu, bool kStream>
-void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512 sum[MR][2];
@@ -59,7 +59,7 @@ void tile_q8(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, i
 }
 
 template <int MR, bool kSwiglu, bool kStream>
-void tile_q4(const quant::QuantizedRows& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
+void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
     // A decode row (MR = 1) multiplies the high nibbles in place, as 16 (q + 8): one AND instead of a
@@ -128,18 +128,18 @@ struct TileQ4 {
 
 }  // namespace
 
-void linear_q8(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     run_format<TileQ8, false>(x, w, y, ldy, p0, p1);
 }
-void linear_q8_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void linear_q8_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
     run_format<TileQ8, true>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q4(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
     run_format<TileQ4, false>(x, w, y, ldy, p0, p1);
 }
-void linear_q4_swiglu(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+void linear_q4_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
     run_format<TileQ4, true>(x, w, y, ldy, p0, p1);
 }

@@ -46,7 +46,7 @@ inline void record_ahead(const uint8_t* rec, int step, int steps, int64_t record
 // 0.8B shape in int8, `gdn bench --concurrency 2,4,8` (ABBA): steps 18.4-20.5 / 24.7-26.1 / 36.6-40.9 ms
 // without, 18.8-19.7 / 21.3-22.1 / 27.8-31.8 with. One row (M = 1) and prefill tiles (cache-resident
 // panels) do without.
-inline bool streams_batch(const quant::QuantizedRows& x) { return x.M >= 2 && x.M <= 2 * kMR; }
+inline bool streams_batch(const quant::QuantRowsView& x) { return x.M >= 2 && x.M <= 2 * kMR; }
 
 // 16 f16 values (16 columns' scales) as f32.
 inline __m512 f16x16(const uint8_t* p) {
@@ -71,12 +71,12 @@ inline void store_tile(__m512 (&sum)[MR][2], float* y, int64_t ldy, int ncols) {
     }
 }
 
-using TileFn = void (*)(const quant::QuantizedRows&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int);
+using TileFn = void (*)(const quant::QuantRowsView&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int);
 
 // tiles[mr - 1] = tile<mr>: the last row block of a batch is one tile too. kSwiglu: y is the
 // activation [M, ldy], panel p's 16 columns at p * 16.
 template <bool kSwiglu>
-inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantizedRows& x, const PackedWeight& w, float* y,
+inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantRowsView& x, const PackedWeight& w, float* y,
                        int64_t ldy, int64_t p0, int64_t p1) {
     // Rows in L2-sized slabs of int8 activations (ops/cpu/row_slabs.h).
     const int64_t slab = slab_rows(x.Kp, kMR);
@@ -97,7 +97,7 @@ inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantizedRows& x
 // ::streamed its form for a decode batch (streams_batch; a separate instantiation, so that the prefetch
 // is decided at compile time: a run-time test in the tile's loop kept GCC from unrolling it).
 template <template <int, bool> class Tile, bool kSwiglu>
-inline void run_format(const quant::QuantizedRows& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+inline void run_format(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                        int64_t p1) {
     static constexpr TileFn tiles[kMR] = {Tile<1, kSwiglu>::run, Tile<2, kSwiglu>::run, Tile<3, kSwiglu>::run,
                                           Tile<4, kSwiglu>::run, Tile<5, kSwiglu>::run, Tile<6, kSwiglu>::run};
