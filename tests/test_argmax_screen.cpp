@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "ops/argmax_screen.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/dispatch.h"
@@ -127,9 +129,9 @@ TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
 }
 
 // From cpu::kScreenAmxRows rows on the screen's integer sums run on AMX-INT8 tiles where the CPU has
-// them, the k-quads past the last multiple of 16 on vpdpbusd: the kernel's thresholds and candidates are
-// bitwise those of vpdpbusd alone, for every row count of one stream (the fewer rows stay on vpdpbusd)
-// and a K with both parts (K4 = 258: 256 + 2).
+// them, the k-quads past the last multiple of 16 on vpdpbusd: the kernel's per-panel bounds are bitwise
+// those of vpdpbusd alone, for every row count of one stream (the fewer rows stay on vpdpbusd) and a K
+// with both parts (K4 = 258: 256 + 2).
 TEST(ArgmaxScreen, AmxTilesGiveTheVnniScreenBitForBit) {
     set_active_isa(cpu_isa());
     if (!set_amx_bf16(true) || !has_amx_int8()) {
@@ -143,39 +145,61 @@ TEST(ArgmaxScreen, AmxTilesGiveTheVnniScreenBitForBit) {
     std::vector<uint32_t> xq(cpu::kScreenRows * s.K4);
     uint32_t seed = 5;
     for (auto& q : xq) q = seed = seed * 1664525u + 1013904223u;  // any unsigned bytes
-    const int64_t cap = 4096;
-    struct Out {
-        std::vector<float> lo, hi;
-        std::vector<int32_t> cand;
-        std::vector<int64_t> n;
-        bool ok;
-    };
+    const int64_t ld = s.n_panels + 3;                              // a row stride past the panels' columns
     auto run = [&](int M) {
         std::vector<ScreenRow> r(M);
         for (int m = 0; m < M; ++m) r[m] = ScreenRow{1e-3f * (m + 1), 1e-4f, 1e-4f, 0.0f, 1e-30f};
-        Out o{std::vector<float>(M, -INFINITY), std::vector<float>(M * cap), std::vector<int32_t>(M * cap),
-              std::vector<int64_t>(M, 0), false};
-        o.ok = cpu::avx512::screen_i8(xq.data(), M, s, r.data(), 0, s.n_panels, o.lo.data(), o.cand.data(),
-                                      o.hi.data(), o.n.data(), cap);
-        return o;
+        std::vector<float> bounds(2 * M * ld, NAN);
+        cpu::avx512::screen_i8(xq.data(), M, s, r.data(), 0, s.n_panels, bounds.data(), ld);
+        return bounds;
     };
     for (int M = 2; M <= cpu::kScreenRows; ++M) {
         set_amx_bf16(true);
-        const Out amx = run(M);
+        const std::vector<float> amx = run(M);
         set_amx_bf16(false);
-        const Out vnni = run(M);
-        ASSERT_TRUE(amx.ok && vnni.ok) << "M=" << M;
-        for (int m = 0; m < M; ++m) {
-            ASSERT_EQ(amx.lo[m], vnni.lo[m]) << "M=" << M << " row " << m;
-            ASSERT_EQ(amx.n[m], vnni.n[m]) << "M=" << M << " row " << m;
-            ASSERT_GT(vnni.n[m], 0) << "M=" << M << " row " << m;
-            for (int64_t i = m * cap; i < m * cap + vnni.n[m]; ++i) {
-                ASSERT_EQ(amx.cand[i], vnni.cand[i]) << "M=" << M << " row " << m << " i=" << i;
-                ASSERT_EQ(amx.hi[i], vnni.hi[i]) << "M=" << M << " row " << m << " i=" << i;
+        const std::vector<float> vnni = run(M);
+        for (int m = 0; m < M; ++m)
+            for (int64_t p = 0; p < s.n_panels; ++p) {
+                const float lo = vnni[2 * m * ld + p], hi = vnni[(2 * m + 1) * ld + p];
+                ASSERT_TRUE(std::isfinite(lo) && lo <= hi) << "M=" << M << " row " << m << " panel " << p;
+                for (int64_t i : {2 * m * ld + p, (2 * m + 1) * ld + p})
+                    ASSERT_EQ(std::memcmp(&amx[i], &vnni[i], sizeof(float)), 0) << "M=" << M << " row " << m << " panel " << p;
             }
-        }
     }
     restore_default_kernels();
+}
+
+// The screen's stream is a stealable job: with the worker descheduled inside its claim (the test hook
+// sleeps it), the caller takes the claim over and the ids are still the full pass's, for one row, the
+// first AMX row count and a whole stream of rows.
+TEST(ArgmaxScreen, StolenClaimsGiveTheFullPassIds) {
+    set_global_threads(2);
+    ThreadPool& pool = global_pool();
+    const int64_t steals_before = pool.steals();
+    on_screen_paths([&] {
+        const int64_t N = 20000, K = 512;
+        Screened w(random_vec(N * K, 91, -0.1f, 0.1f), N, K);
+        for (int64_t M : {1, 4, 8})
+            for (uint32_t trial = 0; trial < 2; ++trial) {
+                const std::vector<float> x = random_vec(M * K, 700 + 10 * static_cast<uint32_t>(M) + trial, -2.0f, 2.0f);
+                std::vector<int32_t> want(M), got(M, -7);
+                for (int64_t m = 0; m < M; ++m) want[m] = argmax_of(x.data() + m * K, w.full);
+                const int64_t K2 = K / 2;
+                std::vector<uint32_t> xp(M * K2, 0);
+                for (int64_t i = 0; i < M * K; ++i)
+                    xp[i / 2] |= static_cast<uint32_t>(f32_to_bf16(x[i])) << (16 * (i & 1));
+                {
+                    ThreadPool::StealScope scope(pool);
+                    pool.run([](int, int) {});  // the worker awake: it claims in the screen's stream
+                    pool.delay_next_claim_for_test(1, 30);
+                    ASSERT_TRUE(screened_argmax(xp.data(), M, w.screened, got.data())) << "M=" << M;
+                }
+                EXPECT_EQ(got, want) << "M=" << M << " trial=" << trial;
+            }
+    });
+    EXPECT_GE(pool.steals() - steals_before, 1) << "no claim was stolen";
+    pool.delay_next_claim_for_test(1, 0);  // a hook the worker did not reach stays off for later tests
+    set_global_threads(default_thread_count());
 }
 
 TEST(ArgmaxScreen, ExactAndNearTiesAreDecidedByTheExactKernel) {

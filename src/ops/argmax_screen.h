@@ -15,9 +15,11 @@
 // inflated by 0.1% (the bound's own f32 rounding) plus an absolute term for the denormals the exact
 // kernel flushes (weights and partial sums below 2^-126: (Xabs + K) 2^-126). The
 // true argmax n* satisfies A_n* + B_n* >= L_n* >= L_m >= A_m - B_m for every m, so every column with
-// A_n + B_n >= max_m (A_m - B_m) is a candidate and n* is among them. The candidates' panels run
-// through the exact kernel (the same code as the full pass, so bitwise the same values), ties to the
-// lowest column. The greedy ids are therefore exactly those of the full bf16 pass.
+// A_n + B_n >= max_m (A_m - B_m) is a candidate and n* is among them. The screen keeps, per panel and
+// row, its columns' largest A - B and A + B (a panel's values do not depend on which thread screened
+// it: a stealable job); the panels whose largest A + B reaches the row's threshold run through the
+// exact kernel (the same code as the full pass, so bitwise the same values), ties to the lowest
+// column. The greedy ids are therefore exactly those of the full bf16 pass.
 #pragma once
 
 #include <cstdint>

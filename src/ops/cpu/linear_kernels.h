@@ -13,9 +13,9 @@ namespace gdn::cpu {
 // The greedy argmax's int8 screen (ops/argmax_screen.h) over panels [p0, p1) for M <= kScreenRows rows
 // at once (each weight vector loaded once for all of them): avx512::screen_i8 (VNNI) and
 // avx2::screen_i8, the same results. Row m: xq + m * K4, its k-quads as 4 bytes xq_k + 128, and r[m].
-// Raises lo_max[m] to the largest A_n - B_n seen and appends (n, A_n + B_n) of every column reaching the
-// running lo_max[m] to cand / cand_hi + m * cap (capacity cap; entries that fell below it are dropped
-// when full), n_cand[m] the counts. False if a row's cap is still too small.
+// Writes panel p's largest A_n - B_n and largest A_n + B_n over its columns (those below N) to
+// bounds[2 m * ld + p] and bounds[(2 m + 1) * ld + p]: the threshold and the panels that can reach it
+// follow from these alone, whichever thread screened which panel (a stealable job's units).
 constexpr int kScreenRows = 8;
 // From this many rows on the screen's integer sums run on AMX-INT8 tiles where dispatch.h has_amx_int8().
 constexpr int kScreenAmxRows = 4;
@@ -27,17 +27,6 @@ auto with_rows(int M, const F& f) {
     if constexpr (N > 1)
         if (M < N) return with_rows<N - 1>(M, f);
     return f(std::integral_constant<int, N>{});
-}
-
-// Keeps the candidates that can still reach `lo` (the threshold only rises): returns the new count.
-inline int64_t screen_prune(int32_t* cand, float* cand_hi, int64_t n, float lo) {
-    int64_t m = 0;
-    for (int64_t i = 0; i < n; ++i)
-        if (cand_hi[i] >= lo) {
-            cand[m] = cand[i];
-            cand_hi[m++] = cand_hi[i];
-        }
-    return m;
 }
 
 // round_out: round the outputs to bf16 as they are stored (bf16 activation mode).
@@ -73,16 +62,16 @@ void amx_screen_block(const uint32_t* xq, int64_t K4, int rows, const int8_t* pa
 // x [M, K] f32 -> bf16 pairs [M, K2] (RNE; odd K padded with 0)
 void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
 void round_bf16_inplace(float* x, int64_t n);
-bool screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
-               float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap);
+void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+               float* bounds, int64_t ld);
 }  // namespace avx512
 
 namespace avx2 {
 void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1,
                 bool round_out);
 void round_bf16_inplace(float* x, int64_t n);
-bool screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
-               float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap);
+void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+               float* bounds, int64_t ld);
 }  // namespace avx2
 
 }  // namespace gdn::cpu

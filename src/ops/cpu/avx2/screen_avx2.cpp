@@ -3,7 +3,7 @@
 // by signed bytes into saturating int16 pair sums, so the stored xq + 128 (vpdpbusd's operand) would
 // overflow them (2 x 255 x 127); the kernel instead multiplies |xq| by the weight with xq's sign (at most
 // 2 x 127 x 127, exact) and widens the pairs with vpmaddwd: I_n = sum_k xq_k q_nk, with no 128 sum_k q_nk
-// correction. The candidates and the running threshold are the AVX-512 kernel's, 8 columns at a time.
+// correction. The panels' largest A - B and A + B are the AVX-512 kernel's, 8 columns at a time.
 #define GDN_SIMD_AVX2
 #include <immintrin.h>
 
@@ -44,14 +44,11 @@ void dot_panel(const uint32_t* xs, const uint32_t* xa, int64_t K4, const int8_t*
 }
 
 template <int MR>
-bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* lo_max,
-                 int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
+void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* bounds,
+                 int64_t ld) {
     using namespace gdn::simd;
     const __m256 eight_u = _mm256_set1_ps(8.0f * 0x1p-24f), inflate = _mm256_set1_ps(1.001f);
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    float lm[MR];
-    for (int m = 0; m < MR; ++m) lm[m] = lo_max[m];
-    alignas(32) float hi_lanes[8];
     // The rows' k-quads as signed bytes (xq_k + 128 flipped back) and their absolute values.
     thread_local std::vector<uint32_t> xbuf;
     const int64_t K4 = s.K4;
@@ -78,8 +75,7 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
             else dot_panel<1>(xs + g0 * K4, xa + g0 * K4, K4, s.panel(p), acc);
             for (int m = g0; m < g0 + rows; ++m) {
                 const ScreenRow& rm = r[m];
-                int32_t* cm = cand + m * cap;
-                float* hm = cand_hi + m * cap;
+                __m256 lo_p = _mm256_set1_ps(-INFINITY), hi_p = lo_p;
                 for (int v = 0; v < 4; ++v) {
                     const int64_t n0 = p * 32 + v * 8;
                     if (n0 >= s.N) break;
@@ -92,39 +88,22 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
                     B = _mm256_fmadd_ps(_mm256_loadu_ps(s.wq_norm() + n0), _mm256_set1_ps(rm.c_wq), B);
                     B = _mm256_fmadd_ps(_mm256_loadu_ps(s.err_norm() + n0), _mm256_set1_ps(rm.c_err), B);
                     B = _mm256_fmadd_ps(B, inflate, _mm256_set1_ps(rm.c_abs));
-                    const __m256 lo = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_sub_ps(A, B), valid);
-                    const __m256 hi = _mm256_add_ps(A, B);
-                    lm[m] = std::max(lm[m], vhmax(lo));
-                    unsigned c = static_cast<unsigned>(
-                        _mm256_movemask_ps(_mm256_and_ps(valid, _mm256_cmp_ps(hi, _mm256_set1_ps(lm[m]), _CMP_GE_OQ))));
-                    if (!c) continue;
-                    const int cnt = __builtin_popcount(c);
-                    if (n_cand[m] + cnt > cap) {
-                        n_cand[m] = screen_prune(cm, hm, n_cand[m], lm[m]);
-                        if (n_cand[m] + cnt > cap) return false;
-                    }
-                    _mm256_store_ps(hi_lanes, hi);
-                    for (; c; c &= c - 1) {
-                        const int lane = __builtin_ctz(c);
-                        cm[n_cand[m]] = static_cast<int32_t>(n0 + lane);
-                        hm[n_cand[m]++] = hi_lanes[lane];
-                    }
+                    lo_p = _mm256_max_ps(lo_p, _mm256_blendv_ps(lo_p, _mm256_sub_ps(A, B), valid));
+                    hi_p = _mm256_max_ps(hi_p, _mm256_blendv_ps(hi_p, _mm256_add_ps(A, B), valid));
                 }
+                bounds[2 * m * ld + p] = vhmax(lo_p);
+                bounds[(2 * m + 1) * ld + p] = vhmax(hi_p);
             }
         }
     }
-    for (int m = 0; m < MR; ++m) lo_max[m] = lm[m];
-    return true;
 }
 
 }  // namespace
 
-bool screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
-               float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
+void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+               float* bounds, int64_t ld) {
     GDN_CHECK(M >= 1 && M <= kScreenRows, "screen_i8: %d rows (1 to %d)", M, kScreenRows);
-    return with_rows<kScreenRows>(M, [&](auto rows) {
-        return screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap);
-    });
+    with_rows<kScreenRows>(M, [&](auto rows) { screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld); });
 }
 
 }  // namespace gdn::cpu::avx2

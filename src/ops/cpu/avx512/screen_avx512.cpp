@@ -1,5 +1,5 @@
 // The int8 screen of the greedy argmax (ops/argmax_screen.h): vpdpbusd over a panel's k-quads, then
-// each column's estimate and error bound, the running threshold and the candidates, all in registers.
+// each column's estimate and error bound and the panel's largest A - B and A + B, all in registers.
 // Compiled with AVX-512 VNNI (this file only); called only when the CPU has it.
 #define GDN_SIMD_AVX512
 #include <immintrin.h>
@@ -23,18 +23,15 @@ namespace {
 // amx: the k-quads up to the last multiple of 16 on AMX-INT8 tiles (amx_screen_block: the same integer
 // sums), the rest here.
 template <int MR>
-bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
-                 float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap, bool amx) {
+void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* bounds,
+                 int64_t ld, bool amx) {
     constexpr bool kSplitK = MR <= 4;
     // 2+ rows spend 2 x MR vpdpbusd per 128 weight bytes, about the memory's time for them: their lines
     // are asked for ahead so the two overlap (ops/cpu/stream_ahead.h); one row is bound by the stream.
     constexpr bool kStream = MR >= 2;
     const __m512 eight_u = _mm512_set1_ps(8.0f * 0x1p-24f), inflate = _mm512_set1_ps(1.001f);
-    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const int64_t K4 = s.K4, kq_amx = amx ? K4 / 16 * 16 : 0;
     alignas(64) int32_t tiles[MR * 32];
-    float lm[MR];
-    for (int m = 0; m < MR; ++m) lm[m] = lo_max[m];
     for (int64_t p = p0; p < p1; ++p) {
         const int8_t* b = s.panel(p);
         __m512i a0[MR], a1[MR], c0[kSplitK ? MR : 1], c1[kSplitK ? MR : 1];
@@ -87,8 +84,7 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
             const __m512 sx = _mm512_set1_ps(rm.sx), c_err = _mm512_set1_ps(rm.c_err), c_wq = _mm512_set1_ps(rm.c_wq),
                          c_wmax = _mm512_set1_ps(rm.c_wmax), c_abs = _mm512_set1_ps(rm.c_abs);
             const __m512i acc[2] = {a0[m], a1[m]};
-            int32_t* cm = cand + m * cap;
-            float* hm = cand_hi + m * cap;
+            __m512 lo_p = _mm512_set1_ps(-INFINITY), hi_p = lo_p;
             for (int h = 0; h < 2; ++h) {
                 const int64_t n0 = p * 32 + h * 16;
                 if (n0 >= s.N) break;
@@ -101,38 +97,27 @@ bool screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
                 B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wq_norm() + n0), c_wq, B);
                 B = _mm512_fmadd_ps(_mm512_loadu_ps(s.err_norm() + n0), c_err, B);
                 B = _mm512_fmadd_ps(B, inflate, c_abs);
-                const __m512 lo = _mm512_sub_ps(A, B), hi = _mm512_add_ps(A, B);
-                lm[m] = std::max(lm[m], _mm512_mask_reduce_max_ps(valid, lo));
-                const __mmask16 c = valid & _mm512_cmp_ps_mask(hi, _mm512_set1_ps(lm[m]), _CMP_GE_OQ);
-                if (!c) continue;
-                const int cnt = __builtin_popcount(c);
-                if (n_cand[m] + cnt > cap) {
-                    n_cand[m] = screen_prune(cm, hm, n_cand[m], lm[m]);
-                    if (n_cand[m] + cnt > cap) return false;
-                }
-                _mm512_mask_compressstoreu_epi32(cm + n_cand[m], c,
-                                                 _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(n0)), iota));
-                _mm512_mask_compressstoreu_ps(hm + n_cand[m], c, hi);
-                n_cand[m] += cnt;
+                lo_p = _mm512_mask_max_ps(lo_p, valid, lo_p, _mm512_sub_ps(A, B));
+                hi_p = _mm512_mask_max_ps(hi_p, valid, hi_p, _mm512_add_ps(A, B));
             }
+            bounds[2 * m * ld + p] = _mm512_reduce_max_ps(lo_p);
+            bounds[(2 * m + 1) * ld + p] = _mm512_reduce_max_ps(hi_p);
         }
     }
     if (kq_amx > 0) amx_end();
-    for (int m = 0; m < MR; ++m) lo_max[m] = lm[m];
-    return true;
 }
 
 }  // namespace
 
-bool screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
-               float* lo_max, int32_t* cand, float* cand_hi, int64_t* n_cand, int64_t cap) {
+void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+               float* bounds, int64_t ld) {
     GDN_CHECK(M >= 1 && M <= kScreenRows, "screen_i8: %d rows (1 to %d)", M, kScreenRows);
     // One to three rows are bound by the stream on vpdpbusd already (AMX measured the same at 2 and 3
     // rows), 4 and more by the vector unit (this Xeon VM, the 0.8B lm_head: 13.2 ms at 4 rows, 12.0 at 8,
     // against 9.3 and 9.8 on AMX; 9.4 at one row).
     const bool amx = M >= kScreenAmxRows && has_amx_int8();
-    return with_rows<kScreenRows>(M, [&](auto rows) {
-        return screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, lo_max, cand, cand_hi, n_cand, cap, amx);
+    with_rows<kScreenRows>(M, [&](auto rows) {
+        screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld, amx);
     });
 }
 
