@@ -166,7 +166,9 @@ namespace {
 // A row may take 1 / kScreenMaxRows of the panels (kScreenMaxRows such rows: one full pass's bytes), and
 // 128 panels (4096 columns) whatever the size. The random 0.8B shape's rows have 2-242 (median 59) of
 // its 7760 panels.
-int64_t max_candidate_panels(const Int8Screen& s) { return std::max<int64_t>(128, s.n_panels / kScreenMaxRows); }
+int64_t max_candidate_panels(const Int8Screen& s) {
+    return std::max<int64_t>(128, s.n_panels / kScreenMaxRows);
+}
 
 // screened_argmax of M <= kScreenRows rows: one stream of the int8 copy, then their exact pass.
 bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPath path, int32_t* ids) {
@@ -197,7 +199,8 @@ bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPa
         const uint32_t* xq_p = xq.data();
         const ScreenRow* r_p = r;
         const Int8Screen* sp = &s;
-        pool.parallel_for_stealable(np, min_stream_panels(s.K4 * 128, rows), UnitColumns{bounds_buf.data(), 2 * rows, np, 1, np},
+        const UnitColumns out{bounds_buf.data(), 2 * rows, np, 1, np};
+        pool.parallel_for_stealable(np, min_stream_panels(s.K4 * 128, rows), out,
                                     [kernel, xq_p, rows, sp, r_p, np](int64_t p0, int64_t p1, float* dst) {
                                         kernel(xq_p, rows, *sp, r_p, p0, p1, dst, np);
                                     });
@@ -211,7 +214,8 @@ bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPa
     for (int m = 0; m < rows; ++m) {
         const float* lo = bounds + 2 * m * np;
         const float* hi = lo + np;
-        float part[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        float part[8];
+        std::fill(part, part + 8, -INFINITY);
         int64_t p = 0;
         for (; p + 8 <= np; p += 8)  // eight independent maxima, not one chain of 7760 dependent ones
             for (int i = 0; i < 8; ++i) part[i] = std::max(part[i], lo[p + i]);
