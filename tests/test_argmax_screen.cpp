@@ -163,7 +163,8 @@ TEST(ArgmaxScreen, AmxTilesGiveTheVnniScreenBitForBit) {
                 const float lo = vnni[2 * m * ld + p], hi = vnni[(2 * m + 1) * ld + p];
                 ASSERT_TRUE(std::isfinite(lo) && lo <= hi) << "M=" << M << " row " << m << " panel " << p;
                 for (int64_t i : {2 * m * ld + p, (2 * m + 1) * ld + p})
-                    ASSERT_EQ(std::memcmp(&amx[i], &vnni[i], sizeof(float)), 0) << "M=" << M << " row " << m << " panel " << p;
+                    ASSERT_EQ(std::memcmp(&amx[i], &vnni[i], sizeof(float)), 0)
+                        << "M=" << M << " row " << m << " panel " << p;
             }
     }
     restore_default_kernels();
@@ -181,7 +182,8 @@ TEST(ArgmaxScreen, StolenClaimsGiveTheFullPassIds) {
         Screened w(random_vec(N * K, 91, -0.1f, 0.1f), N, K);
         for (int64_t M : {1, 4, 8})
             for (uint32_t trial = 0; trial < 2; ++trial) {
-                const std::vector<float> x = random_vec(M * K, 700 + 10 * static_cast<uint32_t>(M) + trial, -2.0f, 2.0f);
+                const uint32_t seed = 700 + 10 * static_cast<uint32_t>(M) + trial;
+                const std::vector<float> x = random_vec(M * K, seed, -2.0f, 2.0f);
                 std::vector<int32_t> want(M), got(M, -7);
                 for (int64_t m = 0; m < M; ++m) want[m] = argmax_of(x.data() + m * K, w.full);
                 const int64_t K2 = K / 2;

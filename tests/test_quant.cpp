@@ -46,7 +46,8 @@ TEST(Quant, ReferenceEqualsFloat64DequantizedProduct) {
                         float a, b;
                         quant::group_affine(lw.packed, n, k / kQuantGroup, &a, &b);
                         const double aq = static_cast<double>(a) * quant::q_value(lw.packed, n, k);
-                        const double xd = static_cast<double>(xq.xs[m * xq.G + k / kQuantGroup]) * xq.xq[m * xq.Kp + k];
+                        const double xd =
+                            static_cast<double>(xq.xs[m * xq.G + k / kQuantGroup]) * xq.xq[m * xq.Kp + k];
                         want += (aq - b) * xd;
                         mag += std::abs(aq * xd) + std::abs(b * xd);
                     }

@@ -112,8 +112,8 @@ const quant::QuantizedRows& quantized_rows(const float* x, int64_t M, int64_t K,
 // half that for the SwiGLU epilogue's activations): the reference single threaded, else over the pool;
 // a decode-sized x (M <= kStealableRows) as a stealable job, which carries the rows' view by value
 // (quant::QuantRowsView), so a worker whose claim was stolen runs on with this job's shape.
-void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y, int64_t ldy,
-              int64_t unit_cols) {
+void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y,
+              int64_t ldy, int64_t unit_cols) {
     const quant::QuantRowsView x = xq.view();
     if (isa == Isa::REF) {
         gemm(x, w, y, ldy, 0, w.n_panels);
