@@ -133,24 +133,35 @@ TEST(OpsLinear, RowsDoNotDependOnTheRowChunk) {
 }
 
 // The same for every quantized format on every quantized path (AVX2's k-quants take their unpacked
-// prefill tiles from 4 rows on: those follow the one-row tiles' order).
+// prefill tiles from 4 rows on: those follow the one-row tiles' order; on AMX-INT8 CPUs int8 batches of
+// 4-16 rows run on tiles), plain and with the fused SwiGLU.
 TEST(OpsLinear, QuantizedRowsDoNotDependOnTheBatch) {
-    const int64_t N = 70, K = 600, Mmax = 45;
+    const int64_t N = 70, K = 600, Mmax = 45, I = 48;
     auto wf = random_vec(N * K, 4, -0.5f, 0.5f);
+    auto wg = random_vec(2 * I * K, 5, -0.5f, 0.5f);
     auto x = random_vec(Mmax * K, 9);
+    const TensorView vg = TensorView::contiguous(wg.data(), DType::F32, {I, K});
+    const TensorView vu = TensorView::contiguous(wg.data() + I * K, DType::F32, {I, K});
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
         const LinearWeight lw = make_linear({TensorView::contiguous(wf.data(), DType::F32, {N, K})}, f);
+        const LinearWeight gate_up = make_swiglu_linear(vg, vu, f);
         for (const QuantPath& path : quant_paths()) {
             path.use();
-            std::vector<float> all(Mmax * N);
+            std::vector<float> all(Mmax * N), all_swiglu(Mmax * I);
             linear(x.data(), Mmax, lw, all.data(), true);
-            for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}, int64_t{33}})
+            linear_swiglu(x.data(), Mmax, gate_up, all_swiglu.data(), true);
+            for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}, int64_t{16}, int64_t{33}})
                 for (int64_t m0 : {int64_t{0}, Mmax - M}) {
-                    std::vector<float> part(M * N);
+                    std::vector<float> part(M * N), part_swiglu(M * I);
                     linear(x.data() + m0 * K, M, lw, part.data(), true);
+                    linear_swiglu(x.data() + m0 * K, M, gate_up, part_swiglu.data(), true);
                     for (int64_t i = 0; i < M * N; ++i)
                         ASSERT_EQ(part[i], all[m0 * N + i]) << path.name() << " " << weight_format_name(f) << " M=" << M
                                                             << " m0=" << m0 << " i=" << i;
+                    for (int64_t i = 0; i < M * I; ++i)
+                        ASSERT_EQ(part_swiglu[i], all_swiglu[m0 * I + i])
+                            << path.name() << " " << weight_format_name(f) << " swiglu M=" << M << " m0=" << m0
+                            << " i=" << i;
                 }
         }
     }

@@ -163,7 +163,9 @@ std::string quant_kernel_report() {
     std::string out;
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
         const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
-        out += strprintf("linear %s: %s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name,
+        const bool tiles = f == WeightFormat::Q8 && k.gemm == cpu::avx512::linear_q8 && has_amx_int8();
+        out += strprintf("linear %s: %s%s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name,
+                         tiles ? "; 4+ rows on AMX tiles, tdpbssd" : "",
                          k.swiglu ? "fused epilogue" : "products then activation",
                          k.fused_argmax ? "fused" : "products then scan");
     }

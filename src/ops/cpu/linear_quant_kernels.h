@@ -51,4 +51,10 @@ QuantGemmKernel linear_q4k, linear_q4k_swiglu;
 QuantGemmKernel linear_q6k, linear_q6k_swiglu;
 // quant::quantize_activation_row with 512-bit lanes (AVX-512 F/BW/DQ/VL): the same bytes.
 void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
+// linear_q8 / linear_q8_swiglu of kQ8AmxRows or more rows on AMX-INT8 tiles (linear_q8_amx.cpp; only
+// where dispatch.h has_amx_int8()): bitwise the vpdpbusd kernel's outputs. 2 rows measured faster on
+// vpdpbusd, 3 the same (the 0.8B shape's decode steps, docs/perf.md).
+constexpr int64_t kQ8AmxRows = 4;
+template <bool kSwiglu>
+void amx_q8_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
 }  // namespace gdn::cpu::avx512

@@ -24,7 +24,12 @@ struct alignas(64) TileConfig {
 // (measured 24.4 against vdpbf16ps' 26.8 GB/s on one 7168 x 1024 GEMV), 4-8 KB ahead closes the gap.
 constexpr int64_t kStreamPrefetchBytes = 6144;
 
-// The rows the calling thread's configuration is for (0: none loaded).
+// Loads a tile configuration. Not _tile_loadconfig: GCC 12 declares its asm as reading only the first 8
+// bytes of the configuration, so the compiler may drop the stores to the rest as dead (seen: a tile's
+// rows left 0 and a SIGILL at its first load); this operand is the whole 64-byte struct.
+inline void ldtilecfg(const TileConfig& c) { __asm__ volatile("ldtilecfg %0" ::"m"(c)); }
+
+// The rows the calling thread's configuration is for (0: none loaded, -1: another shape, load_config).
 inline thread_local int t_config_rows = 0;
 
 // Loads the configuration for blocks of `rows` (1..32) rows unless it is the current one.
@@ -39,8 +44,14 @@ inline void configure(int rows) {
     set(0, r0), set(1, r0), set(4, r0);
     set(2, r1), set(3, r1), set(5, r1);
     set(6, 16), set(7, 16);
-    _tile_loadconfig(&c);
+    ldtilecfg(c);
     t_config_rows = rows;
+}
+
+// Loads a configuration of another shape (linear_q8_amx.cpp's); the next configure() reloads its own.
+inline void load_config(const TileConfig& c) {
+    ldtilecfg(c);
+    t_config_rows = -1;
 }
 
 // Releases the thread's tiles (once a kernel call is done).

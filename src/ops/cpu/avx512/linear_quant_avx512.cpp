@@ -14,6 +14,7 @@
 
 #include "ops/cpu/avx512/quant_tiles_avx512.h"
 #include "ops/cpu/linear_quant_kernels.h"
+#include "ops/dispatch.h"
 
 namespace gdn::cpu::avx512 {
 
@@ -128,11 +129,18 @@ struct TileQ4 {
 
 }  // namespace
 
+namespace {
+// kQ8AmxRows or more rows take AMX-INT8 tiles where the CPU has them (the same bits).
+bool q8_on_tiles(const quant::QuantRowsView& x) { return x.M >= kQ8AmxRows && has_amx_int8(); }
+}  // namespace
+
 void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    if (q8_on_tiles(x)) return amx_q8_panels<false>(x, w, y, ldy, p0, p1);
     run_format<TileQ8, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q8_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
+    if (q8_on_tiles(x)) return amx_q8_panels<true>(x, w, y, ldy, p0, p1);
     run_format<TileQ8, true>(x, w, y, ldy, p0, p1);
 }
 
