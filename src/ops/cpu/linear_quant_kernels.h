@@ -56,5 +56,6 @@ void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int6
 // vpdpbusd, 3 the same (the 0.8B shape's decode steps, docs/perf.md).
 constexpr int64_t kQ8AmxRows = 4;
 template <bool kSwiglu>
-void amx_q8_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+void amx_q8_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                   int64_t p1);
 }  // namespace gdn::cpu::avx512

@@ -20,9 +20,8 @@
 #include <cstdint>
 
 #include "ops/cpu/avx512/amx_tiles.h"
-#include "ops/cpu/row_slabs.h"
+#include "ops/cpu/avx512/quant_tiles_avx512.h"
 #include "ops/cpu/linear_quant_kernels.h"
-#include "ops/cpu/simd.h"
 #include "ops/quant/quant_format.h"
 
 namespace gdn::cpu::avx512 {
@@ -43,12 +42,10 @@ void configure_q8_tiles(int rows) {
     amx::load_config(c);
 }
 
-inline __m512 f16x16(const uint8_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
-
-// Asks for a block's lines kStreamPrefetchBytes ahead (the panel streams from memory in a decode step).
-inline void stream_block_ahead(const uint8_t* blk) {
+// Asks for a block's lines kStreamPrefetchBytes ahead: the first row block of a slab streams the panel
+// from memory (later ones find it in cache).
+inline void stream_block_ahead(const uint8_t* blk, bool stream) {
+    if (!stream) return;
     for (int64_t off = 0; off < quant::kQ8BlockBytes; off += 64)
         _mm_prefetch(reinterpret_cast<const char*>(blk) + amx::kStreamPrefetchBytes + off, _MM_HINT_T0);
 }
@@ -57,7 +54,7 @@ inline void stream_block_ahead(const uint8_t* blk) {
 // group g's products into C tiles c0, c1 with its rows in A tile a.
 #define GDN_Q8_GROUP_PRODUCT(a, c0, c1, xg, ldx, blk) \
     do {                                                \
-        stream_block_ahead(blk);                        \
+        stream_block_ahead(blk, stream);                \
         _tile_loadd(a, xg, ldx);                        \
         _tile_loadd(5, blk, 128);                       \
         _tile_loadd(6, (blk) + 64, 128);                \
@@ -67,12 +64,11 @@ inline void stream_block_ahead(const uint8_t* blk) {
         _tile_dpbssd(c1, a, 6);                         \
     } while (0)
 
-}  // namespace
-
-namespace {
-
-// Panel p's sums for rows [0, rows) of x (rows <= 16, the tiles configured for them) into sum [rows][32].
-inline void panel_rows(const quant::QuantRowsView& x, int rows, const PackedWeight& w, int64_t p, float* sum) {
+// Panel p's sums for the rows of x (at most 16, the tiles configured for them) into sum [rows][32];
+// stream: the panel comes from memory (its lines are asked for ahead).
+inline void panel_rows(const quant::QuantRowsView& x, const PackedWeight& w, int64_t p, float* sum,
+                       bool stream) {
+    const int rows = static_cast<int>(x.M);
     alignas(64) int32_t c[2][16 * 32];  // a group's C tiles, [rows][16] twice (columns 0-15, 16-31)
     const int64_t f16_at = quant::f16_offset(WeightFormat::Q8);
     std::fill(sum, sum + rows * 32, 0.0f);
@@ -90,7 +86,8 @@ inline void panel_rows(const quant::QuantRowsView& x, int rows, const PackedWeig
             __m512 s0 = _mm512_load_ps(sm), s1 = _mm512_load_ps(sm + 16);
             for (int i = 0; i < n; ++i) {
                 const __m512 xs = _mm512_set1_ps(x.xs[m * x.G + g + i]);
-                const __m512i a0 = _mm512_load_si512(c[i] + m * 16), a1 = _mm512_load_si512(c[i] + 16 * 16 + m * 16);
+                const __m512i a0 = _mm512_load_si512(c[i] + m * 16);
+                const __m512i a1 = _mm512_load_si512(c[i] + 16 * 16 + m * 16);
                 s0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(ws[i][0], xs), s0);
                 s1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(ws[i][1], xs), s1);
             }
@@ -143,18 +140,15 @@ void amx_q8_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* 
             for (int64_t m0 = s0; m0 < s1; m0 += 16) {
                 const int rows = static_cast<int>(std::min<int64_t>(16, s1 - m0));
                 if (rows != configured) configure_q8_tiles(configured = rows);
-                panel_rows(rows_of(x, m0, rows), rows, w, p, sum);
+                panel_rows(rows_of(x, m0, rows), w, p, sum, m0 == s0);
                 float* yr = y + m0 * ldy;
                 for (int m = 0; m < rows; ++m) {
                     const __m512 v0 = _mm512_load_ps(sum + m * 32), v1 = _mm512_load_ps(sum + m * 32 + 16);
                     if constexpr (kSwiglu) {
                         _mm512_storeu_ps(yr + m * ldy + p * 16, _mm512_mul_ps(simd::vsilu(v0), v1));
                     } else {
-                        const __mmask16 k0 = ncols >= 16 ? 0xffff : static_cast<__mmask16>((1u << ncols) - 1);
-                        const __mmask16 k1 =
-                            ncols >= 32 ? 0xffff : ncols <= 16 ? 0 : static_cast<__mmask16>((1u << (ncols - 16)) - 1);
-                        _mm512_mask_storeu_ps(yr + m * ldy + p * 32, k0, v0);
-                        _mm512_mask_storeu_ps(yr + m * ldy + p * 32 + 16, k1, v1);
+                        _mm512_mask_storeu_ps(yr + m * ldy + p * 32, first_lanes(ncols), v0);
+                        _mm512_mask_storeu_ps(yr + m * ldy + p * 32 + 16, first_lanes(ncols - 16), v1);
                     }
                 }
             }
