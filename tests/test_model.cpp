@@ -149,7 +149,9 @@ TEST_P(Presets, OutputRowsOnlyMatchTheFullPass) {
                                   {{&st[0], &t2, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t1, 1, false}}, o,
                                   &logits[full], nullptr, h)
                             .is_ok());
-            if (full) EXPECT_EQ(hidden.size(), size_t(310 + 52 + 21 + 3) * model_->config().hidden);
+            if (full) {
+                EXPECT_EQ(hidden.size(), size_t(310 + 52 + 21 + 3) * model_->config().hidden);
+            }
         }
         ASSERT_EQ(logits[0].size(), size_t(1 + 40 + 1 + 3 + 3) * V);
         EXPECT_EQ(logits[0], logits[1]) << "bf16 " << bf16;
