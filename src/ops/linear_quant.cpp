@@ -163,9 +163,11 @@ std::string quant_kernel_report() {
     std::string out;
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
         const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
-        const bool tiles = f == WeightFormat::Q8 && k.gemm == cpu::avx512::linear_q8 && has_amx_int8();
-        out += strprintf("linear %s: %s%s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name,
-                         tiles ? "; 4+ rows on AMX tiles, tdpbssd" : "",
+        // The AVX-512 VNNI kernels hand batches of amx_min_rows+ rows to AMX-INT8 tiles where there are some.
+        const bool tiles = k.isa == Isa::AVX512 && k.need == CpuNeed::AVX512_VNNI && has_amx_int8();
+        const std::string on_tiles =
+            tiles ? strprintf("; %lld+ rows on AMX tiles, tdpbssd", (long long)cpu::avx512::amx_min_rows(f)) : "";
+        out += strprintf("linear %s: %s%s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name, on_tiles.c_str(),
                          k.swiglu ? "fused epilogue" : "products then activation",
                          k.fused_argmax ? "fused" : "products then scan");
     }

@@ -48,7 +48,7 @@ inline void configure(int rows) {
     t_config_rows = rows;
 }
 
-// Loads a configuration of another shape (linear_q8_amx.cpp's); the next configure() reloads its own.
+// Loads a configuration of another shape (linear_quant_amx.cpp's); the next configure() reloads its own.
 inline void load_config(const TileConfig& c) {
     ldtilecfg(c);
     t_config_rows = -1;

@@ -34,18 +34,6 @@ inline void for_each_group(const PackedWeight& w, int64_t p, int64_t x_groups, i
     }
 }
 
-// d sc and dmin m of an int4-k group record's columns 16v..16v+15 (levels: 32 B + 16 B at
-// kQ4KLevelsOffset; sc in the low 6 bits of byte c, m's top 2 bits above it, m's low 4 bits in nibble
-// c / 16 of byte 32 + c % 16).
-inline void q4k_group_scales(const uint8_t* lv, int v, __m512 d, __m512 dmin, __m512* ds, __m512* dm) {
-    const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 16 * v)));
-    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32)));
-    const __m512i m_low = v == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15)) : _mm512_srli_epi32(b, 4);
-    const __m512i m = _mm512_or_si512(m_low, _mm512_and_si512(_mm512_srli_epi32(a, 2), _mm512_set1_epi32(0x30)));
-    *ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(a, _mm512_set1_epi32(0x3F))));
-    *dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m));
-}
-
 template <int MR, bool kSwiglu>
 void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
@@ -107,23 +95,6 @@ void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
-// int6-k, step s of a group record, vector v (columns 16v..16v+15): the unsigned values u = q + 32 of
-// the low quad (k 8s..8s+3, *lo) and high quad (8s+4..8s+7, *hi). The high bit pairs of vector v are
-// the 32 B of half v at kQ6KHighOffset + 64 s: their low nibbles belong to the first 8 columns (the
-// vector's lower 256 bits), their high nibbles to the next 8, so the upper copy is shifted down by 4
-// (a 64-bit shift: only bits 0-3 of each byte are used after it). Then a pair is shifted to bits 4-5,
-// above its nibble, and masked (16-bit shifts: the mask drops what crossed from the next byte).
-inline void q6k_quads(const uint8_t* rec, int s, int v, __m512i* lo, __m512i* hi) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
-    const uint8_t* pairs = rec + quant::kQ6KHighOffset + s * 64 + v * 32;
-    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs));
-    const __m512i hb = _mm512_srlv_epi64(_mm512_broadcast_i64x4(half), _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
-    const __m512i b = _mm512_loadu_si512(rec + s * 128 + v * 64);
-    *lo = _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45));
-    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4),
-                          _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45));
-}
-
 template <int MR, bool kSwiglu>
 void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
@@ -144,12 +115,7 @@ void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
                 acc[m][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[m][1], lo1, xlo), hi1, xhi);
             }
         }
-        const uint8_t* sc = rec + quant::kQ6KScalesOffset;
-        __m512 ds[2];
-        for (int v = 0; v < 2; ++v) {
-            const __m512i level = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * v)));
-            ds[v] = _mm512_mul_ps(f16x16(f16 + 32 * v), _mm512_cvtepi32_ps(level));
-        }
+        const __m512 ds[2] = {q6k_group_scale(rec, f16, 0), q6k_group_scale(rec, f16, 1)};
         for (int m = 0; m < MR; ++m) {
             const __m512 xs = _mm512_set1_ps(x.xs[(m0 + m) * x.G + g]);
             for (int v = 0; v < 2; ++v)
@@ -176,18 +142,22 @@ struct TileQ6K {
 }  // namespace
 
 void linear_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q4K)) return amx_quant_panels<WeightFormat::Q4K, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ4K, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q4K)) return amx_quant_panels<WeightFormat::Q4K, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ4K, true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q6K)) return amx_quant_panels<WeightFormat::Q6K, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ6K, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q6K)) return amx_quant_panels<WeightFormat::Q6K, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ6K, true>(x, w, y, ldy, p0, p1);
 }
 

@@ -129,26 +129,27 @@ struct TileQ4 {
 
 }  // namespace
 
-namespace {
-// kQ8AmxRows or more rows take AMX-INT8 tiles where the CPU has them (the same bits).
-bool q8_on_tiles(const quant::QuantRowsView& x) { return x.M >= kQ8AmxRows && has_amx_int8(); }
-}  // namespace
+bool quant_on_tiles(const quant::QuantRowsView& x, WeightFormat f) {
+    return x.M >= amx_min_rows(f) && has_amx_int8();
+}
 
 void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    if (q8_on_tiles(x)) return amx_q8_panels<false>(x, w, y, ldy, p0, p1);
+    if (quant_on_tiles(x, WeightFormat::Q8)) return amx_quant_panels<WeightFormat::Q8, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ8, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q8_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    if (q8_on_tiles(x)) return amx_q8_panels<true>(x, w, y, ldy, p0, p1);
+    if (quant_on_tiles(x, WeightFormat::Q8)) return amx_quant_panels<WeightFormat::Q8, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ8, true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q4)) return amx_quant_panels<WeightFormat::Q4, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ4, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q4_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q4)) return amx_quant_panels<WeightFormat::Q4, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ4, true>(x, w, y, ldy, p0, p1);
 }
 

@@ -17,6 +17,7 @@
 #include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
 #include "ops/linear.h"
+#include "ops/quant/quant_format.h"
 
 namespace gdn::cpu::avx512 {
 
@@ -69,6 +70,42 @@ inline void store_tile(__m512 (&sum)[MR][2], float* y, int64_t ldy, int ncols) {
         _mm512_mask_storeu_ps(y + m * ldy, m0, sum[m][0]);
         _mm512_mask_storeu_ps(y + m * ldy + 16, m1, sum[m][1]);
     }
+}
+
+// d sc and dmin m of an int4-k group record's columns 16v..16v+15 (levels: 32 B + 16 B at
+// kQ4KLevelsOffset; sc in the low 6 bits of byte c, m's top 2 bits above it, m's low 4 bits in nibble
+// c / 16 of byte 32 + c % 16).
+inline void q4k_group_scales(const uint8_t* lv, int v, __m512 d, __m512 dmin, __m512* ds, __m512* dm) {
+    const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 16 * v)));
+    const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32)));
+    const __m512i m_low = v == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15)) : _mm512_srli_epi32(b, 4);
+    const __m512i m = _mm512_or_si512(m_low, _mm512_and_si512(_mm512_srli_epi32(a, 2), _mm512_set1_epi32(0x30)));
+    *ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(a, _mm512_set1_epi32(0x3F))));
+    *dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m));
+}
+
+// int6-k, step s of a group record, vector v (columns 16v..16v+15): the unsigned values u = q + 32 of
+// the low quad (k 8s..8s+3, *lo) and high quad (8s+4..8s+7, *hi). The high bit pairs of vector v are
+// the 32 B of half v at kQ6KHighOffset + 64 s: their low nibbles belong to the first 8 columns (the
+// vector's lower 256 bits), their high nibbles to the next 8, so the upper copy is shifted down by 4
+// (a 64-bit shift: only bits 0-3 of each byte are used after it). Then a pair is shifted to bits 4-5,
+// above its nibble, and masked (16-bit shifts: the mask drops what crossed from the next byte).
+inline void q6k_quads(const uint8_t* rec, int s, int v, __m512i* lo, __m512i* hi) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    const uint8_t* pairs = rec + quant::kQ6KHighOffset + s * 64 + v * 32;
+    const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs));
+    const __m512i hb = _mm512_srlv_epi64(_mm512_broadcast_i64x4(half), _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
+    const __m512i b = _mm512_loadu_si512(rec + s * 128 + v * 64);
+    *lo = _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45));
+    *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4),
+                          _mm512_and_si512(_mm512_slli_epi16(hb, 2), bits45));
+}
+
+// d sc of an int6-k group record's columns 16v..16v+15 (f16: its super-block's d).
+inline __m512 q6k_group_scale(const uint8_t* rec, const uint8_t* f16, int v) {
+    const uint8_t* sc = rec + quant::kQ6KScalesOffset;
+    const __m512i level = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * v)));
+    return _mm512_mul_ps(f16x16(f16 + 32 * v), _mm512_cvtepi32_ps(level));
 }
 
 using TileFn = void (*)(const quant::QuantRowsView&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int);
