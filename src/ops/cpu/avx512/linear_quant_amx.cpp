@@ -9,7 +9,8 @@
 //   sum [rows, 32] += float(D) * (a * xs)  [- b * (xs * S) for int4-k]   (vectors, after the tiles are stored)
 //
 // The group's q operand: int8 blocks are stored as k-quads and are loaded as they are; int4, int4-k and
-// int6-k groups are unpacked into an L1 buffer as the exact signed q (nibble - 8, nibble, u - 32), so D
+// int6-k groups are unpacked as the exact signed q (nibble - 8, nibble, u - 32; into an L1 buffer per
+// group in a decode batch, once per panel for all row blocks of a prefill slab), so D
 // is the same integer the VNNI kernels reach through their offsets (|32 x 127 x 127| < 2^31), and the
 // epilogue is theirs operation for operation, in the same group order: every output has the VNNI
 // kernel's bits, so a row's sums do not depend on its batch (OpsLinear.QuantizedRowsDoNotDependOnTheBatch).
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "ops/cpu/avx512/amx_tiles.h"
 #include "ops/cpu/avx512/quant_tiles_avx512.h"
@@ -52,13 +54,16 @@ inline void stream_ahead(const uint8_t* p, int64_t bytes) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + amx::kStreamPrefetchBytes + off, _MM_HINT_T0);
 }
 
+// Bytes of a group's tile-ready k-quads (8 quads x 32 columns x 4).
+constexpr int64_t kGroupOperandBytes = kQuantGroup * quant::kCols;
+
 // A group's epilogue constants for the 32 columns (two vectors of 16): y += D a xs [- b xs S].
 struct GroupScales {
     __m512 a[2], b[2];
 };
 
 // Per format: operand(w, p, g, buf) returns group g of panel p as tile-ready signed k-quads
-// [8][32 columns][4] (the stored block, or buf [1024 B] filled), scales(...) its GroupScales.
+// [8][32 columns][4] (the stored block, or buf [kGroupOperandBytes] filled), scales(...) its GroupScales.
 // kMinimum: the epilogue subtracts b xs S (int4-k).
 template <WeightFormat F>
 struct GroupsOf;
@@ -170,12 +175,16 @@ struct GroupsOf<WeightFormat::Q6K> {
     } while (0)
 
 // Panel p's sums for the rows of x (at most 16, the tiles configured for them) into sum [rows][32].
+// xs_sum [rows][x.G]: xs S of each row and group (int4-k's minimum term; made once per slab; null for
+// the other formats). unpacked: the panel's groups as operand() makes them, made once for a slab of
+// several row blocks; null: each group unpacked here.
 template <WeightFormat F>
-inline void panel_rows(const quant::QuantRowsView& x, const PackedWeight& w, int64_t p, float* sum) {
+inline void panel_rows(const quant::QuantRowsView& x, const float* xs_sum, const PackedWeight& w, int64_t p,
+                       const uint8_t* unpacked, float* sum) {
     using Groups = GroupsOf<F>;
     const int rows = static_cast<int>(x.M);
     alignas(64) int32_t c[2][16 * 32];  // a group's C tiles, [rows][16] twice (columns 0-15, 16-31)
-    alignas(64) uint8_t buf[2][8 * 128];  // unpacked k-quads of the two groups in flight
+    alignas(64) uint8_t buf[2][kGroupOperandBytes];  // unpacked k-quads of the two groups in flight
     std::fill(sum, sum + rows * 32, 0.0f);
     // The VNNI kernels' group step for groups [g, g + n) in order (n = 1 or 2), one pass over the rows'
     // sums: sum = fma(float(D), a xs, sum), then for int4-k sum = fnmadd(b, xs S, sum).
@@ -193,9 +202,9 @@ inline void panel_rows(const quant::QuantRowsView& x, const PackedWeight& w, int
                 s0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(gs[i].a[0], xs), s0);
                 s1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(gs[i].a[1], xs), s1);
                 if constexpr (Groups::kMinimum) {
-                    const __m512 xs_sum = _mm512_set1_ps(x.xs[at] * static_cast<float>(x.xsum[at]));
-                    s0 = _mm512_fnmadd_ps(gs[i].b[0], xs_sum, s0);
-                    s1 = _mm512_fnmadd_ps(gs[i].b[1], xs_sum, s1);
+                    const __m512 xss = _mm512_set1_ps(xs_sum[at]);
+                    s0 = _mm512_fnmadd_ps(gs[i].b[0], xss, s0);
+                    s1 = _mm512_fnmadd_ps(gs[i].b[1], xss, s1);
                 }
             }
             _mm512_store_ps(sm, s0);
@@ -205,8 +214,8 @@ inline void panel_rows(const quant::QuantRowsView& x, const PackedWeight& w, int
     // Groups two at a time: each pair's products run while the previous pair's tiles are read back.
     int64_t g = 0;
     for (; g + 1 < x.G; g += 2) {
-        const uint8_t* q0 = Groups::operand(w, p, g, buf[0]);
-        const uint8_t* q1 = Groups::operand(w, p, g + 1, buf[1]);
+        const uint8_t* q0 = unpacked ? unpacked + g * kGroupOperandBytes : Groups::operand(w, p, g, buf[0]);
+        const uint8_t* q1 = unpacked ? unpacked + (g + 1) * kGroupOperandBytes : Groups::operand(w, p, g + 1, buf[1]);
         GDN_QUANT_GROUP_PRODUCT(4, 0, 1, x.xq + g * kQuantGroup, x.Kp, q0);
         GDN_QUANT_GROUP_PRODUCT(7, 2, 3, x.xq + (g + 1) * kQuantGroup, x.Kp, q1);
         _tile_stored(0, c[0], 64);
@@ -216,7 +225,7 @@ inline void panel_rows(const quant::QuantRowsView& x, const PackedWeight& w, int
         epilogue(g, 2);
     }
     if (g < x.G) {
-        const uint8_t* q0 = Groups::operand(w, p, g, buf[0]);
+        const uint8_t* q0 = unpacked ? unpacked + g * kGroupOperandBytes : Groups::operand(w, p, g, buf[0]);
         GDN_QUANT_GROUP_PRODUCT(4, 0, 1, x.xq + g * kQuantGroup, x.Kp, q0);
         _tile_stored(0, c[0], 64);
         _tile_stored(1, c[0] + 16 * 16, 64);
@@ -242,15 +251,36 @@ void amx_quant_panels(const quant::QuantRowsView& x, const PackedWeight& w, floa
     alignas(64) float sum[16 * 32];  // [rows][32]
     // Rows in L2-sized slabs (ops/cpu/row_slabs.h), each panel against every 16-row block of a slab.
     const int64_t slab = slab_rows(x.Kp, 16);
+    // Formed once per slab instead of once per panel and row block (the same values): int4-k's xs S of
+    // the slab's rows, and a panel's unpacked groups when the slab has several row blocks (unpacking
+    // them per block measured ~10% of the int4 formats' M = 512 products, bench_ops BM_LinearQuant).
+    thread_local std::vector<float> xs_sum;
+    thread_local std::vector<__m512i> panel_q;  // [x.G][kGroupOperandBytes / 64]
+    constexpr int64_t kOperandVectors = kGroupOperandBytes / 64;
     int configured = 0;
     for (int64_t s0 = 0; s0 < x.M; s0 += slab) {
         const int64_t s1 = std::min(x.M, s0 + slab);
+        if constexpr (GroupsOf<F>::kMinimum) {
+            if (static_cast<int64_t>(xs_sum.size()) < (s1 - s0) * x.G) xs_sum.resize((s1 - s0) * x.G);
+            for (int64_t i = s0 * x.G; i < s1 * x.G; ++i)
+                xs_sum[i - s0 * x.G] = x.xs[i] * static_cast<float>(x.xsum[i]);
+        }
+        const bool unpack_once = F != WeightFormat::Q8 && s1 - s0 > 16;
+        if (unpack_once && static_cast<int64_t>(panel_q.size()) < x.G * kOperandVectors)
+            panel_q.resize(x.G * kOperandVectors);
         for (int64_t p = p0; p < p1; ++p) {
             const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
+            const uint8_t* unpacked = nullptr;
+            if (unpack_once) {
+                uint8_t* u = reinterpret_cast<uint8_t*>(panel_q.data());
+                for (int64_t g = 0; g < x.G; ++g) GroupsOf<F>::operand(w, p, g, u + g * kGroupOperandBytes);
+                unpacked = u;
+            }
             for (int64_t m0 = s0; m0 < s1; m0 += 16) {
                 const int rows = static_cast<int>(std::min<int64_t>(16, s1 - m0));
                 if (rows != configured) configure_quant_tiles(configured = rows);
-                panel_rows<F>(rows_of(x, m0, rows), w, p, sum);
+                const float* xss = GroupsOf<F>::kMinimum ? xs_sum.data() + (m0 - s0) * x.G : nullptr;
+                panel_rows<F>(rows_of(x, m0, rows), xss, w, p, unpacked, sum);
                 float* yr = y + m0 * ldy;
                 for (int m = 0; m < rows; ++m) {
                     const __m512 v0 = _mm512_load_ps(sum + m * 32), v1 = _mm512_load_ps(sum + m * 32 + 16);
