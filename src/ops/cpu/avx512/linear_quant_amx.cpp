@@ -62,8 +62,9 @@ struct GroupScales {
     __m512 a[2], b[2];
 };
 
-// Per format: operand(w, p, g, buf) returns group g of panel p as tile-ready signed k-quads
-// [8][32 columns][4] (the stored block, or buf [kGroupOperandBytes] filled), scales(...) its GroupScales.
+// Per format: operand(panel, g, buf) returns group g of a panel (its first block) as tile-ready signed
+// k-quads [8][32 columns][4] (the stored block, or buf [kGroupOperandBytes] filled), scales(...) its
+// GroupScales. Block sizes are the format's constants.
 // kMinimum: the epilogue subtracts b xs S (int4-k).
 template <WeightFormat F>
 struct GroupsOf;
@@ -71,13 +72,13 @@ struct GroupsOf;
 template <>
 struct GroupsOf<WeightFormat::Q8> {
     static constexpr bool kMinimum = false;
-    static const uint8_t* operand(const PackedWeight& w, int64_t p, int64_t g, uint8_t*) {
-        const uint8_t* blk = w.quant_block(p, g);
+    static const uint8_t* operand(const uint8_t* panel, int64_t g, uint8_t*) {
+        const uint8_t* blk = panel + g * quant::kQ8BlockBytes;
         stream_ahead(blk, quant::kQ8BlockBytes);
         return blk;
     }
-    static void scales(const PackedWeight& w, int64_t p, int64_t g, GroupScales* s) {
-        const uint8_t* f16 = w.quant_block(p, g) + quant::f16_offset(WeightFormat::Q8);
+    static void scales(const uint8_t* panel, int64_t g, GroupScales* s) {
+        const uint8_t* f16 = panel + g * quant::kQ8BlockBytes + quant::f16_offset(WeightFormat::Q8);
         s->a[0] = f16x16(f16);
         s->a[1] = f16x16(f16 + 32);
     }
@@ -98,14 +99,14 @@ inline void split_nibbles(const uint8_t* pairs, int j, __m512i bias, uint8_t* bu
 template <>
 struct GroupsOf<WeightFormat::Q4> {
     static constexpr bool kMinimum = false;
-    static const uint8_t* operand(const PackedWeight& w, int64_t p, int64_t g, uint8_t* buf) {
-        const uint8_t* blk = w.quant_block(p, g);
+    static const uint8_t* operand(const uint8_t* panel, int64_t g, uint8_t* buf) {
+        const uint8_t* blk = panel + g * quant::kQ4BlockBytes;
         stream_ahead(blk, quant::kQ4BlockBytes);
         for (int j = 0; j < 4; ++j) split_nibbles(blk, j, _mm512_set1_epi8(8), buf);
         return buf;
     }
-    static void scales(const PackedWeight& w, int64_t p, int64_t g, GroupScales* s) {
-        const uint8_t* f16 = w.quant_block(p, g) + quant::f16_offset(WeightFormat::Q4);
+    static void scales(const uint8_t* panel, int64_t g, GroupScales* s) {
+        const uint8_t* f16 = panel + g * quant::kQ4BlockBytes + quant::f16_offset(WeightFormat::Q4);
         s->a[0] = f16x16(f16);
         s->a[1] = f16x16(f16 + 32);
     }
@@ -113,25 +114,27 @@ struct GroupsOf<WeightFormat::Q4> {
 
 // The super-block formats: group g is record g % 8 of block g / 8, the f16 fields at the block's end.
 constexpr int64_t kGroupsPerBlock = kSuperBlock / kQuantGroup;
-inline const uint8_t* record_of(const PackedWeight& w, int64_t p, int64_t g, int64_t record_bytes) {
-    return w.quant_block(p, g / kGroupsPerBlock) + (g % kGroupsPerBlock) * record_bytes;
+template <WeightFormat F>
+inline const uint8_t* record_of(const uint8_t* panel, int64_t g, int64_t record_bytes) {
+    return panel + (g / kGroupsPerBlock) * quant::block_bytes(F) + (g % kGroupsPerBlock) * record_bytes;
 }
-inline const uint8_t* f16_of(const PackedWeight& w, int64_t p, int64_t g) {
-    return w.quant_block(p, g / kGroupsPerBlock) + quant::f16_offset(w.format);
+template <WeightFormat F>
+inline const uint8_t* f16_of(const uint8_t* panel, int64_t g) {
+    return panel + (g / kGroupsPerBlock) * quant::block_bytes(F) + quant::f16_offset(F);
 }
 
 template <>
 struct GroupsOf<WeightFormat::Q4K> {
     static constexpr bool kMinimum = true;
-    static const uint8_t* operand(const PackedWeight& w, int64_t p, int64_t g, uint8_t* buf) {
-        const uint8_t* rec = record_of(w, p, g, quant::kQ4KRecordBytes);
+    static const uint8_t* operand(const uint8_t* panel, int64_t g, uint8_t* buf) {
+        const uint8_t* rec = record_of<WeightFormat::Q4K>(panel, g, quant::kQ4KRecordBytes);
         stream_ahead(rec, quant::kQ4KRecordBytes);
         for (int j = 0; j < 4; ++j) split_nibbles(rec, j, _mm512_setzero_si512(), buf);
         return buf;
     }
-    static void scales(const PackedWeight& w, int64_t p, int64_t g, GroupScales* s) {
-        const uint8_t* lv = record_of(w, p, g, quant::kQ4KRecordBytes) + quant::kQ4KLevelsOffset;
-        const uint8_t* f16 = f16_of(w, p, g);
+    static void scales(const uint8_t* panel, int64_t g, GroupScales* s) {
+        const uint8_t* lv = record_of<WeightFormat::Q4K>(panel, g, quant::kQ4KRecordBytes) + quant::kQ4KLevelsOffset;
+        const uint8_t* f16 = f16_of<WeightFormat::Q4K>(panel, g);
         for (int v = 0; v < 2; ++v)
             q4k_group_scales(lv, v, f16x16(f16 + 32 * v), f16x16(f16 + 64 + 32 * v), &s->a[v], &s->b[v]);
     }
@@ -140,8 +143,8 @@ struct GroupsOf<WeightFormat::Q4K> {
 template <>
 struct GroupsOf<WeightFormat::Q6K> {
     static constexpr bool kMinimum = false;
-    static const uint8_t* operand(const PackedWeight& w, int64_t p, int64_t g, uint8_t* buf) {
-        const uint8_t* rec = record_of(w, p, g, quant::kQ6KRecordBytes);
+    static const uint8_t* operand(const uint8_t* panel, int64_t g, uint8_t* buf) {
+        const uint8_t* rec = record_of<WeightFormat::Q6K>(panel, g, quant::kQ6KRecordBytes);
         stream_ahead(rec, quant::kQ6KRecordBytes);
         const __m512i bias = _mm512_set1_epi8(32);
         for (int s = 0; s < 4; ++s)
@@ -153,9 +156,9 @@ struct GroupsOf<WeightFormat::Q6K> {
             }
         return buf;
     }
-    static void scales(const PackedWeight& w, int64_t p, int64_t g, GroupScales* s) {
-        const uint8_t* rec = record_of(w, p, g, quant::kQ6KRecordBytes);
-        const uint8_t* f16 = f16_of(w, p, g);
+    static void scales(const uint8_t* panel, int64_t g, GroupScales* s) {
+        const uint8_t* rec = record_of<WeightFormat::Q6K>(panel, g, quant::kQ6KRecordBytes);
+        const uint8_t* f16 = f16_of<WeightFormat::Q6K>(panel, g);
         s->a[0] = q6k_group_scale(rec, f16, 0);
         s->a[1] = q6k_group_scale(rec, f16, 1);
     }
@@ -182,6 +185,7 @@ template <WeightFormat F>
 inline void panel_rows(const quant::QuantRowsView& x, const float* xs_sum, const PackedWeight& w, int64_t p,
                        const uint8_t* unpacked, float* sum) {
     using Groups = GroupsOf<F>;
+    const uint8_t* panel = w.quant_block(p, 0);
     const int rows = static_cast<int>(x.M);
     alignas(64) int32_t c[2][16 * 32];  // a group's C tiles, [rows][16] twice (columns 0-15, 16-31)
     alignas(64) uint8_t buf[2][kGroupOperandBytes];  // unpacked k-quads of the two groups in flight
@@ -190,7 +194,7 @@ inline void panel_rows(const quant::QuantRowsView& x, const float* xs_sum, const
     // sums: sum = fma(float(D), a xs, sum), then for int4-k sum = fnmadd(b, xs S, sum).
     auto epilogue = [&](int64_t g, int n) {
         GroupScales gs[2];
-        for (int i = 0; i < n; ++i) Groups::scales(w, p, g + i, &gs[i]);
+        for (int i = 0; i < n; ++i) Groups::scales(panel, g + i, &gs[i]);
         for (int m = 0; m < rows; ++m) {
             float* sm = sum + m * 32;
             __m512 s0 = _mm512_load_ps(sm), s1 = _mm512_load_ps(sm + 16);
@@ -214,8 +218,8 @@ inline void panel_rows(const quant::QuantRowsView& x, const float* xs_sum, const
     // Groups two at a time: each pair's products run while the previous pair's tiles are read back.
     int64_t g = 0;
     for (; g + 1 < x.G; g += 2) {
-        const uint8_t* q0 = unpacked ? unpacked + g * kGroupOperandBytes : Groups::operand(w, p, g, buf[0]);
-        const uint8_t* q1 = unpacked ? unpacked + (g + 1) * kGroupOperandBytes : Groups::operand(w, p, g + 1, buf[1]);
+        const uint8_t* q0 = unpacked ? unpacked + g * kGroupOperandBytes : Groups::operand(panel, g, buf[0]);
+        const uint8_t* q1 = unpacked ? unpacked + (g + 1) * kGroupOperandBytes : Groups::operand(panel, g + 1, buf[1]);
         GDN_QUANT_GROUP_PRODUCT(4, 0, 1, x.xq + g * kQuantGroup, x.Kp, q0);
         GDN_QUANT_GROUP_PRODUCT(7, 2, 3, x.xq + (g + 1) * kQuantGroup, x.Kp, q1);
         _tile_stored(0, c[0], 64);
@@ -225,7 +229,7 @@ inline void panel_rows(const quant::QuantRowsView& x, const float* xs_sum, const
         epilogue(g, 2);
     }
     if (g < x.G) {
-        const uint8_t* q0 = unpacked ? unpacked + g * kGroupOperandBytes : Groups::operand(w, p, g, buf[0]);
+        const uint8_t* q0 = unpacked ? unpacked + g * kGroupOperandBytes : Groups::operand(panel, g, buf[0]);
         GDN_QUANT_GROUP_PRODUCT(4, 0, 1, x.xq + g * kQuantGroup, x.Kp, q0);
         _tile_stored(0, c[0], 64);
         _tile_stored(1, c[0] + 16 * 16, 64);
@@ -273,7 +277,7 @@ void amx_quant_panels(const quant::QuantRowsView& x, const PackedWeight& w, floa
             const uint8_t* unpacked = nullptr;
             if (unpack_once) {
                 uint8_t* u = reinterpret_cast<uint8_t*>(panel_q.data());
-                for (int64_t g = 0; g < x.G; ++g) GroupsOf<F>::operand(w, p, g, u + g * kGroupOperandBytes);
+                for (int64_t g = 0; g < x.G; ++g) GroupsOf<F>::operand(w.quant_block(p, 0), g, u + g * kGroupOperandBytes);
                 unpacked = u;
             }
             for (int64_t m0 = s0; m0 < s1; m0 += 16) {
