@@ -34,7 +34,7 @@ inline void for_each_group(const PackedWeight& w, int64_t p, int64_t x_groups, i
     }
 }
 
-template <int MR, bool kSwiglu>
+template <int MR, bool kSwiglu, bool kFar>
 void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
@@ -49,7 +49,7 @@ void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
         if constexpr (kInPlaceHigh)
             for (int m = 0; m < MR; ++m) acc16[m][0] = acc16[m][1] = _mm512_setzero_si512();
         for (int s = 0; s < 4; ++s) {
-            if constexpr (MR == 1) record_ahead(rec, s, 4, quant::kQ4KRecordBytes);
+            if constexpr (MR == 1) record_ahead<kFar>(rec, s, 4, quant::kQ4KRecordBytes);
             const __m512i b0 = _mm512_loadu_si512(rec + s * 128), b1 = _mm512_loadu_si512(rec + s * 128 + 64);
             const __m512i lo0 = _mm512_and_si512(b0, low4), lo1 = _mm512_and_si512(b1, low4);
             if constexpr (kInPlaceHigh) {
@@ -95,7 +95,7 @@ void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
-template <int MR, bool kSwiglu>
+template <int MR, bool kSwiglu, bool kFar>
 void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
               int ncols) {
     __m512 sum[MR][2];
@@ -104,7 +104,7 @@ void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
         __m512i acc[MR][2];  // starts at -32 S: after the group, exactly D = sum q x
         for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-32 * x.xsum[(m0 + m) * x.G + g]);
         for (int s = 0; s < 4; ++s) {
-            if constexpr (MR == 1) record_ahead(rec, s, 4, quant::kQ6KRecordBytes);
+            if constexpr (MR == 1) record_ahead<kFar>(rec, s, 4, quant::kQ6KRecordBytes);
             __m512i lo0, hi0, lo1, hi1;
             q6k_quads(rec, s, 0, &lo0, &hi0);
             q6k_quads(rec, s, 1, &lo1, &hi1);
@@ -129,14 +129,16 @@ void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
 // prefetch of streams_batch): one form for both.
 template <int MR, bool kSwiglu>
 struct TileQ4K {
-    static constexpr TileFn run = tile_q4k<MR, kSwiglu>;
+    static constexpr TileFn run = tile_q4k<MR, kSwiglu, false>;
     static constexpr TileFn streamed = run;
+    static constexpr TileFn far = tile_q4k<MR, kSwiglu, true>;
 };
 
 template <int MR, bool kSwiglu>
 struct TileQ6K {
-    static constexpr TileFn run = tile_q6k<MR, kSwiglu>;
+    static constexpr TileFn run = tile_q6k<MR, kSwiglu, false>;
     static constexpr TileFn streamed = run;
+    static constexpr TileFn far = tile_q6k<MR, kSwiglu, true>;
 };
 
 }  // namespace

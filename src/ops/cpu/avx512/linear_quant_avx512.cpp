@@ -32,7 +32,8 @@ inline void scale_group(const quant::QuantRowsView& x, int64_t m0, int64_t g, co
     }
 }
 
-// kStream: a decode batch's tile, which asks for the panel's lines ahead (streams_batch).
+// kStream: a decode batch's tile, which asks for the panel's lines ahead (streams_batch), or a one-row
+// tile's on a CPU that streams_far().
 template <int MR, bool kSwiglu, bool kStream>
 void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
@@ -45,7 +46,7 @@ void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
         for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-128 * x.xsum[(m0 + m) * x.G + g]);
 #pragma GCC unroll 8  // as without the prefetch: GCC stops unrolling it, and the accumulators then shuffle
         for (int j = 0; j < 8; ++j) {
-            if constexpr (kStream) stream_ahead_batch_128(blk + j * 128);
+            if constexpr (kStream) prefetch_128_ahead(blk + j * 128, MR == 1 ? kStreamAheadFarBytes : kStreamAheadBatchBytes);
             const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(blk + j * 128), flip);
             const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(blk + j * 128 + 64), flip);
             for (int m = 0; m < MR; ++m) {
@@ -80,7 +81,7 @@ void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
             for (int m = 0; m < MR; ++m) acc16[m][0] = acc16[m][1] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
-            if constexpr (kStream) stream_ahead_batch_128(blk + j * 128);
+            if constexpr (kStream) prefetch_128_ahead(blk + j * 128, MR == 1 ? kStreamAheadFarBytes : kStreamAheadBatchBytes);
             const __m512i b0 = _mm512_loadu_si512(blk + j * 128), b1 = _mm512_loadu_si512(blk + j * 128 + 64);
             const __m512i lo0 = _mm512_and_si512(b0, low4), lo1 = _mm512_and_si512(b1, low4);
             if constexpr (kInPlaceHigh) {
@@ -119,15 +120,19 @@ template <int MR, bool kSwiglu>
 struct TileQ8 {
     static constexpr TileFn run = tile_q8<MR, kSwiglu, false>;
     static constexpr TileFn streamed = tile_q8<MR, kSwiglu, MR >= 2>;
+    static constexpr TileFn far = tile_q8<MR, kSwiglu, true>;
 };
 
 template <int MR, bool kSwiglu>
 struct TileQ4 {
     static constexpr TileFn run = tile_q4<MR, kSwiglu, false>;
     static constexpr TileFn streamed = tile_q4<MR, kSwiglu, MR >= 2>;
+    static constexpr TileFn far = tile_q4<MR, kSwiglu, true>;
 };
 
 }  // namespace
+
+bool streams_far() { return cpu_has_amx_bf16(); }
 
 bool quant_on_tiles(const quant::QuantRowsView& x, WeightFormat f) {
     return x.M >= amx_min_rows(f) && has_amx_int8();

@@ -35,11 +35,20 @@ inline __m512i bcast_quad(const int8_t* p) {
 // 64-66 without, int6-k 80-90 against 117-129; the hardware prefetchers alone left the quantized
 // streams at ~0.75 of the bf16 GEMV's bytes per second. The int8 and int4-sym tiles measured slower
 // with it (int8 116-139 us against 96-120, 4 interleaved rounds) and do without.
+// kFar: the distance of a one-row tile on a CPU whose DRAM is far (streams_far).
+template <bool kFar = false>
 inline void record_ahead(const uint8_t* rec, int step, int steps, int64_t record_bytes) {
     const uint8_t* p = rec + step * (record_bytes / steps);
-    stream_ahead_128(p);
-    stream_ahead_128(p + 128);
+    constexpr int64_t ahead = kFar ? kStreamAheadFarBytes : kStreamAheadBytes;
+    prefetch_128_ahead(p, ahead);
+    prefetch_128_ahead(p + 128, ahead);
 }
+
+// Whether one-row tiles (decode at c = 1) ask for their panel's lines kStreamAheadFarBytes ahead (every
+// format; the `far` tiles of run_format): on CPUs with AMX (Xeon server cores), whose DRAM is about
+// twice a desktop core's latency away, the 1 KB that Zen measured best for int4-k / int6-k, and no
+// prefetch for int8 / int4-sym, left ~20% of the c = 1 decode rate (docs/perf.md, thirty-third session).
+bool streams_far();
 
 // A decode batch (2 to 2 kMR rows: one or two tiles a panel) streams each panel from memory, and its
 // tiles' dot products take about the memory's time for the panel's bytes: they ask for the lines
@@ -131,11 +140,16 @@ inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantRowsView& x
 }
 
 // Every tile size of one format over the panels: Tile<MR, kSwiglu>::run is the format's tile of MR rows,
-// ::streamed its form for a decode batch (streams_batch; a separate instantiation, so that the prefetch
-// is decided at compile time: a run-time test in the tile's loop kept GCC from unrolling it).
+// ::streamed its form for a decode batch (streams_batch), Tile<1, kSwiglu>::far a one-row tile's on a
+// CPU that streams_far() (separate instantiations, so that the prefetch is decided at compile time: a
+// run-time test in the tile's loop kept GCC from unrolling it).
 template <template <int, bool> class Tile, bool kSwiglu>
 inline void run_format(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                        int64_t p1) {
+    if (x.M == 1 && streams_far()) {
+        static constexpr TileFn far[kMR] = {Tile<1, kSwiglu>::far};  // one row: only the first is used
+        return run_panels<kSwiglu>(far, x, w, y, ldy, p0, p1);
+    }
     static constexpr TileFn tiles[kMR] = {Tile<1, kSwiglu>::run, Tile<2, kSwiglu>::run, Tile<3, kSwiglu>::run,
                                           Tile<4, kSwiglu>::run, Tile<5, kSwiglu>::run, Tile<6, kSwiglu>::run};
     static constexpr TileFn streamed[kMR] = {Tile<1, kSwiglu>::streamed, Tile<2, kSwiglu>::streamed,
