@@ -37,8 +37,7 @@ constexpr int64_t kStreamAheadBatchBytes = 4096;
 // The AVX-512 quantized kernels' one-row tiles on CPUs whose DRAM is far (quant_tiles_avx512.h
 // streams_far). The AMX VM (Xeon, 2 threads), c = 1 decode of the 0.8B shape, alternated: int4 (int4-k /
 // int6-k) 34.2-34.8 t/s at 1 KB, 41.0-41.6 at 8 KB, 41.1-42.3 at 16 KB; against the kernels without it
-// (int8, int4-sym: none; int4: 1 KB), int8 31.3-31.7 -> 32.8-33.4, int4-sym 36.0-39.5 -> 46.0-47.9,
-// int4 38.3-39.0 -> 44.1-46.1.
+// (int8, int4-sym: none; int4: 1 KB) +15-25% for every format (docs/perf.md, thirty-third session).
 constexpr int64_t kStreamAheadFarBytes = 8192;
 inline void stream_ahead_batch_128(const void* p) { prefetch_128_ahead(p, kStreamAheadBatchBytes); }
 

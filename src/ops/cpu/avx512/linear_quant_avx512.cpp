@@ -15,7 +15,6 @@
 #include "ops/cpu/avx512/quant_tiles_avx512.h"
 #include "ops/cpu/linear_quant_kernels.h"
 #include "ops/dispatch.h"
-#include <cstdlib>
 
 namespace gdn::cpu::avx512 {
 
@@ -136,10 +135,7 @@ struct TileQ4 {
 bool streams_far() { return cpu_has_amx_bf16(); }
 
 bool quant_on_tiles(const quant::QuantRowsView& x, WeightFormat f) {
-    static const int64_t q6 = getenv("Q6R") ? atoll(getenv("Q6R")) : 2;
-    static const int64_t q4k = getenv("Q4KR") ? atoll(getenv("Q4KR")) : 2;
-    const int64_t r = f == WeightFormat::Q6K ? q6 : f == WeightFormat::Q4K ? q4k : amx_min_rows(f);
-    return x.M >= r && has_amx_int8();
+    return x.M >= amx_min_rows(f) && has_amx_int8();
 }
 
 void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
