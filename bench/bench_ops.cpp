@@ -94,7 +94,7 @@ void BM_LinearResident(benchmark::State& state) {
 BENCHMARK(BM_LinearResident)->ArgsProduct({{1, 2, 3, 4, 5, 8, 12}, {1536}, {256}})->ArgsProduct({{1, 2, 3, 4}, {256}, {768}})
     ->ArgsProduct({{1, 3}, {4160}, {256}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// The quantized formats (4th arg: 0 = int8, 1 = int4) on the same shapes, weights streamed from DRAM as
+// The quantized formats (4th arg: 0 = int8, 1 = int4-sym, 2 = int4-k, 3 = int6-k) on the same shapes, weights streamed from DRAM as
 // in BM_LinearStream: GB/s counts the bytes actually packed (values and scales). A 5th arg of 1 keeps
 // one copy, resident in L3 (N = 4096, K = 1024: 4.5 MB int8, 2.4 MB int4): the kernel's compute ceiling.
 void BM_LinearQuant(benchmark::State& state) {
@@ -134,6 +134,8 @@ BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{1}, {151936}, {2048}, {0}, {0}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{512}, {1536, 2048}, {512}, {0}, {0}})->ArgsProduct({{64}, {512}, {512}, {0}, {1}})->ArgsProduct({{1}, {32768}, {512}, {0}, {0, 1}})
     ->ArgsProduct({{1, 2}, {4096}, {1024}, {0, 1, 2, 3}, {1}})
+    // Decode batches (c = 2-8) on a gate|up-sized weight and on the vocabulary's lm_head, streamed.
+    ->ArgsProduct({{2, 4, 8}, {7168, 248320}, {1024}, {0, 1, 2, 3}, {0}})
     ->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 // The activation quantizer alone, one thread, rows of K floats in cache: what each int8 / int4 linear
