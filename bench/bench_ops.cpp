@@ -94,8 +94,9 @@ void BM_LinearResident(benchmark::State& state) {
 BENCHMARK(BM_LinearResident)->ArgsProduct({{1, 2, 3, 4, 5, 8, 12}, {1536}, {256}})->ArgsProduct({{1, 2, 3, 4}, {256}, {768}})
     ->ArgsProduct({{1, 3}, {4160}, {256}})->Unit(benchmark::kMicrosecond)->UseRealTime();
 
-// The quantized formats (4th arg: 0 = int8, 1 = int4-sym, 2 = int4-k, 3 = int6-k) on the same shapes, weights streamed from DRAM as
-// in BM_LinearStream: GB/s counts the bytes actually packed (values and scales). A 5th arg of 1 keeps
+// The quantized formats (4th arg: 0 = int8, 1 = int4-sym, 2 = int4-k, 3 = int6-k) on the same shapes,
+// weights streamed from DRAM as in BM_LinearStream: GB/s counts the bytes actually packed (values and
+// scales). A 5th arg of 1 keeps
 // one copy, resident in L3 (N = 4096, K = 1024: 4.5 MB int8, 2.4 MB int4): the kernel's compute ceiling.
 void BM_LinearQuant(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);

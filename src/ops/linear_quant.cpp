@@ -163,12 +163,14 @@ std::string quant_kernel_report() {
     std::string out;
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
         const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
-        // The AVX-512 VNNI kernels hand batches of amx_min_rows+ rows to AMX-INT8 tiles where there are some.
+        // The AVX-512 VNNI kernels hand batches of amx_min_rows+ rows to AMX-INT8 tiles where the CPU has
+        // them.
         const bool tiles = k.isa == Isa::AVX512 && k.need == CpuNeed::AVX512_VNNI && has_amx_int8();
         const std::string on_tiles =
-            tiles ? strprintf("; %lld+ rows on AMX tiles, tdpbssd", (long long)cpu::avx512::amx_min_rows(f)) : "";
-        out += strprintf("linear %s: %s%s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name, on_tiles.c_str(),
-                         k.swiglu ? "fused epilogue" : "products then activation",
+            tiles ? strprintf("; %lld+ rows on AMX tiles, tdpbssd", (long long)cpu::avx512::amx_min_rows(f))
+                  : "";
+        out += strprintf("linear %s: %s%s (swiglu: %s; argmax: %s)\n", weight_format_name(f), k.name,
+                         on_tiles.c_str(), k.swiglu ? "fused epilogue" : "products then activation",
                          k.fused_argmax ? "fused" : "products then scan");
     }
     return out;

@@ -33,12 +33,12 @@ inline void stream_ahead_128(const void* p) { prefetch_128_ahead(p, kStreamAhead
 // `gdn bench --concurrency 2,4,8` (ABBA): steps 29-33 / 38 / 42-45 ms without, 25-27 / 27-29 / 31-36
 // with; 2, 4, 8 and 16 KB measured alike.
 constexpr int64_t kStreamAheadBatchBytes = 4096;
+inline void stream_ahead_batch_128(const void* p) { prefetch_128_ahead(p, kStreamAheadBatchBytes); }
 
 // The AVX-512 quantized kernels' one-row tiles on CPUs whose DRAM is far (quant_tiles_avx512.h
 // streams_far). The AMX VM (Xeon, 2 threads), c = 1 decode of the 0.8B shape, alternated: int4 (int4-k /
 // int6-k) 34.2-34.8 t/s at 1 KB, 41.0-41.6 at 8 KB, 41.1-42.3 at 16 KB; against the kernels without it
 // (int8, int4-sym: none; int4: 1 KB) +15-25% for every format (docs/perf.md, thirty-third session).
 constexpr int64_t kStreamAheadFarBytes = 8192;
-inline void stream_ahead_batch_128(const void* p) { prefetch_128_ahead(p, kStreamAheadBatchBytes); }
 
 }  // namespace gdn::cpu

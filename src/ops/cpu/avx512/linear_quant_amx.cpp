@@ -1,12 +1,13 @@
-// The quantized products on AMX-INT8 tiles (where dispatch.h has_amx_int8(), from amx_min_rows(format) rows
-// on: decode batches, verifies, prefill). On a core whose vpdpbusd issues once a cycle the VNNI kernels
+// The quantized products on AMX-INT8 tiles (where dispatch.h has_amx_int8(), from amx_min_rows(format)
+// rows on: decode batches, verifies, prefill). On a core whose vpdpbusd issues once a cycle the VNNI kernels
 // (linear_quant_avx512.cpp, linear_kquant_avx512.cpp) are bound by their 8 vpdpbusd per row, group and
 // 16 columns from a few rows on; one tdpbssd takes 16 rows of a group and 16 columns. Per panel, 16-row
 // block and group of 32 k:
 //
 //   D [rows, 32] int32 = xq rows [rows, 32 bytes] x the group's q as 8 k-quads [8, 32 columns x 4 bytes]
 //                        (tdpbssd: signed x signed; two C tiles of 16 columns, the A tile loaded once)
-//   sum [rows, 32] += float(D) * (a * xs)  [- b * (xs * S) for int4-k]   (vectors, after the tiles are stored)
+//   sum [rows, 32] += float(D) * (a * xs)  [- b * (xs * S) for int4-k]   (vectors, after the tiles
+//                     are stored)
 //
 // The group's q operand: int8 blocks are stored as k-quads and are loaded as they are; int4, int4-k and
 // int6-k groups are unpacked as the exact signed q (nibble - 8, nibble, u - 32; into an L1 buffer per
@@ -69,6 +70,12 @@ struct GroupScales {
 template <WeightFormat F>
 struct GroupsOf;
 
+// int8's and int4's group scale: one f16 per column at f16.
+inline void f16_scales(const uint8_t* f16, GroupScales* s) {
+    s->a[0] = f16x16(f16);
+    s->a[1] = f16x16(f16 + 32);
+}
+
 template <>
 struct GroupsOf<WeightFormat::Q8> {
     static constexpr bool kMinimum = false;
@@ -78,22 +85,23 @@ struct GroupsOf<WeightFormat::Q8> {
         return blk;
     }
     static void scales(const uint8_t* panel, int64_t g, GroupScales* s) {
-        const uint8_t* f16 = panel + g * quant::kQ8BlockBytes + quant::f16_offset(WeightFormat::Q8);
-        s->a[0] = f16x16(f16);
-        s->a[1] = f16x16(f16 + 32);
+        f16_scales(panel + g * quant::kQ8BlockBytes + quant::f16_offset(WeightFormat::Q8), s);
     }
 };
 
-// The low and high nibbles of a quad pair row (128 B: 32 columns x 4) as k-quads 2j and 2j + 1 of buf,
-// `bias` subtracted (int4's + 8; 0 for int4-k).
-inline void split_nibbles(const uint8_t* pairs, int j, __m512i bias, uint8_t* buf) {
-    const __m512i low4 = _mm512_set1_epi8(0x0F);
-    for (int v = 0; v < 2; ++v) {
-        const __m512i b = _mm512_loadu_si512(pairs + j * 128 + v * 64);
-        const __m512i lo = _mm512_and_si512(b, low4), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
-        _mm512_store_si512(buf + (2 * j) * 128 + v * 64, _mm512_sub_epi8(lo, bias));
-        _mm512_store_si512(buf + (2 * j + 1) * 128 + v * 64, _mm512_sub_epi8(hi, bias));
-    }
+// A group's nibble pairs (4 quad pair rows of 128 B: 32 columns x 4) as k-quads into buf: row j's low
+// nibbles are quad 2j, its high ones quad 2j + 1, `bias` subtracted (int4's + 8; 0 for int4-k).
+inline const uint8_t* split_nibbles(const uint8_t* pairs, int8_t bias, uint8_t* buf) {
+    const __m512i low4 = _mm512_set1_epi8(0x0F), b8 = _mm512_set1_epi8(bias);
+    for (int j = 0; j < 4; ++j)
+        for (int v = 0; v < 2; ++v) {
+            const __m512i b = _mm512_loadu_si512(pairs + j * 128 + v * 64);
+            const __m512i lo = _mm512_and_si512(b, low4),
+                          hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), low4);
+            _mm512_store_si512(buf + (2 * j) * 128 + v * 64, _mm512_sub_epi8(lo, b8));
+            _mm512_store_si512(buf + (2 * j + 1) * 128 + v * 64, _mm512_sub_epi8(hi, b8));
+        }
+    return buf;
 }
 
 template <>
@@ -102,13 +110,10 @@ struct GroupsOf<WeightFormat::Q4> {
     static const uint8_t* operand(const uint8_t* panel, int64_t g, uint8_t* buf) {
         const uint8_t* blk = panel + g * quant::kQ4BlockBytes;
         stream_ahead(blk, quant::kQ4BlockBytes);
-        for (int j = 0; j < 4; ++j) split_nibbles(blk, j, _mm512_set1_epi8(8), buf);
-        return buf;
+        return split_nibbles(blk, 8, buf);
     }
     static void scales(const uint8_t* panel, int64_t g, GroupScales* s) {
-        const uint8_t* f16 = panel + g * quant::kQ4BlockBytes + quant::f16_offset(WeightFormat::Q4);
-        s->a[0] = f16x16(f16);
-        s->a[1] = f16x16(f16 + 32);
+        f16_scales(panel + g * quant::kQ4BlockBytes + quant::f16_offset(WeightFormat::Q4), s);
     }
 };
 
@@ -129,11 +134,11 @@ struct GroupsOf<WeightFormat::Q4K> {
     static const uint8_t* operand(const uint8_t* panel, int64_t g, uint8_t* buf) {
         const uint8_t* rec = record_of<WeightFormat::Q4K>(panel, g, quant::kQ4KRecordBytes);
         stream_ahead(rec, quant::kQ4KRecordBytes);
-        for (int j = 0; j < 4; ++j) split_nibbles(rec, j, _mm512_setzero_si512(), buf);
-        return buf;
+        return split_nibbles(rec, 0, buf);
     }
     static void scales(const uint8_t* panel, int64_t g, GroupScales* s) {
-        const uint8_t* lv = record_of<WeightFormat::Q4K>(panel, g, quant::kQ4KRecordBytes) + quant::kQ4KLevelsOffset;
+        const uint8_t* lv =
+            record_of<WeightFormat::Q4K>(panel, g, quant::kQ4KRecordBytes) + quant::kQ4KLevelsOffset;
         const uint8_t* f16 = f16_of<WeightFormat::Q4K>(panel, g);
         for (int v = 0; v < 2; ++v)
             q4k_group_scales(lv, v, f16x16(f16 + 32 * v), f16x16(f16 + 64 + 32 * v), &s->a[v], &s->b[v]);
@@ -177,15 +182,15 @@ struct GroupsOf<WeightFormat::Q6K> {
         _tile_dpbssd(c1, a, 6);                        \
     } while (0)
 
-// Panel p's sums for the rows of x (at most 16, the tiles configured for them) into sum [rows][32].
+// A panel's sums (panel: its first block) for the rows of x (at most 16, the tiles configured for them)
+// into sum [rows][32].
 // xs_sum [rows][x.G]: xs S of each row and group (int4-k's minimum term; made once per slab; null for
 // the other formats). unpacked: the panel's groups as operand() makes them, made once for a slab of
 // several row blocks; null: each group unpacked here.
 template <WeightFormat F>
-inline void panel_rows(const quant::QuantRowsView& x, const float* xs_sum, const PackedWeight& w, int64_t p,
+inline void panel_rows(const quant::QuantRowsView& x, const float* xs_sum, const uint8_t* panel,
                        const uint8_t* unpacked, float* sum) {
     using Groups = GroupsOf<F>;
-    const uint8_t* panel = w.quant_block(p, 0);
     const int rows = static_cast<int>(x.M);
     alignas(64) int32_t c[2][16 * 32];  // a group's C tiles, [rows][16] twice (columns 0-15, 16-31)
     alignas(64) uint8_t buf[2][kGroupOperandBytes];  // unpacked k-quads of the two groups in flight
@@ -219,7 +224,8 @@ inline void panel_rows(const quant::QuantRowsView& x, const float* xs_sum, const
     int64_t g = 0;
     for (; g + 1 < x.G; g += 2) {
         const uint8_t* q0 = unpacked ? unpacked + g * kGroupOperandBytes : Groups::operand(panel, g, buf[0]);
-        const uint8_t* q1 = unpacked ? unpacked + (g + 1) * kGroupOperandBytes : Groups::operand(panel, g + 1, buf[1]);
+        const uint8_t* q1 =
+            unpacked ? unpacked + (g + 1) * kGroupOperandBytes : Groups::operand(panel, g + 1, buf[1]);
         GDN_QUANT_GROUP_PRODUCT(4, 0, 1, x.xq + g * kQuantGroup, x.Kp, q0);
         GDN_QUANT_GROUP_PRODUCT(7, 2, 3, x.xq + (g + 1) * kQuantGroup, x.Kp, q1);
         _tile_stored(0, c[0], 64);
@@ -259,8 +265,10 @@ void amx_quant_panels(const quant::QuantRowsView& x, const PackedWeight& w, floa
     // the slab's rows, and a panel's unpacked groups when the slab has several row blocks (unpacking
     // them per block measured ~10% of the int4 formats' M = 512 products, bench_ops BM_LinearQuant).
     thread_local std::vector<float> xs_sum;
-    thread_local std::vector<__m512i> panel_q;  // [x.G][kGroupOperandBytes / 64]
-    constexpr int64_t kOperandVectors = kGroupOperandBytes / 64;
+    struct alignas(64) GroupOperand {  // a group's k-quads, aligned for the unpacking's stores
+        uint8_t bytes[kGroupOperandBytes];
+    };
+    thread_local std::vector<GroupOperand> panel_q;  // [x.G]
     int configured = 0;
     for (int64_t s0 = 0; s0 < x.M; s0 += slab) {
         const int64_t s1 = std::min(x.M, s0 + slab);
@@ -270,21 +278,21 @@ void amx_quant_panels(const quant::QuantRowsView& x, const PackedWeight& w, floa
                 xs_sum[i - s0 * x.G] = x.xs[i] * static_cast<float>(x.xsum[i]);
         }
         const bool unpack_once = F != WeightFormat::Q8 && s1 - s0 > 16;
-        if (unpack_once && static_cast<int64_t>(panel_q.size()) < x.G * kOperandVectors)
-            panel_q.resize(x.G * kOperandVectors);
+        if (unpack_once && static_cast<int64_t>(panel_q.size()) < x.G) panel_q.resize(x.G);
         for (int64_t p = p0; p < p1; ++p) {
             const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
+            const uint8_t* panel = w.quant_block(p, 0);
             const uint8_t* unpacked = nullptr;
             if (unpack_once) {
-                uint8_t* u = reinterpret_cast<uint8_t*>(panel_q.data());
-                for (int64_t g = 0; g < x.G; ++g) GroupsOf<F>::operand(w.quant_block(p, 0), g, u + g * kGroupOperandBytes);
+                uint8_t* u = panel_q.data()->bytes;
+                for (int64_t g = 0; g < x.G; ++g) GroupsOf<F>::operand(panel, g, u + g * kGroupOperandBytes);
                 unpacked = u;
             }
             for (int64_t m0 = s0; m0 < s1; m0 += 16) {
                 const int rows = static_cast<int>(std::min<int64_t>(16, s1 - m0));
                 if (rows != configured) configure_quant_tiles(configured = rows);
                 const float* xss = GroupsOf<F>::kMinimum ? xs_sum.data() + (m0 - s0) * x.G : nullptr;
-                panel_rows<F>(rows_of(x, m0, rows), xss, w, p, unpacked, sum);
+                panel_rows<F>(rows_of(x, m0, rows), xss, panel, unpacked, sum);
                 float* yr = y + m0 * ldy;
                 for (int m = 0; m < rows; ++m) {
                     const __m512 v0 = _mm512_load_ps(sum + m * 32), v1 = _mm512_load_ps(sum + m * 32 + 16);
@@ -301,11 +309,11 @@ void amx_quant_panels(const quant::QuantRowsView& x, const PackedWeight& w, floa
     amx::release();
 }
 
-#define GDN_AMX_QUANT_PANELS(F)                                                                               \
-    template void amx_quant_panels<F, false>(const quant::QuantRowsView&, const PackedWeight&, float*, int64_t, \
-                                             int64_t, int64_t);                                              \
-    template void amx_quant_panels<F, true>(const quant::QuantRowsView&, const PackedWeight&, float*, int64_t,  \
-                                            int64_t, int64_t);
+#define GDN_AMX_QUANT_PANELS(F)                                                                        \
+    template void amx_quant_panels<F, false>(const quant::QuantRowsView&, const PackedWeight&, float*, \
+                                             int64_t, int64_t, int64_t);                               \
+    template void amx_quant_panels<F, true>(const quant::QuantRowsView&, const PackedWeight&, float*,  \
+                                            int64_t, int64_t, int64_t);
 GDN_AMX_QUANT_PANELS(WeightFormat::Q8)
 GDN_AMX_QUANT_PANELS(WeightFormat::Q4)
 GDN_AMX_QUANT_PANELS(WeightFormat::Q4K)

@@ -33,7 +33,10 @@ inline void scale_group(const quant::QuantRowsView& x, int64_t m0, int64_t g, co
 }
 
 // kStream: a decode batch's tile, which asks for the panel's lines ahead (streams_batch), or a one-row
-// tile's on a CPU that streams_far().
+// tile's on a CPU that streams_far(), which asks further ahead.
+template <int MR>
+constexpr int64_t kStreamAhead = MR == 1 ? kStreamAheadFarBytes : kStreamAheadBatchBytes;
+
 template <int MR, bool kSwiglu, bool kStream>
 void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
              int ncols) {
@@ -46,7 +49,7 @@ void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
         for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-128 * x.xsum[(m0 + m) * x.G + g]);
 #pragma GCC unroll 8  // as without the prefetch: GCC stops unrolling it, and the accumulators then shuffle
         for (int j = 0; j < 8; ++j) {
-            if constexpr (kStream) prefetch_128_ahead(blk + j * 128, MR == 1 ? kStreamAheadFarBytes : kStreamAheadBatchBytes);
+            if constexpr (kStream) prefetch_128_ahead(blk + j * 128, kStreamAhead<MR>);
             const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(blk + j * 128), flip);
             const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(blk + j * 128 + 64), flip);
             for (int m = 0; m < MR; ++m) {
@@ -81,7 +84,7 @@ void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
             for (int m = 0; m < MR; ++m) acc16[m][0] = acc16[m][1] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
-            if constexpr (kStream) prefetch_128_ahead(blk + j * 128, MR == 1 ? kStreamAheadFarBytes : kStreamAheadBatchBytes);
+            if constexpr (kStream) prefetch_128_ahead(blk + j * 128, kStreamAhead<MR>);
             const __m512i b0 = _mm512_loadu_si512(blk + j * 128), b1 = _mm512_loadu_si512(blk + j * 128 + 64);
             const __m512i lo0 = _mm512_and_si512(b0, low4), lo1 = _mm512_and_si512(b1, low4);
             if constexpr (kInPlaceHigh) {
