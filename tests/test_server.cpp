@@ -401,9 +401,9 @@ void complete_ignoring_eos(int port, int max_tokens) {
 }
 
 // The demo model served with --arrival-wait-ms 50 (holds of at most a quarter of a step).
-std::unique_ptr<RunningServer> arrival_hold_server() {
+std::unique_ptr<RunningServer> arrival_hold_server(int max_model_len = 256) {
     EngineConfig ec;
-    ec.max_model_len = 256;
+    ec.max_model_len = max_model_len;
     ec.max_num_seqs = 4;
     ec.cache_memory = 16ull << 20;
     ServerConfig sc;
@@ -416,12 +416,12 @@ std::unique_ptr<RunningServer> arrival_hold_server() {
 // the hold expired).
 TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
     OneThread one;
-    auto server = arrival_hold_server();
+    auto server = arrival_hold_server(4096);  // a long request that outlasts the short one's 20 ms
     ASSERT_NE(server, nullptr);
     auto metric = [&](const std::string& name) { return scrape_metric(server->port(), name); };
     EXPECT_EQ(metric("gdn_arrival_waits_total"), 0.0);
     auto send = [&](int max_tokens) { complete_ignoring_eos(server->port(), max_tokens); };
-    std::thread long_one([&] { send(150); });
+    std::thread long_one([&] { send(1000); });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     send(2);  // ends while the long one decodes
     long_one.join();
@@ -435,14 +435,16 @@ TEST(ArrivalWaitServer, HoldsTheStepAfterARequestEnds) {
 // next burst's clients get their holds (the old server kept probing only: TTFT two steps, not one).
 TEST(ArrivalWaitServer, IdleServerForgetsTheLastBurstsExpiredHolds) {
     OneThread one;
-    auto server = arrival_hold_server();
+    // The long request must outlast the short ones' loop below: 240 tokens of the demo model took ~0.1 s
+    // on an idle Zen 5 machine, and then no hold could expire beside it.
+    auto server = arrival_hold_server(4096);
     ASSERT_NE(server, nullptr);
     auto metric = [&](const std::string& name) { return scrape_metric(server->port(), name); };
     EXPECT_EQ(metric("gdn_arrival_wait_answered_share"), 1.0);
     std::atomic<bool> long_done{false};
     auto send = [&](int max_tokens) { complete_ignoring_eos(server->port(), max_tokens); };
     std::thread long_one([&] {
-        send(240);
+        send(4000);
         long_done = true;
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
