@@ -1,5 +1,7 @@
 #include "core/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -17,7 +19,20 @@ void set_flush_denormals() {
     unsigned csr = __builtin_ia32_stmxcsr();
     __builtin_ia32_ldmxcsr(csr | 0x8040);  // FTZ (bit 15) | DAZ (bit 6)
 }
-constexpr int kSpinIters = 20000;  // ~50-100 us of spinning before a worker sleeps
+// How long an idle worker spins for the next job before it sleeps. Inside a model forward (a StealScope),
+// while the worker runs on another CPU than the caller, longer than the OS takes the caller away for:
+// when another process gets the caller's core (slices of 2-5 ms on the Zen 5 machine's kernel), a worker
+// that slept meanwhile left its own core idle, the neighbour took that too, and the sleeper needed a
+// wake-up when the caller came back. Beside a `nice -n 10` busy loop the loop then got 0.30-0.37 of a
+// core instead of the ~0.10 its weight gives it (docs/perf.md, thirty-fourth session: 0.5 and 2 ms spun
+// too short, 5 and 20 ms did not). On the caller's own CPU (an oversubscribed machine) spinning would
+// only keep the caller from running, and between forwards the caller is idle or busy with host work
+// (HTTP, tokenizing, a client on the same machine): there the worker sleeps soon.
+constexpr std::chrono::microseconds kSpinInForward{20000};
+constexpr std::chrono::microseconds kSpinBetweenForwards{500};
+// Pauses between clock reads while spinning (a pause is 25-40 ns): a job that follows within this many
+// pauses, the common case inside a step, costs no clock read.
+constexpr int kPausesPerClockRead = 1024;
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads)
@@ -45,11 +60,21 @@ void ThreadPool::worker_loop(int ith) {
     uint64_t seen = 0;
     for (;;) {
         uint64_t gen = generation_.load(std::memory_order_acquire);
-        for (int i = 0; gen == seen && i < kSpinIters; ++i) {
+        std::chrono::steady_clock::time_point spin_start{};
+        for (int i = 1; gen == seen; ++i) {
             cpu_relax();
             gen = generation_.load(std::memory_order_acquire);
+            if (i % kPausesPerClockRead != 0) continue;
+            const auto now = std::chrono::steady_clock::now();
+            if (i == kPausesPerClockRead) spin_start = now;
+            if (now - spin_start < kSpinBetweenForwards) continue;
+            const bool keep_core = steal_scopes_.load(std::memory_order_relaxed) > 0 &&
+                                   sched_getcpu() != caller_cpu_.load(std::memory_order_relaxed);
+            if (!keep_core || now - spin_start >= kSpinInForward) break;
         }
         if (gen == seen) {
+            if (steal_scopes_.load(std::memory_order_relaxed) > 0)
+                sleeps_in_forward_.fetch_add(1, std::memory_order_relaxed);
             std::unique_lock<std::mutex> lock(mu_);
             sleepers_.fetch_add(1);
             cv_start_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
@@ -93,6 +118,7 @@ void ThreadPool::dispatch(FunctionRef<void(int, int)> fn, bool skippable) {
     }
     job_.store(&fn, std::memory_order_release);
     job_stealable_.store(false, std::memory_order_relaxed);
+    caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
     pending_.store(n_threads_ - 1, std::memory_order_release);
     uint64_t gen;
     {
@@ -270,6 +296,7 @@ void ThreadPool::run_stealable_job(const StealJob& job) {
         shares_[i].steal_range.store(tagged_range(gen, b, e), std::memory_order_relaxed);
     }
     units_done_.store(0, std::memory_order_relaxed);
+    caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
     uint64_t words[kStealWords] = {};
     std::memcpy(words, &job, sizeof(StealJob));
     for (int i = 0; i < kStealWords; ++i) steal_words_[i].store(words[i], std::memory_order_relaxed);
@@ -293,7 +320,7 @@ void ThreadPool::run_stealable_job(const StealJob& job) {
     using Clock = std::chrono::steady_clock;
     for (int spin = 0; units_done_.load(std::memory_order_acquire) < n; ++spin) {
         cpu_relax();
-        if (steal_scopes_ == 0 || (spin & 63) != 63) continue;
+        if (steal_scopes_.load(std::memory_order_relaxed) == 0 || (spin & 63) != 63) continue;
         const Clock::time_point now = Clock::now();
         for (int i = 1; i < nth; ++i) {
             uint64_t c = shares_[i].claim.load(std::memory_order_acquire);

@@ -101,9 +101,11 @@ public:
     // at one row (1/8 of 14.7 MB), streams in ~75 us on one core; the OS deschedules for 1-10 ms.
     static constexpr int kStealAfterUs = 150;
 
-    // While one is alive (on the thread that dispatches), stealable jobs steal from descheduled workers;
-    // the scope's end, and wait_for_late_workers(), wait until no worker still computes a stolen claim
-    // (it reads the job's inputs: memory they read must not be freed before). Nests.
+    // While one is alive (on the thread that dispatches: a model forward), stealable jobs steal from
+    // descheduled workers, and idle workers on another CPU than the caller spin longer before they
+    // sleep (the next job comes within microseconds unless the OS has taken the caller's core); the
+    // scope's end, and wait_for_late_workers(), wait until no worker still computes a stolen claim (it
+    // reads the job's inputs: memory they read must not be freed before). Nests.
     class StealScope {
     public:
         explicit StealScope(ThreadPool& pool) : pool_(pool) { ++pool_.steal_scopes_; }
@@ -121,6 +123,9 @@ public:
     void wait_for_late_workers();
     // Claims stolen from descheduled workers so far (tests, profiles).
     int64_t steals() const { return steals_.load(std::memory_order_relaxed); }
+    // Times a worker went to sleep inside a StealScope (profiles): ~0 on a machine with a core for every
+    // thread; more when a worker shared the caller's CPU or the caller was away longer than the spin.
+    int64_t sleeps_in_forward() const { return sleeps_in_forward_.load(std::memory_order_relaxed); }
 
     // Test hook: worker ith sleeps this long before it joins its next job (an OS descheduling it).
     void delay_next_join_for_test(int ith, int milliseconds) { shares_[ith].delay_ms.store(milliseconds); }
@@ -153,9 +158,10 @@ private:
 
     int n_threads_;
     std::vector<std::thread> workers_;
-    // Dispatch is lock-free on the hot path: workers spin briefly on `generation_` before sleeping on
-    // the condition variable, so back-to-back small ops (a decode step has hundreds) cost ~1 us each
-    // instead of a futex wake-up.
+    // Dispatch is lock-free on the hot path: workers spin on `generation_` before sleeping on the
+    // condition variable (inside a StealScope and on another CPU than the caller up to 20 ms, so a worker
+    // keeps its core while the OS has the caller off its own; otherwise 0.5 ms: thread_pool.cpp), so
+    // back-to-back small ops (a decode step has hundreds) cost ~1 us each instead of a futex wake-up.
     std::mutex mu_;
     std::condition_variable cv_start_;
     std::atomic<const FunctionRef<void(int, int)>*> job_{nullptr};
@@ -167,7 +173,9 @@ private:
     std::atomic<uint64_t> steal_words_[kStealWords];
     std::atomic<int64_t> units_done_{0};  // a stealable job's units in out.y
     std::atomic<int64_t> steals_{0};
-    int steal_scopes_ = 0;
+    std::atomic<int64_t> sleeps_in_forward_{0};
+    std::atomic<int> steal_scopes_{0};  // changed by the dispatching thread; workers read it to spin
+    std::atomic<int> caller_cpu_{-1};   // the CPU the dispatching thread last published a job from
     size_t tile_floats_ = 0;  // every worker's tile holds this many floats
     // parallel_for_balanced's shares: the unclaimed range [front, back) packed as back << 32 | front.
     // seat: the last job the thread joined (gen << 1) or was closed out of (gen << 1 | 1).

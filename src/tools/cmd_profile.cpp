@@ -108,9 +108,12 @@ int cmd_profile(int argc, char** argv) {
     std::ofstream fp(trace + ".prefill.json");
     fp << prof.chrome_trace("prefill", 0);
     std::printf("chrome traces: %s (one decode step), %s.prefill.json (the prefill)\n", trace.c_str(), trace.c_str());
-    // Non-zero on a shared machine: decode GEMV claims the caller took over from a descheduled worker.
-    std::printf("thread pool: %lld claims stolen from descheduled workers\n",
-                static_cast<long long>(global_pool().steals()));
+    // Non-zero on a shared machine: decode GEMV claims the caller took over from a descheduled worker,
+    // and workers that slept inside a forward (they shared the caller's CPU, or it was away > 20 ms).
+    std::printf("thread pool: %lld claims stolen from descheduled workers, %lld worker sleeps inside "
+                "forwards\n",
+                static_cast<long long>(global_pool().steals()),
+                static_cast<long long>(global_pool().sleeps_in_forward()));
     if (std::string fb = fallback_report(); !fb.empty()) std::printf("fallbacks: %s\n", fb.c_str());
     return 0;
 }
