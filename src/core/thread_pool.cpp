@@ -111,15 +111,8 @@ bool ThreadPool::close(int ith, uint64_t gen) {
 
 void ThreadPool::run(FunctionRef<void(int, int)> fn) { dispatch(fn, false); }
 
-void ThreadPool::dispatch(FunctionRef<void(int, int)> fn, bool skippable) {
-    if (n_threads_ == 1) {
-        fn(0, 1);
-        return;
-    }
-    job_.store(&fn, std::memory_order_release);
-    job_stealable_.store(false, std::memory_order_relaxed);
-    caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
-    pending_.store(n_threads_ - 1, std::memory_order_release);
+uint64_t ThreadPool::publish_job() {
+    caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);  // a worker on this CPU sleeps soon
     uint64_t gen;
     {
         // Publishing under the mutex orders the generation bump with a sleeper's predicate check.
@@ -127,6 +120,18 @@ void ThreadPool::dispatch(FunctionRef<void(int, int)> fn, bool skippable) {
         gen = generation_.fetch_add(1, std::memory_order_acq_rel) + 1;
     }
     if (sleepers_.load() > 0) cv_start_.notify_all();
+    return gen;
+}
+
+void ThreadPool::dispatch(FunctionRef<void(int, int)> fn, bool skippable) {
+    if (n_threads_ == 1) {
+        fn(0, 1);
+        return;
+    }
+    job_.store(&fn, std::memory_order_release);
+    job_stealable_.store(false, std::memory_order_relaxed);
+    pending_.store(n_threads_ - 1, std::memory_order_release);
+    const uint64_t gen = publish_job();
     fn(0, n_threads_);
     if (skippable)  // every item is claimed: a worker that has not joined has nothing left to do
         for (int i = 1; i < n_threads_; ++i)
@@ -296,16 +301,11 @@ void ThreadPool::run_stealable_job(const StealJob& job) {
         shares_[i].steal_range.store(tagged_range(gen, b, e), std::memory_order_relaxed);
     }
     units_done_.store(0, std::memory_order_relaxed);
-    caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);
     uint64_t words[kStealWords] = {};
     std::memcpy(words, &job, sizeof(StealJob));
     for (int i = 0; i < kStealWords; ++i) steal_words_[i].store(words[i], std::memory_order_relaxed);
     job_stealable_.store(true, std::memory_order_relaxed);
-    {
-        std::lock_guard<std::mutex> lock(mu_);  // as dispatch(): orders the bump with a sleeper's check
-        generation_.fetch_add(1, std::memory_order_acq_rel);
-    }
-    if (sleepers_.load() > 0) cv_start_.notify_all();
+    publish_job();
     // The caller's claims, as parallel_for_balanced's, straight into out.y.
     int64_t b, e, mine = 0;
     for (int k = 0; k < nth; ++k)

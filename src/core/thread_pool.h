@@ -153,6 +153,9 @@ private:
     // of the job (it skips it when it wakes) instead of waited for. One CAS on the worker's seat decides
     // between its join and the close.
     void dispatch(FunctionRef<void(int, int)> fn, bool skippable);
+    // The job's words are stored: notes the caller's CPU, bumps the generation (under the mutex) and
+    // wakes sleeping workers. Returns the job's generation.
+    uint64_t publish_job();
     bool join(int ith, uint64_t gen);   // the worker: false when the caller closed it out of job `gen`
     bool close(int ith, uint64_t gen);  // the caller: false when the worker has joined job `gen`
 
