@@ -43,22 +43,37 @@ std::vector<uint16_t> random_bf16(size_t n) {
 void BM_Linear(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
     auto w = random_bf16(N * K);
-    gdn::LinearWeight lw = gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
+    gdn::LinearWeight lw =
+        gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
     std::vector<float> x(M * K, 0.01f), y(M * N);
     const bool bf16_act = state.range(3) != 0;
     for (auto _ : state) gdn::linear(x.data(), M, lw, y.data(), bf16_act);
     state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
-    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
     state.counters["bf16_peak_GFLOP/s"] = limits().bf16_gflops;
 }
 // Qwen3.5-0.8B shapes: MLP gate|up (7168 x 1024), down (1024 x 3584), lm_head (248320 x 1024).
-BENCHMARK(BM_Linear)->Args({1, 64, 1024, 1})->Args({1, 7168, 1024, 1})->Args({1, 1024, 3584, 1})->Args({1, 248320, 1024, 1})
-    ->Args({1, 248320, 1024, 0})->Args({2, 248320, 1024, 1})->Args({8, 7168, 1024, 1})->Args({512, 7168, 1024, 1})->Args({512, 1024, 3584, 1})
-    ->Args({512, 7168, 1024, 0})->Args({4096, 7168, 1024, 1})->Args({4096, 1024, 3584, 1})
-    ->Args({512, 1536, 512, 1})->Args({512, 2048, 512, 1})  // the qwen3_next-small preset's in_proj_qkvz, q_proj
-    ->Args({64, 512, 512, 1})->Args({1, 32768, 512, 1})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Linear)
+    ->Args({1, 64, 1024, 1})
+    ->Args({1, 7168, 1024, 1})
+    ->Args({1, 1024, 3584, 1})
+    ->Args({1, 248320, 1024, 1})
+    ->Args({1, 248320, 1024, 0})
+    ->Args({2, 248320, 1024, 1})
+    ->Args({8, 7168, 1024, 1})
+    ->Args({512, 7168, 1024, 1})
+    ->Args({512, 1024, 3584, 1})
+    ->Args({512, 7168, 1024, 0})
+    ->Args({4096, 7168, 1024, 1})
+    ->Args({4096, 1024, 3584, 1})
+    ->Args({512, 1536, 512, 1})
+    ->Args({512, 2048, 512, 1})  // the qwen3_next-small preset's in_proj_qkvz, q_proj
+    ->Args({64, 512, 512, 1})
+    ->Args({1, 32768, 512, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Decode-like: cycles through enough distinct weight matrices that they stream from DRAM (> L3).
 void BM_LinearStream(benchmark::State& state) {
@@ -74,10 +89,21 @@ void BM_LinearStream(benchmark::State& state) {
     state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
-BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({1, 1024, 3584})->Args({1, 1024, 2048})
-    ->Args({2, 7168, 1024})->Args({3, 7168, 1024})->Args({4, 7168, 1024})->Args({5, 7168, 1024})->Args({8, 7168, 1024})
-    ->Args({8, 8224, 1024})->Args({8, 1024, 3584})->Args({8, 1024, 2048})
-    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LinearStream)
+    ->Args({1, 8224, 1024})
+    ->Args({1, 7168, 1024})
+    ->Args({1, 1024, 3584})
+    ->Args({1, 1024, 2048})
+    ->Args({2, 7168, 1024})
+    ->Args({3, 7168, 1024})
+    ->Args({4, 7168, 1024})
+    ->Args({5, 7168, 1024})
+    ->Args({8, 7168, 1024})
+    ->Args({8, 8224, 1024})
+    ->Args({8, 1024, 3584})
+    ->Args({8, 1024, 2048})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // One bf16 weight that stays in cache (the demo model's shapes: gate_up 1536 x 256, down 256 x 768,
 // lm_head 4160 x 256) at M = 1..4 rows: what a speculative verify of M tokens costs where the weights
@@ -85,14 +111,20 @@ BENCHMARK(BM_LinearStream)->Args({1, 8224, 1024})->Args({1, 7168, 1024})->Args({
 void BM_LinearResident(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
     auto w = random_bf16(N * K);
-    const gdn::LinearWeight lw = gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
+    const gdn::LinearWeight lw =
+        gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
     std::vector<float> x(M * K, 0.01f), y(M * N);
     for (auto _ : state) gdn::linear(x.data(), M, lw, y.data(), true);
     state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
-    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_LinearResident)->ArgsProduct({{1, 2, 3, 4, 5, 8, 12}, {1536}, {256}})->ArgsProduct({{1, 2, 3, 4}, {256}, {768}})
-    ->ArgsProduct({{1, 3}, {4160}, {256}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_LinearResident)
+    ->ArgsProduct({{1, 2, 3, 4, 5, 8, 12}, {1536}, {256}})
+    ->ArgsProduct({{1, 2, 3, 4}, {256}, {768}})
+    ->ArgsProduct({{1, 3}, {4160}, {256}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // The quantized formats (4th arg: 0 = int8, 1 = int4-sym, 2 = int4-k, 3 = int6-k) on the same shapes,
 // weights streamed from DRAM as in BM_LinearStream: GB/s counts the bytes actually packed (values and
@@ -101,15 +133,16 @@ BENCHMARK(BM_LinearResident)->ArgsProduct({{1, 2, 3, 4, 5, 8, 12}, {1536}, {256}
 void BM_LinearQuant(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
     // Arg 3: the format, in kQuantFormats' order.
-    constexpr gdn::WeightFormat kQuantFormats[] = {gdn::WeightFormat::Q8, gdn::WeightFormat::Q4, gdn::WeightFormat::Q4K,
-                                                   gdn::WeightFormat::Q6K};
+    constexpr gdn::WeightFormat kQuantFormats[] = {gdn::WeightFormat::Q8, gdn::WeightFormat::Q4,
+                                                   gdn::WeightFormat::Q4K, gdn::WeightFormat::Q6K};
     const gdn::WeightFormat f = kQuantFormats[state.range(3)];
     state.SetLabel(gdn::weight_format_name(f));
     const bool resident = state.range(4) != 0;
     auto w = random_bf16(N * K);
     const gdn::TensorView v = gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K});
     gdn::LinearWeight first = gdn::make_linear({v}, f);
-    const int64_t bytes = first.packed.bytes(), copies = resident ? 1 : std::max<int64_t>(1, (512ll << 20) / bytes);
+    const int64_t bytes = first.packed.bytes(),
+                  copies = resident ? 1 : std::max<int64_t>(1, (512ll << 20) / bytes);
     std::vector<gdn::LinearWeight> ws;
     ws.push_back(std::move(first));
     for (int64_t c = 1; c < copies; ++c) {  // copies of the packed bytes: quantizing each again is slow
@@ -127,17 +160,26 @@ void BM_LinearQuant(benchmark::State& state) {
     std::vector<float> x(M * K, 0.01f), y(M * N);
     size_t i = 0;
     for (auto _ : state) gdn::linear(x.data(), M, ws[i++ % ws.size()], y.data(), true);
-    state.counters["GB/s"] = benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
-    state.counters["GOP/s"] = benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GB/s"] =
+        benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GOP/s"] =
+        benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
-BENCHMARK(BM_LinearQuant)->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{1}, {1024}, {3584}, {0, 1, 2, 3}, {0}})
-    ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})->ArgsProduct({{1}, {151936}, {2048}, {0}, {0}})->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
-    ->ArgsProduct({{512}, {1536, 2048}, {512}, {0}, {0}})->ArgsProduct({{64}, {512}, {512}, {0}, {1}})->ArgsProduct({{1}, {32768}, {512}, {0}, {0, 1}})
+BENCHMARK(BM_LinearQuant)
+    ->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
+    ->ArgsProduct({{1}, {1024}, {3584}, {0, 1, 2, 3}, {0}})
+    ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})
+    ->ArgsProduct({{1}, {151936}, {2048}, {0}, {0}})
+    ->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3}, {0}})
+    ->ArgsProduct({{512}, {1536, 2048}, {512}, {0}, {0}})
+    ->ArgsProduct({{64}, {512}, {512}, {0}, {1}})
+    ->ArgsProduct({{1}, {32768}, {512}, {0}, {0, 1}})
     ->ArgsProduct({{1, 2}, {4096}, {1024}, {0, 1, 2, 3}, {1}})
     // Decode batches (c = 2-8) on a gate|up-sized weight and on the vocabulary's lm_head, streamed.
     ->ArgsProduct({{2, 4, 8}, {7168, 248320}, {1024}, {0, 1, 2, 3}, {0}})
-    ->Unit(benchmark::kMicrosecond)->UseRealTime();
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // The activation quantizer alone, one thread, rows of K floats in cache: what each int8 / int4 linear
 // pays before its product. Arg 2: 0 the AVX2 row (every x86 CPU), 1 the AVX-512 row (skipped without it).
@@ -157,9 +199,13 @@ void BM_QuantizeActivations(benchmark::State& state) {
     xq.resize(M, K);
     for (auto _ : state)
         for (int64_t m = 0; m < M; ++m) quantize(x.data() + m * K, &xq, m);
-    state.counters["floats/s"] = benchmark::Counter(static_cast<double>(M * K), benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["floats/s"] =
+        benchmark::Counter(static_cast<double>(M * K), benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_QuantizeActivations)->ArgsProduct({{512}, {256, 512}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_QuantizeActivations)
+    ->ArgsProduct({{512}, {256, 512}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // The super-block fits, one thread: weights per second quantized (load-time quantization and `gdn
 // quantize` spend most of their time here). Arg: 0 int4-k (engine fit), 1 int4-k (ggml's fit, the
@@ -177,7 +223,8 @@ void BM_QuantizeSuperBlock(benchmark::State& state) {
     for (auto _ : state)
         for (int b = 0; b < kBlocks; ++b) {
             const float* xb = x.data() + 256 * b;
-            if (kind == 2) benchmark::DoNotOptimize(gdn::kquant::quantize_q6k(xb));
+            if (kind == 2)
+                benchmark::DoNotOptimize(gdn::kquant::quantize_q6k(xb));
             else
                 benchmark::DoNotOptimize(gdn::kquant::quantize_q4k(
                     xb, kind == 0 ? gdn::kquant::Q4KFit::ENGINE : gdn::kquant::Q4KFit::GGML));
@@ -192,11 +239,11 @@ BENCHMARK(BM_QuantizeSuperBlock)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMilli
 struct GdnBenchLayer {
     static constexpr int64_t Hk = 16, Hv = 16, Dk = 128, Dv = 128, K = 4;
     static constexpr int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, ldp = CD + VD + 2 * Hv;
-    std::vector<float> proj, conv_w = std::vector<float>(CD * K, 0.1f), conv_wT = std::vector<float>(K * CD, 0.1f),
-                             negA = std::vector<float>(Hv, -1.0f), dtb = std::vector<float>(Hv, -2.0f),
-                             nw = std::vector<float>(Dv, 1.0f);
-    gdn::ops::GdnParams params{Hk, Hv, Dk, Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(),
-                               nw.data(), false};
+    std::vector<float> proj, conv_w = std::vector<float>(CD * K, 0.1f),
+                             conv_wT = std::vector<float>(K * CD, 0.1f), negA = std::vector<float>(Hv, -1.0f),
+                             dtb = std::vector<float>(Hv, -2.0f), nw = std::vector<float>(Dv, 1.0f);
+    gdn::ops::GdnParams params{
+        Hk, Hv, Dk, Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(), nw.data(), false};
     explicit GdnBenchLayer(int64_t T) : proj(T * ldp) {
         uint32_t s = 3;
         for (auto& x : proj) x = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
@@ -216,16 +263,20 @@ void BM_GdnMixer(benchmark::State& state) {
     std::vector<float> conv((G::K - 1) * G::CD, 0.0f), ssm(G::Hv * G::Dk * G::Dv, 0.0f), out(T * G::VD);
     gdn::ops::Scratch sc;
     for (auto _ : state)
-        gdn::ops::gdn_mixer(layer.proj.data(), G::ldp, {{0, T, conv.data(), ssm.data()}}, layer.params, out.data(), sc,
-                            false);
-    state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
+        gdn::ops::gdn_mixer(layer.proj.data(), G::ldp, {{0, T, conv.data(), ssm.data()}}, layer.params,
+                            out.data(), sc, false);
+    state.counters["tokens/s"] =
+        benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
     // 4 vector ops per state element per token (2 FMA pass 1, mul + FMA pass 2) at 2 per cycle per core.
     const double fp32_elems_per_s = limits().fp32_gflops * 1e9 / 2.0;  // FMA lanes per second, all threads
     state.counters["bound_tokens/s"] = fp32_elems_per_s / (4.0 * G::Hv * G::Dk * G::Dv);
     gdn::set_delta_rule_form(gdn::DeltaRuleForm::AUTO);
 }
-BENCHMARK(BM_GdnMixer)->Args({1, 0})->ArgsProduct({{64, 128, 256, 512, 1024, 4096, 16384}, {0, 1}})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GdnMixer)
+    ->Args({1, 0})
+    ->ArgsProduct({{64, 128, 256, 512, 1024, 4096, 16384}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // A GDN decode step whose state comes from DRAM, as in a model (a step reads 18 layers' states, 18 MB,
 // between two visits of a layer): cycles through 64 layers' states (64 MB). Reports µs per layer-step
@@ -249,7 +300,8 @@ void BM_GdnDecodeStream(benchmark::State& state) {
     if (with_gemv) {
         wsrc = random_bf16(8224 * 1024);
         for (int c = 0; c < 8; ++c)
-            ws.push_back(gdn::make_linear({gdn::TensorView::contiguous(wsrc.data(), gdn::DType::BF16, {8224, 1024})}));
+            ws.push_back(
+                gdn::make_linear({gdn::TensorView::contiguous(wsrc.data(), gdn::DType::BF16, {8224, 1024})}));
     }
     std::vector<float> gx(1024, 0.01f), gy(8224);
     int64_t it = 0;
@@ -257,13 +309,13 @@ void BM_GdnDecodeStream(benchmark::State& state) {
         if (with_gemv) gdn::linear(gx.data(), 1, ws[it++ % ws.size()], gy.data(), true);
         const auto t0 = std::chrono::steady_clock::now();
         float* ssm = huge ? ssm_huge.as<float>() + l * state_n : small[l].data();
-        gdn::ops::gdn_mixer(layer.proj.data(), G::ldp, {{0, 1, conv.data() + l * (G::K - 1) * G::CD, ssm}}, layer.params,
-                            out.data(), sc, false);
+        gdn::ops::gdn_mixer(layer.proj.data(), G::ldp, {{0, 1, conv.data() + l * (G::K - 1) * G::CD, ssm}},
+                            layer.params, out.data(), sc, false);
         state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         l = (l + 23) % L;  // not the next layer: a model does not read the states in address order
     }
-    state.counters["state_GB/s"] = benchmark::Counter(2.0 * state_n * sizeof(float),
-                                                      benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["state_GB/s"] =
+        benchmark::Counter(2.0 * state_n * sizeof(float), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
 BENCHMARK(BM_GdnDecodeStream)->Arg(0)->Arg(1)->Arg(2)->Arg(3)->Unit(benchmark::kMicrosecond)->UseManualTime();
@@ -283,15 +335,16 @@ void BM_GdnRuleKernel(benchmark::State& state) {
     for (auto _ : state) {
         if (chunked)
             for (int64_t c = 0; c < T; c += C)
-                gdn::cpu::avx512::gdn_chunk(S.data(), &q[c * Dk], &k[c * Dk], &v[c * Dv], &g[c], &beta[c], Dk, Dv,
-                                            &o[c * Dv], scratch.data());
+                gdn::cpu::avx512::gdn_chunk(S.data(), &q[c * Dk], &k[c * Dk], &v[c * Dv], &g[c], &beta[c], Dk,
+                                            Dv, &o[c * Dv], scratch.data());
         else
-            gdn::cpu::avx512::gdn_slab(S.data(), q.data(), k.data(), Dk, v.data(), Dv, o.data(), Dv, decay.data(),
-                                       beta.data(), 1, kq.data(), 1, T, Dk, Dv, 0, Dv);
+            gdn::cpu::avx512::gdn_slab(S.data(), q.data(), k.data(), Dk, v.data(), Dv, o.data(), Dv,
+                                       decay.data(), beta.data(), 1, kq.data(), 1, T, Dk, Dv, 0, Dv);
     }
-    state.counters["us/token-head"] = benchmark::Counter(T / 1e6, benchmark::Counter::kIsIterationInvariantRate |
-                                                                      benchmark::Counter::kInvert);
-    state.counters["GFLOP/s"] = benchmark::Counter(T * 2.0 * 77.8e3, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["us/token-head"] = benchmark::Counter(
+        T / 1e6, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(T * 2.0 * 77.8e3, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_GdnRuleKernel)->Arg(0)->Arg(1)->UseRealTime();
 
@@ -313,11 +366,17 @@ void BM_LinearSwiglu(benchmark::State& state) {
             gdn::ops::swiglu(gu.data(), M, I, act.data(), false);
         }
     }
-    state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * 2 * I * K, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(2.0 * M * 2 * I * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["bf16_peak_GFLOP/s"] = limits().bf16_gflops;
 }
-BENCHMARK(BM_LinearSwiglu)->Args({1, 0})->Args({1, 1})->Args({512, 0})->Args({512, 1})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_LinearSwiglu)
+    ->Args({1, 0})
+    ->Args({1, 1})
+    ->Args({512, 0})
+    ->Args({512, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Causal prefill attention of T tokens with no past, Qwen3.5-0.8B shape (Hq = 8, Hkv = 2, D = 256), gated,
 // contiguous KV. FLOPs: QK^T and PV over the causal triangle, 2 * 2 * D * Hq * T(T+1)/2. Arg 1: KV
@@ -325,11 +384,13 @@ BENCHMARK(BM_LinearSwiglu)->Args({1, 0})->Args({1, 1})->Args({512, 0})->Args({51
 // K/V of one layer in both dtypes, in huge-page buffers like the engine's KV arenas.
 struct KvArena {
     gdn::Buffer k, v, k16, v16;
-    KvArena(int64_t n, uint32_t seed) : k(n * 4, false), v(n * 4, false), k16(n * 2, false), v16(n * 2, false) {
+    KvArena(int64_t n, uint32_t seed)
+        : k(n * 4, false), v(n * 4, false), k16(n * 2, false), v16(n * 2, false) {
         uint32_t s = seed;
         for (gdn::Buffer* b : {&k, &v})
             for (int64_t i = 0; i < n; ++i)
-                b->as<float>()[i] = gdn::round_bf16(((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
+                b->as<float>()[i] =
+                    gdn::round_bf16(((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f);
         gdn::convert_from_f32(k.as<float>(), gdn::DType::BF16, k16.data(), n);
         gdn::convert_from_f32(v.as<float>(), gdn::DType::BF16, v16.data(), n);
     }
@@ -350,12 +411,15 @@ void BM_AttentionPrefill(benchmark::State& state) {
     const bool bf16_mode = state.range(2) != 0;  // AMX tiles where the CPU has them, else vdpbf16ps
     for (auto _ : state)
         gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, bf16_mode);
-    state.counters["GFLOP/s"] = benchmark::Counter(4.0 * D * Hq * T * (T + 1) / 2.0,
-                                                   benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["GFLOP/s"] =
+        benchmark::Counter(4.0 * D * Hq * T * (T + 1) / 2.0, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["fp32_peak_GFLOP/s"] = limits().fp32_gflops;
     state.counters["bf16_peak_GFLOP/s"] = limits().bf16_gflops;
 }
-BENCHMARK(BM_AttentionPrefill)->ArgsProduct({{512, 2048, 8192}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_AttentionPrefill)
+    ->ArgsProduct({{512, 2048, 8192}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // A prefill chunk of T = 512 tokens after n_past keys already cached (a long prompt through the server,
 // which prefills it in chunks; `gdn bench --pp 512 --depth D`), 0.8B shape, bf16 mode. Args: n_past, KV
@@ -408,16 +472,26 @@ void attention_decode_bench(benchmark::State& state, int n_layers, int64_t block
         const std::vector<gdn::ops::AttnSeq> seqs = {{0, 1, n - 1, rows}};
         gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, false);
     }
-    state.counters["KV_GB/s"] = benchmark::Counter(2.0 * n * Hkv * D * (bf16 ? 2 : 4),
-                                                   benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["KV_GB/s"] =
+        benchmark::Counter(2.0 * n * Hkv * D * (bf16 ? 2 : 4), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
 // Contiguous rows, eight layers.
-void BM_AttentionDecode(benchmark::State& state) { attention_decode_bench(state, 8, 0); }
-BENCHMARK(BM_AttentionDecode)->ArgsProduct({{256, 2048, 8192}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_AttentionDecode(benchmark::State& state) {
+    attention_decode_bench(state, 8, 0);
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{256, 2048, 8192}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 // 16-token blocks, six layers (the 0.8B shape's attention layers; 0.4 GB of f32 K/V at 16k keys).
-void BM_AttentionDecodePaged(benchmark::State& state) { attention_decode_bench(state, 6, 16); }
-BENCHMARK(BM_AttentionDecodePaged)->ArgsProduct({{16384, 32768}, {0, 1}})->Unit(benchmark::kMicrosecond)->UseRealTime();
+void BM_AttentionDecodePaged(benchmark::State& state) {
+    attention_decode_bench(state, 6, 16);
+}
+BENCHMARK(BM_AttentionDecodePaged)
+    ->ArgsProduct({{16384, 32768}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 

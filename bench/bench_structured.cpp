@@ -68,11 +68,15 @@ const std::shared_ptr<const Grammar>& tool_grammar() {
 // token). The time is the whole per-token cost: the walk or the cache lookup, and writing -inf into a
 // logits row for the rejected tokens (TokenConstraint::mask).
 void BM_TokenMask(benchmark::State& state) {
-    static const char* kPrefixes[] = {"", "{\"name\"", "{\"name\": \"The quick brown ", "{\"name\": \"x\", \"age\": 12",
-                                      "{\"name\": \"x\", \"age\": 1, \"tags\": [\"a\", ",
-                                      "<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/a.py\n</parameter>\n"
-                                      "<parameter=content>\nimport os\nprint(",
-                                      "<tool"};
+    static const char* kPrefixes[] = {
+        "",
+        "{\"name\"",
+        "{\"name\": \"The quick brown ",
+        "{\"name\": \"x\", \"age\": 12",
+        "{\"name\": \"x\", \"age\": 1, \"tags\": [\"a\", ",
+        "<tool_call>\n<function=write_file>\n<parameter=path>\n/tmp/a.py\n</parameter>\n"
+        "<parameter=content>\nimport os\nprint(",
+        "<tool"};
     const int which = static_cast<int>(state.range(0));
     const VocabTrie& trie = state.range(1) ? synthetic_248k_trie() : qwen3_trie();  // built before the timing
     const auto& g = which >= 5 ? tool_grammar() : schema_grammar();
@@ -103,7 +107,9 @@ void BM_TokenMask(benchmark::State& state) {
     state.counters["allowed"] = static_cast<double>(allowed);
     state.counters["vocab"] = trie.vocab();
 }
-BENCHMARK(BM_TokenMask)->ArgsProduct({benchmark::CreateDenseRange(0, 6, 1), {0, 1}, {0, 1}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_TokenMask)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, 6, 1), {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_VocabTrieBuild(benchmark::State& state) {
     auto tok = Tokenizer::load(std::string(GDN_SOURCE_DIR) + "/tests/data/tokenizer/qwen3");

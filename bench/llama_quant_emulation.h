@@ -24,7 +24,6 @@ double bits_per_weight(GgmlType t);  // including the block's scales
 // out[n] = dequantize(quantize(x[n])); n a multiple of block_size(t). x and out may alias.
 void round_trip(GgmlType t, const float* x, int64_t n, float* out);
 
-
 // The file mixtures llama-quantize writes (its --type argument), no importance matrix.
 enum class Mixture { Q8_0, Q4_0, Q4_K_M, Q6_K };
 bool parse_mixture(const std::string& s, Mixture* out);

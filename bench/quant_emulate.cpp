@@ -38,7 +38,8 @@ int usage(const char* why) {
         stderr,
         "quant_emulate: %s\nusage: quant_emulate --model DIR --out DIR (--llama Q8_0|Q4_0|Q4_K_M|Q6_K | "
         "--ours int8|int4|int4-sym) [--tensor-type REGEX=TYPE ...]\n"
-        "  TYPE (F32 Q8_0 Q4_0 Q4_K Q6_K int8 int4-sym int4-k int6-k) replaces the choice for every main-model weight whose\n"
+        "  TYPE (F32 Q8_0 Q4_0 Q4_K Q6_K int8 int4-sym int4-k int6-k) replaces the choice for every "
+        "main-model weight whose\n"
         "  canonical name (\"layers.3.mlp.down_proj.weight\", \"embed_tokens.weight\") the regex finds;\n"
         "  the first matching rule wins, and a rule that matches nothing is an error\n",
         why);
@@ -53,7 +54,8 @@ bool is_main_matrix(const std::string& name, const TensorView& t) {
 // Our formats' round trip of one row: packed as a [1, K] weight and read back.
 void round_trip_ours(WeightFormat f, const float* x, int64_t K, float* out) {
     PackedWeight w;
-    quant::pack_quantized(f, 1, K, [&](int64_t, float* dst) { std::copy(x, x + K, dst); }, &w);
+    quant::pack_quantized(
+        f, 1, K, [&](int64_t, float* dst) { std::copy(x, x + K, dst); }, &w);
     quant::dequantize_row(w, 0, out);
 }
 
@@ -81,7 +83,8 @@ Plan plan_for(const std::string& type, const llama_emul::WeightInfo& m) {
     using llama_emul::GgmlType;
     WeightFormat f;
     if (parse_weight_format(type, &f)) {
-        const int64_t bk = weight_block_k(f), Kp = quant::n_blocks(f, m.cols) * bk;  // k padded to whole blocks
+        const int64_t bk = weight_block_k(f),
+                      Kp = quant::n_blocks(f, m.cols) * bk;  // k padded to whole blocks
         const double bits = 8.0 * quant::block_bytes(f) / (bk * quant::kCols) * Kp / m.cols;
         return {type, bits, [f](const float* x, int64_t n, float* y) { round_trip_ours(f, x, n, y); }};
     }
@@ -94,7 +97,8 @@ Plan plan_for(const std::string& type, const llama_emul::WeightInfo& m) {
         return {type, llama_emul::bits_per_weight(t),
                 [t](const float* x, int64_t n, float* y) { llama_emul::round_trip(t, x, n, y); }};
     }
-    throw std::invalid_argument("unknown type '" + type + "' (F32, Q8_0, Q4_0, Q4_K, Q6_K, int8, int4-sym, int4-k, int6-k)");
+    throw std::invalid_argument("unknown type '" + type +
+                                "' (F32, Q8_0, Q4_0, Q4_K, Q6_K, int8, int4-sym, int4-k, int6-k)");
 }
 
 }  // namespace
@@ -161,10 +165,11 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < mats.size(); ++i) {
             const auto& m = mats[i];
             // The engine's choice (model/quant_scheme.h); routers stay in float as in the engine.
-            std::string type = !llama.empty()                  ? llama_emul::type_name(types[i])
-                               : llama_emul::is_router(m.name) ? "F32"
-                                                               : weight_format_name(scheme_format(
-                                                                     *scheme, linear_of(m.name, tied), cfg->n_layers));
+            std::string type =
+                !llama.empty() ? llama_emul::type_name(types[i])
+                : llama_emul::is_router(m.name)
+                    ? "F32"
+                    : weight_format_name(scheme_format(*scheme, linear_of(m.name, tied), cfg->n_layers));
             for (Rule& r : overrides) {
                 if (std::regex_search(m.name, r.re)) {
                     type = r.type;

@@ -5,7 +5,8 @@
 #include "model/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-    auto c = gdn::parse_model_config(std::string(reinterpret_cast<const char*>(data), size), "fuzz/config.json");
+    auto c =
+        gdn::parse_model_config(std::string(reinterpret_cast<const char*>(data), size), "fuzz/config.json");
     (void)c;
     return 0;
 }

@@ -38,9 +38,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     o.tools = (mode & 4) ? &tools : nullptr;
     const gdn::ParsedOutput whole = run(text, o, text.size() + 1);
     const gdn::ParsedOutput pieces = run(text, o, 1 + (mode >> 3));
-    if (whole.reasoning != pieces.reasoning || whole.content != pieces.content || whole.calls.size() != pieces.calls.size())
+    if (whole.reasoning != pieces.reasoning || whole.content != pieces.content ||
+        whole.calls.size() != pieces.calls.size())
         std::abort();
     for (size_t i = 0; i < whole.calls.size(); ++i)
-        if (whole.calls[i].name != pieces.calls[i].name || whole.calls[i].arguments != pieces.calls[i].arguments) std::abort();
+        if (whole.calls[i].name != pieces.calls[i].name ||
+            whole.calls[i].arguments != pieces.calls[i].arguments)
+            std::abort();
     return 0;
 }

@@ -39,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             (void)gdn::to_json_text(e->to_json());
             continue;
         }
-        if (ids.empty() || static_cast<int64_t>(ids.size()) + r.params.max_tokens > lim.max_model_len) std::abort();
+        if (ids.empty() || static_cast<int64_t>(ids.size()) + r.params.max_tokens > lim.max_model_len)
+            std::abort();
         for (int32_t id : ids)
             if (id < 0 || id >= lim.vocab) std::abort();
     }

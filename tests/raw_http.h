@@ -73,9 +73,9 @@ inline bool raw_closed_within(int fd, double timeout_s) {
 }
 
 struct RawResponse {
-    int status = 0;  // 0: no complete response (closed or timed out)
+    int status = 0;                              // 0: no complete response (closed or timed out)
     std::map<std::string, std::string> headers;  // names lower-cased
-    std::string body;  // de-chunked
+    std::string body;                            // de-chunked
 };
 
 // Reads one response from fd (and any bytes already in *buf); leaves what follows it in *buf.
@@ -98,7 +98,8 @@ inline RawResponse raw_read_response(int fd, std::string* buf, double timeout_s 
     const int status = std::atoi(status_line.c_str() + 9);
     while (eol != std::string::npos && eol < head.size()) {
         const size_t next = head.find("\r\n", eol + 2);
-        const std::string line = head.substr(eol + 2, next == std::string::npos ? std::string::npos : next - eol - 2);
+        const std::string line =
+            head.substr(eol + 2, next == std::string::npos ? std::string::npos : next - eol - 2);
         const size_t c = line.find(':');
         if (c != std::string::npos) {
             std::string k = line.substr(0, c), v = line.substr(c + 1);
@@ -140,7 +141,8 @@ inline RawResponse raw_request(int port, const std::string& bytes, double timeou
     return r;
 }
 
-inline std::string http_post(const std::string& path, const std::string& body, const std::string& extra_headers = "") {
+inline std::string http_post(const std::string& path, const std::string& body,
+                             const std::string& extra_headers = "") {
     return "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n" + extra_headers + "\r\n" + body;
 }

@@ -16,12 +16,13 @@
 namespace gdn::test {
 
 class RunningServer {
-public:
+  public:
     RunningServer(std::unique_ptr<Engine> engine, std::shared_ptr<const Tokenizer> tok, ServerConfig cfg) {
         cfg.port = 0;
         server_ = std::make_unique<OpenAIServer>(std::move(engine), std::move(tok), cfg);
         thread_ = std::thread([this] { server_->run(); });
-        for (int i = 0; i < 500 && server_->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        for (int i = 0; i < 500 && server_->bound_port() == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         EXPECT_GT(server_->bound_port(), 0) << "the test server did not start";
     }
     ~RunningServer() {
@@ -31,7 +32,7 @@ public:
     int port() const { return server_->bound_port(); }
     OpenAIServer& server() { return *server_; }
 
-private:
+  private:
     std::unique_ptr<OpenAIServer> server_;
     std::thread thread_;
 };
@@ -39,7 +40,8 @@ private:
 // The demo model (models/demo) served on a free loopback port: an engine sized by `ec`, the model loaded
 // with `lo`, the tokenizer with `chat_template` when one is given (*tok gets it when asked for); null after
 // a test failure.
-inline std::unique_ptr<RunningServer> demo_server(const EngineConfig& ec, ServerConfig sc, const LoadOptions& lo = {},
+inline std::unique_ptr<RunningServer> demo_server(const EngineConfig& ec, ServerConfig sc,
+                                                  const LoadOptions& lo = {},
                                                   const std::string& chat_template = "",
                                                   std::shared_ptr<const Tokenizer>* tok = nullptr) {
     auto m = Model::load(demo_model_dir(), nullptr, lo);

@@ -9,10 +9,10 @@
 #include <new>
 #include <vector>
 
-#include "engine/engine.h"
-#include "model/model.h"
 #include "core/buffer.h"
 #include "core/thread_pool.h"
+#include "engine/engine.h"
+#include "model/model.h"
 #include "ops/dispatch.h"
 #include "test_util.h"
 
@@ -24,15 +24,28 @@ std::atomic<int64_t> g_allocs{0};
 // GCC 12 reports free() on memory from the replaced operator new as mismatched; here both are malloc/free.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 void* operator new(size_t n) {
-    if (g_counting.load(std::memory_order_relaxed)) { g_allocs.fetch_add(1); if (std::getenv("GDN_ALLOC_ABORT")) std::abort(); }
+    if (g_counting.load(std::memory_order_relaxed)) {
+        g_allocs.fetch_add(1);
+        if (std::getenv("GDN_ALLOC_ABORT")) std::abort();
+    }
     if (void* p = std::malloc(n ? n : 1)) return p;
     throw std::bad_alloc();
 }
-void* operator new[](size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, size_t) noexcept { std::free(p); }
-void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void* operator new[](size_t n) {
+    return operator new(n);
+}
+void operator delete(void* p) noexcept {
+    std::free(p);
+}
+void operator delete[](void* p) noexcept {
+    std::free(p);
+}
+void operator delete(void* p, size_t) noexcept {
+    std::free(p);
+}
+void operator delete[](void* p, size_t) noexcept {
+    std::free(p);
+}
 // The nothrow forms too (std::stable_sort's buffer uses them): left to the runtime, they would come
 // from its allocator (ASan's) and be freed by ours above, which ASan rightly reports as a mismatch.
 void* operator new(size_t n, const std::nothrow_t&) noexcept {
@@ -42,9 +55,15 @@ void* operator new(size_t n, const std::nothrow_t&) noexcept {
         return nullptr;
     }
 }
-void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void* operator new[](size_t n, const std::nothrow_t& t) noexcept {
+    return operator new(n, t);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+    std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+    std::free(p);
+}
 
 using namespace gdn;
 using namespace gdn::test;
@@ -57,7 +76,7 @@ namespace {
 // have run nothing: scratch a worker would grow on its first job shows up every time, not once in a
 // hundred CI runs. At least two threads, so there is a worker.
 class FreshWorkersForCounting {
-public:
+  public:
     FreshWorkersForCounting() : n_(std::max(2, default_thread_count())) { set_global_threads(n_); }
     ~FreshWorkersForCounting() { set_global_threads(default_thread_count()); }
     void replace_pool() const {
@@ -65,7 +84,7 @@ public:
         set_global_threads(n_);
     }
 
-private:
+  private:
     int n_;
 };
 
@@ -89,7 +108,8 @@ TEST_P(NoAlloc, DecodeStepsDoNotAllocateAfterWarmUp) {
         logits.reserve(3 * (*m)->config().vocab);
         for (auto& s : st) ASSERT_TRUE((*m)->forward({{&s, prompt.data(), 5, false}}, fo, &logits).is_ok());
         int32_t t[3] = {7, 8, 9};
-        std::vector<SequenceInput> batch = {{&st[0], &t[0], 1, false}, {&st[1], &t[1], 1, false}, {&st[2], &t[2], 1, false}};
+        std::vector<SequenceInput> batch = {
+            {&st[0], &t[0], 1, false}, {&st[1], &t[1], 1, false}, {&st[2], &t[2], 1, false}};
         for (int warm = 0; warm < 2; ++warm) {
             logits.clear();
             ASSERT_TRUE((*m)->forward(batch, fo, &logits).is_ok());
@@ -122,7 +142,8 @@ TEST(NoAllocEngine, EngineDecodeStepsDoNotAllocate) {
     sp.temperature = 0;
     sp.max_tokens = 100;
     sp.ignore_eos = true;
-    for (int i = 0; i < 4; ++i) ASSERT_TRUE((*e)->add_request(Prompt::from_ids({1, 2, 3, 4, 5 + i}), sp).is_ok());
+    for (int i = 0; i < 4; ++i)
+        ASSERT_TRUE((*e)->add_request(Prompt::from_ids({1, 2, 3, 4, 5 + i}), sp).is_ok());
     for (int i = 0; i < 5; ++i) (*e)->step();  // prefills, first decodes: buffers grow here
     workers.replace_pool();
     g_allocs = 0;
@@ -135,7 +156,8 @@ TEST(NoAllocEngine, EngineDecodeStepsDoNotAllocate) {
     EXPECT_EQ(g_allocs.load(), 0) << "heap allocations in 20 engine decode steps";
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, NoAlloc, ::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
+INSTANTIATE_TEST_SUITE_P(Families, NoAlloc,
+                         ::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
                          [](const auto& info) {
                              std::string s = info.param;
                              for (auto& ch : s)

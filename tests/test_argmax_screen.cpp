@@ -55,19 +55,20 @@ void on_screen_paths(const F& body) {
 
 TEST(ArgmaxScreen, RandomOutputsGiveTheFullPassIds) {
     on_screen_paths([&] {
-        for (auto [N, K] : std::vector<std::array<int64_t, 2>>{{1, 1}, {31, 3}, {33, 5}, {100, 64}, {1000, 127}, {5000, 1024},
-                                                               {40000, 256}}) {
+        for (auto [N, K] : std::vector<std::array<int64_t, 2>>{
+                 {1, 1}, {31, 3}, {33, 5}, {100, 64}, {1000, 127}, {5000, 1024}, {40000, 256}}) {
             Screened w(random_vec(N * K, static_cast<uint32_t>(N + K), -0.1f, 0.1f), N, K);
             ASSERT_TRUE(w.screened.screen);
             for (uint32_t trial = 0; trial < 20; ++trial) {
                 auto x = random_vec(K, 100 + trial, -2.0f, 2.0f);
-                if (trial % 4 == 1) x[trial % K] = 60.0f;   // an outlier channel: coarse x quantisation
+                if (trial % 4 == 1) x[trial % K] = 60.0f;  // an outlier channel: coarse x quantisation
                 if (trial % 4 == 2)
-                    for (auto& v : x) v *= 1e-3f;           // small activations
+                    for (auto& v : x) v *= 1e-3f;  // small activations
                 const int32_t want = argmax_of(x.data(), w.full);
                 // The screen itself (true: it ran, no overflow), and through linear_argmax.
                 std::vector<uint32_t> xp((K + 1) / 2, 0);
-                for (int64_t k = 0; k < K; ++k) xp[k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[k])) << (16 * (k & 1));
+                for (int64_t k = 0; k < K; ++k)
+                    xp[k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[k])) << (16 * (k & 1));
                 // x is quantised with one scale: an outlier channel widens the bounds, and the candidates may
                 // overflow (then the full pass runs, counted); otherwise the screen must run.
                 int32_t got = -7;
@@ -78,7 +79,8 @@ TEST(ArgmaxScreen, RandomOutputsGiveTheFullPassIds) {
                 if (ran) {
                     EXPECT_EQ(got, want) << "N=" << N << " K=" << K << " trial=" << trial;
                 }
-                EXPECT_EQ(argmax_of(x.data(), w.screened), want) << "N=" << N << " K=" << K << " trial=" << trial;
+                EXPECT_EQ(argmax_of(x.data(), w.screened), want)
+                    << "N=" << N << " K=" << K << " trial=" << trial;
             }
         }
     });
@@ -95,20 +97,23 @@ TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
             Screened w(random_vec(N * K, static_cast<uint32_t>(3 * N + K), -0.1f, 0.1f), N, K);
             for (int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 16, 17}) {
                 for (uint32_t trial = 0; trial < 6; ++trial) {
-                    std::vector<float> x = random_vec(M * K, 500 + 10 * static_cast<uint32_t>(M) + trial, -2.0f, 2.0f);
+                    std::vector<float> x =
+                        random_vec(M * K, 500 + 10 * static_cast<uint32_t>(M) + trial, -2.0f, 2.0f);
                     // A zero row: the second, or past one stream the last (a second chunk that overflows
                     // after the first ran must leave the ids unwritten too).
                     const int64_t zero_row = M > cpu::kScreenRows ? M - 1 : 1;
                     if (M > 1 && trial % 3 == 1)
                         for (int64_t k = 0; k < K; ++k) x[zero_row * K + k] = 0.0f;
-                    if (M > 2 && trial % 3 == 2) std::copy(x.begin(), x.begin() + K, x.begin() + 2 * K);  // a repeated row
+                    if (M > 2 && trial % 3 == 2)
+                        std::copy(x.begin(), x.begin() + K, x.begin() + 2 * K);  // a repeated row
                     std::vector<int32_t> want(M), got(M, -7), through(M, -7);
                     for (int64_t m = 0; m < M; ++m) want[m] = argmax_of(x.data() + m * K, w.full);
                     const int64_t K2 = (K + 1) / 2;
                     std::vector<uint32_t> xp(M * K2, 0);
                     for (int64_t m = 0; m < M; ++m)
                         for (int64_t k = 0; k < K; ++k)
-                            xp[m * K2 + k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[m * K + k])) << (16 * (k & 1));
+                            xp[m * K2 + k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[m * K + k]))
+                                                  << (16 * (k & 1));
                     const bool ran = screened_argmax(xp.data(), M, w.screened, got.data());
                     // A zero row's outputs are all equal: beyond the candidate capacity the full pass runs.
                     const bool flat_row = M > 1 && trial % 3 == 1;
@@ -118,7 +123,8 @@ TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
                     if (ran) {
                         EXPECT_EQ(got, want) << "N=" << N << " M=" << M << " trial=" << trial;
                     } else {
-                        EXPECT_EQ(got, std::vector<int32_t>(M, -7)) << "N=" << N << " M=" << M << " trial=" << trial;
+                        EXPECT_EQ(got, std::vector<int32_t>(M, -7))
+                            << "N=" << N << " M=" << M << " trial=" << trial;
                     }
                     linear_argmax(x.data(), M, w.screened, through.data(), true);
                     EXPECT_EQ(through, want) << "N=" << N << " M=" << M << " trial=" << trial;
@@ -145,7 +151,7 @@ TEST(ArgmaxScreen, AmxTilesGiveTheVnniScreenBitForBit) {
     std::vector<uint32_t> xq(cpu::kScreenRows * s.K4);
     uint32_t seed = 5;
     for (auto& q : xq) q = seed = seed * 1664525u + 1013904223u;  // any unsigned bytes
-    const int64_t ld = s.n_panels + 3;                              // a row stride past the panels' columns
+    const int64_t ld = s.n_panels + 3;                            // a row stride past the panels' columns
     auto run = [&](int M) {
         std::vector<ScreenRow> r(M);
         for (int m = 0; m < M; ++m) r[m] = ScreenRow{1e-3f * (m + 1), 1e-4f, 1e-4f, 0.0f, 1e-30f};
@@ -254,7 +260,8 @@ TEST(ArgmaxScreen, FlatZeroAndNonFiniteRowsStillGiveTheFullPassIds) {
         bad[3] = INFINITY;
         int32_t id = -7;
         uint32_t xp[8];
-        for (int64_t k = 0; k < K; k += 2) xp[k / 2] = f32_to_bf16(bad[k]) | static_cast<uint32_t>(f32_to_bf16(bad[k + 1])) << 16;
+        for (int64_t k = 0; k < K; k += 2)
+            xp[k / 2] = f32_to_bf16(bad[k]) | static_cast<uint32_t>(f32_to_bf16(bad[k + 1])) << 16;
         EXPECT_FALSE(screened_argmax(xp, 1, r.screened, &id));
         EXPECT_EQ(id, -7);
     });

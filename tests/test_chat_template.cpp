@@ -11,7 +11,9 @@ using namespace gdn::test;
 
 namespace {
 
-std::string templates_dir() { return source_dir() + "/tests/data/chat_templates"; }
+std::string templates_dir() {
+    return source_dir() + "/tests/data/chat_templates";
+}
 
 TEST(ChatTemplate, MatchesReferenceRenderer) {
     auto cases = read_json_file(templates_dir() + "/expected.json");
@@ -30,7 +32,8 @@ TEST(ChatTemplate, MatchesReferenceRenderer) {
         ctx.set("add_generation_prompt", jinja::Value(c["add_generation_prompt"].get<bool>()));
         ctx.set("bos_token", jinja::Value(""));
         ctx.set("eos_token", jinja::Value("<|im_end|>"));
-        if (!c["enable_thinking"].is_null()) ctx.set("enable_thinking", jinja::Value(c["enable_thinking"].get<bool>()));
+        if (!c["enable_thinking"].is_null())
+            ctx.set("enable_thinking", jinja::Value(c["enable_thinking"].get<bool>()));
         auto out = parsed.at(name).render(ctx);
         ASSERT_TRUE(out.is_ok()) << name << " " << c["conversation"] << ": " << out.message();
         EXPECT_EQ(*out, c["expected"].get<std::string>())
@@ -51,7 +54,8 @@ TEST(ChatTemplate, ToolConversationsMatchTheReferenceRenderer) {
     for (const Json& c : *cases) {
         const std::string name = c["template"].get<std::string>();
         if (!parsed.count(name)) {
-            auto t = ChatTemplate::from_source(read_bytes(templates_dir() + "/" + name + ".jinja"), "", "<|im_end|>");
+            auto t = ChatTemplate::from_source(read_bytes(templates_dir() + "/" + name + ".jinja"), "",
+                                               "<|im_end|>");
             ASSERT_TRUE(t.is_ok()) << name << ": " << t.message();
             EXPECT_TRUE((*t)->renders_tools());
             parsed.emplace(name, *t);
@@ -70,16 +74,19 @@ TEST(ChatTemplate, ToolConversationsMatchTheReferenceRenderer) {
 }
 
 TEST(ChatTemplate, ToolCallArgumentsMustBeAnObject) {
-    auto ct = ChatTemplate::from_source(read_bytes(templates_dir() + "/qwen3_5_style.jinja"), "", "<|im_end|>");
+    auto ct =
+        ChatTemplate::from_source(read_bytes(templates_dir() + "/qwen3_5_style.jinja"), "", "<|im_end|>");
     ASSERT_TRUE(ct.is_ok());
     ChatRequest req;
     for (const char* args : {R"("{not json")", R"("[1, 2]")", "7"}) {
-        req.messages = Json::parse(std::string(R"([{"role":"user","content":"x"},{"role":"assistant","content":null,)"
-                                               R"("tool_calls":[{"type":"function","function":{"name":"f","arguments":)") +
-                                   args + "}}]}]");
+        req.messages = Json::parse(
+            std::string(R"([{"role":"user","content":"x"},{"role":"assistant","content":null,)"
+                        R"("tool_calls":[{"type":"function","function":{"name":"f","arguments":)") +
+            args + "}}]}]");
         auto out = (*ct)->render(req);
         ASSERT_FALSE(out.is_ok()) << args;
-        EXPECT_NE(out.message().find("messages[1].tool_calls[0].function.arguments"), std::string::npos) << out.message();
+        EXPECT_NE(out.message().find("messages[1].tool_calls[0].function.arguments"), std::string::npos)
+            << out.message();
     }
 }
 
@@ -92,8 +99,9 @@ TEST(ChatTemplate, CheckpointTemplateThroughTheTokenizer) {
     req.messages = Json::parse(R"([{"role":"user","content":"Tell me a fortune."}])");
     EXPECT_EQ(*(*ct)->render(req), "<|im_start|>user\nTell me a fortune.<|im_end|>\n<|im_start|>assistant\n");
     req.enable_thinking = false;
-    EXPECT_EQ(*(*ct)->render(req),
-              "<|im_start|>user\nTell me a fortune.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+    EXPECT_EQ(
+        *(*ct)->render(req),
+        "<|im_start|>user\nTell me a fortune.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
     // The demo model's reference prompt ids (models/demo/reference_logits.json).
     req.enable_thinking.reset();
     EXPECT_EQ((*tok)->encode(*(*ct)->render(req)),
@@ -121,12 +129,16 @@ TEST(Jinja, ExpressionsAndStatements) {
     };
     EXPECT_EQ(render("{{ 1 + 2 * 3 }}|{{ 7 // 2 }}|{{ -7 % 3 }}|{{ 'a' ~ 1 }}"), "7|3|2|a1");
     EXPECT_EQ(render("{{ 'abc'[::-1] }}{{ [1,2,3][-1] }}{{ 'a,b,,c'.split(',')|length }}"), "cba34");
-    EXPECT_EQ(render("{% for x in xs if x > 1 %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}",
-                     {{"xs", {1, 2, 3}}}),
-              "12,23");
-    EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}"),
+    EXPECT_EQ(
+        render(
+            "{% for x in xs if x > 1 %}{{ loop.index }}{{ x }}{% if not loop.last %},{% endif %}{% endfor %}",
+            {{"xs", {1, 2, 3}}}),
+        "12,23");
+    EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor "
+                     "%}{{ ns.n }}"),
               "6");
-    EXPECT_EQ(render("{% macro m(a, b='d') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b='x') }}"), "[1d][2x]");
+    EXPECT_EQ(render("{% macro m(a, b='d') %}[{{ a }}{{ b }}]{% endmacro %}{{ m(1) }}{{ m(2, b='x') }}"),
+              "[1d][2x]");
     EXPECT_EQ(render("{{ x is defined }} {{ y is none }} {{ 'q' in 'xqz' }} {{ d|tojson }}",
                      {{"y", nullptr}, {"d", {{"k", {1, "v"}}}}}),
               "false true true {\"k\": [1, \"v\"]}");
@@ -153,23 +165,27 @@ TEST(Jinja, HostileTemplatesAreErrors) {
     auto has = [](const std::string& msg, const std::string& needle) {
         EXPECT_NE(msg.find(needle), std::string::npos) << msg;
     };
-    has(render_error("{{ " + std::string(50000, '(') + "1" + std::string(50000, ')') + " }}"), "nested more than");
+    has(render_error("{{ " + std::string(50000, '(') + "1" + std::string(50000, ')') + " }}"),
+        "nested more than");
     has(render_error("{{ " + std::string(50000, '[') + std::string(50000, ']') + " }}"), "nested more than");
     has(render_error("{{ " + std::string(50000, '-') + "1 }}"), "nested more than");
     std::string blocks;
     for (int i = 0; i < 20000; ++i) blocks += "{% if 1 %}";
     has(render_error(blocks + "x"), "nested more than");
     has(render_error("{% for i in range(100000000) %}x{% endfor %}"), "range() of more than");
-    has(render_error("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(2) %}{% endfor %}{% endfor %}{% endfor %}"),
+    has(render_error("{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(2) %}{% endfor "
+                     "%}{% endfor %}{% endfor %}"),
         "loop iterations");
     has(render_error("{{ 9223372036854775807 + 1 }}"), "integer overflow");
     has(render_error("{{ -9223372036854775807 - 1 - 1 }}"), "integer overflow");
     has(render_error("{{ 99999999999999999999999 }}"), "number out of range");
     has(render_error("{{ 'ab' * 100000000000 }}"), "repeated string");
     // range() near the int64 ends and a float far out of int range do not wrap.
-    auto t = gdn::jinja::Template::parse("{% for i in range(9223372036854775805, 9223372036854775807) %}{{ i }},{% endfor %}");
+    auto t = gdn::jinja::Template::parse(
+        "{% for i in range(9223372036854775805, 9223372036854775807) %}{{ i }},{% endfor %}");
     ASSERT_TRUE(t.is_ok());
-    EXPECT_EQ(*t->render(gdn::jinja::Value::from_json(gdn::Json::object())), "9223372036854775805,9223372036854775806,");
+    EXPECT_EQ(*t->render(gdn::jinja::Value::from_json(gdn::Json::object())),
+              "9223372036854775805,9223372036854775806,");
     // A long run of spaces before a block (std::regex recursed per space here).
     auto sp = gdn::jinja::Template::parse(std::string(300000, ' ') + "{% if 1 %}x{% endif %}");
     ASSERT_TRUE(sp.is_ok()) << sp.message();

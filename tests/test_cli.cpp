@@ -78,11 +78,12 @@ TEST(Cli, RunErrorsAreClear) {
     r = run_gdn("frobnicate");
     EXPECT_EQ(r.exit_code, 2);
     // serve's scheduling knobs are checked before the model loads.
-    for (const char* bad : {"--prefill-step-ms -5", "--prefill-step-ms x", "--admit-prompt-tokens -1", "--arrival-wait-ms 5000",
-                            "--arrival-wait-ms -1"}) {
+    for (const char* bad : {"--prefill-step-ms -5", "--prefill-step-ms x", "--admit-prompt-tokens -1",
+                            "--arrival-wait-ms 5000", "--arrival-wait-ms -1"}) {
         r = run_gdn("serve --model " + demo_model_dir() + " " + bad);
         EXPECT_EQ(r.exit_code, 2) << bad;
-        EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find(std::string(bad).substr(0, std::string(bad).find(' '))), std::string::npos)
+            << r.out;
     }
 }
 
@@ -90,9 +91,10 @@ TEST(Cli, RunChatStreamsText) {
     // The demo model's greedy answer (models/demo/README.md "Sample outputs").
     RunResult r = run_gdn("run --model " + demo_model_dir() + " --chat 'Tell me a fortune.' -n 100");
     ASSERT_EQ(r.exit_code, 0) << r.out;
-    EXPECT_NE(r.out.find("The only thing about the world is that it is the best thing that you can\nhave a good "
-                         "thing.\n                -- Mae West\n"),
-              std::string::npos)
+    EXPECT_NE(
+        r.out.find("The only thing about the world is that it is the best thing that you can\nhave a good "
+                   "thing.\n                -- Mae West\n"),
+        std::string::npos)
         << r.out;
     EXPECT_EQ(r.out.find("<|im_end|>"), std::string::npos);  // special tokens are not printed
     r = run_gdn("run --model " + demo_model_dir() + " -p 'The cat' -n 5 --print-ids --ignore-eos");
@@ -102,20 +104,23 @@ TEST(Cli, RunChatStreamsText) {
 TEST(Cli, RunWithSpeculativeDecodingGivesTheSameTextAndReportsAcceptance) {
     for (const char* spec : {R"('{"method":"mtp","num_speculative_tokens":2}')",
                              R"('{"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1}')"}) {
-        RunResult r = run_gdn("run --model " + demo_model_dir() + " --chat 'Tell me a fortune.' -n 100 --speculative-config " +
-                              spec);
+        RunResult r = run_gdn("run --model " + demo_model_dir() +
+                              " --chat 'Tell me a fortune.' -n 100 --speculative-config " + spec);
         ASSERT_EQ(r.exit_code, 0) << r.out;
-        EXPECT_NE(r.out.find("The only thing about the world is that it is the best thing that you can\nhave a good "
-                             "thing.\n                -- Mae West\n"),
+        EXPECT_NE(r.out.find(
+                      "The only thing about the world is that it is the best thing that you can\nhave a good "
+                      "thing.\n                -- Mae West\n"),
                   std::string::npos)
             << r.out;
         EXPECT_NE(r.out.find("speculation: "), std::string::npos) << r.out;
         EXPECT_NE(r.out.find("mean acceptance length"), std::string::npos) << r.out;
     }
-    RunResult bad = run_gdn("run --model " + demo_model_dir() + R"( --chat hi --speculative-config '{"method":"mtp"}')");
+    RunResult bad =
+        run_gdn("run --model " + demo_model_dir() + R"( --chat hi --speculative-config '{"method":"mtp"}')");
     EXPECT_EQ(bad.exit_code, 2);
     EXPECT_NE(bad.out.find("num_speculative_tokens"), std::string::npos) << bad.out;
-    bad = run_gdn("run --model " + golden_dir("qwen3_5") + R"( --prompt-ids 1,2 --speculative-config '{"method":"mtp","num_speculative_tokens":1}')");
+    bad = run_gdn("run --model " + golden_dir("qwen3_5") +
+                  R"( --prompt-ids 1,2 --speculative-config '{"method":"mtp","num_speculative_tokens":1}')");
     EXPECT_EQ(bad.exit_code, 1);
     EXPECT_NE(bad.out.find("no MTP layer"), std::string::npos) << bad.out;
 }
@@ -132,7 +137,8 @@ TEST(Cli, TokenizeAndDetokenize) {
     write_bytes(tmp.path() + "/ids.json", "[957,515,198,630,11,930,718,316,958]");
     r = run_gdn("detokenize --model " + golden_dir("qwen3_5") + " < " + tmp.path() + "/ids.json");
     EXPECT_EQ(r.out, "<|im_start|>user\nHello, my name is<|im_end|>");
-    r = run_gdn("detokenize --skip-special --model " + golden_dir("qwen3_5") + " < " + tmp.path() + "/ids.json");
+    r = run_gdn("detokenize --skip-special --model " + golden_dir("qwen3_5") + " < " + tmp.path() +
+                "/ids.json");
     EXPECT_EQ(r.out, "user\nHello, my name is");
     write_bytes(tmp.path() + "/bad.json", "[1, 5000]");
     r = run_gdn("detokenize --model " + golden_dir("qwen3_5") + " < " + tmp.path() + "/bad.json");
@@ -203,7 +209,8 @@ double number_after(const std::string& out, const std::string& key) {
 TEST(Cli, PerplexityAndKlDivergence) {
     TempDir tmp;
     const std::string text = source_dir() + "/tests/data/heldout/debian_fortunes.txt";
-    const std::string common = "perplexity --model " + demo_model_dir() + " --file " + text + " --ctx 64 --chunks 6";
+    const std::string common =
+        "perplexity --model " + demo_model_dir() + " --file " + text + " --ctx 64 --chunks 6";
     const std::string base = tmp.path() + "/base.kld";
     RunResult r = run_gdn(common + " --kl-divergence-base " + base);
     ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -239,7 +246,8 @@ TEST(Cli, PerplexityAndKlDivergence) {
     EXPECT_NE(r.out.find("int8 (33 matrices"), std::string::npos) << r.out;
 
     // Another window size, a bogus base, a bad flag value: each an error naming the problem.
-    r = run_gdn("perplexity --model " + demo_model_dir() + " --file " + text + " --ctx 32 --chunks 6 --kl-divergence " + base);
+    r = run_gdn("perplexity --model " + demo_model_dir() + " --file " + text +
+                " --ctx 32 --chunks 6 --kl-divergence " + base);
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_NE(r.out.find("written with --ctx 64, this run uses 32"), std::string::npos) << r.out;
     write_bytes(tmp.path() + "/junk.kld", "not a base file");
@@ -248,7 +256,9 @@ TEST(Cli, PerplexityAndKlDivergence) {
     EXPECT_NE(r.out.find("not a gdn perplexity base file"), std::string::npos) << r.out;
     r = run_gdn(common + " --quantization int3");
     EXPECT_EQ(r.exit_code, 2);
-    EXPECT_NE(r.out.find("--quantization must be int8, int4, int4-sym or none, got 'int3'"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--quantization must be int8, int4, int4-sym or none, got 'int3'"),
+              std::string::npos)
+        << r.out;
     r = run_gdn(common + " --kl-divergence-base a --kl-divergence b");
     EXPECT_EQ(r.exit_code, 2);
 }
@@ -274,7 +284,8 @@ TEST(Cli, BenchComparesDecodeWithTheWeightsOwnMemory) {
 }
 
 TEST(Cli, BenchAtDepth) {
-    RunResult r = run_gdn("bench --model " + demo_model_dir() + " --pp 16 --tg 4 --depth 40 -r 1 --no-limits");
+    RunResult r =
+        run_gdn("bench --model " + demo_model_dir() + " --pp 16 --tg 4 --depth 40 -r 1 --no-limits");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_NE(r.out.find("pp16 @ d40"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("tg4 @ d40"), std::string::npos) << r.out;
@@ -288,8 +299,9 @@ TEST(Cli, BenchAtDepth) {
 // step tables and traces are written; impossible values are named.
 TEST(Cli, ProfileDecodesABatchTogether) {
     TempDir tmp;
-    RunResult r = run_gdn("profile --model " + demo_model_dir() +
-                          " --prompt-len 8 --gen-len 3 --batch 3 --threads 2 --trace " + tmp.path() + "/t.json");
+    RunResult r =
+        run_gdn("profile --model " + demo_model_dir() +
+                " --prompt-len 8 --gen-len 3 --batch 3 --threads 2 --trace " + tmp.path() + "/t.json");
     ASSERT_EQ(r.exit_code, 0) << r.out;
     EXPECT_NE(r.out.find("prefill: 1 steps"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("decode: 3 steps"), std::string::npos) << r.out;

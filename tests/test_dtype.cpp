@@ -29,12 +29,12 @@ TEST(DType, F16RoundTripAllValues) {
 
 TEST(DType, F16RoundToNearestEven) {
     EXPECT_EQ(f32_to_f16(1.0f), 0x3c00);
-    EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);       // tie -> even
-    EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);   // tie -> even (up)
-    EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                           // overflow -> inf
+    EXPECT_EQ(f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie -> even
+    EXPECT_EQ(f32_to_f16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie -> even (up)
+    EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00);                          // overflow -> inf
     EXPECT_EQ(f32_to_f16(65519.0f), 0x7bff);
-    EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);              // smallest subnormal
-    EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);              // tie -> even (0)
+    EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
+    EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);  // tie -> even (0)
     EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001);
     EXPECT_EQ(f32_to_f16(-0.0f), 0x8000);
 }

@@ -39,7 +39,7 @@ std::unique_ptr<Engine> make_engine(const Loaded& l, EngineConfig cfg = {}) {
 
 // Runs requests to completion; returns id -> generated tokens (and checks outputs are well formed).
 std::map<int64_t, std::vector<int32_t>> run_all(Engine& e, int64_t max_steps = 100000,
-                                               std::function<void(Engine&, int64_t)> each_step = nullptr) {
+                                                std::function<void(Engine&, int64_t)> each_step = nullptr) {
     std::map<int64_t, std::vector<int32_t>> out;
     for (int64_t step = 0; e.has_unfinished() && step < max_steps; ++step) {
         if (each_step) each_step(e, step);
@@ -90,13 +90,14 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
         for (const auto& p : ps) ids.push_back(*e->add_request(Prompt::from_ids(p), greedy(12)));
         int64_t forced = 0;
         auto got = run_all(*e, 100000, [&](Engine& en, int64_t step) {
-            if (preempt && step % 7 == 3 && en.stats().running > 1) forced += en.force_preempt(ids[(step / 7) % ids.size()]);
+            if (preempt && step % 7 == 3 && en.stats().running > 1)
+                forced += en.force_preempt(ids[(step / 7) % ids.size()]);
         });
         // A preempted request is recomputed by a prefill, whose f32 sums differ from the decode steps' in
         // the last ulps. Quantized formats round every linear's input to int8, which turns such ulps into
         // visible logit changes now and then, enough to flip a near-tie of these random-weight models; so
-        // with quantized weights and preemption, up to 2 of the 32 (16 sanitized) requests may diverge (the rest, and
-        // every request without preemption, must be identical).
+        // with quantized weights and preemption, up to 2 of the 32 (16 sanitized) requests may diverge (the
+        // rest, and every request without preemption, must be identical).
         const bool recomputes = preempt || expect_auto_preemption;
         const size_t allowed = q && recomputes ? 2 : 0;
         size_t diverged = 0;
@@ -133,27 +134,29 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
         tight.max_model_len = 256;
         tight.max_num_seqs = 8;
         const ModelConfig& c = l.model->config();
-        const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16,
-                                                      tight.kv_cache_dtype());
-        const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
+        const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim,
+                                                      16, tight.kv_cache_dtype());
+        const size_t slot =
+            StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
         tight.cache_memory = 8 * slot + 3 * 16 * block;
     }
     check(tight, false, "out of KV blocks (automatic preemption)", true);
 }
 
 // Every family in its floats, and every family once quantized (int8 on the dense model, int4 and
-// int4-sym on the two MoE layouts). All nine pairs passed when this was written; the full cross costs ~6 minutes of the
-// sanitizer run, so CI runs these six.
-INSTANTIATE_TEST_SUITE_P(Families, EngineGolden,
-                         ::testing::Values(std::make_tuple("qwen3_next", "none"), std::make_tuple("qwen3_5", "none"),
-                                           std::make_tuple("qwen3_5_moe", "none"), std::make_tuple("qwen3_next", "int4"),
-                                           std::make_tuple("qwen3_5", "int8"), std::make_tuple("qwen3_5_moe", "int4-sym")),
-                         [](const auto& info) {
-                             std::string n = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
-                             for (char& c : n)
-                                 if (c == '-') c = '_';
-                             return n;
-                         });
+// int4-sym on the two MoE layouts). All nine pairs passed when this was written; the full cross costs ~6
+// minutes of the sanitizer run, so CI runs these six.
+INSTANTIATE_TEST_SUITE_P(
+    Families, EngineGolden,
+    ::testing::Values(std::make_tuple("qwen3_next", "none"), std::make_tuple("qwen3_5", "none"),
+                      std::make_tuple("qwen3_5_moe", "none"), std::make_tuple("qwen3_next", "int4"),
+                      std::make_tuple("qwen3_5", "int8"), std::make_tuple("qwen3_5_moe", "int4-sym")),
+    [](const auto& info) {
+        std::string n = std::string(std::get<0>(info.param)) + "_" + std::get<1>(info.param);
+        for (char& c : n)
+            if (c == '-') c = '_';
+        return n;
+    });
 
 // prefault_memory (gdn serve's setting) touches the caches at creation; the engine then gives the same
 // tokens as one that faults its pages in as it goes.
@@ -183,7 +186,8 @@ TEST(Engine, PromptLogprobsAreTheModelsDistribution) {
     Loaded l = load(golden_dir("qwen3_5"));
     const std::vector<int32_t> prompt = prompts(1, 21)[0];
     std::vector<int32_t> long_prompt = prompt;
-    for (int rep = 0; long_prompt.size() < 150; ++rep) long_prompt.insert(long_prompt.end(), prompt.begin(), prompt.end());
+    for (int rep = 0; long_prompt.size() < 150; ++rep)
+        long_prompt.insert(long_prompt.end(), prompt.begin(), prompt.end());
     // The reference: one forward over the whole prompt, logits for every row.
     ForwardOptions fo;
     fo.bf16_activations = EngineConfig{}.bf16;
@@ -191,7 +195,10 @@ TEST(Engine, PromptLogprobsAreTheModelsDistribution) {
     SequenceState st = l.model->new_state(EngineConfig{}.kv_cache_dtype());
     st.reserve(static_cast<int64_t>(long_prompt.size()));
     std::vector<float> ref;
-    ASSERT_TRUE(l.model->forward({{&st, long_prompt.data(), static_cast<int64_t>(long_prompt.size()), true}}, fo, &ref).is_ok());
+    ASSERT_TRUE(
+        l.model
+            ->forward({{&st, long_prompt.data(), static_cast<int64_t>(long_prompt.size()), true}}, fo, &ref)
+            .is_ok());
     const int32_t V = l.model->config().vocab;
     std::vector<int32_t> plain;
     {
@@ -221,7 +228,8 @@ TEST(Engine, PromptLogprobsAreTheModelsDistribution) {
             }
     (void)other;
     EXPECT_EQ(tokens, plain);
-    EXPECT_EQ(e->stats().prefix.hit_tokens, hits_before) << "a prompt-logprobs request took a prefix-cache hit";
+    EXPECT_EQ(e->stats().prefix.hit_tokens, hits_before)
+        << "a prompt-logprobs request took a prefix-cache hit";
     ASSERT_EQ(got.size(), long_prompt.size());
     ASSERT_EQ(got[0].size(), 1u);
     EXPECT_EQ(got[0][0].token, long_prompt[0]);
@@ -323,7 +331,9 @@ TEST(Engine, StopsMaxTokensAndErrors) {
     b = g;
     b.top_p = 0;
     EXPECT_NE(e->add_request(chat, b).message().find("top_p must be in (0, 1]"), std::string::npos);
-    EXPECT_NE(e->add_request(Prompt::from_ids(std::vector<int32_t>(5000, 1)), g).message().find("maximum context length"),
+    EXPECT_NE(e->add_request(Prompt::from_ids(std::vector<int32_t>(5000, 1)), g)
+                  .message()
+                  .find("maximum context length"),
               std::string::npos);
     EXPECT_NE(e->add_request(Prompt::from_text(""), g).message().find("empty"), std::string::npos);
     EXPECT_NE(e->add_request(Prompt::from_ids({99999}), g).message().find("out of range"), std::string::npos);
@@ -353,7 +363,8 @@ TEST(Engine, MemoryPlanClampsMaxNumSeqs) {
     cfg.cache_memory = 32ull << 20;
     auto e = make_engine(l, cfg);
     EXPECT_LT(e->config().max_num_seqs, 100000);
-    EXPECT_NE(e->memory_plan().find("max_num_seqs clamped from 100000"), std::string::npos) << e->memory_plan();
+    EXPECT_NE(e->memory_plan().find("max_num_seqs clamped from 100000"), std::string::npos)
+        << e->memory_plan();
     cfg.cache_memory = 1024;
     auto bad = Engine::create(l.model, l.tok, cfg);
     ASSERT_FALSE(bad.is_ok());
@@ -397,7 +408,8 @@ TEST(Sampler, OptionsFollowTheirDefinitions) {
     const int32_t V = 6;
     const std::vector<float> base = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 3.0f};
     Sampler smp;
-    auto draw_hist = [&](SamplingParams p, std::vector<int32_t> prompt = {}, std::vector<int32_t> output = {}) {
+    auto draw_hist = [&](SamplingParams p, std::vector<int32_t> prompt = {},
+                         std::vector<int32_t> output = {}) {
         SamplerState st;
         st.rng.seed(7);
         std::vector<int> h(V, 0);

@@ -21,7 +21,9 @@ struct GoldenCase {
     std::string family, prompt;
 };
 // Read by gtest (and hence ctest's listing) instead of a hex dump of the struct.
-void PrintTo(const GoldenCase& c, std::ostream* os) { *os << c.family << "/" << c.prompt; }
+void PrintTo(const GoldenCase& c, std::ostream* os) {
+    *os << c.family << "/" << c.prompt;
+}
 
 class Golden : public ::testing::TestWithParam<GoldenCase> {};
 
@@ -41,7 +43,8 @@ Expected load_expected(const std::string& dir, const std::string& prompt) {
     return e;
 }
 
-void expect_rows_match(const float* got, const float* want, int64_t rows, int64_t V, float tol, const char* what) {
+void expect_rows_match(const float* got, const float* want, int64_t rows, int64_t V, float tol,
+                       const char* what) {
     for (int64_t r = 0; r < rows; ++r) {
         const float* g = got + r * V;
         const float* w = want + r * V;
@@ -104,7 +107,9 @@ TEST_P(Golden, FastAndReferenceGreedyIdentical) {
     auto greedy = [&] {
         SequenceState st = (*m)->new_state();
         std::vector<float> logits;
-        EXPECT_TRUE((*m)->forward({{&st, e.prompt.data(), static_cast<int64_t>(e.prompt.size()), false}}, {}, &logits).is_ok());
+        EXPECT_TRUE(
+            (*m)->forward({{&st, e.prompt.data(), static_cast<int64_t>(e.prompt.size()), false}}, {}, &logits)
+                .is_ok());
         std::vector<int32_t> out;
         const int64_t V = (*m)->config().vocab;
         for (int i = 0; i < 32; ++i) {
@@ -142,42 +147,44 @@ TEST_P(Golden, SplitPrefillMatches) {
 // in the default mode (bf16 matmul inputs, a bf16 KV cache; also with an f32 one) and when emulating
 // HF's rounding everywhere.
 TEST_P(Golden, Bf16WithinEnvelope) {
-  for (bool hf : {false, true})
-  for (DType kv : {default_kv_dtype(true), DType::F32}) {
-    if (hf && kv == DType::F32) continue;  // HF's K/V are bf16 values: the f32 cache stores the same
-    SCOPED_TRACE(std::string(hf ? "hf rounding" : "bf16 matmul inputs") + ", " + dtype_name(kv) + " KV cache");
-    const auto& p = GetParam();
-    auto m = Model::load(golden_dir(p.family));
-    ASSERT_TRUE(m.is_ok()) << m.message();
-    Expected e = load_expected(golden_dir(p.family), p.prompt);
-    const int64_t V = (*m)->config().vocab, n = static_cast<int64_t>(e.prompt.size());
-    SequenceState st = (*m)->new_state(kv);
-    std::vector<float> logits;
-    ForwardOptions fo;
-    fo.bf16_activations = true;
-    fo.hf_rounding = hf;
-    // Rows counted as in the README: every prompt row plus the 16 teacher-forced greedy rows.
-    ASSERT_TRUE((*m)->forward({{&st, e.prompt.data(), n, true}}, fo, &logits).is_ok());
-    std::vector<float> want = e.logits;
-    for (size_t k = 0; k < e.greedy.size(); ++k) {
-        ASSERT_TRUE((*m)->forward({{&st, &e.greedy[k], 1, false}}, fo, &logits).is_ok());
-        want.insert(want.end(), e.decode_logits.begin() + k * V, e.decode_logits.begin() + (k + 1) * V);
-    }
-    const int64_t rows = static_cast<int64_t>(want.size()) / V;
-    std::vector<float> row_max;
-    int same = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-        for (int64_t i = 0; i < V; ++i) ASSERT_TRUE(std::isfinite(logits[r * V + i]));
-        row_max.push_back(max_abs_diff(&logits[r * V], &want[r * V], V));
-        same += ref::argmax(&logits[r * V], V) == ref::argmax(&want[r * V], V);
-    }
-    std::nth_element(row_max.begin(), row_max.begin() + row_max.size() / 2, row_max.end());
-    std::printf("%s %s bf16 (%s, %s KV): median row max |d| %.3f, argmax same %d/%d\n", p.family.c_str(),
-                p.prompt.c_str(), hf ? "hf" : "gemm", dtype_name(kv), row_max[row_max.size() / 2], same,
-                static_cast<int>(rows));
-    EXPECT_LE(row_max[row_max.size() / 2], 0.5f);
-    EXPECT_GE(same, static_cast<int>(std::ceil(0.85 * rows)));
-  }
+    for (bool hf : {false, true})
+        for (DType kv : {default_kv_dtype(true), DType::F32}) {
+            if (hf && kv == DType::F32) continue;  // HF's K/V are bf16 values: the f32 cache stores the same
+            SCOPED_TRACE(std::string(hf ? "hf rounding" : "bf16 matmul inputs") + ", " + dtype_name(kv) +
+                         " KV cache");
+            const auto& p = GetParam();
+            auto m = Model::load(golden_dir(p.family));
+            ASSERT_TRUE(m.is_ok()) << m.message();
+            Expected e = load_expected(golden_dir(p.family), p.prompt);
+            const int64_t V = (*m)->config().vocab, n = static_cast<int64_t>(e.prompt.size());
+            SequenceState st = (*m)->new_state(kv);
+            std::vector<float> logits;
+            ForwardOptions fo;
+            fo.bf16_activations = true;
+            fo.hf_rounding = hf;
+            // Rows counted as in the README: every prompt row plus the 16 teacher-forced greedy rows.
+            ASSERT_TRUE((*m)->forward({{&st, e.prompt.data(), n, true}}, fo, &logits).is_ok());
+            std::vector<float> want = e.logits;
+            for (size_t k = 0; k < e.greedy.size(); ++k) {
+                ASSERT_TRUE((*m)->forward({{&st, &e.greedy[k], 1, false}}, fo, &logits).is_ok());
+                want.insert(want.end(), e.decode_logits.begin() + k * V,
+                            e.decode_logits.begin() + (k + 1) * V);
+            }
+            const int64_t rows = static_cast<int64_t>(want.size()) / V;
+            std::vector<float> row_max;
+            int same = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t i = 0; i < V; ++i) ASSERT_TRUE(std::isfinite(logits[r * V + i]));
+                row_max.push_back(max_abs_diff(&logits[r * V], &want[r * V], V));
+                same += ref::argmax(&logits[r * V], V) == ref::argmax(&want[r * V], V);
+            }
+            std::nth_element(row_max.begin(), row_max.begin() + row_max.size() / 2, row_max.end());
+            std::printf("%s %s bf16 (%s, %s KV): median row max |d| %.3f, argmax same %d/%d\n",
+                        p.family.c_str(), p.prompt.c_str(), hf ? "hf" : "gemm", dtype_name(kv),
+                        row_max[row_max.size() / 2], same, static_cast<int>(rows));
+            EXPECT_LE(row_max[row_max.size() / 2], 0.5f);
+            EXPECT_GE(same, static_cast<int>(std::ceil(0.85 * rows)));
+        }
 }
 
 // Quantized weights against the golden f32 logits (teacher-forced prompt rows). Random weights are harsh
@@ -215,7 +222,8 @@ TEST_P(Golden, QuantizedLogitsReport) {
             sig2 += (e.logits[i] - mean) * (e.logits[i] - mean);
             max_d = std::max(max_d, std::abs(got[i] - e.logits[i]));
         }
-        for (int64_t r = 0; r < n; ++r) same += ref::argmax(got.data() + r * V, V) == ref::argmax(e.logits.data() + r * V, V);
+        for (int64_t r = 0; r < n; ++r)
+            same += ref::argmax(got.data() + r * V, V) == ref::argmax(e.logits.data() + r * V, V);
         rel_rms[f] = std::sqrt(err2 / sig2);
         std::printf("%s %s %s: logits rms error %.4f of their spread, max |d| %.3f, argmax same %d/%d\n",
                     p.family.c_str(), p.prompt.c_str(), quantization_name(fmt), rel_rms[f], max_d, same,
@@ -224,7 +232,8 @@ TEST_P(Golden, QuantizedLogitsReport) {
         // int8 activation rounding can turn an ulp into one quantization step, so the two paths agree to a
         // small fraction of the quantization error itself, not bitwise (the kernels alone are checked
         // exactly against the reference in test_quant.cpp).
-        if (n > 32) {  // the scalar path over 150 tokens costs seconds (minutes under ASan): short prompts only
+        if (n >
+            32) {  // the scalar path over 150 tokens costs seconds (minutes under ASan): short prompts only
             ++f;
             continue;
         }
@@ -232,8 +241,10 @@ TEST_P(Golden, QuantizedLogitsReport) {
         const std::vector<float> ref_logits = prompt_logits();
         force_reference_all(false);
         double path2 = 0;
-        for (int64_t i = 0; i < n * V; ++i) path2 += (got[i] - ref_logits[i]) * static_cast<double>(got[i] - ref_logits[i]);
-        EXPECT_LT(std::sqrt(path2), 0.25 * std::sqrt(err2)) << quantization_name(fmt) << ": fast vs reference path";
+        for (int64_t i = 0; i < n * V; ++i)
+            path2 += (got[i] - ref_logits[i]) * static_cast<double>(got[i] - ref_logits[i]);
+        EXPECT_LT(std::sqrt(path2), 0.25 * std::sqrt(err2))
+            << quantization_name(fmt) << ": fast vs reference path";
         ++f;
     }
     EXPECT_LT(rel_rms[0], rel_rms[1]);
@@ -242,7 +253,8 @@ TEST_P(Golden, QuantizedLogitsReport) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, Golden,
-                         ::testing::Values(GoldenCase{"qwen3_next", "chat13"}, GoldenCase{"qwen3_next", "text150"},
+                         ::testing::Values(GoldenCase{"qwen3_next", "chat13"},
+                                           GoldenCase{"qwen3_next", "text150"},
                                            GoldenCase{"qwen3_5", "chat13"}, GoldenCase{"qwen3_5", "text150"},
                                            GoldenCase{"qwen3_5_moe", "chat13"},
                                            GoldenCase{"qwen3_5_moe", "text150"}),
@@ -267,7 +279,9 @@ TEST(DemoModel, Bf16FastMatchesF32ReferenceOnChatPrompts) {
         fo.bf16_activations = bf16;
         SequenceState st = (*m)->new_state(default_kv_dtype(bf16));
         std::vector<float> logits;
-        EXPECT_TRUE((*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits).is_ok());
+        EXPECT_TRUE(
+            (*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits)
+                .is_ok());
         std::vector<int32_t> out;
         for (int i = 0; i < n_tokens; ++i) {
             int32_t next = static_cast<int32_t>(ref::argmax(logits.data(), V));
@@ -288,8 +302,9 @@ TEST(DemoModel, Bf16FastMatchesF32ReferenceOnChatPrompts) {
         force_reference_all(false);
         identical += fast_bf16 == ref_f32;
     }
-    std::printf("demo model: %d of 20 chat prompts give identical %d-token greedy output (bf16 fast vs f32 ref)\n",
-                identical, n_tokens);
+    std::printf(
+        "demo model: %d of 20 chat prompts give identical %d-token greedy output (bf16 fast vs f32 ref)\n",
+        identical, n_tokens);
     EXPECT_GE(identical, op_isa(OpId::LINEAR) == Isa::AVX512 ? 18 : 17);
 }
 
@@ -338,7 +353,9 @@ TEST(DemoModel, GreedyLmHeadScreenGivesTheFullPassTokens) {
             SequenceState st = (*m)->new_state();
             std::vector<float> logits;
             std::vector<int32_t> ids;
-            EXPECT_TRUE((*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits, &ids).is_ok());
+            EXPECT_TRUE((*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo,
+                                      &logits, &ids)
+                            .is_ok());
             for (int i = 0; i < 32; ++i) {
                 const int32_t next = ids.back();
                 EXPECT_TRUE((*m)->forward({{&st, &next, 1, false}}, fo, &logits, &ids).is_ok());
@@ -353,7 +370,9 @@ TEST(DemoModel, GreedyLmHeadScreenGivesTheFullPassTokens) {
         // And the argmax of the materialised logits, step by step.
         SequenceState st = (*m)->new_state();
         std::vector<float> logits;
-        ASSERT_TRUE((*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits).is_ok());
+        ASSERT_TRUE(
+            (*m)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits)
+                .is_ok());
         for (size_t i = 0; i < screened.size(); ++i) {
             ASSERT_EQ(static_cast<int32_t>(ref::argmax(logits.data(), V)), screened[i]) << p << " step " << i;
             logits.clear();

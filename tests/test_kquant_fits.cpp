@@ -32,13 +32,29 @@ std::vector<std::vector<float>> value_shapes(int n, uint32_t seed) {
             const float scale = kind == 7 ? 1e-6f : kind == 8 ? 300.0f : 0.02f;
             for (int i = 0; i < n; ++i) {
                 switch (kind) {
-                    case 0: case 7: case 8: x[i] = scale * gauss(rng); break;
-                    case 1: x[i] = uni(rng); break;
-                    case 2: x[i] = std::fabs(uni(rng)) + 0.5f; break;   // all positive: the minimum clamps
-                    case 3: x[i] = -std::fabs(gauss(rng)); break;
-                    case 4: x[i] = i == rep % n ? 40.0f * uni(rng) : 0.01f * gauss(rng); break;
-                    case 5: x[i] = 0.25f * static_cast<float>(static_cast<int>(4 * uni(rng))); break;
-                    case 6: x[i] = rep % 2 ? 0.0f : 0.3f; break;               // constant
+                    case 0:
+                    case 7:
+                    case 8:
+                        x[i] = scale * gauss(rng);
+                        break;
+                    case 1:
+                        x[i] = uni(rng);
+                        break;
+                    case 2:
+                        x[i] = std::fabs(uni(rng)) + 0.5f;
+                        break;  // all positive: the minimum clamps
+                    case 3:
+                        x[i] = -std::fabs(gauss(rng));
+                        break;
+                    case 4:
+                        x[i] = i == rep % n ? 40.0f * uni(rng) : 0.01f * gauss(rng);
+                        break;
+                    case 5:
+                        x[i] = 0.25f * static_cast<float>(static_cast<int>(4 * uni(rng)));
+                        break;
+                    case 6:
+                        x[i] = rep % 2 ? 0.0f : 0.3f;
+                        break;  // constant
                 }
             }
             out.push_back(x);
@@ -62,8 +78,10 @@ TEST(KQuant, FitsAreBitwiseTheirDefinitions) {
             ASSERT_EQ(bits(mn), bits(mn_ref));
             ASSERT_EQ(0, std::memcmp(L, L_ref, 32));
         }
-        ASSERT_EQ(bits(fit_symmetric_scale(x.data(), 32, 32)), bits(ref::fit_symmetric_scale(x.data(), 32, 32)));
-        ASSERT_EQ(bits(fit_symmetric_scale(x.data(), 16, 32)), bits(ref::fit_symmetric_scale(x.data(), 16, 32)));
+        ASSERT_EQ(bits(fit_symmetric_scale(x.data(), 32, 32)),
+                  bits(ref::fit_symmetric_scale(x.data(), 32, 32)));
+        ASSERT_EQ(bits(fit_symmetric_scale(x.data(), 16, 32)),
+                  bits(ref::fit_symmetric_scale(x.data(), 16, 32)));
         ++checked;
     }
     // The level re-choice: levels anywhere in [0, 63] (the edges clip the +-2 window), d and dmin from
@@ -72,7 +90,8 @@ TEST(KQuant, FitsAreBitwiseTheirDefinitions) {
     for (const auto& x : value_shapes(32, 3)) {
         for (int t = 0; t < 4; ++t) {
             const float d = std::ldexp(1.0f + (rng() % 64) / 64.0f, -10 + static_cast<int>(rng() % 8));
-            const float dmin = t == 3 ? 0.0f : std::ldexp(1.0f + (rng() % 64) / 64.0f, -10 + static_cast<int>(rng() % 8));
+            const float dmin =
+                t == 3 ? 0.0f : std::ldexp(1.0f + (rng() % 64) / 64.0f, -10 + static_cast<int>(rng() % 8));
             const uint8_t sc0 = t == 0 ? 0 : t == 1 ? 63 : static_cast<uint8_t>(rng() % 64);
             const uint8_t m0 = t == 0 ? 63 : t == 1 ? 0 : static_cast<uint8_t>(rng() % 64);
             uint8_t sc = sc0, m = m0, sc_ref = sc0, m_ref = m0;

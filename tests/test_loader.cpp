@@ -31,7 +31,8 @@ std::string open_error(const std::string& bytes) {
 
 #define EXPECT_HAS(msg, needle) EXPECT_NE((msg).find(needle), std::string::npos) << (msg)
 
-const char* kGood = R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]}})";
+const char* kGood =
+    R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},"b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]}})";
 
 TEST(Loader, AcceptsAWellFormedFile) {
     TempDir d;
@@ -47,7 +48,9 @@ TEST(Loader, RejectsTruncatedFile) {
     EXPECT_HAS(msg, "truncated");
 }
 
-TEST(Loader, RejectsFileShorterThanTheLengthPrefix) { EXPECT_HAS(open_error("abc"), "truncated safetensors file"); }
+TEST(Loader, RejectsFileShorterThanTheLengthPrefix) {
+    EXPECT_HAS(open_error("abc"), "truncated safetensors file");
+}
 
 TEST(Loader, RejectsHeaderLengthPastEof) {
     std::string b = safetensors_bytes(kGood, 32);
@@ -61,13 +64,15 @@ TEST(Loader, RejectsBadJson) {
 }
 
 TEST(Loader, RejectsUnknownDtype) {
-    std::string msg = open_error(safetensors_bytes(R"({"a":{"dtype":"Q9","shape":[2],"data_offsets":[0,8]}})", 8));
+    std::string msg =
+        open_error(safetensors_bytes(R"({"a":{"dtype":"Q9","shape":[2],"data_offsets":[0,8]}})", 8));
     EXPECT_HAS(msg, "unknown or unsupported dtype 'Q9'");
     EXPECT_HAS(msg, "tensor 'a'");
 }
 
 TEST(Loader, RejectsShapeSizeMismatch) {
-    std::string msg = open_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 24));
+    std::string msg =
+        open_error(safetensors_bytes(R"({"a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,20]}})", 24));
     EXPECT_HAS(msg, "needs 24 bytes but data_offsets span 20 bytes");
 }
 
@@ -89,7 +94,8 @@ TEST(Loader, RejectsMissingTensor) {
         if (e.name == "model.language_model.layers.1.linear_attn.A_log") continue;
         const char* dt = e.view.dtype == DType::F32 ? "F32" : "BF16";
         std::vector<int64_t> shape(e.view.shape, e.view.shape + e.view.rank);
-        header[e.name] = {{"dtype", dt}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + e.view.nbytes()}}};
+        header[e.name] = {
+            {"dtype", dt}, {"shape", shape}, {"data_offsets", {data.size(), data.size() + e.view.nbytes()}}};
         data.append(static_cast<const char*>(e.view.data), e.view.nbytes());
     }
     f->reset();
@@ -109,7 +115,8 @@ TEST(Loader, RejectsTensorShapeThatDisagreesWithConfig) {
 }
 
 TEST(Loader, RejectsMissingConfigKey) {
-    auto c = parse_model_config(R"({"model_type":"qwen3_5","text_config":{"num_hidden_layers":4}})", "cfg.json");
+    auto c =
+        parse_model_config(R"({"model_type":"qwen3_5","text_config":{"num_hidden_layers":4}})", "cfg.json");
     ASSERT_FALSE(c.is_ok());
     EXPECT_HAS(c.message(), "cfg.json: missing required key 'text_config.hidden_size'");
     auto d = parse_model_config(R"({"model_type":"qwen3_5"})", "cfg.json");
@@ -181,7 +188,8 @@ TEST(Config, TextOnlyExportWithFlatKeys) {
         "linear_value_head_dim":8,"linear_conv_kernel_dim":4,"num_attention_heads":2,"num_key_value_heads":1,
         "head_dim":16,"num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":8,
         "shared_expert_intermediate_size":8,"full_attention_interval":2,"torch_dtype":"float32",
-        "rope_parameters":{"rope_theta":5000,"partial_rotary_factor":0.5}})", "x.json");
+        "rope_parameters":{"rope_theta":5000,"partial_rotary_factor":0.5}})",
+                                "x.json");
     ASSERT_TRUE(c.is_ok()) << c.message();
     EXPECT_EQ(c->family, ModelFamily::QWEN3_5_MOE);
     EXPECT_EQ(c->rotary_dim, 8);

@@ -43,7 +43,8 @@ TEST(LoaderHostile, WrongJsonTypesAreErrorsNotExceptions) {
     auto tok = Tokenizer::from_json(t, "", "tok.json");
     ASSERT_FALSE(tok.is_ok());
     EXPECT_HAS(tok.message(), "tok.json");
-    auto cfg = parse_model_config(R"({"model_type":"qwen3_5","text_config":{"hidden_size":"big"}})", "cfg.json");
+    auto cfg =
+        parse_model_config(R"({"model_type":"qwen3_5","text_config":{"hidden_size":"big"}})", "cfg.json");
     ASSERT_FALSE(cfg.is_ok());
     EXPECT_HAS(cfg.message(), "cfg.json");
     auto deep = parse_model_config(std::string(100000, '[') + std::string(100000, ']'), "cfg.json");
@@ -128,7 +129,9 @@ TEST(LoaderHostile, NonFiniteWeightsAreRefusedWhenQuantizing) {
         lo.quantization = f;
         auto m = Model::load(dir->path(), nullptr, lo);
         ASSERT_FALSE(m.is_ok());
-        EXPECT_HAS(m.message(), "cannot quantize: non-finite weights (NaN or infinity) in layers.1.mlp.down (in 1 quantization block)");
+        EXPECT_HAS(m.message(),
+                   "cannot quantize: non-finite weights (NaN or infinity) in layers.1.mlp.down (in 1 "
+                   "quantization block)");
     }
     EXPECT_TRUE(Model::load(dir->path()).is_ok());  // the float path loads it as it is
 }

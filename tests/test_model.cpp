@@ -18,7 +18,7 @@ std::vector<int32_t> random_ids(int64_t n, int vocab, uint32_t seed) {
 }
 
 class Presets : public ::testing::TestWithParam<std::string> {
-protected:
+  protected:
     void SetUp() override {
         // The MoE preset is written as two shards to exercise the index path.
         dir_ = make_preset(GetParam(), 42, GetParam() == "qwen3_5_moe-tiny" ? 2 : 1);
@@ -38,7 +38,8 @@ TEST_P(Presets, PrefillOneCallEqualsTwoCallsEqualsTokenByToken) {
     ASSERT_TRUE(model_->forward({{&a, ids.data(), n, true}}, {}, &once).is_ok());
     ASSERT_TRUE(model_->forward({{&b, ids.data(), 70, true}}, {}, &twice).is_ok());
     ASSERT_TRUE(model_->forward({{&b, ids.data() + 70, n - 70, true}}, {}, &twice).is_ok());
-    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(model_->forward({{&c, &ids[i], 1, true}}, {}, &steps).is_ok());
+    for (int64_t i = 0; i < n; ++i)
+        ASSERT_TRUE(model_->forward({{&c, &ids[i], 1, true}}, {}, &steps).is_ok());
     ASSERT_EQ(once.size(), size_t(n * V));
     ASSERT_EQ(twice.size(), once.size());
     ASSERT_EQ(steps.size(), once.size());
@@ -63,9 +64,11 @@ TEST_P(Presets, BatchedSequencesEqualEachAlone) {
     std::vector<float> together;
     std::vector<SequenceState> st;
     for (int i = 0; i < 3; ++i) st.push_back(model_->new_state());
-    ASSERT_TRUE(model_->forward({{&st[0], p1.data(), 37, true}, {&st[1], p2.data(), 150, true},
-                                 {&st[2], p3.data(), 5, false}},
-                                {}, &together)
+    ASSERT_TRUE(model_
+                    ->forward({{&st[0], p1.data(), 37, true},
+                               {&st[1], p2.data(), 150, true},
+                               {&st[2], p3.data(), 5, false}},
+                              {}, &together)
                     .is_ok());
     EXPECT_EQ(alone, together);  // rows are computed independently: bitwise equal
     // A mixed decode step (three sequences at different positions) equals three single steps.
@@ -74,8 +77,9 @@ TEST_P(Presets, BatchedSequencesEqualEachAlone) {
     ASSERT_TRUE(model_->forward({{&solo[0], &t1, 1, false}}, {}, &alone_dec).is_ok());
     ASSERT_TRUE(model_->forward({{&solo[1], &t2, 1, false}}, {}, &alone_dec).is_ok());
     ASSERT_TRUE(model_->forward({{&solo[2], &t3, 1, false}}, {}, &alone_dec).is_ok());
-    ASSERT_TRUE(model_->forward({{&st[0], &t1, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t3, 1, false}}, {},
-                                &together_dec)
+    ASSERT_TRUE(model_
+                    ->forward({{&st[0], &t1, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t3, 1, false}}, {},
+                              &together_dec)
                     .is_ok());
     EXPECT_EQ(alone_dec, together_dec);
 }
@@ -100,8 +104,10 @@ TEST_P(Presets, Bf16KvCache) {
             ASSERT_TRUE(model_->forward({{&b, &t, 1, false}}, bf, &with_bf16).is_ok());
         }
         ASSERT_EQ(with_f32.size(), with_bf16.size());
-        if (hf) EXPECT_EQ(with_f32, with_bf16);
-        else EXPECT_LT(max_abs_diff(with_f32.data(), with_bf16.data(), with_f32.size()), 0.1f);
+        if (hf)
+            EXPECT_EQ(with_f32, with_bf16);
+        else
+            EXPECT_LT(max_abs_diff(with_f32.data(), with_bf16.data(), with_f32.size()), 0.1f);
         ASSERT_FALSE(a.k_cache.empty());
         EXPECT_EQ(b.k_cache[0].size() * 2, a.k_cache[0].size());
     }
@@ -132,23 +138,29 @@ TEST_P(Presets, OutputRowsOnlyMatchTheFullPass) {
             for (int i = 0; i < 3; ++i) st.push_back(model_->new_state());
             const int32_t t1 = 5, t2 = 6;
             // A prompt chunk (last row only), a sequence with every row's logits, a short prompt.
-            ASSERT_TRUE(model_->forward({{&st[0], p1.data(), 250, false}, {&st[1], p2.data(), 40, true},
-                                         {&st[2], p3.data(), 20, false}},
-                                        o, &logits[full], nullptr, h)
+            ASSERT_TRUE(model_
+                            ->forward({{&st[0], p1.data(), 250, false},
+                                       {&st[1], p2.data(), 40, true},
+                                       {&st[2], p3.data(), 20, false}},
+                                      o, &logits[full], nullptr, h)
                             .is_ok());
             // The prompt's rest (rows with 251..300 keys) beside two decode rows, then greedy ids.
-            ASSERT_TRUE(model_->forward({{&st[1], &t1, 1, false}, {&st[0], p1.data() + 250, 50, false},
-                                         {&st[2], &t2, 1, false}},
-                                        o, &logits[full], nullptr, h)
+            ASSERT_TRUE(model_
+                            ->forward({{&st[1], &t1, 1, false},
+                                       {&st[0], p1.data() + 250, 50, false},
+                                       {&st[2], &t2, 1, false}},
+                                      o, &logits[full], nullptr, h)
                             .is_ok());
-            ASSERT_TRUE(model_->forward({{&st[0], &t1, 1, false}, {&st[2], p3.data(), 20, false}}, o,
-                                        &logits[full], &ids[full], h)
+            ASSERT_TRUE(model_
+                            ->forward({{&st[0], &t1, 1, false}, {&st[2], p3.data(), 20, false}}, o,
+                                      &logits[full], &ids[full], h)
                             .is_ok());
             // A decode step of all three reads every cache the steps above wrote.
-            ASSERT_TRUE(model_->forward(
-                                  {{&st[0], &t2, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t1, 1, false}}, o,
-                                  &logits[full], nullptr, h)
-                            .is_ok());
+            ASSERT_TRUE(
+                model_
+                    ->forward({{&st[0], &t2, 1, false}, {&st[1], &t2, 1, false}, {&st[2], &t1, 1, false}}, o,
+                              &logits[full], nullptr, h)
+                    .is_ok());
             if (full) {
                 EXPECT_EQ(hidden.size(), size_t(310 + 52 + 21 + 3) * model_->config().hidden);
             }
@@ -181,7 +193,8 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, Presets,
                          });
 
 TEST(MakeModel, DeterministicFromSeed) {
-    auto a = make_preset("qwen3_next-tiny", 5), b = make_preset("qwen3_next-tiny", 5), c = make_preset("qwen3_next-tiny", 6);
+    auto a = make_preset("qwen3_next-tiny", 5), b = make_preset("qwen3_next-tiny", 5),
+         c = make_preset("qwen3_next-tiny", 6);
     const std::string fa = read_bytes(a->path() + "/model.safetensors");
     EXPECT_FALSE(fa.empty());
     EXPECT_EQ(fa, read_bytes(b->path() + "/model.safetensors"));

@@ -28,7 +28,8 @@ void compare_paths(F f, float atol, float rtol, const char* what) {
         std::vector<float> got = f();
         ASSERT_EQ(got.size(), want.size());
         for (size_t i = 0; i < want.size(); ++i)
-            ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i])) << what << " " << isa_name(isa) << " i=" << i;
+            ASSERT_NEAR(got[i], want[i], atol + rtol * std::abs(want[i]))
+                << what << " " << isa_name(isa) << " i=" << i;
     }
     set_active_isa(cpu_isa());
 }
@@ -38,26 +39,33 @@ TEST(OpsCpu, NormsSwigluArgmax) {
         for (bool bf16 : {false, true}) {
             const float rt = bf16 ? 8e-3f : 2e-5f;
             auto x = random_vec(3 * n, n), d = random_vec(3 * n, n + 1), w = random_vec(n, n + 2, 0.5f, 1.5f);
-            compare_paths([&] {
-                std::vector<float> y(3 * n);
-                ops::rms_norm(x.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
-                return y;
-            }, 1e-6f, rt, "rms_norm");
-            compare_paths([&] {
-                std::vector<float> xx = x, y(3 * n);
-                ops::add_rms_norm(xx.data(), d.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
-                y.insert(y.end(), xx.begin(), xx.end());
-                return y;
-            }, 1e-6f, rt, "add_rms_norm");
-            compare_paths([&] {
-                std::vector<float> y(2 * n);
-                ops::swiglu(x.data(), 1, n, y.data(), bf16);  // gate = x[:n], up = x[n:2n]
-                ops::swiglu(x.data() + n, 1, n, y.data() + n, bf16);
-                return y;
-            }, 1e-6f, rt, "swiglu");
+            compare_paths(
+                [&] {
+                    std::vector<float> y(3 * n);
+                    ops::rms_norm(x.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
+                    return y;
+                },
+                1e-6f, rt, "rms_norm");
+            compare_paths(
+                [&] {
+                    std::vector<float> xx = x, y(3 * n);
+                    ops::add_rms_norm(xx.data(), d.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
+                    y.insert(y.end(), xx.begin(), xx.end());
+                    return y;
+                },
+                1e-6f, rt, "add_rms_norm");
+            compare_paths(
+                [&] {
+                    std::vector<float> y(2 * n);
+                    ops::swiglu(x.data(), 1, n, y.data(), bf16);  // gate = x[:n], up = x[n:2n]
+                    ops::swiglu(x.data() + n, 1, n, y.data() + n, bf16);
+                    return y;
+                },
+                1e-6f, rt, "swiglu");
         }
         auto v = random_vec(n, 5 * n);
-        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(v.data(), n))}; }, 0, 0, "argmax");
+        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(v.data(), n))}; }, 0, 0,
+                      "argmax");
     }
 }
 
@@ -66,7 +74,8 @@ TEST(OpsCpu, ArgmaxOfAVocabularyRowSplitOverThreads) {
         auto v = random_vec(n, static_cast<uint32_t>(n));
         v[n - 3] = 5.0f;  // a tie between the two thread ranges: the lowest index wins
         v[11] = 5.0f;
-        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(v.data(), n))}; }, 0, 0, "argmax");
+        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(v.data(), n))}; }, 0, 0,
+                      "argmax");
         EXPECT_EQ(ops::argmax(v.data(), n), 11);
     }
 }
@@ -77,11 +86,14 @@ TEST(OpsCpu, QkNormRope) {
         auto x = random_vec(N * H * D, D), w = random_vec(D, D + 1, 0.5f, 1.5f);
         const int64_t pos[5] = {0, 1, 7, 100, 4095};
         for (bool bf16 : {false, true})
-            compare_paths([&] {
-                std::vector<float> y = x;
-                ops::qk_norm_rope(y.data(), H * D, N, {{0, H, D, w.data()}}, D, 1e-6f, rot, 1e7f, pos, bf16);
-                return y;
-            }, 2e-6f, bf16 ? 8e-3f : 2e-5f, "qk_norm_rope");
+            compare_paths(
+                [&] {
+                    std::vector<float> y = x;
+                    ops::qk_norm_rope(y.data(), H * D, N, {{0, H, D, w.data()}}, D, 1e-6f, rot, 1e7f, pos,
+                                      bf16);
+                    return y;
+                },
+                2e-6f, bf16 ? 8e-3f : 2e-5f, "qk_norm_rope");
     }
 }
 
@@ -89,19 +101,22 @@ TEST(OpsCpu, QkNormRope) {
 // key heads (stride D), normed with their own weights in one call; the gates are not touched.
 TEST(OpsCpu, QkNormRopeOfTwoHeadSets) {
     const int64_t N = 6, H = 4, Hkv = 2, D = 64, rot = 16, ld = H * 2 * D + Hkv * D;
-    const auto x = random_vec(N * ld, 9), wq = random_vec(D, 10, 0.5f, 1.5f), wk = random_vec(D, 11, 0.5f, 1.5f);
+    const auto x = random_vec(N * ld, 9), wq = random_vec(D, 10, 0.5f, 1.5f),
+               wk = random_vec(D, 11, 0.5f, 1.5f);
     const int64_t pos[N] = {0, 3, 4, 5, 900, 70000};
     for (bool bf16 : {false, true})
-        compare_paths([&] {
-            std::vector<float> y = x;
-            ops::qk_norm_rope(y.data(), ld, N, {{0, H, 2 * D, wq.data()}, {H * 2 * D, Hkv, D, wk.data()}}, D, 1e-6f,
-                              rot, 1e7f, pos, bf16);
-            for (int64_t t = 0; t < N; ++t)
-                for (int64_t h = 0; h < H; ++h)  // the gates stay as they were
-                    for (int64_t d = 0; d < D; ++d)
-                        EXPECT_EQ(y[t * ld + h * 2 * D + D + d], x[t * ld + h * 2 * D + D + d]);
-            return y;
-        }, 2e-6f, bf16 ? 8e-3f : 2e-5f, "qk_norm_rope");
+        compare_paths(
+            [&] {
+                std::vector<float> y = x;
+                ops::qk_norm_rope(y.data(), ld, N, {{0, H, 2 * D, wq.data()}, {H * 2 * D, Hkv, D, wk.data()}},
+                                  D, 1e-6f, rot, 1e7f, pos, bf16);
+                for (int64_t t = 0; t < N; ++t)
+                    for (int64_t h = 0; h < H; ++h)  // the gates stay as they were
+                        for (int64_t d = 0; d < D; ++d)
+                            EXPECT_EQ(y[t * ld + h * 2 * D + D + d], x[t * ld + h * 2 * D + D + d]);
+                return y;
+            },
+            2e-6f, bf16 ? 8e-3f : 2e-5f, "qk_norm_rope");
 }
 
 struct GdnCase {
@@ -136,11 +151,12 @@ struct GdnInputs {
         std::vector<ops::GdnSeq> seqs;
         int64_t t0 = 0;
         for (size_t i = 0; i < c.lens.size(); ++i) {
-            seqs.push_back({t0, c.lens[i], conv.data() + i * (K - 1) * CD, ssm.data() + i * Hv * c.Dk * c.Dv});
+            seqs.push_back(
+                {t0, c.lens[i], conv.data() + i * (K - 1) * CD, ssm.data() + i * Hv * c.Dk * c.Dv});
             t0 += c.lens[i];
         }
-        ops::GdnParams p{c.Hk, Hv, c.Dk, c.Dv, K, 1e-6f, conv_w.data(), conv_wT.data(), negA.data(), dtb.data(),
-                         nw.data(), false};
+        ops::GdnParams p{c.Hk,           Hv,          c.Dk,       c.Dv,      K,    1e-6f, conv_w.data(),
+                         conv_wT.data(), negA.data(), dtb.data(), nw.data(), false};
         ops::Scratch sc;
         sc.gdn_staged_decode = staged_decode;
         ops::gdn_mixer(proj.data(), ldp, seqs, p, out.data(), sc, bf16);
@@ -151,8 +167,8 @@ struct GdnInputs {
 };
 
 TEST(OpsCpu, GdnMixerDecodeAndPrefill) {
-    const GdnCase cases[] = {{{1}, 2, 2, 16, 16},       {{1, 1, 1}, 2, 1, 64, 64},   {{7}, 1, 3, 12, 20},
-                             {{150}, 2, 2, 64, 64},     {{65, 1, 3}, 2, 2, 32, 48},  {{300}, 1, 1, 128, 128},
+    const GdnCase cases[] = {{{1}, 2, 2, 16, 16},     {{1, 1, 1}, 2, 1, 64, 64},  {{7}, 1, 3, 12, 20},
+                             {{150}, 2, 2, 64, 64},   {{65, 1, 3}, 2, 2, 32, 48}, {{300}, 1, 1, 128, 128},
                              {{2, 129}, 2, 3, 16, 40}};
     for (const GdnCase& c : cases) {
         const GdnInputs in(c, 0);
@@ -177,14 +193,15 @@ TEST(OpsCpu, GdnMixerDecodeAndPrefill) {
 // Decode steps run fused per key head; the staged path (conv, prep, rule, norm over all heads) must give
 // bitwise the same outputs and states, on every ISA, in f32 and bf16 mode.
 TEST(OpsCpu, GdnFusedDecodeEqualsStaged) {
-    const GdnCase cases[] = {{{1}, 2, 2, 16, 16}, {{1, 1, 1}, 2, 1, 64, 64}, {{1, 1}, 2, 3, 12, 20}, {{1}, 16, 1, 128, 128}};
+    const GdnCase cases[] = {
+        {{1}, 2, 2, 16, 16}, {{1, 1, 1}, 2, 1, 64, 64}, {{1, 1}, 2, 3, 12, 20}, {{1}, 16, 1, 128, 128}};
     for (const GdnCase& c : cases) {
         const GdnInputs in(c, 20);
         for (Isa isa : fast_isas())
             for (bool bf16 : {false, true}) {
                 set_active_isa(isa);
-                EXPECT_EQ(in.run(bf16, false), in.run(bf16, true)) << isa_name(isa) << (bf16 ? " bf16" : " f32")
-                                                                   << " Dk=" << c.Dk;
+                EXPECT_EQ(in.run(bf16, false), in.run(bf16, true))
+                    << isa_name(isa) << (bf16 ? " bf16" : " f32") << " Dk=" << c.Dk;
             }
         set_active_isa(cpu_isa());
     }
@@ -201,8 +218,18 @@ TEST(OpsCpu, GdnVerifyKeepsTheStateAndCommitEqualsDecodeSteps) {
         const int64_t Hv = in.Hv, CD = in.CD, VD = in.VD, K = in.K;
         const int64_t conv_n = (K - 1) * CD, ssm_n = Hv * c.Dk * c.Dv;
         const size_t S = c.lens.size();
-        ops::GdnParams p{c.Hk, Hv, c.Dk, c.Dv, K, 1e-6f, in.conv_w.data(), in.conv_wT.data(), in.negA.data(),
-                         in.dtb.data(), in.nw.data(), false};
+        ops::GdnParams p{c.Hk,
+                         Hv,
+                         c.Dk,
+                         c.Dv,
+                         K,
+                         1e-6f,
+                         in.conv_w.data(),
+                         in.conv_wT.data(),
+                         in.negA.data(),
+                         in.dtb.data(),
+                         in.nw.data(),
+                         false};
         std::vector<int64_t> t0(S);
         for (size_t i = 1; i < S; ++i) t0[i] = t0[i - 1] + c.lens[i - 1];
         auto conv_of = [&](std::vector<float>& v, size_t i) { return v.data() + i * conv_n; };
@@ -212,7 +239,8 @@ TEST(OpsCpu, GdnVerifyKeepsTheStateAndCommitEqualsDecodeSteps) {
             force_reference_all(reference);
             if (!reference) set_active_isa(fast_isas()[path - 1]);
             for (bool bf16 : {false, true}) {
-                SCOPED_TRACE(std::string(reference ? "ref" : isa_name(fast_isas()[path - 1])) + (bf16 ? " bf16" : " f32"));
+                SCOPED_TRACE(std::string(reference ? "ref" : isa_name(fast_isas()[path - 1])) +
+                             (bf16 ? " bf16" : " f32"));
                 ops::Scratch sc;
                 // Decode steps, one token per call: outputs and the state after every token.
                 std::vector<float> conv = in.conv0, ssm = in.ssm0, want_out(in.N * VD);
@@ -268,18 +296,21 @@ TEST(OpsCpu, GdnVerifyKeepsTheStateAndCommitEqualsDecodeSteps) {
                     g.ssm_out = outs2.data() + o + n;
                     cs2.push_back(g);
                 }
-                ops::gdn_commit({{in.proj.data(), in.ldp, &cs, &p}, {in.proj.data(), in.ldp, &cs2, &p}}, sc, bf16);
+                ops::gdn_commit({{in.proj.data(), in.ldp, &cs, &p}, {in.proj.data(), in.ldp, &cs2, &p}}, sc,
+                                bf16);
                 for (size_t i = 0; i < S; ++i) {
                     const int64_t last = t0[i] + cs[i].T - 1;
                     float* cv = i == 0 ? conv_of(vconv, i) : conv_of(fconv, i);
                     float* sv = i == 0 ? ssm_of(vssm, i) : ssm_of(fssm, i);
                     EXPECT_EQ(std::vector<float>(cv, cv + conv_n), conv_after[last]) << "sequence " << i;
                     EXPECT_EQ(std::vector<float>(sv, sv + ssm_n), ssm_after[last]) << "sequence " << i;
-                    EXPECT_EQ(std::vector<float>(conv_of(conv2, i), conv_of(conv2, i) + conv_n), conv_after[last]);
+                    EXPECT_EQ(std::vector<float>(conv_of(conv2, i), conv_of(conv2, i) + conv_n),
+                              conv_after[last]);
                     EXPECT_EQ(std::vector<float>(ssm_of(ssm2, i), ssm_of(ssm2, i) + ssm_n), ssm_after[last]);
                     if (i > 0) {  // the source of a commit into another state is left as it was
                         EXPECT_EQ(std::vector<float>(conv_of(vconv, i), conv_of(vconv, i) + conv_n),
-                                  std::vector<float>(in.conv0.begin() + i * conv_n, in.conv0.begin() + (i + 1) * conv_n));
+                                  std::vector<float>(in.conv0.begin() + i * conv_n,
+                                                     in.conv0.begin() + (i + 1) * conv_n));
                     }
                 }
             }
@@ -307,10 +338,10 @@ TEST(OpsCpu, GdnChunkKernelMatchesReferenceForms) {
         for (int64_t t = 0; t < T; t += 17) g[t] = -15.0f;
         const auto S0 = random_vec(d.Dk * d.Dv, 16, -0.5f, 0.5f);
         std::vector<float> S_rec = S0, S_chk = S0, o_rec(T * d.Dv), o_chk(T * d.Dv);
-        ref::gated_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), T, 1, 1, d.Dk, d.Dv,
-                                        S_rec.data(), o_rec.data());
-        ref::gated_delta_rule_chunked(q.data(), k.data(), v.data(), g.data(), beta.data(), T, 1, 1, d.Dk, d.Dv,
-                                      S_chk.data(), o_chk.data());
+        ref::gated_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), T, 1, 1, d.Dk,
+                                        d.Dv, S_rec.data(), o_rec.data());
+        ref::gated_delta_rule_chunked(q.data(), k.data(), v.data(), g.data(), beta.data(), T, 1, 1, d.Dk,
+                                      d.Dv, S_chk.data(), o_chk.data());
         for (Isa isa : fast_isas()) {
             std::vector<float> S = S0, o(T * d.Dv);
             for (int64_t c0 = 0; c0 < T; c0 += C) {
@@ -365,9 +396,18 @@ struct PagedKv {
 
 TEST(OpsCpu, AttentionCausalGqaPaged) {
     for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
-             {1, 0, 4, 2, 16}, {1, 100, 8, 2, 64}, {5, 0, 4, 4, 32}, {70, 3, 6, 2, 24}, {3, 130, 2, 1, 256},
-             {37, 21, 8, 2, 256}, {9, 50, 10, 2, 32}, {4, 17, 7, 1, 128},  // GQA groups of 4, 5, 7 (head blocks + tails)
-             {1, 700, 8, 2, 64}, {1, 2000, 4, 1, 256}, {1, 1500, 6, 2, 32}, {1, 300, 6, 2, 24}}) {  // long decodes: key ranges merged
+             {1, 0, 4, 2, 16},
+             {1, 100, 8, 2, 64},
+             {5, 0, 4, 4, 32},
+             {70, 3, 6, 2, 24},
+             {3, 130, 2, 1, 256},
+             {37, 21, 8, 2, 256},
+             {9, 50, 10, 2, 32},
+             {4, 17, 7, 1, 128},  // GQA groups of 4, 5, 7 (head blocks + tails)
+             {1, 700, 8, 2, 64},
+             {1, 2000, 4, 1, 256},
+             {1, 1500, 6, 2, 32},
+             {1, 300, 6, 2, 24}}) {  // long decodes: key ranges merged
         const int64_t nk = n_past + T, row = Hkv * D;
         auto q = random_vec(T * 2 * Hq * D, 9 + T), kv = random_vec(2 * nk * row, 10 + nk);
         for (float& x : kv) x = round_bf16(x);  // bf16 values, so the f32 and bf16 caches hold the same keys
@@ -377,12 +417,15 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
             ops::Scratch sc;
             const cpu::KvRows rows = paged.rows(bf16_kv);
             // q and gate interleaved per token: [q (Hq*D) | gate (Hq*D)]
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D, out.data(), sc, false);
+            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D,
+                           out.data(), sc, false);
             return out;
         };
-        const std::string what = "attention T=" + std::to_string(T) + " n_past=" + std::to_string(n_past) + " Hq=" +
-                                 std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
-        for (bool bf16_kv : {false, true}) compare_paths([&] { return run(bf16_kv); }, 2e-5f, 2e-4f, what.c_str());
+        const std::string what = "attention T=" + std::to_string(T) + " n_past=" + std::to_string(n_past) +
+                                 " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+                                 " D=" + std::to_string(D);
+        for (bool bf16_kv : {false, true})
+            compare_paths([&] { return run(bf16_kv); }, 2e-5f, 2e-4f, what.c_str());
         // A bf16 cache is read exactly: the same outputs as the f32 cache holding the same values.
         for (Isa isa : fast_isas()) {
             set_active_isa(isa);
@@ -406,47 +449,60 @@ TEST(OpsCpu, AttentionPrefillBf16) {
     std::vector<bool> engines = {false};  // uses AMX
     if (cpu_has_amx_bf16()) engines.push_back(true);
     for (bool amx : engines)
-    for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
-             {2, 255, 4, 2, 32}, {7, 300, 4, 2, 32}, {70, 203, 8, 2, 64}, {37, 241, 8, 2, 256}, {9, 550, 10, 2, 32},
-             {33, 250, 6, 1, 64}, {100, 260, 14, 2, 32}, {5, 400, 2, 2, 256}, {64, 287, 8, 2, 256},  // groups 1-7
-             {40, 700, 4, 1, 96}, {130, 200, 2, 1, 160}}) {  // D with a 32-dim tail; chunks ending mid-block
-        const int64_t nk = n_past + T, row = Hkv * D;
-        auto q = random_vec(T * 2 * Hq * D, 19 + T), kv = random_vec(2 * nk * row, 20 + nk);
-        for (float& x : kv) x = round_bf16(x);
-        const PagedKv paged(kv, nk, row, 7);
-        const std::string what = std::string(amx ? "amx" : "vdpbf16ps") + " T=" + std::to_string(T) + " n_past=" +
-                                 std::to_string(n_past) + " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
-                                 " D=" + std::to_string(D);
-        set_amx_bf16(amx);
-        // seqs of (t0, T, n_past) over the same keys; bf16 mode unless the reference is forced.
-        auto run = [&](bool bf16_kv, const std::vector<std::array<int64_t, 3>>& parts) {
-            const cpu::KvRows rows = paged.rows(bf16_kv);
-            std::vector<ops::AttnSeq> seqs;
-            for (const auto& pt : parts) seqs.push_back({pt[0], pt[1], pt[2], rows});
-            std::vector<float> out(T * Hq * D, NAN);
-            ops::Scratch sc;
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc, true);
-            return out;
-        };
-        force_reference(OpId::ATTENTION, true);
-        const std::vector<float> want = run(false, {{0, T, n_past}});
-        force_reference(OpId::ATTENTION, false);
-        ASSERT_TRUE(ops::uses_bf16_attention(Hq, Hkv, D, true)) << what;
-        const std::vector<float> got = run(false, {{0, T, n_past}});
-        float max_err = 0.0f, max_out = 0.0f;
-        for (size_t i = 0; i < want.size(); ++i) {
-            ASSERT_NEAR(got[i], want[i], 3e-3f) << what << " i=" << i;
-            max_err = std::max(max_err, std::abs(got[i] - want[i]));
-            max_out = std::max(max_out, std::abs(want[i]));
+        for (auto [T, n_past, Hq, Hkv, D] : std::vector<std::array<int64_t, 5>>{
+                 {2, 255, 4, 2, 32},
+                 {7, 300, 4, 2, 32},
+                 {70, 203, 8, 2, 64},
+                 {37, 241, 8, 2, 256},
+                 {9, 550, 10, 2, 32},
+                 {33, 250, 6, 1, 64},
+                 {100, 260, 14, 2, 32},
+                 {5, 400, 2, 2, 256},
+                 {64, 287, 8, 2, 256},  // groups 1-7
+                 {40, 700, 4, 1, 96},
+                 {130, 200, 2, 1, 160}}) {  // D with a 32-dim tail; chunks ending mid-block
+            const int64_t nk = n_past + T, row = Hkv * D;
+            auto q = random_vec(T * 2 * Hq * D, 19 + T), kv = random_vec(2 * nk * row, 20 + nk);
+            for (float& x : kv) x = round_bf16(x);
+            const PagedKv paged(kv, nk, row, 7);
+            const std::string what = std::string(amx ? "amx" : "vdpbf16ps") + " T=" + std::to_string(T) +
+                                     " n_past=" + std::to_string(n_past) + " Hq=" + std::to_string(Hq) +
+                                     " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D);
+            set_amx_bf16(amx);
+            // seqs of (t0, T, n_past) over the same keys; bf16 mode unless the reference is forced.
+            auto run = [&](bool bf16_kv, const std::vector<std::array<int64_t, 3>>& parts) {
+                const cpu::KvRows rows = paged.rows(bf16_kv);
+                std::vector<ops::AttnSeq> seqs;
+                for (const auto& pt : parts) seqs.push_back({pt[0], pt[1], pt[2], rows});
+                std::vector<float> out(T * Hq * D, NAN);
+                ops::Scratch sc;
+                ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc,
+                               true);
+                return out;
+            };
+            force_reference(OpId::ATTENTION, true);
+            const std::vector<float> want = run(false, {{0, T, n_past}});
+            force_reference(OpId::ATTENTION, false);
+            ASSERT_TRUE(ops::uses_bf16_attention(Hq, Hkv, D, true)) << what;
+            const std::vector<float> got = run(false, {{0, T, n_past}});
+            float max_err = 0.0f, max_out = 0.0f;
+            for (size_t i = 0; i < want.size(); ++i) {
+                ASSERT_NEAR(got[i], want[i], 3e-3f) << what << " i=" << i;
+                max_err = std::max(max_err, std::abs(got[i] - want[i]));
+                max_out = std::max(max_out, std::abs(want[i]));
+            }
+            std::printf("bf16 attention %s: max |error| %.2e (max |out| %.2f)\n", what.c_str(), max_err,
+                        max_out);
+            EXPECT_EQ(run(true, {{0, T, n_past}}), got) << what << ": a bf16 cache holding the same values";
+            const int64_t split =
+                T / 2;  // both parts prefill chunks (a one-token chunk takes the decode kernel)
+            if (split >= 2 && T - split >= 2) {
+                const std::vector<float> two =
+                    run(false, {{0, split, n_past}, {split, T - split, n_past + split}});
+                for (size_t i = 0; i < got.size(); ++i)
+                    ASSERT_EQ(two[i], got[i]) << what << " split at " << split << " i=" << i;
+            }
         }
-        std::printf("bf16 attention %s: max |error| %.2e (max |out| %.2f)\n", what.c_str(), max_err, max_out);
-        EXPECT_EQ(run(true, {{0, T, n_past}}), got) << what << ": a bf16 cache holding the same values";
-        const int64_t split = T / 2;  // both parts prefill chunks (a one-token chunk takes the decode kernel)
-        if (split >= 2 && T - split >= 2) {
-            const std::vector<float> two = run(false, {{0, split, n_past}, {split, T - split, n_past + split}});
-            for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(two[i], got[i]) << what << " split at " << split << " i=" << i;
-        }
-    }
     set_amx_bf16(amx_before);
     // A head size the bf16 kernels do not take stays on f32 FMA, and says so (counted, logged once).
     const int64_t Hq = 4, Hkv = 2, D = 24, T = 4, n_past = 300, nk = n_past + T;
@@ -456,8 +512,8 @@ TEST(OpsCpu, AttentionPrefillBf16) {
     std::vector<float> out(T * Hq * D);
     ops::Scratch sc;
     const uint64_t before = fallback_count(OpId::ATTENTION);
-    ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, paged.rows(false)}}, Hq, Hkv, D, out.data(),
-                   sc, true);
+    ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, paged.rows(false)}}, Hq, Hkv, D,
+                   out.data(), sc, true);
     EXPECT_EQ(fallback_count(OpId::ATTENTION), before + 1);
 }
 
@@ -486,17 +542,21 @@ TEST(OpsCpu, AttentionDecodeBatch) {
         for (float& x : vf) x = round_bf16(x);
         convert_from_f32(kf.data(), DType::BF16, k16.data(), kf.size());
         convert_from_f32(vf.data(), DType::BF16, v16.data(), vf.size());
-        compare_paths([&] {
-            std::vector<ops::AttnSeq> seqs;
-            for (int64_t i = 0; i < N; ++i)
-                seqs.push_back({i, 1, n_past[i],
-                                bf16_kv ? cpu::KvRows{k16.data(), v16.data(), row, tables[i].data(), bs, true}
-                                        : cpu::KvRows{kf.data(), vf.data(), row, tables[i].data(), bs, false}});
-            std::vector<float> out(N * Hq * D);
-            ops::Scratch sc;
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc, false);
-            return out;
-        }, 2e-5f, 2e-4f, bf16_kv ? "decode batch, bf16 KV" : "decode batch");
+        compare_paths(
+            [&] {
+                std::vector<ops::AttnSeq> seqs;
+                for (int64_t i = 0; i < N; ++i)
+                    seqs.push_back(
+                        {i, 1, n_past[i],
+                         bf16_kv ? cpu::KvRows{k16.data(), v16.data(), row, tables[i].data(), bs, true}
+                                 : cpu::KvRows{kf.data(), vf.data(), row, tables[i].data(), bs, false}});
+                std::vector<float> out(N * Hq * D);
+                ops::Scratch sc;
+                ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc,
+                               false);
+                return out;
+            },
+            2e-5f, 2e-4f, bf16_kv ? "decode batch, bf16 KV" : "decode batch");
     }
 }
 
@@ -505,9 +565,11 @@ TEST(OpsCpu, AttentionDecodeBatch) {
 // (keys 0-3 in the 4-key pass, key 4 alone) against the same 5 keys followed by 3 whose scores are so
 // low that their weights vanish beside the others' (key 4 then in the 4-key pass).
 TEST(OpsCpu, AttentionScoreOfAKeyDoesNotDependOnItsNeighbours) {
-    for (auto [Hq, Hkv, D] : std::vector<std::array<int64_t, 3>>{{4, 1, 256}, {8, 2, 64}, {16, 2, 128}, {4, 1, 32}}) {
+    for (auto [Hq, Hkv, D] :
+         std::vector<std::array<int64_t, 3>>{{4, 1, 256}, {8, 2, 64}, {16, 2, 128}, {4, 1, 32}}) {
         const int64_t row = Hkv * D, n_small = 5, n_big = 8;
-        const auto q = random_vec(2 * Hq * D, 41, 0.0f, 1.0f);  // positive: the keys of -100 score far below 0
+        const auto q =
+            random_vec(2 * Hq * D, 41, 0.0f, 1.0f);  // positive: the keys of -100 score far below 0
         auto kv = random_vec(2 * n_big * row, 42);
         for (int64_t j = n_small; j < n_big; ++j)
             for (int64_t c = 0; c < row; ++c) kv[j * row + c] = -100.0f;
@@ -517,13 +579,14 @@ TEST(OpsCpu, AttentionScoreOfAKeyDoesNotDependOnItsNeighbours) {
             std::vector<float> out(Hq * D);
             ops::Scratch sc;
             ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D,
-                           {{0, 1, n - 1, cpu::KvRows{k.data(), v.data(), row, nullptr, 0, false}}}, Hq, Hkv, D,
-                           out.data(), sc, false);
+                           {{0, 1, n - 1, cpu::KvRows{k.data(), v.data(), row, nullptr, 0, false}}}, Hq, Hkv,
+                           D, out.data(), sc, false);
             return out;
         };
         for (Isa isa : fast_isas()) {
             set_active_isa(isa);
-            EXPECT_EQ(run(n_small), run(n_big)) << isa_name(isa) << " Hq=" << Hq << " Hkv=" << Hkv << " D=" << D;
+            EXPECT_EQ(run(n_small), run(n_big))
+                << isa_name(isa) << " Hq=" << Hq << " Hkv=" << Hkv << " D=" << D;
         }
         set_active_isa(cpu_isa());
     }

@@ -22,8 +22,9 @@ struct Shape {
 };
 
 TEST(OpsLinear, EveryIsaMatchesReference) {
-    const Shape shapes[] = {{1, 1, 1},    {1, 16, 64},  {1, 33, 17},  {2, 31, 63},   {3, 64, 128}, {5, 100, 37},
-                            {8, 96, 256}, {12, 45, 99}, {13, 70, 300}, {29, 130, 515}, {64, 257, 66}};
+    const Shape shapes[] = {{1, 1, 1},     {1, 16, 64},    {1, 33, 17},  {2, 31, 63},
+                            {3, 64, 128},  {5, 100, 37},   {8, 96, 256}, {12, 45, 99},
+                            {13, 70, 300}, {29, 130, 515}, {64, 257, 66}};
     for (DType dt : {DType::BF16, DType::F32, DType::F16}) {
         for (const Shape& s : shapes) {
             auto wf = random_vec(s.N * s.K, 11 + s.N, -0.5f, 0.5f);
@@ -44,12 +45,13 @@ TEST(OpsLinear, EveryIsaMatchesReference) {
                     path.use();
                     std::vector<float> got(s.M * s.N, NAN);
                     linear(x.data(), s.M, lw, got.data(), bf16_act, bf16_act);
-                    // f32: summation order only (K <= 515 terms of O(0.5)); bf16 mode: output rounding to bf16.
+                    // f32: summation order only (K <= 515 terms of O(0.5)); bf16 mode: output rounding to
+                    // bf16.
                     for (int64_t i = 0; i < s.M * s.N; ++i) {
                         const float tol = bf16_act ? 1e-5f + std::abs(want[i]) * 8e-3f : 1e-4f;
-                        ASSERT_NEAR(got[i], want[i], tol) << path.name() << " " << dtype_name(dt) << " M=" << s.M
-                                                          << " N=" << s.N << " K=" << s.K << " bf16_act=" << bf16_act
-                                                          << " i=" << i;
+                        ASSERT_NEAR(got[i], want[i], tol)
+                            << path.name() << " " << dtype_name(dt) << " M=" << s.M << " N=" << s.N
+                            << " K=" << s.K << " bf16_act=" << bf16_act << " i=" << i;
                     }
                 }
             }
@@ -79,14 +81,15 @@ TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
                 for (bool bf16 : {true, false}) {
                     std::vector<float> all(Mmax * N);
                     linear(x.data(), Mmax, lw, all.data(), bf16, bf16);
-                    for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{12}, int64_t{33}}) {
+                    for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{12},
+                                      int64_t{33}}) {
                         for (int64_t m0 : {int64_t{0}, Mmax - M}) {
                             std::vector<float> part(M * N);
                             linear(x.data() + m0 * K, M, lw, part.data(), bf16, bf16);
                             for (int64_t i = 0; i < M * N; ++i)
                                 ASSERT_EQ(part[i], all[m0 * N + i])
-                                    << path.name() << " " << dtype_name(dt) << " K=" << K << " M=" << M << " m0=" << m0
-                                    << " bf16=" << bf16 << " i=" << i;
+                                    << path.name() << " " << dtype_name(dt) << " K=" << K << " M=" << M
+                                    << " m0=" << m0 << " bf16=" << bf16 << " i=" << i;
                         }
                     }
                 }
@@ -116,8 +119,8 @@ TEST(OpsLinear, RowsDoNotDependOnTheRowChunk) {
         std::vector<float> all(M * 2 * I), all_swiglu(M * I);
         linear(x.data(), M, plain, all.data(), true, true);
         linear_swiglu(x.data(), M, gate_up, all_swiglu.data(), true);
-        const std::vector<std::pair<int64_t, int64_t>> batches = {{856, 16}, {863, 1},  {864, 1},
-                                                                   {1720, 16}, {M - 1, 1}, {M - 30, 30}};
+        const std::vector<std::pair<int64_t, int64_t>> batches = {{856, 16},  {863, 1},   {864, 1},
+                                                                  {1720, 16}, {M - 1, 1}, {M - 30, 30}};
         for (auto [m0, rows] : batches) {
             std::vector<float> part(rows * 2 * I), part_swiglu(rows * I);
             linear(x.data() + m0 * K, rows, plain, part.data(), true, true);
@@ -150,18 +153,19 @@ TEST(OpsLinear, QuantizedRowsDoNotDependOnTheBatch) {
             std::vector<float> all(Mmax * N), all_swiglu(Mmax * I);
             linear(x.data(), Mmax, lw, all.data(), true);
             linear_swiglu(x.data(), Mmax, gate_up, all_swiglu.data(), true);
-            for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}, int64_t{16}, int64_t{33}})
+            for (int64_t M :
+                 {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}, int64_t{16}, int64_t{33}})
                 for (int64_t m0 : {int64_t{0}, Mmax - M}) {
                     std::vector<float> part(M * N), part_swiglu(M * I);
                     linear(x.data() + m0 * K, M, lw, part.data(), true);
                     linear_swiglu(x.data() + m0 * K, M, gate_up, part_swiglu.data(), true);
                     for (int64_t i = 0; i < M * N; ++i)
-                        ASSERT_EQ(part[i], all[m0 * N + i]) << path.name() << " " << weight_format_name(f) << " M=" << M
-                                                            << " m0=" << m0 << " i=" << i;
+                        ASSERT_EQ(part[i], all[m0 * N + i]) << path.name() << " " << weight_format_name(f)
+                                                            << " M=" << M << " m0=" << m0 << " i=" << i;
                     for (int64_t i = 0; i < M * I; ++i)
                         ASSERT_EQ(part_swiglu[i], all_swiglu[m0 * I + i])
-                            << path.name() << " " << weight_format_name(f) << " swiglu M=" << M << " m0=" << m0
-                            << " i=" << i;
+                            << path.name() << " " << weight_format_name(f) << " swiglu M=" << M
+                            << " m0=" << m0 << " i=" << i;
                 }
         }
     }
@@ -195,7 +199,8 @@ TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
 }
 
 TEST(OpsLinear, ArgmaxWithoutMaterialisingEqualsArgmaxOfTheProducts) {
-    for (auto [M, N, K] : std::vector<std::array<int64_t, 3>>{{1, 1000, 64}, {3, 4099, 96}, {13, 2048, 33}, {2, 40000, 64}}) {
+    for (auto [M, N, K] :
+         std::vector<std::array<int64_t, 3>>{{1, 1000, 64}, {3, 4099, 96}, {13, 2048, 33}, {2, 40000, 64}}) {
         auto wf = random_vec(N * K, static_cast<uint32_t>(N));
         // Duplicate a row so two columns tie exactly: the first must win (N = 40000 spreads the two over
         // many balanced chunks, so the tie is decided across chunks and threads).
@@ -211,16 +216,18 @@ TEST(OpsLinear, ArgmaxWithoutMaterialisingEqualsArgmaxOfTheProducts) {
                 linear(x.data(), M, lw, y.data(), bf16);
                 std::vector<int32_t> ids(M);
                 linear_argmax(x.data(), M, lw, ids.data(), bf16);
-                for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ref::argmax(&y[m * N], N)) << path.name() << " m=" << m;
+                for (int64_t m = 0; m < M; ++m)
+                    EXPECT_EQ(ids[m], ref::argmax(&y[m * N], N)) << path.name() << " m=" << m;
             }
     }
     restore_default_kernels();
 }
 
 TEST(OpsLinear, FusedSwigluEqualsSiluOfGateTimesUp) {
-    // K = 4100 exceeds the fused kernel's single k block, so the products-then-activation path is covered too.
-    for (auto [M, I, K] : std::vector<std::array<int64_t, 3>>{{1, 16, 33}, {5, 48, 300}, {13, 32, 64}, {29, 64, 1024},
-                                                              {3, 16, 4100}}) {
+    // K = 4100 exceeds the fused kernel's single k block, so the products-then-activation path is covered
+    // too.
+    for (auto [M, I, K] : std::vector<std::array<int64_t, 3>>{
+             {1, 16, 33}, {5, 48, 300}, {13, 32, 64}, {29, 64, 1024}, {3, 16, 4100}}) {
         auto g = random_vec(I * K, static_cast<uint32_t>(I + K), -0.3f, 0.3f);
         auto u = random_vec(I * K, static_cast<uint32_t>(I * K), -0.3f, 0.3f);
         std::vector<uint16_t> gb(I * K), ub(I * K);
@@ -243,7 +250,8 @@ TEST(OpsLinear, FusedSwigluEqualsSiluOfGateTimesUp) {
                 linear_swiglu(x.data(), M, lw, got.data(), bf16_act);
                 for (int64_t i = 0; i < M * I; ++i)
                     ASSERT_NEAR(got[i], want[i], 1e-5f + std::abs(want[i]) * 2e-3f)
-                        << path << " M=" << M << " I=" << I << " K=" << K << " bf16_act=" << bf16_act << " i=" << i;
+                        << path << " M=" << M << " I=" << I << " K=" << K << " bf16_act=" << bf16_act
+                        << " i=" << i;
             };
             for (const FastPath& path : fast_paths()) {
                 path.use();
@@ -300,7 +308,9 @@ TEST(OpsLinear, GroupEqualsEachLinearAlone) {
         up.push_back(random_vec(I * K, 20 + e, -0.5f, 0.5f));
         down.push_back(random_vec(K * I, 30 + e, -0.5f, 0.5f));
     }
-    auto view = [](std::vector<float>& v, int64_t n, int64_t k) { return TensorView::contiguous(v.data(), DType::F32, {n, k}); };
+    auto view = [](std::vector<float>& v, int64_t n, int64_t k) {
+        return TensorView::contiguous(v.data(), DType::F32, {n, k});
+    };
     std::vector<std::vector<uint16_t>> bf16_store;
     for (size_t e = 0; e < formats.size() + 1; ++e) {
         if (e == formats.size()) {
@@ -322,7 +332,8 @@ TEST(OpsLinear, GroupEqualsEachLinearAlone) {
             down_w.push_back(make_linear({view(down[e], K, I)}, formats[e]));
         }
     }
-    std::vector<int64_t> rows;  // expert e: rows e, e + 3, e + 6, ... (e + 1 of them; distinct, unordered runs)
+    std::vector<int64_t>
+        rows;  // expert e: rows e, e + 3, e + 6, ... (e + 1 of them; distinct, unordered runs)
     std::vector<int64_t> first;
     for (size_t e = 0; e < gate_up.size(); ++e) {
         first.push_back(static_cast<int64_t>(rows.size()));
@@ -341,22 +352,29 @@ TEST(OpsLinear, GroupEqualsEachLinearAlone) {
                 const int64_t n = first[e + 1] - first[e], at = first[e];
                 const bool in_place = e % 2 == 0;
                 std::vector<float> xe(n * K);
-                for (int64_t i = 0; i < n; ++i) std::copy_n(h.data() + rows[at + i] * K, K, xe.data() + i * K);
+                for (int64_t i = 0; i < n; ++i)
+                    std::copy_n(h.data() + rows[at + i] * K, K, xe.data() + i * K);
                 linear_swiglu(xe.data(), n, gate_up[e], want_act.data() + at * I, bf16_act);
                 linear(want_act.data() + at * I, n, down_w[e], want_y.data() + at * K, bf16_act);
-                if (in_place) gu_jobs.push_back({h.data(), n, &gate_up[e], act.data() + at * I, rows.data() + at});
-                else gu_jobs.push_back({h.data() + rows[at] * K, 1, &gate_up[e], act.data() + at * I});
+                if (in_place)
+                    gu_jobs.push_back({h.data(), n, &gate_up[e], act.data() + at * I, rows.data() + at});
+                else
+                    gu_jobs.push_back({h.data() + rows[at] * K, 1, &gate_up[e], act.data() + at * I});
                 down_jobs.push_back({act.data() + at * I, n, &down_w[e], y.data() + at * K});
             }
             // Contiguous-input jobs above cover one row each; the rest of those experts' rows by row list.
             for (size_t e = 1; e < gate_up.size(); e += 2) {
                 const int64_t n = first[e + 1] - first[e], at = first[e];
-                if (n > 1) gu_jobs.push_back({h.data(), n - 1, &gate_up[e], act.data() + (at + 1) * I, rows.data() + at + 1});
+                if (n > 1)
+                    gu_jobs.push_back(
+                        {h.data(), n - 1, &gate_up[e], act.data() + (at + 1) * I, rows.data() + at + 1});
             }
             linear_group(gu_jobs, true, bf16_act);
             linear_group(down_jobs, false, bf16_act);
-            for (int64_t i = 0; i < total * I; ++i) ASSERT_EQ(act[i], want_act[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
-            for (int64_t i = 0; i < total * K; ++i) ASSERT_EQ(y[i], want_y[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
+            for (int64_t i = 0; i < total * I; ++i)
+                ASSERT_EQ(act[i], want_act[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
+            for (int64_t i = 0; i < total * K; ++i)
+                ASSERT_EQ(y[i], want_y[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
         }
     restore_default_kernels();
 }
@@ -374,7 +392,9 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
     convert_from_f32(up.data(), DType::BF16, up16.data(), I * K);
     convert_from_f32(plain.data(), DType::BF16, plain16.data(), I * K);
     auto f32 = [&](std::vector<float>& v) { return TensorView::contiguous(v.data(), DType::F32, {I, K}); };
-    auto b16 = [&](std::vector<uint16_t>& v) { return TensorView::contiguous(v.data(), DType::BF16, {I, K}); };
+    auto b16 = [&](std::vector<uint16_t>& v) {
+        return TensorView::contiguous(v.data(), DType::BF16, {I, K});
+    };
     struct Case {
         std::string name;
         LinearWeight gu, w;
@@ -383,7 +403,8 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
     cases.push_back({"bf16", make_swiglu_linear(b16(gate16), b16(up16)), make_linear({b16(plain16)})});
     cases.push_back({"f32", make_swiglu_linear(f32(gate), f32(up)), make_linear({f32(plain)})});
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K})
-        cases.push_back({weight_format_name(f), make_swiglu_linear(f32(gate), f32(up), f), make_linear({f32(plain)}, f)});
+        cases.push_back(
+            {weight_format_name(f), make_swiglu_linear(f32(gate), f32(up), f), make_linear({f32(plain)}, f)});
     const std::vector<int64_t> rows = {4, 0, 8, 4, 2};  // a routed expert's tokens (a repeat included)
     const int64_t n = static_cast<int64_t>(rows.size());
     std::vector<float> gathered(n * K);
@@ -396,15 +417,16 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
             for (const Case& c : cases) {
                 path.use();
                 const std::string what = path.name() + " " + c.name + (bf16_act ? " bf16" : " f32");
-                std::vector<float> want_y(R * I), want_act(R * I), want_rows(n * I), want2(R * I), want_rounded(R * I);
+                std::vector<float> want_y(R * I), want_act(R * I), want_rows(n * I), want2(R * I),
+                    want_rounded(R * I);
                 linear(h.data(), R, c.w, want_y.data(), bf16_act);
                 linear(h.data(), R, c.w, want_rounded.data(), bf16_act, true);
                 linear_swiglu(h.data(), R, c.gu, want_act.data(), bf16_act);
                 linear_swiglu(gathered.data(), n, c.gu, want_rows.data(), bf16_act);
                 linear(h2.data(), R, c.w, want2.data(), bf16_act);
                 in.reset(h.data(), R, K);
-                std::vector<float> y(R * I, NAN), act(R * I, NAN), act_rows(n * I, NAN), act_group(R * I, NAN),
-                    rounded(R * I, NAN);
+                std::vector<float> y(R * I, NAN), act(R * I, NAN), act_rows(n * I, NAN),
+                    act_group(R * I, NAN), rounded(R * I, NAN);
                 linear(in, c.w, y.data(), bf16_act);
                 linear(in, c.w, rounded.data(), bf16_act, true);  // outputs rounded where HF rounds
                 linear_swiglu(in, c.gu, act.data(), bf16_act);
@@ -418,10 +440,12 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
                     ASSERT_EQ(act[i], want_act[i]) << what << " i=" << i;
                     ASSERT_EQ(act_group[i], want_act[i]) << what << " i=" << i;
                 }
-                for (int64_t i = 0; i < n * I; ++i) ASSERT_EQ(act_rows[i], want_rows[i]) << what << " i=" << i;
+                for (int64_t i = 0; i < n * I; ++i)
+                    ASSERT_EQ(act_rows[i], want_rows[i]) << what << " i=" << i;
                 in.reset(h2.data(), R, K);  // another matrix at once: nothing of h may be reused
                 linear(in, c.w, y.data(), bf16_act);
-                for (int64_t i = 0; i < R * I; ++i) ASSERT_EQ(y[i], want2[i]) << what << " (after reset) i=" << i;
+                for (int64_t i = 0; i < R * I; ++i)
+                    ASSERT_EQ(y[i], want2[i]) << what << " (after reset) i=" << i;
             }
     restore_default_kernels();
 }

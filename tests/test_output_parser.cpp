@@ -56,7 +56,7 @@ void expect_same(const ParsedOutput& a, const ParsedOutput& b, const std::string
 }
 
 class OutputParserTest : public ::testing::Test {
-protected:
+  protected:
     ToolSet tools = weather_tools();
     OutputParserOptions opts(bool reasoning, bool starts, bool with_tools) {
         OutputParserOptions o;
@@ -71,7 +71,8 @@ protected:
 TEST_F(OutputParserTest, XmlCallsAreTypedByTheSchema) {
     const std::string text =
         "Let me check.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
-        "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n<parameter=hours>\n[1, 2]\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n<parameter=hours>\n[1, "
+        "2]\n</parameter>\n"
         "<parameter=where>\n{\"lat\": 1.5}\n</parameter>\n<parameter=scale>\n2.50\n</parameter>\n"
         "<parameter=note>\nline one\nline two\n</parameter>\n</function>\n</tool_call>";
     const ParsedOutput out = parse_once(text, opts(false, false, true));
@@ -87,8 +88,10 @@ TEST_F(OutputParserTest, XmlCallsAreTypedByTheSchema) {
 
 TEST_F(OutputParserTest, ValuesThatDoNotFitTheirTypeStayStrings) {
     const std::string text =
-        "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n<parameter=days>\nthree\n</parameter>\n"
-        "<parameter=metric>\nFalse\n</parameter>\n<parameter=other>\n{\"a\": 1}\n</parameter>\n</function>\n</tool_call>";
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n<parameter=days>\nthree\n</"
+        "parameter>\n"
+        "<parameter=metric>\nFalse\n</parameter>\n<parameter=other>\n{\"a\": "
+        "1}\n</parameter>\n</function>\n</tool_call>";
     const ParsedOutput out = parse_once(text, opts(false, false, true));
     ASSERT_EQ(out.calls.size(), 1u);
     EXPECT_EQ(out.calls[0].arguments, R"({"city":"42","days":"three","metric":false,"other":{"a":1}})");
@@ -96,8 +99,10 @@ TEST_F(OutputParserTest, ValuesThatDoNotFitTheirTypeStayStrings) {
 
 TEST_F(OutputParserTest, SeveralCallsBothFormsAndNoParameters) {
     const std::string text =
-        "<tool_call>\n<function=now>\n</function>\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-        "{\"city\": \"Oslo\", \"days\": 2}}\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n"
+        "<tool_call>\n<function=now>\n</function>\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", "
+        "\"arguments\": "
+        "{\"city\": \"Oslo\", \"days\": "
+        "2}}\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n"
         "</parameter>\n</function>\n</tool_call>\n";
     const ParsedOutput out = parse_once(text, opts(false, false, true));
     EXPECT_EQ(out.content, "");
@@ -134,7 +139,8 @@ TEST_F(OutputParserTest, ReasoningSplitsFromTheAnswer) {
 
 TEST_F(OutputParserTest, CallInsideAnUnclosedThinkIsKept) {
     const std::string text =
-        "I should look it up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
+        "I should look it "
+        "up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n"
         "</tool_call>";
     const ParsedOutput out = parse_once(text, opts(true, true, true));
     EXPECT_EQ(out.reasoning, "I should look it up.");
@@ -161,12 +167,13 @@ TEST_F(OutputParserTest, TruncatedCallKeepsWhatItHad) {
 }
 
 TEST_F(OutputParserTest, MalformedCallsDegradeToContent) {
-    for (const std::string& text : {std::string("<tool_call>\nnot a call</tool_call> after"),
-                                   std::string("<tool_call>\n{\"name\": 3}\n</tool_call>"),
-                                   std::string("<tool_call>\n{\"name\": \"now\", \"arguments\": [1]}\n</tool_call>"),
-                                   std::string("<tool_call>\n{\"name\": \"now\", \"argu"),
-                                   std::string("a <tool_call>\n<function=bad\nname>\n</function></tool_call>"),
-                                   std::string("text <tool_ca")}) {
+    for (const std::string& text :
+         {std::string("<tool_call>\nnot a call</tool_call> after"),
+          std::string("<tool_call>\n{\"name\": 3}\n</tool_call>"),
+          std::string("<tool_call>\n{\"name\": \"now\", \"arguments\": [1]}\n</tool_call>"),
+          std::string("<tool_call>\n{\"name\": \"now\", \"argu"),
+          std::string("a <tool_call>\n<function=bad\nname>\n</function></tool_call>"),
+          std::string("text <tool_ca")}) {
         const ParsedOutput out = parse_once(text, opts(false, false, true));
         EXPECT_TRUE(out.calls.empty()) << text;
         EXPECT_EQ(out.content, text) << text;  // nothing lost
@@ -175,14 +182,16 @@ TEST_F(OutputParserTest, MalformedCallsDegradeToContent) {
 
 TEST_F(OutputParserTest, HermesArgumentsAsAString) {
     const ParsedOutput out = parse_once(
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Lima\\\"}\"}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": "
+        "\\\"Lima\\\"}\"}\n</tool_call>",
         opts(false, false, true));
     ASSERT_EQ(out.calls.size(), 1u);
     EXPECT_EQ(out.calls[0].arguments, R"({"city":"Lima"})");
 }
 
 TEST_F(OutputParserTest, TextAfterCallsIsContent) {
-    const ParsedOutput out = parse_once("<tool_call>\n<function=now>\n</function>\n</tool_call>\nDone.", opts(false, false, true));
+    const ParsedOutput out =
+        parse_once("<tool_call>\n<function=now>\n</function>\n</tool_call>\nDone.", opts(false, false, true));
     ASSERT_EQ(out.calls.size(), 1u);
     EXPECT_EQ(out.content, "Done.");
 }
@@ -198,21 +207,30 @@ TEST_F(OutputParserTest, WithoutToolsCallsAreText) {
 // random splits add up to the one-shot answer (ids, names, argument text, reasoning, content).
 TEST_F(OutputParserTest, DeltasAddUpToTheAnswerAtEverySplit) {
     const std::vector<Case> cases = {
-        {"xml", "Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork\n</parameter>\n"
-                "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n</function>\n"
-                "</tool_call>",
+        {"xml",
+         "Checking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew\nYork\n</parameter>\n"
+         "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=now>\n</"
+         "function>\n"
+         "</tool_call>",
          false, false, true},
-        {"hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>", false, false, true},
-        {"think_then_call", "Let me see.\n</think>\n\nSure.\n<tool_call>\n<function=now>\n</function>\n</tool_call>", true, true,
+        {"hermes",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>", false,
+         false, true},
+        {"think_then_call",
+         "Let me see.\n</think>\n\nSure.\n<tool_call>\n<function=now>\n</function>\n</tool_call>", true, true,
          true},
-        {"call_in_think", "Hmm <tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n</function>\n</tool_call>",
+        {"call_in_think",
+         "Hmm "
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n</function>\n</tool_call>",
          true, true, true},
         {"model_opens_think", "<think>\nA\n\n</think>\n\n\nB <tool_c", true, false, true},
         {"truncated", "<tool_call>\n<function=get_weather>\n<parameter=city>\nBer", false, false, true},
         {"malformed", "x <tool_call>\n{\"name\": 1}\n</tool_call> y <tool_call>\nzz", false, false, true},
         {"plain", "no tools here <tool_call> at all\n\n", true, false, false},
-        {"unicode", "Ça va?\n</think>\n\nOui 🙂 <tool_call>\n<function=get_weather>\n<parameter=city>\nZürich\n</parameter>\n"
-                    "</function>\n</tool_call>",
+        {"unicode",
+         "Ça va?\n</think>\n\nOui 🙂 "
+         "<tool_call>\n<function=get_weather>\n<parameter=city>\nZürich\n</parameter>\n"
+         "</function>\n</tool_call>",
          true, true, true},
     };
     std::mt19937 rng(7);
@@ -246,13 +264,17 @@ TEST(ToolSet, RequestErrorsNameTheField) {
     };
     EXPECT_NE(bad(R"({"a": 1})").find("'tools' must be a list"), std::string::npos);
     EXPECT_NE(bad(R"([{"type": "code"}])").find("tools[0].type"), std::string::npos);
-    EXPECT_NE(bad(R"([{"type": "function", "function": {"name": ""}}])").find("tools[0].function.name"), std::string::npos);
-    EXPECT_NE(bad(R"([{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}])")
-                  .find("given twice"),
+    EXPECT_NE(bad(R"([{"type": "function", "function": {"name": ""}}])").find("tools[0].function.name"),
               std::string::npos);
-    EXPECT_NE(bad(R"([{"type": "function", "function": {"name": "a", "parameters": [1]}}])").find("tools[0].function.parameters"),
+    EXPECT_NE(
+        bad(R"([{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "a"}}])")
+            .find("given twice"),
+        std::string::npos);
+    EXPECT_NE(bad(R"([{"type": "function", "function": {"name": "a", "parameters": [1]}}])")
+                  .find("tools[0].function.parameters"),
               std::string::npos);
-    EXPECT_NE(bad(R"([{"type": "function", "function": {"name": "a<b"}}])").find("must not contain"), std::string::npos);
+    EXPECT_NE(bad(R"([{"type": "function", "function": {"name": "a<b"}}])").find("must not contain"),
+              std::string::npos);
 }
 
 TEST(ParserChoice, FromTheTemplateOrTheFlags) {

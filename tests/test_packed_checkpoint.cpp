@@ -40,7 +40,8 @@ void write_packed(const std::string& src, WeightFormat f, const std::string& out
 std::vector<float> logits_of(const Model& m, const std::vector<int32_t>& prompt) {
     SequenceState st = m.new_state(DType::F32);
     std::vector<float> logits;
-    EXPECT_TRUE(m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), true}}, ForwardOptions(), &logits)
+    EXPECT_TRUE(m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), true}}, ForwardOptions(),
+                          &logits)
                     .is_ok());
     return logits;
 }
@@ -92,15 +93,16 @@ TEST_P(PackedCheckpoint, LoadsAsTheModelQuantizedAtLoad) {
     EXPECT_TRUE(Model::load(out.path(), nullptr, other).is_ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, PackedCheckpoint,
-                         ::testing::Combine(::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
-                                            ::testing::Values(WeightFormat::Q8, WeightFormat::Q4K, WeightFormat::Q4)),
-                         [](const auto& info) {
-                             std::string n = std::get<0>(info.param) + "_" + quantization_name(std::get<1>(info.param));
-                             for (char& c : n)
-                                 if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-                             return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Families, PackedCheckpoint,
+    ::testing::Combine(::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
+                       ::testing::Values(WeightFormat::Q8, WeightFormat::Q4K, WeightFormat::Q4)),
+    [](const auto& info) {
+        std::string n = std::get<0>(info.param) + "_" + quantization_name(std::get<1>(info.param));
+        for (char& c : n)
+            if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+        return n;
+    });
 
 // Replaces the first `from` in the file by `to` (same length: the header stays valid JSON of its size).
 void patch(const std::string& path, const std::string& from, const std::string& to) {
@@ -130,13 +132,16 @@ TEST(PackedCheckpoint, CorruptFilesAreErrorsNamingTheTensor) {
         // the shape the metadata states must be the config's ([hidden, intermediate] = [64, 128] here)
         {"\"int8 64 128\"", "\"int8 64 127\"", "holds [64, 127], the config needs [64, 128]"},
         {"\"int8 64 128\"", "\"int9 64 128\"", "is not '<int8|int4-sym|int4-k|int6-k> <N> <K>'"},
-        {"\"gdn.packed.version\":\"2\"", "\"gdn.packed.version\":\"7\"", "packed-format version '7'; this build reads version 2"},
-        {"\"gdn.quantization\":\"int8\"", "\"gdn.quantization\":\"fp8!\"", "gdn.quantization is 'fp8!', expected int8, int4 or int4-sym"},
+        {"\"gdn.packed.version\":\"2\"", "\"gdn.packed.version\":\"7\"",
+         "packed-format version '7'; this build reads version 2"},
+        {"\"gdn.quantization\":\"int8\"", "\"gdn.quantization\":\"fp8!\"",
+         "gdn.quantization is 'fp8!', expected int8, int4 or int4-sym"},
         // a packed weight missing (the tensor renamed; its metadata entry stays)
         {"\"gdn.packed.layers.1.mlp.down\":{", "\"gdn.packed.layers.1.mlp.dowX\":{",
          "packed weight 'gdn.packed.layers.1.mlp.down': missing"},
         // a U8 tensor where a float one belongs
-        {"\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[64]", "\"model.norm.weight\":{\"dtype\":\"U8\" ,\"shape\":[128]",
+        {"\"model.norm.weight\":{\"dtype\":\"BF16\",\"shape\":[64]",
+         "\"model.norm.weight\":{\"dtype\":\"U8\" ,\"shape\":[128]",
          "tensor 'norm.weight' has dtype U8; it must be a float tensor"},
     };
     for (const auto& e : edits) {
@@ -161,7 +166,8 @@ TEST(PackedCheckpoint, CorruptFilesAreErrorsNamingTheTensor) {
         file = Result<std::unique_ptr<SafetensorsFile>>(Status::error("closed"));
         write_bytes(path, b);
     }
-    EXPECT_HAS(load_error(), "'gdn.packed.layers.2.linear_attn.out': a non-finite scale (f16 0x7c00) in panel 0, block 0");
+    EXPECT_HAS(load_error(),
+               "'gdn.packed.layers.2.linear_attn.out': a non-finite scale (f16 0x7c00) in panel 0, block 0");
     write_bytes(path, pristine);
     EXPECT_TRUE(Model::load(out.path()).is_ok());
 }

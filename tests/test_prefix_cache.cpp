@@ -9,9 +9,9 @@
 #include <random>
 #include <set>
 
+#include <unistd.h>
 #include "cache/block_pool.h"
 #include "cache/snapshot_cache.h"
-#include <unistd.h>
 
 #include "engine/chat_prompt.h"
 #include "engine/engine.h"
@@ -137,13 +137,16 @@ TEST(Scheduler, PrefixHitsStartAtSnapshotsAndConserveBlocks) {
             for (const auto& c : o.chunks) {
                 if (first_chunk_start < 0) first_chunk_start = c.req->num_computed;
                 // Chunks end at snapshot positions.
-                for (int64_t p : c.req->snapshot_at) EXPECT_FALSE(p > c.req->num_computed && p < c.req->num_computed + c.num_new);
-                const bool sampled = c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
+                for (int64_t p : c.req->snapshot_at)
+                    EXPECT_FALSE(p > c.req->num_computed && p < c.req->num_computed + c.num_new);
+                const bool sampled =
+                    c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
                 s.on_computed(c);
                 s.pending_copies().clear();
                 if (sampled) {
                     c.req->tokens.push_back(7);
-                    if (static_cast<int64_t>(c.req->tokens.size()) >= c.req->max_total_tokens) s.finish(c.req->id);
+                    if (static_cast<int64_t>(c.req->tokens.size()) >= c.req->max_total_tokens)
+                        s.finish(c.req->id);
                 }
             }
         }
@@ -211,18 +214,21 @@ TEST(SnapshotEviction, PolicyComparison) {
             for (int64_t p : {system_end, r->num_prompt - 3, r->num_prompt})
                 if (p / bs * bs > 0) r->snapshot_at.push_back(p / bs * bs);
             std::sort(r->snapshot_at.begin(), r->snapshot_at.end());
-            r->snapshot_at.erase(std::unique(r->snapshot_at.begin(), r->snapshot_at.end()), r->snapshot_at.end());
+            r->snapshot_at.erase(std::unique(r->snapshot_at.begin(), r->snapshot_at.end()),
+                                 r->snapshot_at.end());
             s.add(r);
             while (!s.empty()) {
                 const SchedulerOutput& o = s.schedule();
                 s.restores_done();
                 for (const auto& ch : o.chunks) {
-                    const bool sampled = ch.req->num_computed + ch.num_new == static_cast<int64_t>(ch.req->tokens.size());
+                    const bool sampled =
+                        ch.req->num_computed + ch.num_new == static_cast<int64_t>(ch.req->tokens.size());
                     s.on_computed(ch);
                     s.pending_copies().clear();
                     if (sampled) {
                         ch.req->tokens.push_back(next_tok++);
-                        if (static_cast<int64_t>(ch.req->tokens.size()) >= ch.req->max_total_tokens) s.finish(ch.req->id);
+                        if (static_cast<int64_t>(ch.req->tokens.size()) >= ch.req->max_total_tokens)
+                            s.finish(ch.req->id);
                     }
                 }
             }
@@ -233,9 +239,11 @@ TEST(SnapshotEviction, PolicyComparison) {
         }
         const PrefixCacheStats st = s.prefix_stats();
         share[hot_after] = double(st.hit_tokens) / st.query_tokens;
-        std::printf("snapshot eviction, hot after %d hit(s): %.1f%% of %lld prompt tokens from the cache, %lld snapshots "
-                    "evicted\n",
-                    hot_after, 100 * share[hot_after], (long long)st.query_tokens, (long long)st.snapshot_evictions);
+        std::printf(
+            "snapshot eviction, hot after %d hit(s): %.1f%% of %lld prompt tokens from the cache, %lld "
+            "snapshots "
+            "evicted\n",
+            hot_after, 100 * share[hot_after], (long long)st.query_tokens, (long long)st.snapshot_evictions);
     }
     EXPECT_GE(share[SnapshotCache::kDefaultHotAfterHits], share[0]);
     EXPECT_GE(share[SnapshotCache::kDefaultHotAfterHits], share[1]);
@@ -304,8 +312,9 @@ std::vector<int32_t> random_ids(int n, std::mt19937& rng) {
 // One scenario, run on an engine: a list of "waves" of requests; each wave is added at once and run to
 // completion before the next (so later waves can hit what earlier ones left). Returns every output.
 using Wave = std::vector<Prompt>;
-std::vector<Out> run_waves(Engine& e, const std::vector<std::function<Wave(const std::vector<Out>&)>>& waves,
-                           int max_tokens, std::function<void(Engine&, int64_t, const std::vector<int64_t>&)> each_step = nullptr) {
+std::vector<Out> run_waves(
+    Engine& e, const std::vector<std::function<Wave(const std::vector<Out>&)>>& waves, int max_tokens,
+    std::function<void(Engine&, int64_t, const std::vector<int64_t>&)> each_step = nullptr) {
     std::vector<Out> all;
     for (const auto& make : waves) {
         std::vector<int64_t> ids;
@@ -356,8 +365,10 @@ TEST_P(PrefixGolden, OutputsMatchTheCacheOff) {
             return Wave{Prompt::from_messages(chat({{"system", sys}, {"user", "What is in the document?"}}))};
         },
         [&](const std::vector<Out>& o) {
-            return Wave{Prompt::from_messages(chat({{"system", sys}, {"user", "What is in the document?"},
-                                                    {"assistant", o[4].text}, {"user", "And then?"}})),
+            return Wave{Prompt::from_messages(chat({{"system", sys},
+                                                    {"user", "What is in the document?"},
+                                                    {"assistant", o[4].text},
+                                                    {"user", "And then?"}})),
                         Prompt::from_messages(chat({{"system", sys}, {"user", "Something else entirely."}})),
                         Prompt::from_messages(chat({{"system", sys}, {"user", "What is in the document?"}})),
                         Prompt::from_ids(cat(doc, q2))};
@@ -381,8 +392,10 @@ TEST_P(PrefixGolden, OutputsMatchTheCacheOff) {
     {
         EngineConfig small = base;  // room for 3 snapshots and few blocks: evictions all the time
         const ModelConfig& c = l.model->config();
-        const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
-        const size_t block = KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16, DType::F32);
+        const size_t slot =
+            StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats());
+        const size_t block =
+            KvCache::bytes_per_block(c.n_attention_layers(), c.attn_kv_heads * c.head_dim, 16, DType::F32);
         small.prefix_cache_memory = 3 * slot;
         small.max_model_len = 512;
         small.max_num_seqs = 4;
@@ -394,7 +407,8 @@ TEST_P(PrefixGolden, OutputsMatchTheCacheOff) {
     variants.push_back({"preemption and aborts", base, false, true});
     for (const Variant& v : variants) {
         auto e = make_engine(l, v.cfg);
-        if (v.collide) e->set_prefix_hash_for_testing([](uint64_t, const int32_t*, int32_t) { return uint64_t{7}; });
+        if (v.collide)
+            e->set_prefix_hash_for_testing([](uint64_t, const int32_t*, int32_t) { return uint64_t{7}; });
         std::set<int64_t> aborted;
         int64_t preempted = 0;
         auto got = run_waves(*e, waves, 20, [&](Engine& en, int64_t step, const std::vector<int64_t>& ids) {
@@ -407,7 +421,8 @@ TEST_P(PrefixGolden, OutputsMatchTheCacheOff) {
         });
         ASSERT_EQ(got.size(), want.size()) << v.what;
         for (size_t i = 0; i < want.size(); ++i) {
-            if (v.preempt_and_abort && (i == 3 || i == 7)) continue;  // the aborted ones (third of waves 2 and 4)
+            if (v.preempt_and_abort && (i == 3 || i == 7))
+                continue;  // the aborted ones (third of waves 2 and 4)
             EXPECT_EQ(got[i].tokens, want[i].tokens) << v.what << ", request " << i;
         }
         const EngineStats st = e->stats();
@@ -433,7 +448,8 @@ INSTANTIATE_TEST_SUITE_P(Families, PrefixGolden,
                          ::testing::Combine(::testing::Values("qwen3_5", "qwen3_5_moe", "qwen3_next"),
                                             ::testing::Values(false, true)),
                          [](const auto& info) {
-                             return std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_bf16" : "_f32");
+                             return std::string(std::get<0>(info.param)) +
+                                    (std::get<1>(info.param) ? "_bf16" : "_f32");
                          });
 
 }  // namespace
@@ -511,7 +527,8 @@ TEST(PrefixCache, Qwen35StyleTemplateReusesEverythingUpToTheLastUserMessage) {
     off.enable_prefix_caching = false;
     auto e_on = make_engine(l, on), e_off = make_engine(l, off);
     Json msgs = chat({{"system", "You are a fortune cookie."}});
-    const char* asks[] = {"Tell me a fortune about the sea.", "Define river.", "Tell me a joke.", "Thanks, bye!"};
+    const char* asks[] = {"Tell me a fortune about the sea.", "Define river.", "Tell me a joke.",
+                          "Thanks, bye!"};
     int64_t prev_user_end = 0;
     for (int turn = 0; turn < 4; ++turn) {
         msgs.push_back({{"role", "user"}, {"content", asks[turn]}});
@@ -527,7 +544,8 @@ TEST(PrefixCache, Qwen35StyleTemplateReusesEverythingUpToTheLastUserMessage) {
         auto want = run_all(*e_off)[b];
         EXPECT_EQ(got.tokens, want.tokens) << "turn " << turn;
         const int64_t hit = e_on->stats().prefix.hit_tokens - hits_before;
-        EXPECT_GE(hit, prev_user_end / 16 * 16) << "turn " << turn << ": the history up to the last user message";
+        EXPECT_GE(hit, prev_user_end / 16 * 16)
+            << "turn " << turn << ": the history up to the last user message";
         prev_user_end = rc->message_ends.back();
         msgs.push_back({{"role", "assistant"}, {"content", "<think>\nhmm\n</think>\n\n" + got.text}});
     }
@@ -591,8 +609,8 @@ TEST(PrefixCache, MtpSpeculationSharesTheMtpCacheAndStaysExact) {
     ASSERT_GT(on.st.spec.drafted, 0);
     const double acc_off = double(off.st.spec.accepted) / off.st.spec.drafted;
     const double acc_on = double(on.st.spec.accepted) / on.st.spec.drafted;
-    std::printf("MTP acceptance: cache off %.3f, on %.3f; %lld prompt tokens from the cache\n", acc_off, acc_on,
-                (long long)on.st.prefix.hit_tokens);
+    std::printf("MTP acceptance: cache off %.3f, on %.3f; %lld prompt tokens from the cache\n", acc_off,
+                acc_on, (long long)on.st.prefix.hit_tokens);
     EXPECT_GT(acc_on, 0.85 * acc_off);
 }
 

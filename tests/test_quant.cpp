@@ -22,7 +22,7 @@ struct Shape {
     int64_t M, N, K;
 };
 // 1 row; K below, at and past a group and a super-block; N below, at and past a panel; prefill-sized M.
-const Shape kShapes[] = {{1, 1, 1},    {1, 31, 33},  {1, 33, 64},  {2, 32, 31},   {3, 65, 100}, {5, 100, 37},
+const Shape kShapes[] = {{1, 1, 1},    {1, 31, 33},  {1, 33, 64},   {2, 32, 31},   {3, 65, 100}, {5, 100, 37},
                          {1, 257, 96}, {17, 45, 99}, {64, 70, 130}, {65, 33, 515}, {7, 96, 1024}};
 
 LinearWeight quantized(WeightFormat f, const std::vector<float>& w, int64_t N, int64_t K) {
@@ -77,17 +77,21 @@ TEST(Quant, EveryIsaMatchesReference) {
                     for (int64_t i = 0; i < s.M * s.N; ++i) {
                         // Same integer dots; only the order of the f32 group sums differs (and bf16 output
                         // rounding when asked).
-                        const float tol = 1e-5f * (1 + std::abs(want[i])) + (round_out ? std::abs(want[i]) * 4e-3f : 0);
-                        ASSERT_NEAR(got[i], want[i], tol) << path.name() << " " << weight_format_name(f)
-                                                          << " M=" << s.M << " N=" << s.N << " K=" << s.K << " i=" << i;
+                        const float tol =
+                            1e-5f * (1 + std::abs(want[i])) + (round_out ? std::abs(want[i]) * 4e-3f : 0);
+                        ASSERT_NEAR(got[i], want[i], tol)
+                            << path.name() << " " << weight_format_name(f) << " M=" << s.M << " N=" << s.N
+                            << " K=" << s.K << " i=" << i;
                     }
-                    // The AVX-VNNI build differs from the AVX2 one only in how it forms the same integer sums.
+                    // The AVX-VNNI build differs from the AVX2 one only in how it forms the same integer
+                    // sums.
                     if (path.isa == Isa::AVX2 && !round_out) {
-                        if (!path.avx_vnni) avx2_out = got;
+                        if (!path.avx_vnni)
+                            avx2_out = got;
                         else
                             for (int64_t i = 0; i < s.M * s.N; ++i)
-                                ASSERT_EQ(got[i], avx2_out[i]) << weight_format_name(f) << " M=" << s.M << " N=" << s.N
-                                                               << " K=" << s.K << " i=" << i;
+                                ASSERT_EQ(got[i], avx2_out[i]) << weight_format_name(f) << " M=" << s.M
+                                                               << " N=" << s.N << " K=" << s.K << " i=" << i;
                     }
                 }
             }
@@ -100,27 +104,27 @@ TEST(Quant, EveryIsaMatchesReference) {
 TEST(Quant, SwigluAndArgmaxOverQuantizedWeights) {
     const int64_t I = 48, K = 70;
     for (int64_t M : {1, 3, 7})
-    for (WeightFormat f : kFormats) {
-        auto g = random_vec(I * K, 1), u = random_vec(I * K, 2), x = random_vec(M * K, 3);
-        LinearWeight sw = make_swiglu_linear(TensorView::contiguous(g.data(), DType::F32, {I, K}),
-                                             TensorView::contiguous(u.data(), DType::F32, {I, K}), f);
-        LinearWeight lg = quantized(f, g, I, K), lu = quantized(f, u, I, K);
-        for (const QuantPath& path : quant_paths()) {
-            path.use();
-            std::vector<float> act(M * I), yg(M * I), yu(M * I);
-            linear_swiglu(x.data(), M, sw, act.data(), true);
-            linear(x.data(), M, lg, yg.data(), true);
-            linear(x.data(), M, lu, yu.data(), true);
-            for (int64_t i = 0; i < M * I; ++i) {
-                const float want = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
-                ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want)))
-                    << weight_format_name(f) << " " << path.name() << " M=" << M;
+        for (WeightFormat f : kFormats) {
+            auto g = random_vec(I * K, 1), u = random_vec(I * K, 2), x = random_vec(M * K, 3);
+            LinearWeight sw = make_swiglu_linear(TensorView::contiguous(g.data(), DType::F32, {I, K}),
+                                                 TensorView::contiguous(u.data(), DType::F32, {I, K}), f);
+            LinearWeight lg = quantized(f, g, I, K), lu = quantized(f, u, I, K);
+            for (const QuantPath& path : quant_paths()) {
+                path.use();
+                std::vector<float> act(M * I), yg(M * I), yu(M * I);
+                linear_swiglu(x.data(), M, sw, act.data(), true);
+                linear(x.data(), M, lg, yg.data(), true);
+                linear(x.data(), M, lu, yu.data(), true);
+                for (int64_t i = 0; i < M * I; ++i) {
+                    const float want = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
+                    ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want)))
+                        << weight_format_name(f) << " " << path.name() << " M=" << M;
+                }
+                std::vector<int32_t> ids(M);
+                linear_argmax(x.data(), M, lg, ids.data(), true);
+                for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ops::argmax(yg.data() + m * I, I));
             }
-            std::vector<int32_t> ids(M);
-            linear_argmax(x.data(), M, lg, ids.data(), true);
-            for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ops::argmax(yg.data() + m * I, I));
         }
-    }
     restore_default_kernels();
 }
 
@@ -132,8 +136,14 @@ TEST(Quant, QuantizersAndRowGather) {
     wf[5] = 40.0f;  // an outlier: only its own group's scale may grow
     for (WeightFormat f : kFormats) {
         LinearWeight lw = quantized(f, wf, N, K);
-        const int lo = f == WeightFormat::Q8 ? -127 : f == WeightFormat::Q4 ? -8 : f == WeightFormat::Q4K ? 0 : -32;
-        const int hi = f == WeightFormat::Q8 ? 127 : f == WeightFormat::Q4 ? 7 : f == WeightFormat::Q4K ? 15 : 31;
+        const int lo = f == WeightFormat::Q8    ? -127
+                       : f == WeightFormat::Q4  ? -8
+                       : f == WeightFormat::Q4K ? 0
+                                                : -32;
+        const int hi = f == WeightFormat::Q8    ? 127
+                       : f == WeightFormat::Q4  ? 7
+                       : f == WeightFormat::Q4K ? 15
+                                                : 31;
         std::vector<float> row(K);
         double err2 = 0.0, absmax_err2 = 0.0;
         for (int64_t n = 0; n < N; ++n) {
@@ -158,7 +168,8 @@ TEST(Quant, QuantizersAndRowGather) {
                 for (int64_t k = g * kQuantGroup; k < k1; ++k) amax = std::max(amax, std::abs(wf[n * K + k]));
                 const float d = amax / 7.0f;
                 for (int64_t k = g * kQuantGroup; k < k1; ++k) {
-                    const double e = d * std::clamp(std::nearbyint(wf[n * K + k] / d), -8.0f, 7.0f) - wf[n * K + k];
+                    const double e =
+                        d * std::clamp(std::nearbyint(wf[n * K + k] / d), -8.0f, 7.0f) - wf[n * K + k];
                     absmax_err2 += e * e;
                 }
             }
@@ -217,7 +228,8 @@ TEST(Quant, ActivationQuantizersAreBitwiseTheReference) {
                 quant::QuantizedRows got;
                 got.resize(3, K);
                 for (int64_t m = 0; m < 3; ++m) k.quantize(x.data() + m * K, &got, m);
-                for (int64_t i = 0; i < 3 * want.Kp; ++i) ASSERT_EQ(got.xq[i], want.xq[i]) << isa_name(isa) << " K=" << K << " " << i;
+                for (int64_t i = 0; i < 3 * want.Kp; ++i)
+                    ASSERT_EQ(got.xq[i], want.xq[i]) << isa_name(isa) << " K=" << K << " " << i;
                 for (int64_t i = 0; i < 3 * want.G; ++i) {
                     ASSERT_EQ(got.xs[i], want.xs[i]) << isa_name(isa) << " K=" << K;
                     ASSERT_EQ(got.xsum[i], want.xsum[i]) << isa_name(isa) << " K=" << K;
@@ -232,7 +244,8 @@ TEST(Quant, EveryIsaHasAKernelRow) {
     // A CPU with AVX-512 VNNI runs the vpdpbusd kernels, one without it the AVX2 ones (both on AVX512);
     // AVX2 runs its AVX-VNNI build where the CPU has it and GDN_AVX_VNNI / set_avx_vnni leave it on.
     for (WeightFormat f : kFormats) {
-        EXPECT_EQ(quant_kernel(Isa::AVX512, f).need, cpu_has_avx512_vnni() ? CpuNeed::AVX512_VNNI : CpuNeed::NOTHING)
+        EXPECT_EQ(quant_kernel(Isa::AVX512, f).need,
+                  cpu_has_avx512_vnni() ? CpuNeed::AVX512_VNNI : CpuNeed::NOTHING)
             << quant_kernel(Isa::AVX512, f).name;
         for (bool on : {false, true}) {
             const bool vnni = set_avx_vnni(on);

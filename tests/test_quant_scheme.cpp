@@ -21,7 +21,8 @@ TEST(QuantScheme, Int4GivesInt6KWhereQ4KMGivesQ6K) {
     EXPECT_EQ(scheme_format(s, "layers.1.linear_attn.in_proj", n), WeightFormat::Q4K);
     EXPECT_EQ(scheme_format(s, "layers.0.linear_attn.out", n), WeightFormat::Q4K);
     EXPECT_EQ(scheme_format(s, "layers.3.self_attn.qkv", n), WeightFormat::Q4K);  // v is fused with q, k
-    for (const char* down : {"layers.3.mlp.down", "layers.7.mlp.experts.5.down", "layers.6.mlp.shared_expert.down"})
+    for (const char* down :
+         {"layers.3.mlp.down", "layers.7.mlp.experts.5.down", "layers.6.mlp.shared_expert.down"})
         EXPECT_EQ(scheme_format(s, down, n), WeightFormat::Q6K) << down;
     EXPECT_EQ(scheme_format(s, "layers.2.mlp.down", n), WeightFormat::Q4K);
     EXPECT_EQ(scheme_format(s, "layers.3.mlp.gate_up", n), WeightFormat::Q4K);

@@ -18,7 +18,8 @@ struct GdnInputs {
     std::vector<float> q, k, v, g, beta, state;  // state [Hv, Dk, Dv]
 };
 
-GdnInputs make_inputs(int64_t T, int64_t Hk, int64_t r, int64_t Dk, int64_t Dv, bool init_state, uint32_t seed) {
+GdnInputs make_inputs(int64_t T, int64_t Hk, int64_t r, int64_t Dk, int64_t Dv, bool init_state,
+                      uint32_t seed) {
     GdnInputs in;
     in.T = T, in.Hk = Hk, in.Hv = Hk * r, in.Dk = Dk, in.Dv = Dv;
     in.q = random_vec(T * Hk * Dk, seed + 1);
@@ -63,7 +64,8 @@ void oracle(const GdnInputs& in, std::vector<double>* out, std::vector<double>* 
             }
         }
         for (int64_t i = 0; i < in.Dk; ++i)
-            for (int64_t j = 0; j < in.Dv; ++j) (*final_state)[(h * in.Dk + i) * in.Dv + j] = S[i * in.Dv + j];
+            for (int64_t j = 0; j < in.Dv; ++j)
+                (*final_state)[(h * in.Dk + i) * in.Dv + j] = S[i * in.Dv + j];
     }
 }
 
@@ -91,11 +93,11 @@ TEST_P(GdnForms, RecurrentAndChunkedMatchOracle) {
     oracle(in, &want_out, &want_state);
 
     std::vector<float> out_rec(c.T * in.Hv * c.Dv), st_rec = in.state;
-    ref::gated_delta_rule_recurrent(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), c.T, c.Hk,
-                                    in.Hv, c.Dk, c.Dv, st_rec.data(), out_rec.data());
+    ref::gated_delta_rule_recurrent(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), c.T,
+                                    c.Hk, in.Hv, c.Dk, c.Dv, st_rec.data(), out_rec.data());
     std::vector<float> out_chk(c.T * in.Hv * c.Dv), st_chk = in.state;
-    ref::gated_delta_rule_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), c.T, c.Hk,
-                                  in.Hv, c.Dk, c.Dv, st_chk.data(), out_chk.data());
+    ref::gated_delta_rule_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), c.T,
+                                  c.Hk, in.Hv, c.Dk, c.Dv, st_chk.data(), out_chk.data());
     // Outputs are O(1); f32 accumulation over <= a few hundred steps stays far below 1e-4.
     EXPECT_LT(max_err(out_rec, want_out), 1e-4);
     EXPECT_LT(max_err(st_rec, want_state), 1e-4);
@@ -104,34 +106,39 @@ TEST_P(GdnForms, RecurrentAndChunkedMatchOracle) {
     EXPECT_LT(max_abs_diff(out_rec.data(), out_chk.data(), out_rec.size()), 1e-4f);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, GdnForms,
-    ::testing::Values(GdnCase{1, 2, 1, 16, 16, false}, GdnCase{1, 2, 2, 16, 16, true}, GdnCase{63, 2, 1, 16, 8, false},
-                      GdnCase{64, 1, 2, 16, 16, true}, GdnCase{65, 2, 3, 12, 20, true},
-                      GdnCase{150, 2, 2, 32, 32, false}, GdnCase{150, 2, 2, 32, 32, true},
-                      GdnCase{200, 1, 3, 16, 24, true}, GdnCase{129, 2, 1, 64, 64, true}),
-    [](const auto& info) {
-        const GdnCase& c = info.param;
-        char name[96];
-        std::snprintf(name, sizeof name, "T%lld_Hk%lld_r%lld_Dk%lld_Dv%lld_%s", static_cast<long long>(c.T),
-                      static_cast<long long>(c.Hk), static_cast<long long>(c.r), static_cast<long long>(c.Dk),
-                      static_cast<long long>(c.Dv), c.init_state ? "state" : "zero");
-        return std::string(name);
-    });
+INSTANTIATE_TEST_SUITE_P(Shapes, GdnForms,
+                         ::testing::Values(GdnCase{1, 2, 1, 16, 16, false}, GdnCase{1, 2, 2, 16, 16, true},
+                                           GdnCase{63, 2, 1, 16, 8, false}, GdnCase{64, 1, 2, 16, 16, true},
+                                           GdnCase{65, 2, 3, 12, 20, true}, GdnCase{150, 2, 2, 32, 32, false},
+                                           GdnCase{150, 2, 2, 32, 32, true}, GdnCase{200, 1, 3, 16, 24, true},
+                                           GdnCase{129, 2, 1, 64, 64, true}),
+                         [](const auto& info) {
+                             const GdnCase& c = info.param;
+                             char name[96];
+                             std::snprintf(name, sizeof name, "T%lld_Hk%lld_r%lld_Dk%lld_Dv%lld_%s",
+                                           static_cast<long long>(c.T), static_cast<long long>(c.Hk),
+                                           static_cast<long long>(c.r), static_cast<long long>(c.Dk),
+                                           static_cast<long long>(c.Dv), c.init_state ? "state" : "zero");
+                             return std::string(name);
+                         });
 
 // Running a sequence in pieces (state carried) equals running it at once, in both forms.
 TEST(GdnForms, StateCarriesAcrossCalls) {
     GdnInputs in = make_inputs(150, 2, 2, 16, 16, true, 77);
     std::vector<float> out_once(150 * in.Hv * 16), st_once = in.state;
-    ref::gated_delta_rule_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), 150, 2, in.Hv,
-                                  16, 16, st_once.data(), out_once.data());
+    ref::gated_delta_rule_chunked(in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.beta.data(), 150, 2,
+                                  in.Hv, 16, 16, st_once.data(), out_once.data());
     std::vector<float> out_split(out_once.size()), st = in.state;
     int64_t t0 = 0;
     for (int64_t len : {64, 1, 37, 48}) {
         auto q = &in.q[t0 * 2 * 16], k = &in.k[t0 * 2 * 16], v = &in.v[t0 * in.Hv * 16];
         auto g = &in.g[t0 * in.Hv], b = &in.beta[t0 * in.Hv];
-        if (len % 2) ref::gated_delta_rule_recurrent(q, k, v, g, b, len, 2, in.Hv, 16, 16, st.data(), &out_split[t0 * in.Hv * 16]);
-        else ref::gated_delta_rule_chunked(q, k, v, g, b, len, 2, in.Hv, 16, 16, st.data(), &out_split[t0 * in.Hv * 16]);
+        if (len % 2)
+            ref::gated_delta_rule_recurrent(q, k, v, g, b, len, 2, in.Hv, 16, 16, st.data(),
+                                            &out_split[t0 * in.Hv * 16]);
+        else
+            ref::gated_delta_rule_chunked(q, k, v, g, b, len, 2, in.Hv, 16, 16, st.data(),
+                                          &out_split[t0 * in.Hv * 16]);
         t0 += len;
     }
     ASSERT_EQ(t0, 150);

@@ -89,7 +89,8 @@ TEST(RefOps, AttentionCausalGqaGated) {
             std::vector<double> s;
             for (int64_t j = 0; j <= n_past + t; ++j) {
                 double d = 0;
-                for (int64_t i = 0; i < D; ++i) d += double(q[(t * Hq + h) * D + i]) * k[(j * Hkv + kh) * D + i];
+                for (int64_t i = 0; i < D; ++i)
+                    d += double(q[(t * Hq + h) * D + i]) * k[(j * Hkv + kh) * D + i];
                 s.push_back(d / std::sqrt(double(D)));
             }
             double mx = *std::max_element(s.begin(), s.end()), sum = 0;
@@ -157,7 +158,8 @@ TEST(RefOps, MoeRouteTopkIsTheStableSortsPrefix) {
             std::vector<int32_t> order(E);
             for (int32_t e = 0; e < E; ++e) order[e] = e;
             std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return l[a] > l[b]; });
-            for (int64_t s = 0; s < k; ++s) ASSERT_EQ(idx[t * k + s], order[s]) << "token " << t << " k " << k << " rank " << s;
+            for (int64_t s = 0; s < k; ++s)
+                ASSERT_EQ(idx[t * k + s], order[s]) << "token " << t << " k " << k << " rank " << s;
         }
     }
 }

@@ -39,7 +39,7 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
     cfg.max_prefill_chunk = 128;
     Sim sim(cfg, /*blocks*/ 120, /*slots*/ 8, /*block size*/ 16);
     std::map<int64_t, std::shared_ptr<SchedRequest>> live;
-    std::map<int64_t, int64_t> target;  // id -> total tokens to reach (prompt + generated)
+    std::map<int64_t, int64_t> target;          // id -> total tokens to reach (prompt + generated)
     std::map<int64_t, int64_t> first_admitted;  // id -> step
     int64_t next_id = 1, finished = 0;
     const int64_t n_requests = 3000;
@@ -70,7 +70,8 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
             ASSERT_GT(c.num_new, 0);
             ASSERT_GE(c.req->slot, 0);
             // KV blocks cover every position that will be written.
-            ASSERT_GE(static_cast<int64_t>(c.req->blocks.size()) * sim.block_size, c.req->num_computed + c.num_new);
+            ASSERT_GE(static_cast<int64_t>(c.req->blocks.size()) * sim.block_size,
+                      c.req->num_computed + c.num_new);
             // GDN chunk rule: a chunk ends on a multiple of 64 unless it reaches the end of the tokens.
             const int64_t end = c.req->num_computed + c.num_new;
             if (end < static_cast<int64_t>(c.req->tokens.size())) {
@@ -85,8 +86,10 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
             sim.s.on_computed(c);
             SchedRequest& r = *c.req;
             if (r.num_computed == static_cast<int64_t>(r.tokens.size())) {
-                if (static_cast<int64_t>(r.tokens.size()) >= target[r.id]) done.push_back(r.id);
-                else r.tokens.push_back(2);
+                if (static_cast<int64_t>(r.tokens.size()) >= target[r.id])
+                    done.push_back(r.id);
+                else
+                    r.tokens.push_back(2);
             }
         }
         // Random aborts and forced preemptions at any point.
@@ -94,7 +97,8 @@ TEST(Scheduler, RandomWorkloadKeepsInvariants) {
             auto it = std::next(live.begin(), rng() % live.size());
             done.push_back(it->first);
         }
-        if (rng() % 30 == 0 && !out.chunks.empty()) sim.s.preempt(out.chunks[rng() % out.chunks.size()].req->id);
+        if (rng() % 30 == 0 && !out.chunks.empty())
+            sim.s.preempt(out.chunks[rng() % out.chunks.size()].req->id);
         for (int64_t id : done) {
             if (!live.count(id)) continue;
             sim.s.finish(id);
@@ -170,11 +174,12 @@ TEST(Scheduler, AdmissionCapStartsABurstAFewPromptsPerStep) {
         for (int i = 0; i < 8; ++i) sim.s.add(rs.emplace_back(prompt(i + 1, 128)));
         for (int step = 1; step <= 8; ++step) {
             const SchedulerOutput& o = sim.s.schedule();
-            EXPECT_EQ(new_prompts(o), 1) << "step " << step;  // one 128-token prompt per step ...
+            EXPECT_EQ(new_prompts(o), 1) << "step " << step;     // one 128-token prompt per step ...
             EXPECT_EQ(static_cast<int>(o.chunks.size()), step);  // ... beside the decodes of the earlier ones
             for (const auto& c : o.chunks) sim.s.on_computed(c);
             for (auto& r : rs)
-                if (r->num_computed == static_cast<int64_t>(r->tokens.size()) && r->status == RequestStatus::RUNNING)
+                if (r->num_computed == static_cast<int64_t>(r->tokens.size()) &&
+                    r->status == RequestStatus::RUNNING)
                     r->tokens.push_back(2);
         }
     }

@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "running_server.h"
 #include "server/arrival_wait.h"
 #include "server/openai_server.h"
 #include "server/sse_reader.h"
-#include "running_server.h"
 #include "test_util.h"
 
 using namespace gdn;
@@ -24,7 +24,7 @@ using namespace gdn::test;
 namespace {
 
 class ServerTest : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         set_global_threads(1);  // test_util.h OneThread: the engine's logic under load, not its speed
         EngineConfig ec;
@@ -70,11 +70,11 @@ RunningServer* ServerTest::server_ = nullptr;
 void expect_error(const Json& j, int status, int want_status, const std::string& needle);
 
 // POSTs, then checks the status and the OpenAI error JSON (sequenced: the status is read after the call).
-#define check(path, body, want, needle)                     \
-    do {                                                    \
-        int _st = 0;                                        \
-        Json _j = post(path, body, &_st);                   \
-        expect_error(_j, _st, want, needle);                \
+#define check(path, body, want, needle)      \
+    do {                                     \
+        int _st = 0;                         \
+        Json _j = post(path, body, &_st);    \
+        expect_error(_j, _st, want, needle); \
     } while (0)
 
 void expect_error(const Json& j, int status, int want_status, const std::string& needle) {
@@ -87,16 +87,19 @@ void expect_error(const Json& j, int status, int want_status, const std::string&
 
 TEST_F(ServerTest, ChatAndCompletionWithUsage) {
     int st = 0;
-    Json j = post("/v1/chat/completions",
-                  R"({"model":"demo","messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":60})",
-                  &st);
+    Json j = post(
+        "/v1/chat/completions",
+        R"({"model":"demo","messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":60})",
+        &st);
     ASSERT_EQ(st, 200) << j.dump();
     EXPECT_EQ(j["object"], "chat.completion");
     EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
     EXPECT_NE(j["choices"][0]["message"]["content"].get<std::string>().find("Mae West"), std::string::npos);
     EXPECT_EQ(j["usage"]["prompt_tokens"], 13);
-    EXPECT_EQ(j["usage"]["total_tokens"], j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
-    j = post("/v1/completions", R"({"prompt":"The cat","max_tokens":5,"temperature":0,"unknown_field":[1,2]})", &st);
+    EXPECT_EQ(j["usage"]["total_tokens"],
+              j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+    j = post("/v1/completions",
+             R"({"prompt":"The cat","max_tokens":5,"temperature":0,"unknown_field":[1,2]})", &st);
     ASSERT_EQ(st, 200) << j.dump();  // unknown fields are ignored
     EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
     EXPECT_EQ(j["usage"]["completion_tokens"], 5);
@@ -106,16 +109,19 @@ TEST_F(ServerTest, ErrorCases) {
     int st = 0;
     check("/v1/chat/completions", "{not json", 400, "malformed JSON");
     check("/v1/chat/completions", R"({"messages":"hi"})", 400, "'messages' must be a list");
-    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400, "'temperature' must be a number");
+    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":"hot"})", 400,
+          "'temperature' must be a number");
     check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"top_p":1.5})", 400,
-                 "top_p must be in (0, 1]");
-    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})", 400, "temperature must be >= 0");
+          "top_p must be in (0, 1]");
+    check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"temperature":-1})", 400,
+          "temperature must be >= 0");
     check("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":17})", 400,
-                 "'n' must be an integer in [1, 16]");
+          "'n' must be an integer in [1, 16]");
     check("/v1/completions", R"({"prompt":")" + std::string(3000, 'a') + "\"}", 400,
-                 "maximum context length");
+          "maximum context length");
     check("/v1/completions", R"({"max_tokens":3})", 400, "'prompt' is required");
-    check("/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})", 404, "does not exist");
+    check("/v1/chat/completions", R"({"model":"gpt-9","messages":[{"role":"user","content":"x"}]})", 404,
+          "does not exist");
     // Authentication
     httplib::Client anon("127.0.0.1", server_->port());
     auto r = anon.Post("/v1/completions", R"({"prompt":"x"})", "application/json");
@@ -143,13 +149,15 @@ void stream_events(httplib::Client& c, const std::string& path, const std::strin
     req.body = body;
     req.set_header("Content-Type", "application/json");
     req.set_header("Authorization", "Bearer sekrit");
-    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) { return sse.feed(data, n, on_event); };
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        return sse.feed(data, n, on_event);
+    };
     c.send(req);
 }
 
 // Streams a completion; returns the concatenated text (and whether [DONE] arrived).
-std::string stream_text(httplib::Client& c, const std::string& path, const std::string& body, bool chat, bool* done,
-                        int stop_after_chunks = -1) {
+std::string stream_text(httplib::Client& c, const std::string& path, const std::string& body, bool chat,
+                        bool* done, int stop_after_chunks = -1) {
     std::string text;
     int chunks = 0;
     *done = false;
@@ -176,7 +184,8 @@ TEST_F(ServerTest, StreamingEqualsNonStreamingForTheSameSeed) {
     ASSERT_EQ(st, 200);
     auto c = client();
     bool done = false;
-    const std::string streamed = stream_text(c, "/v1/chat/completions", body + R"(,"stream":true})", true, &done);
+    const std::string streamed =
+        stream_text(c, "/v1/chat/completions", body + R"(,"stream":true})", true, &done);
     EXPECT_TRUE(done);
     EXPECT_EQ(streamed, j["choices"][0]["message"]["content"].get<std::string>());
     Json j2 = post("/v1/chat/completions", body + "}", &st);  // the same seed again: the same text
@@ -211,8 +220,9 @@ TEST_F(ServerTest, EveryGeneratedTokenStreamsAChunk) {
 TEST_F(ServerTest, DisconnectMidStreamFreesBlocksAndSlot) {
     auto c = client();
     bool done = false;
-    stream_text(c, "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true})",
-                false, &done, 3);
+    stream_text(c, "/v1/completions",
+                R"({"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true,"stream":true})", false,
+                &done, 3);
     EXPECT_FALSE(done);
     // Within a few engine steps the request is aborted and everything is free again.
     bool freed = false;
@@ -241,7 +251,8 @@ TEST_F(ServerTest, Soak) {
         int st = 0;
         post("/v1/completions", R"({"prompt":"warm up","max_tokens":8})", &st);
     }
-    const size_t rss_before = rss_bytes() - static_cast<size_t>(metrics_value("gdn_prefix_cache_snapshot_bytes"));
+    const size_t rss_before =
+        rss_bytes() - static_cast<size_t>(metrics_value("gdn_prefix_cache_snapshot_bytes"));
     const int n_requests = kSanitized ? 80 : 200;
     std::atomic<int> next{0}, completed{0}, disconnected{0}, bad{0};
     auto worker = [&](int seed) {
@@ -251,8 +262,13 @@ TEST_F(ServerTest, Soak) {
             const int max_tokens = 1 + rng() % 48;
             const bool leave = rng() % 4 == 0;
             std::string prompt(1 + rng() % 200, 'a' + rng() % 26);
-            Json body = {{"prompt", prompt}, {"max_tokens", max_tokens}, {"ignore_eos", true}, {"stream", true},
-                         {"stream_options", {{"include_usage", true}}}, {"temperature", 0.7}, {"seed", i}};
+            Json body = {{"prompt", prompt},
+                         {"max_tokens", max_tokens},
+                         {"ignore_eos", true},
+                         {"stream", true},
+                         {"stream_options", {{"include_usage", true}}},
+                         {"temperature", 0.7},
+                         {"seed", i}};
             SseReader sse;
             int64_t tokens = -1;
             int chunks = 0;
@@ -266,7 +282,8 @@ TEST_F(ServerTest, Soak) {
             req.set_header("Authorization", "Bearer sekrit");
             req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
                 return sse.feed(d, n, [&](const std::string& ev) {
-                    if (ev == "[DONE]") got_done = true;
+                    if (ev == "[DONE]")
+                        got_done = true;
                     else if (auto j = parse_json(ev, "c"); j && j->contains("usage"))
                         tokens = (*j)["usage"]["completion_tokens"].get<int64_t>();
                     return !(leave && ++chunks >= leave_after);
@@ -281,9 +298,9 @@ TEST_F(ServerTest, Soak) {
                 completed++;
             } else {
                 bad++;
-                ADD_FAILURE() << "request " << i << ": sent " << sent << " (" << httplib::to_string(err) << "), status "
-                              << res.status << ", [DONE] " << got_done << ", usage tokens " << tokens << " of "
-                              << max_tokens << ", prompt " << prompt.size() << " chars";
+                ADD_FAILURE() << "request " << i << ": sent " << sent << " (" << httplib::to_string(err)
+                              << "), status " << res.status << ", [DONE] " << got_done << ", usage tokens "
+                              << tokens << " of " << max_tokens << ", prompt " << prompt.size() << " chars";
             }
         }
     };
@@ -314,7 +331,8 @@ TEST_F(ServerTest, Soak) {
     const size_t slack = 48u << 20;
 #endif
     // GDN state snapshots of the prefix cache are memory in use by design (bounded by --prefix-cache-memory).
-    const size_t rss_after = rss_bytes() - static_cast<size_t>(metrics_value("gdn_prefix_cache_snapshot_bytes"));
+    const size_t rss_after =
+        rss_bytes() - static_cast<size_t>(metrics_value("gdn_prefix_cache_snapshot_bytes"));
     std::printf("soak: rss %.1f MiB -> %.1f MiB\n", rss_before / 1048576.0, rss_after / 1048576.0);
     EXPECT_LT(rss_after, rss_before + slack);
 }
@@ -341,10 +359,10 @@ namespace {
 TEST(ArrivalWait, WaitsOnlyAfterRequestsEndedAndNothingIsQueued) {
     ArrivalWait off(0), w(10);
     EXPECT_EQ(off.budget_ms(1, 200, 0), 0);
-    EXPECT_EQ(w.budget_ms(0, 200, 0), 0);    // nothing ended: no client is about to send
-    EXPECT_EQ(w.budget_ms(2, 200, 1), 0);    // a prompt is queued: the next step has one to start
-    EXPECT_EQ(w.budget_ms(1, 200, 0), 10);   // a prefill step: the flag's bound
-    EXPECT_EQ(w.budget_ms(1, 20, 0), 5);     // a 20 ms decode step: at most a quarter of it
+    EXPECT_EQ(w.budget_ms(0, 200, 0), 0);   // nothing ended: no client is about to send
+    EXPECT_EQ(w.budget_ms(2, 200, 1), 0);   // a prompt is queued: the next step has one to start
+    EXPECT_EQ(w.budget_ms(1, 200, 0), 10);  // a prefill step: the flag's bound
+    EXPECT_EQ(w.budget_ms(1, 20, 0), 5);    // a 20 ms decode step: at most a quarter of it
     EXPECT_EQ(ArrivalWait(10, 0.1).budget_ms(3, 40, 0), 4);
 }
 
@@ -365,7 +383,8 @@ TEST(ArrivalWait, StopsHoldingWhenNobodyComesAndProbes) {
             w.observe(false);
         }
     EXPECT_EQ(holds, 4);  // the probes
-    while (w.budget_ms(1, 200, 0) == 0) {}
+    while (w.budget_ms(1, 200, 0) == 0) {
+    }
     for (int i = 0; i < 4; ++i) w.observe(true);  // clients answer again
     EXPECT_GE(w.answered_share(), ArrivalWait::kMinAnswered);
     EXPECT_EQ(w.budget_ms(1, 200, 0), 10);
@@ -394,9 +413,10 @@ TEST(ArrivalWait, IdleForgetsTheExpiredHoldsOfTheTrafficBefore) {
 void complete_ignoring_eos(int port, int max_tokens) {
     httplib::Client c("127.0.0.1", port);
     c.set_read_timeout(60, 0);
-    auto r = c.Post("/v1/completions",
-                    strprintf(R"({"prompt":"Once upon a time","max_tokens":%d,"ignore_eos":true})", max_tokens),
-                    "application/json");
+    auto r =
+        c.Post("/v1/completions",
+               strprintf(R"({"prompt":"Once upon a time","max_tokens":%d,"ignore_eos":true})", max_tokens),
+               "application/json");
     EXPECT_TRUE(r && r->status == 200);
 }
 
@@ -474,7 +494,8 @@ TEST(QuantizedServer, Int4ChatStreamsLikeNonStreaming) {
     ASSERT_NE(server, nullptr);
     httplib::Client c("127.0.0.1", server->port());
     c.set_read_timeout(60, 0);
-    const std::string body = R"({"messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":40)";
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":40)";
     auto r = c.Post("/v1/chat/completions", body + "}", "application/json");
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200) << r->body;

@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "running_server.h"
 #include "server/completion_response.h"
 #include "server/openai_server.h"
 #include "server/request_fields.h"
 #include "server/sse_reader.h"
-#include "running_server.h"
 #include "test_util.h"
 #include "tokenizer/chat_template.h"
 
@@ -22,10 +22,12 @@ using namespace gdn::test;
 
 namespace {
 
-std::string tools_template_path() { return source_dir() + "/tests/data/chat_templates/qwen3_5_style.jinja"; }
+std::string tools_template_path() {
+    return source_dir() + "/tests/data/chat_templates/qwen3_5_style.jinja";
+}
 
 class AgentServerTest : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         set_global_threads(1);
         EngineConfig ec;
@@ -33,7 +35,8 @@ protected:
         ec.max_num_seqs = 4;
         ec.cache_memory = 64ull << 20;
         tok_ = new std::shared_ptr<const Tokenizer>();
-        server_ = demo_server(ec, ServerConfig{}, LoadOptions{}, read_bytes(tools_template_path()), tok_).release();
+        server_ =
+            demo_server(ec, ServerConfig{}, LoadOptions{}, read_bytes(tools_template_path()), tok_).release();
         ASSERT_NE(server_, nullptr);
     }
     static void TearDownTestSuite() {
@@ -114,8 +117,13 @@ TEST_F(AgentServerTest, EveryRefusedFieldNamesItself) {
     EXPECT_EQ(st, 400);
     EXPECT_EQ(j["error"]["param"], "best_of");
     // Accepted identifiers and hints, and fields that are nobody's.
-    ok("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 2}, {"user", "u1"}, {"store", false},
-                                {"metadata", {{"k", "v"}}}, {"service_tier", "auto"}, {"prompt_cache_key", "p"},
+    ok("/v1/chat/completions", {{"messages", kUser},
+                                {"max_tokens", 2},
+                                {"user", "u1"},
+                                {"store", false},
+                                {"metadata", {{"k", "v"}}},
+                                {"service_tier", "auto"},
+                                {"prompt_cache_key", "p"},
                                 {"some_client_extra", 1}});
 }
 
@@ -195,7 +203,8 @@ TEST_F(AgentServerTest, CompletionsLogprobsEchoAndStopStrings) {
     const Json gen = ok("/v1/completions", one)["choices"][0]["logprobs"];
     for (size_t i = 0; i < size_t(n); ++i) {
         EXPECT_EQ(ep["tokens"][P + i], gen["tokens"][i]) << i;
-        EXPECT_NEAR(ep["token_logprobs"][P + i].get<double>(), gen["token_logprobs"][i].get<double>(), 1e-5) << i;
+        EXPECT_NEAR(ep["token_logprobs"][P + i].get<double>(), gen["token_logprobs"][i].get<double>(), 1e-5)
+            << i;
     }
     // max_tokens 0 with echo (OpenAI's legacy scoring): the prompt and its logprobs, nothing generated.
     Json zero = body;
@@ -206,13 +215,16 @@ TEST_F(AgentServerTest, CompletionsLogprobsEchoAndStopStrings) {
     EXPECT_EQ(z["usage"]["completion_tokens"], 0);
     ASSERT_EQ(z["choices"][0]["logprobs"]["tokens"].size(), P);
     for (size_t i = 1; i < P; ++i)
-        EXPECT_NEAR(z["choices"][0]["logprobs"]["token_logprobs"][i].get<double>(), ep["token_logprobs"][i].get<double>(), 1e-5);
+        EXPECT_NEAR(z["choices"][0]["logprobs"]["token_logprobs"][i].get<double>(),
+                    ep["token_logprobs"][i].get<double>(), 1e-5);
     int status = 0;
     Json no_echo = base;
     no_echo["max_tokens"] = 0;
     EXPECT_EQ(post("/v1/completions", no_echo, &status)["error"]["param"], "max_tokens");
     EXPECT_EQ(status, 400);
-    EXPECT_EQ(post("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 0}}, &status)["error"]["param"], "max_tokens");
+    EXPECT_EQ(
+        post("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 0}}, &status)["error"]["param"],
+        "max_tokens");
     EXPECT_EQ(status, 400);
     // Streamed, the same lists; n = 2: each choice has the prompt's part (computed once).
     Json sb = body;
@@ -243,7 +255,8 @@ TEST_F(AgentServerTest, CompletionsLogprobsEchoAndStopStrings) {
         ASSERT_GT(l["tokens"].size(), P) << c;
         EXPECT_TRUE(l["token_logprobs"][0].is_null()) << c;
         for (size_t i = 1; i < P; ++i)
-            EXPECT_NEAR(l["token_logprobs"][i].get<double>(), ep["token_logprobs"][i].get<double>(), 1e-5) << c << " " << i;
+            EXPECT_NEAR(l["token_logprobs"][i].get<double>(), ep["token_logprobs"][i].get<double>(), 1e-5)
+                << c << " " << i;
     }
     // A stop string inside the text: cut before it, or kept with include_stop_str_in_output.
     const std::string stop = text.substr(3, 3);
@@ -267,9 +280,11 @@ TEST_F(AgentServerTest, ToolConversationsAndReasoningFields) {
       {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
         "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
       {"role": "tool", "tool_call_id": "call_1", "content": "rain"}])");
-    Json with_tools = ok("/v1/chat/completions", {{"messages", history}, {"tools", kTools}, {"max_tokens", 8}, {"temperature", 0}});
+    Json with_tools = ok("/v1/chat/completions",
+                         {{"messages", history}, {"tools", kTools}, {"max_tokens", 8}, {"temperature", 0}});
     Json without = ok("/v1/chat/completions", {{"messages", history}, {"max_tokens", 8}, {"temperature", 0}});
-    EXPECT_GT(with_tools["usage"]["prompt_tokens"].get<int>(), without["usage"]["prompt_tokens"].get<int>() + 50);
+    EXPECT_GT(with_tools["usage"]["prompt_tokens"].get<int>(),
+              without["usage"]["prompt_tokens"].get<int>() + 50);
     const Json& m = with_tools["choices"][0]["message"];
     EXPECT_EQ(m["role"], "assistant");
     // The template opened <think>: the answer so far is reasoning.
@@ -277,16 +292,22 @@ TEST_F(AgentServerTest, ToolConversationsAndReasoningFields) {
     EXPECT_TRUE(m["reasoning_content"].is_string());
     EXPECT_FALSE(m.contains("tool_calls"));
     // Thinking off: content, no reasoning.
-    Json off = ok("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 8}, {"temperature", 0},
-                                          {"chat_template_kwargs", {{"enable_thinking", false}}}});
+    Json off = ok("/v1/chat/completions", {{"messages", kUser},
+                                           {"max_tokens", 8},
+                                           {"temperature", 0},
+                                           {"chat_template_kwargs", {{"enable_thinking", false}}}});
     EXPECT_TRUE(off["choices"][0]["message"]["reasoning_content"].is_null());
     EXPECT_FALSE(off["choices"][0]["message"]["content"].get<std::string>().empty());
     // reasoning_effort "none" is thinking off too: the same answer.
-    Json none = ok("/v1/chat/completions", {{"messages", kUser}, {"max_tokens", 8}, {"temperature", 0}, {"reasoning_effort", "none"}});
+    Json none =
+        ok("/v1/chat/completions",
+           {{"messages", kUser}, {"max_tokens", 8}, {"temperature", 0}, {"reasoning_effort", "none"}});
     EXPECT_EQ(none["choices"][0]["message"], off["choices"][0]["message"]);
     EXPECT_EQ(none["usage"], off["usage"]);
     // tool_choice none still renders the tools; arguments that are not an object are a 400 naming them.
-    Json choice_none = ok("/v1/chat/completions", {{"messages", history}, {"tools", kTools}, {"tool_choice", "none"}, {"max_tokens", 4}});
+    Json choice_none =
+        ok("/v1/chat/completions",
+           {{"messages", history}, {"tools", kTools}, {"tool_choice", "none"}, {"max_tokens", 4}});
     EXPECT_EQ(choice_none["usage"]["prompt_tokens"], with_tools["usage"]["prompt_tokens"]);
     Json bad = history;
     bad[1]["tool_calls"][0]["function"]["arguments"] = "{oops";
@@ -294,7 +315,9 @@ TEST_F(AgentServerTest, ToolConversationsAndReasoningFields) {
     Json j = post("/v1/chat/completions", {{"messages", bad}, {"tools", kTools}}, &st);
     EXPECT_EQ(st, 400);
     EXPECT_EQ(j["error"]["param"], "messages");
-    EXPECT_NE(j["error"]["message"].get<std::string>().find("tool_calls[0].function.arguments"), std::string::npos) << j.dump();
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("tool_calls[0].function.arguments"),
+              std::string::npos)
+        << j.dump();
 }
 
 // tool_choice "required" and a named function: even the demo model (which never saw a tool) emits a
@@ -306,7 +329,8 @@ TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
       {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
         "city": {"type": "string"}, "days": {"type": "integer"}, "unit": {"enum": ["c", "f"]}}, "required": ["city", "days"]}}},
       {"type": "function", "function": {"name": "now"}}])");
-    for (const Json& choice : {Json("required"), Json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
+    for (const Json& choice :
+         {Json("required"), Json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
 #ifdef __SANITIZE_ADDRESS__
         const int seeds = 1;  // the Release run samples three
 #else
@@ -314,8 +338,13 @@ TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
 #endif
         int finished = 0, cut_off = 0;
         for (int seed = 0; finished < seeds; ++seed) {
-            Json body = {{"messages", kUser}, {"tools", tools}, {"tool_choice", choice}, {"temperature", 1.0}, {"seed", seed},
-                         {"max_tokens", 300}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+            Json body = {{"messages", kUser},
+                         {"tools", tools},
+                         {"tool_choice", choice},
+                         {"temperature", 1.0},
+                         {"seed", seed},
+                         {"max_tokens", 300},
+                         {"chat_template_kwargs", {{"enable_thinking", false}}}};
             Json j = ok("/v1/chat/completions", body);
             const Json& c = j["choices"][0];
             if (c["finish_reason"] == "length") {
@@ -372,7 +401,11 @@ TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
     Json j = post("/v1/chat/completions", {{"messages", kUser}, {"tool_choice", "required"}}, &st);
     EXPECT_EQ(st, 400);
     EXPECT_EQ(j["error"]["param"], "tool_choice");
-    j = post("/v1/chat/completions", {{"messages", kUser}, {"tools", tools}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}}, &st);
+    j = post("/v1/chat/completions",
+             {{"messages", kUser},
+              {"tools", tools},
+              {"tool_choice", {{"type", "function"}, {"function", {{"name", "nope"}}}}}},
+             &st);
     EXPECT_EQ(st, 400);
     EXPECT_NE(j["error"]["message"].get<std::string>().find("nope"), std::string::npos);
 }
@@ -380,13 +413,20 @@ TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
 // response_format json_schema with thinking on: the reasoning is free, the answer after </think> follows
 // the schema; structured_outputs choice on completions.
 TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
-    const Json schema = Json::parse(R"({"type": "object", "properties": {"fortune": {"type": "string", "maxLength": 30},
+    const Json schema =
+        Json::parse(R"({"type": "object", "properties": {"fortune": {"type": "string", "maxLength": 30},
         "stars": {"type": "integer"}}, "required": ["fortune", "stars"]})");
     for (bool thinking : {false, true}) {
-        Json body = {{"messages", kUser}, {"temperature", 1.0}, {"seed", 3}, {"max_tokens", 400},
-                     {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "f"}, {"schema", schema}, {"strict", true}}}}},
+        Json body = {{"messages", kUser},
+                     {"temperature", 1.0},
+                     {"seed", 3},
+                     {"max_tokens", 400},
+                     {"response_format",
+                      {{"type", "json_schema"},
+                       {"json_schema", {{"name", "f"}, {"schema", schema}, {"strict", true}}}}},
                      {"chat_template_kwargs", {{"enable_thinking", thinking}}}};
-        if (thinking) body["logit_bias"] = {{std::to_string(*(*tok_)->token_id("</think>")), 8}};  // think briefly
+        if (thinking)
+            body["logit_bias"] = {{std::to_string(*(*tok_)->token_id("</think>")), 8}};  // think briefly
         Json j = ok("/v1/chat/completions", body);
         const Json& m = j["choices"][0]["message"];
         if (j["choices"][0]["finish_reason"] != "stop") {  // still thinking at max_tokens: nothing to check
@@ -401,13 +441,20 @@ TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
             EXPECT_TRUE(m["reasoning_content"].is_string()) << j.dump();
         }
     }
-    Json c = ok("/v1/completions", {{"prompt", "The cat"}, {"max_tokens", 20}, {"temperature", 1.0},
+    Json c = ok("/v1/completions", {{"prompt", "The cat"},
+                                    {"max_tokens", 20},
+                                    {"temperature", 1.0},
                                     {"structured_outputs", {{"choice", {"sat", "ran away"}}}}});
     const std::string text = c["choices"][0]["text"];
     EXPECT_TRUE(text == "sat" || text == "ran away") << text;
     int st = 0;
-    Json bad = post("/v1/chat/completions", {{"messages", kUser}, {"response_format", {{"type", "json_schema"},
-                                            {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"format", "date"}}}}}}}}, &st);
+    Json bad =
+        post("/v1/chat/completions",
+             {{"messages", kUser},
+              {"response_format",
+               {{"type", "json_schema"},
+                {"json_schema", {{"name", "x"}, {"schema", {{"type", "string"}, {"format", "date"}}}}}}}},
+             &st);
     EXPECT_EQ(st, 400);
     EXPECT_EQ(bad["error"]["param"], "response_format");
     EXPECT_NE(bad["error"]["message"].get<std::string>().find("format"), std::string::npos) << bad.dump();
@@ -463,7 +510,11 @@ TEST_F(AgentServerTest, NSamplesShareOnePrefill) {
         EXPECT_EQ(finishes[i], 1);
     }
     // Chat too.
-    Json chat = ok("/v1/chat/completions", {{"messages", kUser}, {"n", 2}, {"seed", 1}, {"temperature", 1.0}, {"max_tokens", 6},
+    Json chat = ok("/v1/chat/completions", {{"messages", kUser},
+                                            {"n", 2},
+                                            {"seed", 1},
+                                            {"temperature", 1.0},
+                                            {"max_tokens", 6},
                                             {"chat_template_kwargs", {{"enable_thinking", false}}}});
     ASSERT_EQ(chat["choices"].size(), 2u);
     EXPECT_EQ(chat["choices"][1]["index"], 1);
@@ -476,7 +527,8 @@ TEST(RequestFields, EveryFieldIsInTheReadme) {
     ASSERT_NE(at, std::string::npos);
     const std::string section = readme.substr(at, readme.find("\n\n", at) - at);
     for (const RequestField& f : request_fields())
-        EXPECT_NE(section.find(std::string("`") + f.name + "`"), std::string::npos) << f.name << " is not in the README";
+        EXPECT_NE(section.find(std::string("`") + f.name + "`"), std::string::npos)
+            << f.name << " is not in the README";
 }
 
 TEST(ToolsRequest, ATemplateWithoutToolsRefusesThem) {
@@ -500,11 +552,13 @@ TEST(CompletionResponseFormat, ScriptedToolCallsStreamedAndNot) {
     ASSERT_TRUE(tok.is_ok());
     RequestLimits lim{"demo", (*tok)->vocab_size(), 512};
     const std::string answer =
-        "Need the weather.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n"
+        "Need the "
+        "weather.\n</think>\n\nChecking.\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n"
         "</parameter>\n</function>\n</tool_call>";
     auto run = [&](bool stream) {
         CompletionRequest req;
-        EXPECT_FALSE(parse_completion_request({{"messages", kUser}, {"tools", kTools}, {"stream", stream}}, true, lim, &req));
+        EXPECT_FALSE(parse_completion_request({{"messages", kUser}, {"tools", kTools}, {"stream", stream}},
+                                              true, lim, &req));
         req.opens_reasoning = true;
         auto job = std::make_shared<Job>();
         job->accepted = true;
@@ -536,19 +590,24 @@ TEST(CompletionResponseFormat, ScriptedToolCallsStreamedAndNot) {
             const Json c = Json::parse(data)["choices"][0];
             if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
             const Json& d = c["delta"];
-            if (d.contains("content")) msg["content"] = msg["content"].get<std::string>() + d["content"].get<std::string>();
+            if (d.contains("content"))
+                msg["content"] = msg["content"].get<std::string>() + d["content"].get<std::string>();
             if (d.contains("reasoning_content"))
-                msg["reasoning_content"] = msg["reasoning_content"].get<std::string>() + d["reasoning_content"].get<std::string>();
+                msg["reasoning_content"] =
+                    msg["reasoning_content"].get<std::string>() + d["reasoning_content"].get<std::string>();
             if (d.contains("tool_calls"))
                 for (const Json& t : d["tool_calls"]) {
                     const size_t i = t["index"];
                     if (t.contains("id")) {
                         EXPECT_EQ(msg["tool_calls"].size(), i);
-                        msg["tool_calls"].push_back({{"id", t["id"]}, {"type", t["type"]},
-                                                     {"function", {{"name", t["function"]["name"]}, {"arguments", ""}}}});
+                        msg["tool_calls"].push_back(
+                            {{"id", t["id"]},
+                             {"type", t["type"]},
+                             {"function", {{"name", t["function"]["name"]}, {"arguments", ""}}}});
                     }
                     Json& f = msg["tool_calls"][i]["function"];
-                    f["arguments"] = f["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
+                    f["arguments"] =
+                        f["arguments"].get<std::string>() + t["function"]["arguments"].get<std::string>();
                 }
             return true;
         });

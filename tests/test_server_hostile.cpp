@@ -48,7 +48,8 @@ struct LoopbackServer {
         sc.served_model_name = "demo";
         server = std::make_unique<OpenAIServer>(std::move(*e), *t, sc);
         thread = std::thread([this] { server->run(); });
-        for (int i = 0; i < 500 && server->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        for (int i = 0; i < 500 && server->bound_port() == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         port = server->bound_port();
     }
     ~LoopbackServer() {
@@ -58,7 +59,7 @@ struct LoopbackServer {
 };
 
 class Hostile : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         EngineConfig ec;
         ec.max_model_len = 4096;
@@ -76,18 +77,21 @@ protected:
     void TearDown() override { expect_idle_and_alive(); }
 
     static int port() { return srv_->port; }
-    static RawResponse post(const std::string& path, const std::string& body, const std::string& headers = kAuth) {
+    static RawResponse post(const std::string& path, const std::string& body,
+                            const std::string& headers = kAuth) {
         return raw_request(port(), http_post(path, body, headers));
     }
     static double metric(const std::string& name) {
-        RawResponse r = raw_request(port(), std::string("GET /metrics HTTP/1.1\r\nHost: x\r\n") + kAuth + "\r\n");
+        RawResponse r =
+            raw_request(port(), std::string("GET /metrics HTTP/1.1\r\nHost: x\r\n") + kAuth + "\r\n");
         const size_t p = r.body.find("\n" + name + " ");
         return p == std::string::npos ? -1 : std::stod(r.body.substr(p + name.size() + 2));
     }
     // A normal request, answered with 200 within 5 s; returns the seconds it took.
     static double normal_request_seconds() {
         const double t0 = now_seconds();
-        RawResponse r = raw_request(port(), http_post("/v1/completions", R"({"prompt":"The cat","max_tokens":2})", kAuth), 5);
+        RawResponse r = raw_request(
+            port(), http_post("/v1/completions", R"({"prompt":"The cat","max_tokens":2})", kAuth), 5);
         EXPECT_EQ(r.status, 200) << r.body;
         return now_seconds() - t0;
     }
@@ -117,24 +121,28 @@ protected:
 };
 LoopbackServer* Hostile::srv_ = nullptr;
 
-std::string nested(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+std::string nested(int depth) {
+    return std::string(depth, '[') + std::string(depth, ']');
+}
 
 // 1. Deeply nested JSON: a clear 400 on every endpoint and every path into the request.
 TEST_F(Hostile, DeeplyNestedJson) {
     const std::string deep = nested(30000);
-    expect_api_error(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi","x":)" + deep + "}]}"), 400,
-                     "nested deeper than");
-    expect_api_error(post("/v1/chat/completions",
-                          R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"a":)" + deep + "}}"),
-                     400, "nested deeper than");
+    expect_api_error(
+        post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi","x":)" + deep + "}]}"),
+        400, "nested deeper than");
+    expect_api_error(
+        post("/v1/chat/completions",
+             R"({"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"a":)" + deep + "}}"),
+        400, "nested deeper than");
     expect_api_error(post("/tokenize", R"({"messages":)" + deep + "}"), 400, "nested deeper than");
     expect_api_error(post("/v1/completions", R"({"prompt":)" + deep + "}"), 400, "nested deeper than");
     expect_api_error(post("/detokenize", R"({"tokens":)" + deep + "}"), 400, "nested deeper than");
     // Brackets inside strings are text, not nesting; moderate real nesting is fine.
     RawResponse ok = post("/tokenize", R"({"prompt":")" + std::string(5000, '[') + R"("})");
     EXPECT_EQ(ok.status, 200) << ok.body;
-    ok = post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi","x":)" + nested(60) +
-                                          R"(}],"max_tokens":1})");
+    ok = post("/v1/chat/completions",
+              R"({"messages":[{"role":"user","content":"hi","x":)" + nested(60) + R"(}],"max_tokens":1})");
     EXPECT_EQ(ok.status, 200) << ok.body;
 }
 
@@ -179,8 +187,8 @@ TEST_F(Hostile, HugeChunkedBodyIsCutAtTheLimit) {
     const size_t rss0 = rss_bytes();
     const int fd = raw_connect(port());
     ASSERT_GE(fd, 0);
-    raw_send(fd, std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n") + kAuth +
-                     "\r\n");
+    raw_send(fd, std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n") +
+                     kAuth + "\r\n");
     raw_send(fd, "10000\r\n{\"prompt\":\"" + std::string(65536 - 11, 'a') + "\r\n");
     const std::string chunk = "10000\r\n" + std::string(65536, 'a') + "\r\n";
     size_t sent = 65536, peak = 0;
@@ -214,8 +222,9 @@ TEST_F(Hostile, HugeChunkedBodyIsCutAtTheLimit) {
                 rss0 / 1048576.0, peak / 1048576.0, sent / 1048576.0);
     EXPECT_LT(peak, bound);
     // Content-Length beyond the limit: answered before any body byte is read.
-    RawResponse cl = raw_request(port(), std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n") +
-                                             kAuth + "\r\n");
+    RawResponse cl = raw_request(
+        port(), std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\n") +
+                    kAuth + "\r\n");
     expect_api_error(cl, 413, "too large");
 }
 
@@ -227,7 +236,8 @@ TEST_F(Hostile, ClientErrorsAre400) {
     expect_api_error(post("/v1/completions", "[1,2"), 400, "malformed JSON");
     expect_api_error(post("/v1/completions", "\"just a string\""), 400, "must be a JSON object");
     expect_api_error(post("/v1/completions", R"({"prompt":"hi","stream_options":3})"), 400, "stream_options");
-    expect_api_error(post("/v1/completions", R"({"prompt":"hi","stream":"yes"})"), 400, "'stream' must be a boolean");
+    expect_api_error(post("/v1/completions", R"({"prompt":"hi","stream":"yes"})"), 400,
+                     "'stream' must be a boolean");
     EXPECT_EQ(metric("gdn_requests_rejected_total"), 0.0);
 }
 
@@ -237,7 +247,9 @@ TEST_F(Hostile, NonStreamingRequestsAbortWhenTheClientLeaves) {
     std::vector<int> socks;
     for (int i = 0; i < 6; ++i) {
         const int fd = raw_connect(port());
-        raw_send(fd, http_post("/v1/completions", R"({"prompt":"Once upon a time","max_tokens":4000,"ignore_eos":true})", kAuth));
+        raw_send(fd,
+                 http_post("/v1/completions",
+                           R"({"prompt":"Once upon a time","max_tokens":4000,"ignore_eos":true})", kAuth));
         socks.push_back(fd);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -259,21 +271,31 @@ TEST_F(Hostile, IntegersOutOfRangeAreRefused) {
     expect_api_error(post("/v1/completions", R"({"prompt":[18446744073709551615]})"), 400, "out of range");
     expect_api_error(post("/v1/completions", R"({"prompt":[1, 2.5]})"), 400, "must hold integers");
     expect_api_error(post("/detokenize", R"({"tokens":[4294967301]})"), 400, "out of range");
-    expect_api_error(post("/v1/completions", R"({"prompt":"x","stop_token_ids":[4294967297]})"), 400, "stop_token_ids");
-    expect_api_error(post("/v1/completions", R"({"prompt":"x","top_k":4294967297})"), 400, "'top_k' must be an integer in");
-    expect_api_error(post("/v1/completions", R"({"prompt":"x","min_tokens":4294967297})"), 400, "'min_tokens'");
+    expect_api_error(post("/v1/completions", R"({"prompt":"x","stop_token_ids":[4294967297]})"), 400,
+                     "stop_token_ids");
+    expect_api_error(post("/v1/completions", R"({"prompt":"x","top_k":4294967297})"), 400,
+                     "'top_k' must be an integer in");
+    expect_api_error(post("/v1/completions", R"({"prompt":"x","min_tokens":4294967297})"), 400,
+                     "'min_tokens'");
     expect_api_error(post("/v1/completions", R"({"prompt":"x","max_tokens":-5})"), 400, "'max_tokens'");
     expect_api_error(post("/v1/completions", R"({"prompt":"x","logprobs":100})"), 400, "'logprobs'");
-    expect_api_error(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1000000})"),
-                     400, "'top_logprobs'");
+    expect_api_error(
+        post("/v1/chat/completions",
+             R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":1000000})"),
+        400, "'top_logprobs'");
     expect_api_error(post("/v1/completions", R"({"prompt":"x","n":18446744073709551617})"), 400, "");
     // The first id past the tokenizer's vocabulary is refused even if the model has a (padding) row.
-    RawResponse m = raw_request(port(), std::string("GET /v1/models HTTP/1.1\r\nHost: x\r\n") + kAuth + "\r\n");
+    RawResponse m =
+        raw_request(port(), std::string("GET /v1/models HTTP/1.1\r\nHost: x\r\n") + kAuth + "\r\n");
     const int vocab = (*parse_json(m.body, "models"))["data"][0]["vocab_size"].get<int>();
-    expect_api_error(post("/v1/completions", "{\"prompt\":[" + std::to_string(vocab) + "]}"), 400, "out of range");
-    EXPECT_EQ(post("/v1/completions", "{\"prompt\":[" + std::to_string(vocab - 1) + "],\"max_tokens\":1}").status, 200);
+    expect_api_error(post("/v1/completions", "{\"prompt\":[" + std::to_string(vocab) + "]}"), 400,
+                     "out of range");
+    EXPECT_EQ(
+        post("/v1/completions", "{\"prompt\":[" + std::to_string(vocab - 1) + "],\"max_tokens\":1}").status,
+        200);
     // Seeds take any 64-bit integer.
-    EXPECT_EQ(post("/v1/completions", R"({"prompt":"x","max_tokens":1,"seed":18446744073709551615})").status, 200);
+    EXPECT_EQ(post("/v1/completions", R"({"prompt":"x","max_tokens":1,"seed":18446744073709551615})").status,
+              200);
     EXPECT_EQ(post("/v1/completions", R"({"prompt":"x","max_tokens":1,"seed":-1})").status, 200);
 }
 
@@ -284,11 +306,14 @@ TEST_F(Hostile, ContextLengthAndStreamedValidation) {
                      "maximum context length is 4096 tokens. However, you requested");
     expect_api_error(post("/v1/completions", R"({"prompt":"The cat","max_tokens":5000,"stream":true})"), 400,
                      "maximum context length");
-    expect_api_error(post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":4095,"stream":true})"),
+    expect_api_error(post("/v1/chat/completions",
+                          R"({"messages":[{"role":"user","content":"x"}],"max_tokens":4095,"stream":true})"),
                      400, "maximum context length");
     const std::string big(20000, 'z');
-    expect_api_error(post("/v1/completions", R"({"prompt":")" + big + R"(","stream":true})"), 400, "maximum context length");
-    expect_api_error(post("/v1/completions", R"({"prompt":"x","temperature":-1,"stream":true})"), 400, "temperature");
+    expect_api_error(post("/v1/completions", R"({"prompt":")" + big + R"(","stream":true})"), 400,
+                     "maximum context length");
+    expect_api_error(post("/v1/completions", R"({"prompt":"x","temperature":-1,"stream":true})"), 400,
+                     "temperature");
     expect_api_error(post("/v1/completions", R"({"prompt":[],"stream":true})"), 400, "");
     // Exactly filling the context is fine.
     RawResponse t = post("/tokenize", R"({"prompt":"The cat"})");
@@ -296,12 +321,14 @@ TEST_F(Hostile, ContextLengthAndStreamedValidation) {
     // Only the head matters (the request was accepted): generating up to ~4000 tokens to the end would
     // take longer than any read timeout under the sanitizers. Closing the socket aborts the request.
     const int fd = raw_connect(port());
-    ASSERT_TRUE(raw_send(fd, http_post("/v1/completions", "{\"prompt\":\"The cat\",\"max_tokens\":" +
-                                                              std::to_string(4096 - n) + ",\"stream\":true}",
+    ASSERT_TRUE(raw_send(fd, http_post("/v1/completions",
+                                       "{\"prompt\":\"The cat\",\"max_tokens\":" + std::to_string(4096 - n) +
+                                           ",\"stream\":true}",
                                        kAuth)));
     std::string head;
     const double t0 = now_seconds();
-    while (head.find("\r\n\r\n") == std::string::npos && now_seconds() - t0 < 30 && raw_recv_some(fd, &head, 30)) {
+    while (head.find("\r\n\r\n") == std::string::npos && now_seconds() - t0 < 30 &&
+           raw_recv_some(fd, &head, 30)) {
     }
     ::close(fd);
     EXPECT_EQ(head.rfind("HTTP/1.1 200", 0), 0u) << head;
@@ -313,7 +340,8 @@ TEST_F(Hostile, ProtocolDetails) {
     {  // 5 pipelined requests in one write: 5 answers, in order
         const int fd = raw_connect(port());
         std::string all;
-        for (int i = 0; i < 5; ++i) all += http_post("/tokenize", "{\"prompt\":\"" + std::string(i + 1, 'a') + "\"}", kAuth);
+        for (int i = 0; i < 5; ++i)
+            all += http_post("/tokenize", "{\"prompt\":\"" + std::string(i + 1, 'a') + "\"}", kAuth);
         raw_send(fd, all);
         std::string buf;
         for (int i = 0; i < 5; ++i) {
@@ -327,7 +355,8 @@ TEST_F(Hostile, ProtocolDetails) {
        // stops parsing whenever too many answers wait unread
         const int fd = raw_connect(port());
         std::string all;
-        for (int i = 0; i < 3000; ++i) all += "GET /health HTTP/1.1\r\nX-N: " + std::to_string(i) + "\r\n\r\n";
+        for (int i = 0; i < 3000; ++i)
+            all += "GET /health HTTP/1.1\r\nX-N: " + std::to_string(i) + "\r\n\r\n";
         std::thread writer([&] { raw_send(fd, all); });
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         EXPECT_LT(normal_request_seconds(), 5.0);
@@ -354,30 +383,44 @@ TEST_F(Hostile, ProtocolDetails) {
     RawResponse r = raw_request(port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
                                             std::to_string(body.size()) + "\r\n" + kAuth + "\r\n" + body);
     EXPECT_EQ(r.status, 200) << r.body;
-    r = raw_request(port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
-                            "Content-Length: " + std::to_string(body.size()) + "\r\n" + kAuth + "\r\n" + body);
+    r = raw_request(
+        port(),
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+        "Content-Length: " +
+            std::to_string(body.size()) + "\r\n" + kAuth + "\r\n" + body);
     EXPECT_EQ(r.status, 200) << r.body;
     // Expect: 100-continue is honoured.
-    r = raw_request(port(), "POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 15\r\n" +
-                                std::string(kAuth) + "\r\n{\"prompt\":\"hi\"}");
+    r = raw_request(port(),
+                    "POST /tokenize HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 15\r\n" +
+                        std::string(kAuth) + "\r\n{\"prompt\":\"hi\"}");
     EXPECT_EQ(r.status, 200) << r.body;
     // What the HTTP layer refuses.
-    expect_api_error(raw_request(port(), "GET /health HTTP/1.1\r\nX: " + std::string(70000, 'a') + "\r\n\r\n"), 431, "too large");
+    expect_api_error(
+        raw_request(port(), "GET /health HTTP/1.1\r\nX: " + std::string(70000, 'a') + "\r\n\r\n"), 431,
+        "too large");
     expect_api_error(raw_request(port(), "GARBAGE\r\n\r\n"), 400, "malformed request line");
     expect_api_error(raw_request(port(), "GET /nope HTTP/1.1\r\n\r\n"), 404, "no such endpoint");
     expect_api_error(raw_request(port(), "DELETE /health HTTP/1.1\r\n\r\n"), 405, "not allowed");
-    expect_api_error(raw_request(port(), "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 501, "Transfer-Encoding");
-    expect_api_error(raw_request(port(), "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"), 400,
-                     "both");
-    expect_api_error(raw_request(port(), "POST /tokenize HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"), 400,
-                     "conflicting");
-    expect_api_error(raw_request(port(), "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400, "chunk");
+    expect_api_error(raw_request(port(), "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 501,
+                     "Transfer-Encoding");
+    expect_api_error(
+        raw_request(port(),
+                    "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n"),
+        400, "both");
+    expect_api_error(
+        raw_request(port(), "POST /tokenize HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n"), 400,
+        "conflicting");
+    expect_api_error(
+        raw_request(port(), "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400,
+        "chunk");
     expect_api_error(raw_request(port(), "GET /health HTTP/2.0\r\n\r\n"), 505, "HTTP/1.0 and HTTP/1.1");
     // Authentication: /health open, /metrics and the API behind the key.
     EXPECT_EQ(raw_request(port(), "GET /health HTTP/1.1\r\n\r\n").status, 200);
     expect_api_error(raw_request(port(), "GET /metrics HTTP/1.1\r\n\r\n"), 401, "Missing API key");
-    expect_api_error(raw_request(port(), "GET /metrics HTTP/1.1\r\nAuthorization: Bearer k3z\r\n\r\n"), 401, "Incorrect API key");
-    expect_api_error(raw_request(port(), "GET /v1/models HTTP/1.1\r\nAuthorization: Bearer k3y0\r\n\r\n"), 401, "Incorrect API key");
+    expect_api_error(raw_request(port(), "GET /metrics HTTP/1.1\r\nAuthorization: Bearer k3z\r\n\r\n"), 401,
+                     "Incorrect API key");
+    expect_api_error(raw_request(port(), "GET /v1/models HTTP/1.1\r\nAuthorization: Bearer k3y0\r\n\r\n"),
+                     401, "Incorrect API key");
     // Half a request, then silence: 408 at the head deadline.
     const int fd = raw_connect(port());
     raw_send(fd, "POST /tokenize HTTP/1.1\r\nContent-Length: 50\r\n");
@@ -396,7 +439,8 @@ TEST(HostileQueue, AdmissionLimitAnswers503) {
     sc.max_queue = 1;
     LoopbackServer s(ec, sc);
     ASSERT_GT(s.port, 0);
-    const std::string long_req = http_post("/v1/completions", R"({"prompt":"x","max_tokens":3000,"ignore_eos":true})");
+    const std::string long_req =
+        http_post("/v1/completions", R"({"prompt":"x","max_tokens":3000,"ignore_eos":true})");
     std::vector<int> socks;
     for (int i = 0; i < 2; ++i) {
         socks.push_back(raw_connect(s.port));
@@ -408,7 +452,8 @@ TEST(HostileQueue, AdmissionLimitAnswers503) {
         const size_t p = m.body.find("\ngdn_requests_in_flight ");
         return p == std::string::npos ? -1.0 : std::stod(m.body.substr(p + 24));
     };
-    for (int i = 0; i < 200 && in_flight() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 200 && in_flight() < 2; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
     ASSERT_EQ(in_flight(), 2.0);
     RawResponse r = raw_request(s.port, long_req);
     EXPECT_EQ(r.status, 503) << r.body;
@@ -419,7 +464,8 @@ TEST(HostileQueue, AdmissionLimitAnswers503) {
     bool ok = false;
     for (int i = 0; i < 50 && !ok; ++i) {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        ok = raw_request(s.port, http_post("/v1/completions", R"({"prompt":"x","max_tokens":1})")).status == 200;
+        ok = raw_request(s.port, http_post("/v1/completions", R"({"prompt":"x","max_tokens":1})")).status ==
+             200;
     }
     EXPECT_TRUE(ok);
 }

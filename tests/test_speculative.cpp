@@ -15,9 +15,9 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
-#include "server/openai_server.h"
 #include "ops/dispatch.h"
 #include "ops/ref/ref_ops.h"
+#include "server/openai_server.h"
 #include "test_util.h"
 #include "util/json_file.h"
 
@@ -125,7 +125,8 @@ std::unique_ptr<Engine> make_engine(const Loaded& l, EngineConfig cfg) {
 }
 
 // Runs every request to completion; id -> tokens. Checks the slot and block pools are whole at the end.
-std::map<int64_t, std::vector<int32_t>> run_all(Engine& e, std::function<void(Engine&, int64_t)> each_step = nullptr) {
+std::map<int64_t, std::vector<int32_t>> run_all(Engine& e,
+                                                std::function<void(Engine&, int64_t)> each_step = nullptr) {
     std::map<int64_t, std::vector<int32_t>> out;
     for (int64_t step = 0; e.has_unfinished() && step < 200000; ++step) {
         if (each_step) each_step(e, step);
@@ -148,7 +149,6 @@ std::vector<Prompt> demo_chat_prompts() {
         v.push_back(Prompt::from_messages(Json::array({{{"role", "user"}, {"content", p}}})));
     return v;
 }
-
 
 }  // namespace
 
@@ -183,9 +183,13 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
         base.bf16 = bf16;
         base.max_num_seqs = 20;
         const std::vector<std::vector<int32_t>> plain = greedy_runs(l, base, prompts, n_tokens);
-        for (const char* js : {R"({"method":"mtp","num_speculative_tokens":1})", R"({"method":"mtp","num_speculative_tokens":2})",
-                               R"({"method":"mtp","num_speculative_tokens":3})", R"({"method":"mtp","num_speculative_tokens":4})",
-                               R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2,"prompt_lookup_max":4})"}) {
+        for (
+            const char* js :
+            {R"({"method":"mtp","num_speculative_tokens":1})",
+             R"({"method":"mtp","num_speculative_tokens":2})",
+             R"({"method":"mtp","num_speculative_tokens":3})",
+             R"({"method":"mtp","num_speculative_tokens":4})",
+             R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":2,"prompt_lookup_max":4})"}) {
             if (kSanitized && (std::string(js).find("\"num_speculative_tokens\":2") != std::string::npos ||
                                std::string(js).find("\"num_speculative_tokens\":4") != std::string::npos))
                 continue;
@@ -198,9 +202,10 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
                 same += got[i] == plain[i];
                 EXPECT_EQ(got[i], plain[i]) << js << (bf16 ? " bf16" : " f32") << " prompt " << i;
             }
-            std::printf("%s %s: %d/%zu identical; drafted %lld accepted %lld (mean acceptance length %.2f); %s\n", js,
-                        bf16 ? "bf16" : "f32", same, prompts.size(), (long long)st.spec.drafted, (long long)st.spec.accepted,
-                        st.spec.mean_acceptance_length(), st.spec_cost_model.c_str());
+            std::printf(
+                "%s %s: %d/%zu identical; drafted %lld accepted %lld (mean acceptance length %.2f); %s\n", js,
+                bf16 ? "bf16" : "f32", same, prompts.size(), (long long)st.spec.drafted,
+                (long long)st.spec.accepted, st.spec.mean_acceptance_length(), st.spec_cost_model.c_str());
         }
     }
 }
@@ -215,7 +220,8 @@ TEST(Speculative, ReusedMtpRowBuffersDraftAsFreshOnes) {
     ASSERT_GE(prompts.size(), 6u);
     auto drafts_of = [&](Engine& e, size_t first, size_t n) {
         const SpecCounters before = e.stats().spec;
-        for (size_t i = first; i < first + n; ++i) e.add_request(prompts[i], greedy(16 + 4 * static_cast<int>(i)));
+        for (size_t i = first; i < first + n; ++i)
+            e.add_request(prompts[i], greedy(16 + 4 * static_cast<int>(i)));
         run_all(e);
         const SpecCounters after = e.stats().spec;
         return std::pair<int64_t, int64_t>{after.drafted - before.drafted, after.accepted - before.accepted};
@@ -264,9 +270,11 @@ TEST(Speculative, DraftLayerInInt8OrInt4KeepsGreedyExact) {
         cfg.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":3,"adaptive":false})");
         EngineStats st;
         const auto got = greedy_runs(l, cfg, prompts, n_tokens, &st);
-        for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], plain[i]) << weight_format_name(f) << " prompt " << i;
+        for (size_t i = 0; i < got.size(); ++i)
+            EXPECT_EQ(got[i], plain[i]) << weight_format_name(f) << " prompt " << i;
         EXPECT_GT(st.spec.accepted, 0) << weight_format_name(f);  // the quantized layer still drafts well
-        std::printf("MTP layer %s: mean acceptance length %.2f\n", weight_format_name(f), st.spec.mean_acceptance_length());
+        std::printf("MTP layer %s: mean acceptance length %.2f\n", weight_format_name(f),
+                    st.spec.mean_acceptance_length());
     }
 }
 
@@ -286,8 +294,9 @@ std::vector<std::vector<int32_t>> random_prompts(int n, uint32_t seed, int32_t V
 enum class Stress { NONE, CHUNKED, PREEMPT, ABORT };
 
 // Runs the prompts with the given engine config; returns the tokens per prompt, and which were aborted.
-std::vector<std::vector<int32_t>> run_prompts(const Loaded& l, EngineConfig cfg, const std::vector<std::vector<int32_t>>& ps,
-                                              int n_tokens, Stress stress, std::vector<bool>* aborted,
+std::vector<std::vector<int32_t>> run_prompts(const Loaded& l, EngineConfig cfg,
+                                              const std::vector<std::vector<int32_t>>& ps, int n_tokens,
+                                              Stress stress, std::vector<bool>* aborted,
                                               const std::vector<std::vector<int32_t>>* oracle, uint32_t seed,
                                               EngineStats* stats = nullptr) {
     if (stress == Stress::CHUNKED) {
@@ -302,17 +311,18 @@ std::vector<std::vector<int32_t>> run_prompts(const Loaded& l, EngineConfig cfg,
     if (oracle) {
         // Drafts from the true continuation, of random length, each token wrong with probability 1/4: every
         // accept / reject pattern and every draft length appear, batched together.
-        e->set_draft_hook([&](int64_t id, const std::vector<int32_t>& tokens, int k, std::vector<int32_t>* drafts) {
-            const size_t i = static_cast<size_t>(id - ids[0]);
-            const std::vector<int32_t>& want = (*oracle)[i];
-            const size_t done = tokens.size() - ps[i].size();
-            drafts->clear();
-            const int n = k > 0 ? static_cast<int>(rng() % (k + 1)) : 0;
-            for (int j = 0; j < n && done + j < want.size(); ++j) {
-                const int32_t t = want[done + j];
-                drafts->push_back(rng() % 4 == 0 ? (t + 1 + static_cast<int32_t>(rng() % 50)) % V : t);
-            }
-        });
+        e->set_draft_hook(
+            [&](int64_t id, const std::vector<int32_t>& tokens, int k, std::vector<int32_t>* drafts) {
+                const size_t i = static_cast<size_t>(id - ids[0]);
+                const std::vector<int32_t>& want = (*oracle)[i];
+                const size_t done = tokens.size() - ps[i].size();
+                drafts->clear();
+                const int n = k > 0 ? static_cast<int>(rng() % (k + 1)) : 0;
+                for (int j = 0; j < n && done + j < want.size(); ++j) {
+                    const int32_t t = want[done + j];
+                    drafts->push_back(rng() % 4 == 0 ? (t + 1 + static_cast<int32_t>(rng() % 50)) % V : t);
+                }
+            });
     }
     aborted->assign(ps.size(), false);
     int64_t forced = 0;
@@ -354,21 +364,26 @@ TEST_P(SpeculativeFamilies, GreedyIsExactAndLeakFree) {
         base.cache_memory = 64ull << 20;
         std::vector<bool> ab;
         const auto want = run_prompts(l, base, ps, 20, Stress::NONE, &ab, nullptr, 0);
-        for (const char* js : {R"({"method":"mtp","num_speculative_tokens":4,"adaptive":false})",
-                               R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3,"adaptive":false})"}) {
+        for (
+            const char* js :
+            {R"({"method":"mtp","num_speculative_tokens":4,"adaptive":false})",
+             R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3,"adaptive":false})"}) {
             for (Stress stress : {Stress::NONE, Stress::CHUNKED, Stress::PREEMPT, Stress::ABORT}) {
                 for (bool hook : {false, true}) {
-                    if (!hook && stress != Stress::NONE) continue;  // natural drafts once; oracle drafts under every stress
+                    if (!hook && stress != Stress::NONE)
+                        continue;  // natural drafts once; oracle drafts under every stress
                     EngineConfig cfg = base;
                     cfg.speculative = spec_of(js);
                     EngineStats st;
                     const auto got = run_prompts(l, cfg, ps, 20, stress, &ab, hook ? &want : nullptr, 7, &st);
                     const std::string what = std::string(js) + (bf16 ? " bf16" : " f32") + " stress " +
-                                             std::to_string(static_cast<int>(stress)) + (hook ? " oracle drafts" : "");
+                                             std::to_string(static_cast<int>(stress)) +
+                                             (hook ? " oracle drafts" : "");
                     for (size_t i = 0; i < ps.size(); ++i) {
                         if (ab[i]) {  // aborted: a prefix of the plain output
                             ASSERT_LE(got[i].size(), want[i].size()) << what;
-                            EXPECT_TRUE(std::equal(got[i].begin(), got[i].end(), want[i].begin())) << what << " prompt " << i;
+                            EXPECT_TRUE(std::equal(got[i].begin(), got[i].end(), want[i].begin()))
+                                << what << " prompt " << i;
                         } else {
                             EXPECT_EQ(got[i], want[i]) << what << " prompt " << i;
                         }
@@ -419,7 +434,8 @@ TEST(Speculative, Int8DraftLayerOfAMoeModelRunsOnTheReferencePath) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, SpeculativeFamilies, ::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
+INSTANTIATE_TEST_SUITE_P(Presets, SpeculativeFamilies,
+                         ::testing::Values("qwen3_5-tiny", "qwen3_5_moe-tiny", "qwen3_next-tiny"),
                          [](const auto& info) {
                              std::string s = info.param;
                              for (auto& ch : s)
@@ -464,7 +480,8 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
         SamplerState ss;
         SequenceState st = m.new_state(kv);
         std::vector<float> logits;
-        ASSERT_TRUE(m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits).is_ok());
+        ASSERT_TRUE(m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits)
+                        .is_ok());
         std::vector<float> row = logits;
         smp.prepare(row.data(), V, sp, ss, prompt, {}, {});
         std::vector<std::pair<int32_t, double>> first;
@@ -476,7 +493,8 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
             std::vector<int32_t> ids = prompt;
             ids.push_back(t1);
             std::vector<float> l2;
-            ASSERT_TRUE(m.forward({{&s2, ids.data(), static_cast<int64_t>(ids.size()), false}}, fo, &l2).is_ok());
+            ASSERT_TRUE(
+                m.forward({{&s2, ids.data(), static_cast<int64_t>(ids.size()), false}}, fo, &l2).is_ok());
             smp.prepare(l2.data(), V, sp, ss, prompt, {t1}, {});
             for (int32_t t = 0; t < V; ++t)
                 if (smp.prob(t) > 0) exact[{t1, t}] = p1 * smp.prob(t);
@@ -487,7 +505,8 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
         EngineConfig cfg;
         cfg.max_num_seqs = 64;
         cfg.cache_memory = 128ull << 20;
-        if (speculate) cfg.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":2,"adaptive":false})");
+        if (speculate)
+            cfg.speculative = spec_of(R"({"method":"mtp","num_speculative_tokens":2,"adaptive":false})");
         auto e = make_engine(l, cfg);
         std::vector<int64_t> ids;
         for (int i = 0; i < n; ++i) {
@@ -529,8 +548,8 @@ TEST(Speculative, SampledTokensFollowTheTargetDistribution) {
                     (long long)st.spec.accepted);
         EXPECT_LT(chi2, crit) << (speculate ? "with speculation" : "plain");
         if (speculate) {
-            EXPECT_GT(st.spec.accepted, n / 10);                      // drafts were accepted ...
-            EXPECT_LT(st.spec.accepted, st.spec.drafted - n / 10);   // ... and rejected, often
+            EXPECT_GT(st.spec.accepted, n / 10);                    // drafts were accepted ...
+            EXPECT_LT(st.spec.accepted, st.spec.drafted - n / 10);  // ... and rejected, often
         }
     }
 }
@@ -594,8 +613,9 @@ TEST(Speculative, SamplingParametersHoldOnAcceptedTokens) {
         int stopped = 0;
         for (const auto& r : want) stopped += r.finish == FinishReason::STOP;
         EXPECT_GT(stopped, 0);  // the stop conditions are exercised
-        for (const char* spec : {R"({"method":"mtp","num_speculative_tokens":3,"adaptive":false})",
-                                 R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1,"adaptive":false})"}) {
+        for (const char* spec :
+             {R"({"method":"mtp","num_speculative_tokens":3,"adaptive":false})",
+              R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":1,"adaptive":false})"}) {
             const auto got = run(spec, variant);
             for (size_t i = 0; i < want.size(); ++i) {
                 EXPECT_EQ(got[i].tokens, want[i].tokens) << spec << " prompt " << i;
@@ -638,7 +658,8 @@ TEST(Speculative, ConfigParsingAndErrors) {
         {R"({"method":"mtp"})", "num_speculative_tokens"},
         {R"({"method":"mtp","num_speculative_tokens":0})", "[1, 8]"},
         {R"({"method":"mtp","num_speculative_tokens":2,"model":"x"})", "unsupported key \"model\""},
-        {R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":5,"prompt_lookup_max":3})", "<= prompt_lookup_max"},
+        {R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_min":5,"prompt_lookup_max":3})",
+         "<= prompt_lookup_max"},
         {R"({"method":"mtp","num_speculative_tokens":2,"prompt_lookup_min":2})", "\"ngram\" only"},
         {R"([1,2])", "JSON object"},
         {R"({"method":)", "malformed JSON"},
@@ -673,29 +694,35 @@ TEST(Speculative, ServerReportsAcceptanceInMetrics) {
         sc.served_model_name = "demo";
         OpenAIServer server(std::move(*e), l.tok, sc);
         std::thread th([&] { server.run(); });
-        for (int i = 0; i < 200 && server.bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        for (int i = 0; i < 200 && server.bound_port() == 0; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
         ASSERT_GT(server.bound_port(), 0);
         httplib::Client c("127.0.0.1", server.bound_port());
         c.set_read_timeout(60, 0);
-        auto r = c.Post("/v1/chat/completions",
-                        R"({"messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":60})",
-                        "application/json");
+        auto r = c.Post(
+            "/v1/chat/completions",
+            R"({"messages":[{"role":"user","content":"Tell me a fortune."}],"temperature":0,"max_tokens":60})",
+            "application/json");
         ASSERT_TRUE(r);
         EXPECT_EQ(r->status, 200) << r->body;
         auto j = parse_json(r->body, "response");
         ASSERT_TRUE(j.is_ok());
         const std::string text = (*j)["choices"][0]["message"]["content"].get<std::string>();
-        if (!speculate) plain_text = text;
-        else EXPECT_EQ(text, plain_text);
+        if (!speculate)
+            plain_text = text;
+        else
+            EXPECT_EQ(text, plain_text);
         auto m = c.Get("/metrics");
         ASSERT_TRUE(m);
-        const std::string key = "\ngdn_spec_decode_num_accepted_tokens_total ";  // the sample line, not # HELP
+        const std::string key =
+            "\ngdn_spec_decode_num_accepted_tokens_total ";  // the sample line, not # HELP
         const size_t at = m->body.find(key);
         ASSERT_NE(at, std::string::npos) << m->body;
         const double accepted = std::atof(m->body.c_str() + at + key.size());
         if (speculate) {
             EXPECT_GT(accepted, 0);
-            EXPECT_NE(m->body.find("gdn_spec_decode_num_accepted_tokens_per_pos{position=\"0\"}"), std::string::npos);
+            EXPECT_NE(m->body.find("gdn_spec_decode_num_accepted_tokens_per_pos{position=\"0\"}"),
+                      std::string::npos);
         } else {
             EXPECT_EQ(accepted, 0);
         }
@@ -766,7 +793,8 @@ TEST(SpecCostModel, AVerifyTimedInAFastMomentDoesNotBeatPlainDecoding) {
     SimMachine sim;
     sim.verify_s = [](int k) { return 0.033 + 0.010 * (k - 1); };
     const SimCounts c = simulate(m, sim, 400);
-    EXPECT_LE(c.speculated, 6) << "speculated steps at acceptance 0 (the first acceptance measurements included)";
+    EXPECT_LE(c.speculated, 6)
+        << "speculated steps at acceptance 0 (the first acceptance measurements included)";
     EXPECT_LE(c.probes, 8);
 }
 
@@ -857,8 +885,9 @@ TEST(SpecCostModel, TheBestKIsReachedEarlyWhenEachDraftCostsLessThanTheFirst) {
         sim.accept = 0.75;
         sim.seed = seed;
         const SimCounts c = simulate(m, sim, 200);
-        EXPECT_GE(c.at_k[3], 150) << "seed " << seed << ": " << m.describe() << "; timed steps at k = 0, 1, 2: "
-                                  << c.at_k[0] << ", " << c.at_k[1] << ", " << c.at_k[2];
+        EXPECT_GE(c.at_k[3], 150) << "seed " << seed << ": " << m.describe()
+                                  << "; timed steps at k = 0, 1, 2: " << c.at_k[0] << ", " << c.at_k[1]
+                                  << ", " << c.at_k[2];
         EXPECT_EQ(m.choose(1), 3) << "seed " << seed << ": " << m.describe();
     }
 }

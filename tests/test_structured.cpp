@@ -58,8 +58,10 @@ bool validates(const Json& v, const Json& s, const Json& root) {
         }
     if (!s.contains("type")) return true;
     std::vector<std::string> types;
-    if (s["type"].is_string()) types.push_back(s["type"]);
-    else for (const Json& t : s["type"]) types.push_back(t);
+    if (s["type"].is_string())
+        types.push_back(s["type"]);
+    else
+        for (const Json& t : s["type"]) types.push_back(t);
     for (const std::string& t : types) {
         if (t == "null" && v.is_null()) return true;
         if (t == "boolean" && v.is_boolean()) return true;
@@ -84,11 +86,15 @@ bool validates(const Json& v, const Json& s, const Json& root) {
         if (t == "object" && v.is_object()) {
             const Json props = s.value("properties", Json::object());
             bool ok = true;
-            for (const Json& r : s.value("required", Json::array())) ok = ok && v.contains(r.get<std::string>());
+            for (const Json& r : s.value("required", Json::array()))
+                ok = ok && v.contains(r.get<std::string>());
             for (auto it = v.begin(); it != v.end(); ++it) {
-                if (props.contains(it.key())) ok = ok && validates(it.value(), props[it.key()], root);
-                else if (!s.contains("additionalProperties") || s["additionalProperties"] == false) ok = false;
-                else if (s["additionalProperties"].is_object()) ok = ok && validates(it.value(), s["additionalProperties"], root);
+                if (props.contains(it.key()))
+                    ok = ok && validates(it.value(), props[it.key()], root);
+                else if (!s.contains("additionalProperties") || s["additionalProperties"] == false)
+                    ok = false;
+                else if (s["additionalProperties"].is_object())
+                    ok = ok && validates(it.value(), s["additionalProperties"], root);
             }
             if (ok) return true;
         }
@@ -97,22 +103,25 @@ bool validates(const Json& v, const Json& s, const Json& root) {
 }
 
 TEST(SchemaGrammar, AcceptsExactlyWhatTheSchemaAllows) {
-    auto g = compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+    auto g =
+        compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
         "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2},
         "kind": {"enum": ["a", "b", 3]}, "ok": {"type": "boolean"}, "score": {"type": ["number", "null"]}},
         "required": ["name", "age"]})");
     ASSERT_TRUE(g);
-    for (const char* good : {R"({"name": "Ann", "age": 7})", R"({"name":"Ann","age":-7,"tags":["x","yz"],"kind":3})",
-                             "{\n  \"name\": \"\\u00e9\\n\",\n  \"age\": 0,\n  \"ok\": false,\n  \"score\": 1.5e3\n}",
-                             R"({"name": "Zürich 🙂", "age": 1, "score": null})", "\n\n{\"name\":\"\",\"age\":10}\n"})
+    for (const char* good :
+         {R"({"name": "Ann", "age": 7})", R"({"name":"Ann","age":-7,"tags":["x","yz"],"kind":3})",
+          "{\n  \"name\": \"\\u00e9\\n\",\n  \"age\": 0,\n  \"ok\": false,\n  \"score\": 1.5e3\n}",
+          R"({"name": "Zürich 🙂", "age": 1, "score": null})", "\n\n{\"name\":\"\",\"age\":10}\n"})
         EXPECT_TRUE(accepts(*g, good)) << good;
-    for (const char* bad : {R"({"age": 7})", R"({"name": "Ann"})", R"({"name": "Ann", "age": 7, "extra": 1})",
-                            R"({"name": "Ann", "age": 7.5})", R"({"name": "Ann", "age": 007})",
-                            R"({"age": 7, "name": "Ann"})",  // declared order
-                            R"({"name": "Ann", "age": 7, "tags": ["toolong"]})", R"({"name": "Ann", "age": 7, "tags": ["a","b","c"]})",
-                            R"({"name": "Ann", "age": 7, "kind": "c"})", R"({"name": "Ann", "age": 7} x)",
-                            R"({"name": "A\q", "age": 1})", "{\"name\": \"a\nb\", \"age\": 1}",
-                            R"({"name": "Ann", "age": 12345678901234567})"})
+    for (const char* bad :
+         {R"({"age": 7})", R"({"name": "Ann"})", R"({"name": "Ann", "age": 7, "extra": 1})",
+          R"({"name": "Ann", "age": 7.5})", R"({"name": "Ann", "age": 007})",
+          R"({"age": 7, "name": "Ann"})",  // declared order
+          R"({"name": "Ann", "age": 7, "tags": ["toolong"]})",
+          R"({"name": "Ann", "age": 7, "tags": ["a","b","c"]})", R"({"name": "Ann", "age": 7, "kind": "c"})",
+          R"({"name": "Ann", "age": 7} x)", R"({"name": "A\q", "age": 1})",
+          "{\"name\": \"a\nb\", \"age\": 1}", R"({"name": "Ann", "age": 12345678901234567})"})
         EXPECT_FALSE(accepts(*g, bad)) << bad;
 }
 
@@ -123,7 +132,8 @@ TEST(SchemaGrammar, RefsAnyOfAndAdditionalProperties) {
     ASSERT_TRUE(g);
     EXPECT_TRUE(accepts(*g, R"({"v": 1, "next": {"v": 2, "next": null}})"));
     EXPECT_FALSE(accepts(*g, R"({"v": 1, "next": {"v": 2}})"));
-    auto extra = compile(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}})");
+    auto extra = compile(
+        R"({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}})");
     EXPECT_TRUE(accepts(*extra, R"({"a": 1, "b": true, "c": false})"));
     EXPECT_TRUE(accepts(*extra, R"({"b": true})"));
     EXPECT_FALSE(accepts(*extra, R"({"a": 1, "b": 2})"));
@@ -137,14 +147,17 @@ TEST(SchemaGrammar, RefsAnyOfAndAdditionalProperties) {
 }
 
 TEST(SchemaGrammar, UnsupportedKeywordsAreErrorsNamingThePath) {
-    for (const char* s : {R"({"type": "string", "pattern": "(a)\\1"})", R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})",
-                          R"({"type": "integer", "minimum": 3})", R"({"$ref": "https://x/y"})", R"({"type": "wat"})",
-                          R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", R"({"allOf": [{}, {}]})"}) {
+    for (const char* s :
+         {R"({"type": "string", "pattern": "(a)\\1"})",
+          R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})",
+          R"({"type": "integer", "minimum": 3})", R"({"$ref": "https://x/y"})", R"({"type": "wat"})",
+          R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})", R"({"allOf": [{}, {}]})"}) {
         auto g = json_schema_grammar(Json::parse(s));
         ASSERT_FALSE(g.is_ok()) << s;
         EXPECT_NE(g.message().find("#"), std::string::npos) << g.message();
     }
-    auto g = json_schema_grammar(Json::parse(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})"));
+    auto g = json_schema_grammar(
+        Json::parse(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date"}}})"));
     EXPECT_NE(g.message().find("#/properties/d: 'format'"), std::string::npos) << g.message();
 }
 
@@ -169,7 +182,8 @@ TEST(RegexGrammar, MatchesLikeARegexEngine) {
         for (const char* y : c.yes) EXPECT_TRUE(accepts(**g, y)) << c.re << " should match " << y;
         for (const char* n : c.no) EXPECT_FALSE(accepts(**g, n)) << c.re << " should not match " << n;
     }
-    for (const char* bad : {"(a", "a)", "[ab", "*a", R"((a)\1)", "(?=a)b", R"(\bword)", "a^b", "a{2,1}", "a**", R"(\q)"}) {
+    for (const char* bad :
+         {"(a", "a)", "[ab", "*a", R"((a)\1)", "(?=a)b", R"(\bword)", "a^b", "a{2,1}", "a**", R"(\q)"}) {
         auto g = regex_grammar(bad);
         EXPECT_FALSE(g.is_ok()) << bad;
         if (!g.is_ok()) {
@@ -177,7 +191,8 @@ TEST(RegexGrammar, MatchesLikeARegexEngine) {
         }
     }
     // A schema's pattern searches the raw string characters unless anchored.
-    auto p = compile(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}\\d+$"},
+    auto p =
+        compile(R"({"type": "object", "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}\\d+$"},
         "note": {"type": "string", "pattern": "ok"}}, "required": ["id", "note"]})");
     ASSERT_TRUE(p);
     EXPECT_TRUE(accepts(*p, R"({"id": "AB12", "note": "it is ok here"})"));
@@ -187,24 +202,34 @@ TEST(RegexGrammar, MatchesLikeARegexEngine) {
 
 TEST(ToolCallGrammar, XmlAndHermesCallsParseIntoTypedArguments) {
     const std::vector<ToolSignature> tools = {
-        {"get_weather", Json::parse(R"({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+        {"get_weather",
+         Json::parse(
+             R"({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
           "unit": {"enum": ["c", "f"]}}, "required": ["city"]})")},
         {"now", nullptr}};
     auto xml = tool_call_grammar(tools, ToolCallForm::XML, true);
     ASSERT_TRUE(xml.is_ok()) << xml.message();
-    const std::string call = "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew <York>\nline 2\n</parameter>\n"
-                             "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
+    const std::string call =
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nNew <York>\nline 2\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>";
     EXPECT_TRUE(accepts(**xml, call));
     EXPECT_TRUE(accepts(**xml, call + "\n<tool_call>\n<function=now>\n</function>\n</tool_call>"));
-    EXPECT_FALSE(accepts(**xml, "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"));
+    EXPECT_FALSE(accepts(
+        **xml,
+        "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"));
     EXPECT_FALSE(accepts(**xml, "<tool_call>\n<function=nope>\n</function>\n</tool_call>"));
-    EXPECT_FALSE(accepts(**xml, "<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\nthree\n"
-                                "</parameter>\n</function>\n</tool_call>"));
+    EXPECT_FALSE(accepts(
+        **xml,
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n<parameter=days>\nthree\n"
+        "</parameter>\n</function>\n</tool_call>"));
     auto hermes = tool_call_grammar(tools, ToolCallForm::HERMES, false);
     ASSERT_TRUE(hermes.is_ok());
-    EXPECT_TRUE(accepts(**hermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"unit\": \"c\"}}\n</tool_call>"));
+    EXPECT_TRUE(accepts(**hermes,
+                        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", "
+                        "\"unit\": \"c\"}}\n</tool_call>"));
     EXPECT_TRUE(accepts(**hermes, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
-    EXPECT_FALSE(accepts(**hermes, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>"));
+    EXPECT_FALSE(
+        accepts(**hermes, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n<tool_call>"));
 }
 
 using Docs = std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>>;
@@ -213,10 +238,12 @@ using Docs = std::vector<std::pair<std::shared_ptr<const Grammar>, std::string>>
 // state, on every prefix of valid documents (every `every`-th one); there the mask is never empty.
 // A constraint that reads the same bytes masks the same tokens (its cache of recent states included).
 // *cached: how many masks the constraints answered from their caches.
-void expect_walk_equals_brute_force(const VocabTrie& trie, const Docs& docs, size_t every, uint64_t* cached = nullptr) {
+void expect_walk_equals_brute_force(const VocabTrie& trie, const Docs& docs, size_t every,
+                                    uint64_t* cached = nullptr) {
     for (const auto& [grammar, doc] : docs) {
         GrammarState st(grammar.get());
-        TokenConstraint constraint(grammar, std::shared_ptr<const VocabTrie>(std::shared_ptr<const VocabTrie>{}, &trie), false);
+        TokenConstraint constraint(
+            grammar, std::shared_ptr<const VocabTrie>(std::shared_ptr<const VocabTrie>{}, &trie), false);
         std::vector<float> logits(trie.vocab());
         for (size_t i = 0; i <= doc.size(); ++i) {
             if (i % every != 0 && i != doc.size()) {
@@ -233,7 +260,8 @@ void expect_walk_equals_brute_force(const VocabTrie& trie, const Docs& docs, siz
                 GrammarState copy = st;
                 const bool brute = !trie.bytes(t).empty() && copy.advance_bytes(trie.bytes(t));
                 const bool walk = (fast[t >> 6] >> (t & 63)) & 1;
-                ASSERT_EQ(walk, brute) << "prefix " << i << " '" << doc.substr(0, i) << "' token " << t << " '" << trie.bytes(t) << "'";
+                ASSERT_EQ(walk, brute) << "prefix " << i << " '" << doc.substr(0, i) << "' token " << t
+                                       << " '" << trie.bytes(t) << "'";
                 ASSERT_EQ(logits[t] == 0.0f, brute) << "constraint, prefix " << i << " token " << t;
                 n += walk;
             }
@@ -255,8 +283,10 @@ constexpr size_t kEveryPrefix = 1;
 #endif
 
 std::shared_ptr<const Grammar> xml_write_tool() {
-    auto xml = tool_call_grammar({{"write", Json::parse(R"({"type": "object", "properties": {"path": {"type": "string"},
-        "n": {"type": "integer"}}, "required": ["path"]})")}}, ToolCallForm::XML, true);
+    auto xml = tool_call_grammar(
+        {{"write", Json::parse(R"({"type": "object", "properties": {"path": {"type": "string"},
+        "n": {"type": "integer"}}, "required": ["path"]})")}},
+        ToolCallForm::XML, true);
     EXPECT_TRUE(xml.is_ok());
     return xml.is_ok() ? *xml : nullptr;
 }
@@ -267,19 +297,27 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnEveryPrefix) {
     auto tok = Tokenizer::load(demo_model_dir());
     ASSERT_TRUE(tok.is_ok());
     const VocabTrie trie(**tok, (*tok)->vocab_size());
-    auto g = compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
+    auto g =
+        compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"},
         "xs": {"type": "array", "items": {"type": "number"}}}, "required": ["name"]})");
     // A string that is also something else (both fast-path checks: the loop's tokens, a changing state).
-    auto mixed = compile(R"({"anyOf": [{"type": "string"}, {"type": "string", "maxLength": 2}, {"const": "ab c"}]})");
+    auto mixed =
+        compile(R"({"anyOf": [{"type": "string"}, {"type": "string", "maxLength": 2}, {"const": "ab c"}]})");
     uint64_t cached = 0;
-    expect_walk_equals_brute_force(trie, {
-        {g, "{\"name\": \"The cat's \\\"mat\\\" é 🙂\", \"n\": -12, \"xs\": [1.5, 2e3]}"},
-        {g, "{\n  \"name\": \"a b c d e f\"\n}"},
-        {mixed, "\"ab cd\""},
-        {xml_write_tool(), "<tool_call>\n<function=write>\n<parameter=path>\n/tmp/a <b>\n\nc é\n</parameter>\n<parameter=n>\n3\n"
-               "</parameter>\n</function>\n</tool_call>"},
-    }, kEveryPrefix, &cached);
-    EXPECT_GT(cached, 0u) << "a string's loop state comes back after its characters: its mask should come from the cache";
+    expect_walk_equals_brute_force(
+        trie,
+        {
+            {g, "{\"name\": \"The cat's \\\"mat\\\" é 🙂\", \"n\": -12, \"xs\": [1.5, 2e3]}"},
+            {g, "{\n  \"name\": \"a b c d e f\"\n}"},
+            {mixed, "\"ab cd\""},
+            {xml_write_tool(),
+             "<tool_call>\n<function=write>\n<parameter=path>\n/tmp/a <b>\n\nc "
+             "é\n</parameter>\n<parameter=n>\n3\n"
+             "</parameter>\n</function>\n</tool_call>"},
+        },
+        kEveryPrefix, &cached);
+    EXPECT_GT(cached, 0u)
+        << "a string's loop state comes back after its characters: its mask should come from the cache";
 }
 
 // A vocabulary made to sit on the fast paths' edges: characters of 2, 3 and 4 bytes before a quote, a
@@ -292,16 +330,19 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnAnEdgeVocabulary) {
     const VocabTrie demo(**tok, (*tok)->vocab_size());
     std::vector<std::string> bytes;
     for (int32_t id = 0; id < demo.vocab(); ++id) bytes.push_back(demo.bytes(id));
-    const std::vector<std::string> chars = {"é", "€", "🙂", "\xc3", "\xe2\x82", "\xf0\x9f\x99", "\x80", "\xff", "\xc0\xaf"};
-    const std::vector<std::string> after = {"", "\"", "\\", "\\n", "\n", "\t", "a", "é", "\", ", "\"}", "\n<", "\nx", "\n\n", "<"};
+    const std::vector<std::string> chars = {"é",    "€",    "🙂",    "\xc3", "\xe2\x82", "\xf0\x9f\x99",
+                                            "\x80", "\xff", "\xc0\xaf"};
+    const std::vector<std::string> after = {"",  "\"",   "\\",  "\\n", "\n",  "\t",   "a",
+                                            "é", "\", ", "\"}", "\n<", "\nx", "\n\n", "<"};
     for (const auto& c : chars)
         for (const auto& a : after) {
             bytes.push_back(c + a);
             bytes.push_back("ab" + c + a);
             bytes.push_back(a + c);
         }
-    for (const char* t : {"\nimport", "\n</parameter>", "\n</", "x\ny\nz", "\n<b>\n", "é\né", "\"\n", "\\\"abc", "\\nabc",
-                          "\\u00e9xyz", "é\\\"ab", "x\\\\y\\\"z", "\\q", "é\\q\"", "a\\q\"", "\\q\""})
+    for (const char* t :
+         {"\nimport", "\n</parameter>", "\n</", "x\ny\nz", "\n<b>\n", "é\né", "\"\n", "\\\"abc", "\\nabc",
+          "\\u00e9xyz", "é\\\"ab", "x\\\\y\\\"z", "\\q", "é\\q\"", "a\\q\"", "\\q\""})
         bytes.push_back(t);
     uint32_t seed = 7;
     for (int k = 0; k < 3000; ++k) {
@@ -311,7 +352,8 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnAnEdgeVocabulary) {
         bytes.push_back(x + demo.bytes(static_cast<int32_t>((seed >> 8) % demo.vocab())));
     }
     const VocabTrie trie(std::move(bytes));
-    auto g = compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
+    auto g =
+        compile(R"({"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array",
         "items": {"type": "string"}}}, "required": ["name"]})");
     // A second parse that takes printable ASCII but no other character: the loop's plain bytes keep
     // the state, complete characters do not (the walk's frontier does not apply).
@@ -330,7 +372,8 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnAnEdgeVocabulary) {
         lead2.add_range(0xc2, 0xdf);
         lead3.add_range(0xe0, 0xef);
         lead4.add_range(0xf0, 0xf4);
-        const int32_t esc = h.new_rule("esc"), chr = h.new_rule("char"), body = h.new_rule("body"), other = h.new_rule("other");
+        const int32_t esc = h.new_rule("esc"), chr = h.new_rule("char"), body = h.new_rule("body"),
+                      other = h.new_rule("other");
         h.add_alt(esc, {Grammar::cls(ByteClass::of('n'))});
         h.add_alt(esc, {Grammar::cls(ByteClass::of('"'))});
         h.add_alt(chr, {Grammar::cls(plain)});
@@ -346,14 +389,19 @@ TEST(TokenMask, TrieWalkEqualsBruteForceOnAnEdgeVocabulary) {
         h.add_alt(h.root(), {Grammar::cls(ByteClass::of('"')), Grammar::ref(body)});
         h.add_alt(h.root(), {Grammar::cls(ByteClass::of('"')), Grammar::ref(other)});
     }
-    expect_walk_equals_brute_force(trie, {
-        {loop_and_more, "\"ab\\q\""},
-        {loop_and_more, "\"ab é\\n\""},
-        {g, "{\"name\": \"é€🙂 x\\\"y\\n\", \"tags\": [\"a\", \"🙂\"]}"},
-        {ascii, "\"ab c\""},
-        {ascii, "\"ab é\""},
-        {xml_write_tool(), "<tool_call>\n<function=write>\n<parameter=path>\nx\ny é <b\n\nz\n</parameter>\n</function>\n</tool_call>"},
-    }, kEveryPrefix);
+    expect_walk_equals_brute_force(
+        trie,
+        {
+            {loop_and_more, "\"ab\\q\""},
+            {loop_and_more, "\"ab é\\n\""},
+            {g, "{\"name\": \"é€🙂 x\\\"y\\n\", \"tags\": [\"a\", \"🙂\"]}"},
+            {ascii, "\"ab c\""},
+            {ascii, "\"ab é\""},
+            {xml_write_tool(),
+             "<tool_call>\n<function=write>\n<parameter=path>\nx\ny é "
+             "<b\n\nz\n</parameter>\n</function>\n</tool_call>"},
+        },
+        kEveryPrefix);
 }
 
 namespace {
@@ -434,7 +482,8 @@ TEST(StructuredSampling, RegexSamplesMatch) {
     ec.cache_memory = 64ull << 20;
     auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *tok, ec);
     ASSERT_TRUE(e.is_ok());
-    const std::vector<std::string> res = {R"(\d{3}-[a-z]{2,4})", "(yes|no|maybe)!?", R"([A-Z][a-z]+( [a-z]+){0,3}\.)"};
+    const std::vector<std::string> res = {R"(\d{3}-[a-z]{2,4})", "(yes|no|maybe)!?",
+                                          R"([A-Z][a-z]+( [a-z]+){0,3}\.)"};
     std::map<int64_t, std::pair<size_t, std::string>> out;
     for (size_t i = 0; i < res.size(); ++i)
         for (int seed = 0; seed < 4; ++seed) {
@@ -447,7 +496,8 @@ TEST(StructuredSampling, RegexSamplesMatch) {
         }
     while ((*e)->has_unfinished())
         for (const RequestOutput& o : (*e)->step()) out[o.id].second += o.text_delta;
-    for (const auto& [id, v] : out) EXPECT_TRUE(std::regex_match(v.second, std::regex(res[v.first]))) << res[v.first] << ": " << v.second;
+    for (const auto& [id, v] : out)
+        EXPECT_TRUE(std::regex_match(v.second, std::regex(res[v.first]))) << res[v.first] << ": " << v.second;
 }
 
 }  // namespace

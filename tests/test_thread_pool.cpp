@@ -29,7 +29,8 @@ TEST(ThreadPool, BalancedRangesCoverEachItemExactlyOnce) {
                 });
                 EXPECT_EQ(bad.load(), 0) << threads << " threads, n=" << n << ", chunk=" << chunk;
                 for (int64_t i = 0; i < n; ++i)
-                    ASSERT_EQ(hits[i].load(), 1) << threads << " threads, n=" << n << ", chunk=" << chunk << ", item " << i;
+                    ASSERT_EQ(hits[i].load(), 1)
+                        << threads << " threads, n=" << n << ", chunk=" << chunk << ", item " << i;
             }
     }
 }
@@ -95,20 +96,26 @@ TEST(ThreadPool, ParallelForGrainKeepsSmallJobsOnTheCaller) {
     for (int64_t n : {1, 4, 8}) {
         int calls = 0;
         bool on_caller = true;
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            ++calls;  // one call only: no race
-            on_caller &= std::this_thread::get_id() == me && b == 0 && e == n;
-        }, 8);
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e) {
+                ++calls;  // one call only: no race
+                on_caller &= std::this_thread::get_id() == me && b == 0 && e == n;
+            },
+            8);
         EXPECT_EQ(calls, 1) << n;
         EXPECT_TRUE(on_caller) << n;
     }
     for (int64_t n : {9, 17, 100}) {
         std::vector<std::atomic<int>> hits(n);
         std::atomic<int> calls{0};
-        pool.parallel_for(n, [&](int64_t b, int64_t e) {
-            ++calls;
-            for (int64_t i = b; i < e; ++i) ++hits[i];
-        }, 8);
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e) {
+                ++calls;
+                for (int64_t i = b; i < e; ++i) ++hits[i];
+            },
+            8);
         EXPECT_LE(calls.load(), std::min<int64_t>(3, (n + 7) / 8)) << n;
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << n << " item " << i;
     }
@@ -133,13 +140,16 @@ TEST(ThreadPool, AClaimedJobDoesNotWaitForAWorkerThatHasNotStarted) {
                 if (std::this_thread::get_id() != me) ++others;
                 items += static_cast<int>(e - b);
             };
-            if (kind == 0) pool.parallel_for(100, body);
-            else pool.parallel_for_balanced(100, 1, [&](int, int64_t b, int64_t e) { body(b, e); });
+            if (kind == 0)
+                pool.parallel_for(100, body);
+            else
+                pool.parallel_for_balanced(100, 1, [&](int, int64_t b, int64_t e) { body(b, e); });
         }
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         EXPECT_EQ(items.load(), 1000);
         EXPECT_EQ(others.load(), 0);
-        EXPECT_LT(ms, 150.0) << (kind ? "parallel_for_balanced" : "parallel_for") << " waited for the held worker";
+        EXPECT_LT(ms, 150.0) << (kind ? "parallel_for_balanced" : "parallel_for")
+                             << " waited for the held worker";
         std::this_thread::sleep_for(std::chrono::milliseconds(350));
         std::atomic<int> ran{0};
         pool.run([&](int, int) { ++ran; });

@@ -12,10 +12,13 @@ using namespace gdn::test;
 namespace {
 
 const char* kQwen35Regex =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-std::string fixtures() { return source_dir() + "/tests/data/tokenizer"; }
+std::string fixtures() {
+    return source_dir() + "/tests/data/tokenizer";
+}
 
 std::vector<std::string> read_cases() {
     const std::string all = read_bytes(fixtures() + "/cases.inp");
@@ -60,7 +63,7 @@ std::shared_ptr<const Tokenizer> load_named(const std::string& name) {
 }
 
 class Fixtures : public ::testing::TestWithParam<std::string> {
-protected:
+  protected:
     static void SetUpTestSuite() { cases_ = new std::vector<std::string>(read_cases()); }
     static void TearDownTestSuite() { delete cases_; }
     static std::vector<std::string>* cases_;
@@ -84,7 +87,8 @@ TEST_P(Fixtures, EncodeDecodeMatchReference) {
         }
         if (got.empty()) continue;
         EXPECT_EQ(*tok->decode(got), dec["decode"][i].get<std::string>()) << "decode, case " << i;
-        EXPECT_EQ(*tok->decode(got, true), dec["decode_skip_special"][i].get<std::string>()) << "skip, case " << i;
+        EXPECT_EQ(*tok->decode(got, true), dec["decode_skip_special"][i].get<std::string>())
+            << "skip, case " << i;
         // Round trip: decode(encode(s)) == NFC(s) (after invalid bytes became U+FFFD).
         EXPECT_EQ(*tok->decode(got), nfc(utf8_lossy(text))) << "round trip, case " << i;
     }
@@ -143,7 +147,8 @@ TEST(Tokenizer, SpecialTokensAndEos) {
 TEST(Tokenizer, UnsupportedTypesAreNamed) {
     auto r = Tokenizer::from_json(R"({"model":{"type":"Unigram","vocab":[]}})", "", "t.json");
     ASSERT_FALSE(r.is_ok());
-    EXPECT_NE(r.message().find("unsupported tokenizer model type 'Unigram'"), std::string::npos) << r.message();
+    EXPECT_NE(r.message().find("unsupported tokenizer model type 'Unigram'"), std::string::npos)
+        << r.message();
     r = Tokenizer::from_json(
         R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":{"type":"Whitespace"},"decoder":{"type":"ByteLevel"}})",
         "", "t.json");
@@ -154,8 +159,11 @@ TEST(Tokenizer, UnsupportedTypesAreNamed) {
 }
 
 TEST(Unicode, LossyUsesMaximalSubparts) {
-    EXPECT_EQ(utf8_lossy("a\xF0\x9F\x98" "b"), "a\xEF\xBF\xBD" "b");          // truncated 4-byte: one U+FFFD
-    EXPECT_EQ(utf8_lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");            // overlong: two
+    EXPECT_EQ(utf8_lossy("a\xF0\x9F\x98"
+                         "b"),
+              "a\xEF\xBF\xBD"
+              "b");                                                 // truncated 4-byte: one U+FFFD
+    EXPECT_EQ(utf8_lossy("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: two
     EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate: three
     EXPECT_EQ(utf8_incomplete_tail("ab\xE2\x82"), 2u);
     EXPECT_EQ(utf8_incomplete_tail("ab\xE2\x82\xAC"), 0u);

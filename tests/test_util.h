@@ -27,9 +27,15 @@ inline constexpr bool kSanitized = true;
 inline constexpr bool kSanitized = false;
 #endif
 
-inline std::string source_dir() { return GDN_SOURCE_DIR; }
-inline std::string golden_dir(const std::string& family) { return source_dir() + "/tests/data/golden/" + family; }
-inline std::string demo_model_dir() { return source_dir() + "/models/demo"; }
+inline std::string source_dir() {
+    return GDN_SOURCE_DIR;
+}
+inline std::string golden_dir(const std::string& family) {
+    return source_dir() + "/tests/data/golden/" + family;
+}
+inline std::string demo_model_dir() {
+    return source_dir() + "/models/demo";
+}
 
 // Greedy decoding of exactly n tokens (end-of-sequence ids do not stop it).
 inline SamplingParams greedy(int n) {
@@ -50,13 +56,26 @@ struct OneThread {
 
 // The demo model's 20 chat prompts of the golden and speculative tests (also bench/demo_chat_prompts.txt).
 inline const std::vector<std::string>& demo_chat_messages() {
-    static const std::vector<std::string> m = {
-        "Tell me a fortune.", "Define computer.", "What does love mean?", "Tell me a riddle.",
-        "Give me a quote about science.", "Define cat.", "What does the Devil's Dictionary say about money?",
-        "Hello!", "Who are you?", "Define happiness.", "Tell me a fortune about work.",
-        "What does hack mean in hacker jargon?", "Give me a quote about time.", "Define river.",
-        "What does freedom mean?", "Tell me a joke.", "Define music.", "Give me a quote about friendship.",
-        "What does kernel mean in hacker jargon?", "Thanks, bye!"};
+    static const std::vector<std::string> m = {"Tell me a fortune.",
+                                               "Define computer.",
+                                               "What does love mean?",
+                                               "Tell me a riddle.",
+                                               "Give me a quote about science.",
+                                               "Define cat.",
+                                               "What does the Devil's Dictionary say about money?",
+                                               "Hello!",
+                                               "Who are you?",
+                                               "Define happiness.",
+                                               "Tell me a fortune about work.",
+                                               "What does hack mean in hacker jargon?",
+                                               "Give me a quote about time.",
+                                               "Define river.",
+                                               "What does freedom mean?",
+                                               "Tell me a joke.",
+                                               "Define music.",
+                                               "Give me a quote about friendship.",
+                                               "What does kernel mean in hacker jargon?",
+                                               "Thanks, bye!"};
     return m;
 }
 
@@ -91,7 +110,7 @@ inline bool edit_config(const std::string& dir, const std::string& from, const s
 
 // A fresh temporary folder, removed by the destructor.
 class TempDir {
-public:
+  public:
     TempDir() {
         char tmpl[] = "/tmp/gdn_test_XXXXXX";
         const char* d = mkdtemp(tmpl);
@@ -103,7 +122,7 @@ public:
     }
     const std::string& path() const { return path_; }
 
-private:
+  private:
     std::string path_;
 };
 

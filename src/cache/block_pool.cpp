@@ -8,8 +8,15 @@
 namespace gdn {
 
 BlockPool::BlockPool(int32_t n_blocks, int32_t block_size)
-    : n_(n_blocks), block_size_(block_size), ref_(n_blocks, 0), gen_(n_blocks, 0), parent_(n_blocks, -1),
-      parent_gen_(n_blocks, 0), hash_(n_blocks, 0), next_in_bucket_(n_blocks, -1), lru_prev_(n_blocks, -1),
+    : n_(n_blocks),
+      block_size_(block_size),
+      ref_(n_blocks, 0),
+      gen_(n_blocks, 0),
+      parent_(n_blocks, -1),
+      parent_gen_(n_blocks, 0),
+      hash_(n_blocks, 0),
+      next_in_bucket_(n_blocks, -1),
+      lru_prev_(n_blocks, -1),
       lru_next_(n_blocks, -1) {
     GDN_CHECK(n_blocks >= 0 && block_size >= 0);
     free_.reserve(n_blocks);
@@ -45,7 +52,8 @@ uint64_t BlockPool::hash_of(int32_t parent, const int32_t* tokens) const {
 bool BlockPool::matches(int32_t b, int32_t parent, const int32_t* tokens) const {
     if (!registered(b) || parent_[b] != parent) return false;
     if (parent >= 0 && (!registered(parent) || parent_gen_[b] != gen_[parent])) return false;
-    return std::memcmp(&tokens_[static_cast<size_t>(b) * block_size_], tokens, block_size_ * sizeof(int32_t)) == 0;
+    return std::memcmp(&tokens_[static_cast<size_t>(b) * block_size_], tokens,
+                       block_size_ * sizeof(int32_t)) == 0;
 }
 
 int32_t BlockPool::find(int32_t parent, const int32_t* tokens) const {
@@ -91,17 +99,23 @@ void BlockPool::unregister(int32_t b) {
 void BlockPool::lru_push(int32_t b) {
     lru_prev_[b] = lru_tail_;
     lru_next_[b] = -1;
-    if (lru_tail_ >= 0) lru_next_[lru_tail_] = b;
-    else lru_head_ = b;
+    if (lru_tail_ >= 0)
+        lru_next_[lru_tail_] = b;
+    else
+        lru_head_ = b;
     lru_tail_ = b;
     ++n_lru_;
 }
 
 void BlockPool::lru_remove(int32_t b) {
-    if (lru_prev_[b] >= 0) lru_next_[lru_prev_[b]] = lru_next_[b];
-    else lru_head_ = lru_next_[b];
-    if (lru_next_[b] >= 0) lru_prev_[lru_next_[b]] = lru_prev_[b];
-    else lru_tail_ = lru_prev_[b];
+    if (lru_prev_[b] >= 0)
+        lru_next_[lru_prev_[b]] = lru_next_[b];
+    else
+        lru_head_ = lru_next_[b];
+    if (lru_next_[b] >= 0)
+        lru_prev_[lru_next_[b]] = lru_prev_[b];
+    else
+        lru_tail_ = lru_prev_[b];
     lru_prev_[b] = lru_next_[b] = -1;
     --n_lru_;
 }
@@ -131,8 +145,10 @@ void BlockPool::acquire(int32_t b) {
 void BlockPool::release(int32_t b) {
     GDN_CHECK(b >= 0 && b < n_ && ref_[b] > 0, "releasing block %d that is not in use", b);
     if (--ref_[b] > 0) return;
-    if (registered(b)) lru_push(b);
-    else free_.push_back(b);
+    if (registered(b))
+        lru_push(b);
+    else
+        free_.push_back(b);
 }
 
 void BlockPool::clear_cache() {

@@ -22,7 +22,7 @@
 namespace gdn {
 
 class BlockPool {
-public:
+  public:
     // block_size: tokens per block (the identity covers that many tokens); 0 when caching is never used.
     explicit BlockPool(int32_t n_blocks, int32_t block_size = 0);
     int32_t n_blocks() const { return n_; }
@@ -59,7 +59,7 @@ public:
     void set_hash_for_testing(HashFn f) { hash_fn_ = std::move(f); }
     static uint64_t chain_hash(uint64_t parent_hash, const int32_t* tokens, int32_t n);
 
-private:
+  private:
     uint64_t hash_of(int32_t parent, const int32_t* tokens) const;
     void unregister(int32_t b);
     void lru_push(int32_t b);

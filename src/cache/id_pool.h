@@ -8,7 +8,7 @@
 namespace gdn {
 
 class IdPool {
-public:
+  public:
     // what: the name of an id in error messages ("block", "state slot").
     IdPool(int32_t n, const char* what);
     int32_t size() const { return n_; }
@@ -17,7 +17,7 @@ public:
     int32_t allocate();
     void release(int32_t id);
 
-private:
+  private:
     int32_t n_;
     const char* what_;
     std::vector<int32_t> free_;    // LIFO free list

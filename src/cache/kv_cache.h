@@ -16,7 +16,7 @@
 namespace gdn {
 
 class KvCache {
-public:
+  public:
     // dtype: F32 or BF16 elements.
     KvCache(int n_layers, int64_t row_elems, int32_t n_blocks, int32_t block_size, DType dtype = DType::F32);
     BlockPool& pool() { return pool_; }
@@ -39,11 +39,12 @@ public:
     int64_t slot_of(const int32_t* block_table, int64_t pos) const {
         return static_cast<int64_t>(block_table[pos / block_size_]) * block_size_ + pos % block_size_;
     }
-    static size_t bytes_per_block(int n_layers, int64_t row_elems, int32_t block_size, DType dtype = DType::F32) {
+    static size_t bytes_per_block(int n_layers, int64_t row_elems, int32_t block_size,
+                                  DType dtype = DType::F32) {
         return 2ull * n_layers * row_elems * block_size * dtype_size(dtype);
     }
 
-private:
+  private:
     BlockPool pool_;
     int32_t block_size_;
     int64_t row_;

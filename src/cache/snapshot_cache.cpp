@@ -5,8 +5,14 @@
 namespace gdn {
 
 SnapshotCache::SnapshotCache(int32_t capacity, int32_t n_blocks, int hot_after_hits)
-    : capacity_(capacity), hot_after_hits_(hot_after_hits), slot_(n_blocks, -1), hits_(n_blocks, 0),
-      in_hot_(n_blocks, 0), pinned_(n_blocks, 0), prev_(n_blocks, -1), next_(n_blocks, -1) {
+    : capacity_(capacity),
+      hot_after_hits_(hot_after_hits),
+      slot_(n_blocks, -1),
+      hits_(n_blocks, 0),
+      in_hot_(n_blocks, 0),
+      pinned_(n_blocks, 0),
+      prev_(n_blocks, -1),
+      next_(n_blocks, -1) {
     GDN_CHECK(capacity >= 0 && n_blocks >= 0);
     pins_.reserve(64);
 }
@@ -14,16 +20,22 @@ SnapshotCache::SnapshotCache(int32_t capacity, int32_t n_blocks, int hot_after_h
 void SnapshotCache::push(List& l, int32_t b) {
     prev_[b] = l.tail;
     next_[b] = -1;
-    if (l.tail >= 0) next_[l.tail] = b;
-    else l.head = b;
+    if (l.tail >= 0)
+        next_[l.tail] = b;
+    else
+        l.head = b;
     l.tail = b;
 }
 
 void SnapshotCache::unlink(List& l, int32_t b) {
-    if (prev_[b] >= 0) next_[prev_[b]] = next_[b];
-    else l.head = next_[b];
-    if (next_[b] >= 0) prev_[next_[b]] = prev_[b];
-    else l.tail = prev_[b];
+    if (prev_[b] >= 0)
+        next_[prev_[b]] = next_[b];
+    else
+        l.head = next_[b];
+    if (next_[b] >= 0)
+        prev_[next_[b]] = prev_[b];
+    else
+        l.tail = prev_[b];
     prev_[b] = next_[b] = -1;
 }
 

@@ -16,9 +16,8 @@
 
 namespace gdn {
 
-
 class SnapshotCache {
-public:
+  public:
     static constexpr int kDefaultHotAfterHits = 2;
     SnapshotCache(int32_t capacity, int32_t n_blocks, int hot_after_hits = kDefaultHotAfterHits);
     int32_t capacity() const { return capacity_; }
@@ -41,7 +40,7 @@ public:
     void unpin_all();
     int64_t evictions() const { return evictions_; }
 
-private:
+  private:
     struct List {
         int32_t head = -1, tail = -1;
     };

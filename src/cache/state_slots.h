@@ -14,14 +14,18 @@
 namespace gdn {
 
 class StateSlots {
-public:
+  public:
     StateSlots(int n_gdn_layers, int64_t conv_floats, int64_t ssm_floats, int32_t n_slots);
     int32_t n_slots() const { return ids_.size(); }
     int32_t n_free() const { return ids_.n_free(); }
     int32_t allocate() { return ids_.allocate(); }  // -1 if none
     void release(int32_t slot) { ids_.release(slot); }
-    float* conv(int layer, int32_t slot) { return conv_.as<float>() + (int64_t{layer} * n_slots_ + slot) * conv_n_; }
-    float* ssm(int layer, int32_t slot) { return ssm_.as<float>() + (int64_t{layer} * n_slots_ + slot) * ssm_n_; }
+    float* conv(int layer, int32_t slot) {
+        return conv_.as<float>() + (int64_t{layer} * n_slots_ + slot) * conv_n_;
+    }
+    float* ssm(int layer, int32_t slot) {
+        return ssm_.as<float>() + (int64_t{layer} * n_slots_ + slot) * ssm_n_;
+    }
     // Copies every layer's state of slot `from` into slot `to` (prefix-cache snapshots and restores).
     void copy(int32_t from, int32_t to);
     // Speculative verification: the GDN layers' input rows (the in_proj outputs) of the tokens a step
@@ -47,7 +51,7 @@ public:
         return static_cast<size_t>(n_gdn_layers) * tokens_per_seq * row_floats * sizeof(float);
     }
 
-private:
+  private:
     IdPool ids_;
     int n_layers_;
     int64_t n_slots_, conv_n_, ssm_n_;

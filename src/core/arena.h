@@ -16,7 +16,7 @@
 namespace gdn {
 
 class HugePageArena {
-public:
+  public:
     static constexpr size_t kChunk = Buffer::kHugePage;
 
     // n zeroed floats, 64-byte aligned, valid for the arena's lifetime. Arrays larger than a chunk get
@@ -38,7 +38,7 @@ public:
         return p;
     }
 
-private:
+  private:
     std::vector<Buffer> chunks_, large_;
     size_t used_ = 0;
 };

@@ -13,7 +13,7 @@
 namespace gdn {
 
 class Buffer {
-public:
+  public:
     static constexpr size_t kAlign = 64;
     static constexpr size_t kHugePage = 2u << 20;
 
@@ -62,10 +62,12 @@ public:
     size_t pages() const { return (size_ + 4095) / 4096; }
     void* data() const { return data_; }
     template <typename T>
-    T* as() const { return static_cast<T*>(data_); }
+    T* as() const {
+        return static_cast<T*>(data_);
+    }
     size_t size() const { return size_; }
 
-private:
+  private:
     void* data_ = nullptr;
     size_t size_ = 0;
 };

@@ -7,18 +7,31 @@ namespace gdn {
 
 const char* dtype_name(DType t) {
     switch (t) {
-        case DType::F32: return "f32";
-        case DType::BF16: return "bf16";
-        case DType::F16: return "f16";
-        case DType::U8: return "u8";
+        case DType::F32:
+            return "f32";
+        case DType::BF16:
+            return "bf16";
+        case DType::F16:
+            return "f16";
+        case DType::U8:
+            return "u8";
     }
     return "?";
 }
 
 bool parse_dtype(std::string_view s, DType* out) {
-    if (s == "f32" || s == "F32" || s == "float32") { *out = DType::F32; return true; }
-    if (s == "bf16" || s == "BF16" || s == "bfloat16") { *out = DType::BF16; return true; }
-    if (s == "f16" || s == "F16" || s == "float16") { *out = DType::F16; return true; }
+    if (s == "f32" || s == "F32" || s == "float32") {
+        *out = DType::F32;
+        return true;
+    }
+    if (s == "bf16" || s == "BF16" || s == "bfloat16") {
+        *out = DType::BF16;
+        return true;
+    }
+    if (s == "f16" || s == "F16" || s == "float16") {
+        *out = DType::F16;
+        return true;
+    }
     return false;
 }
 
@@ -32,7 +45,10 @@ float f16_to_f32(uint16_t h) {
             u = sign;
         } else {  // subnormal: renormalise
             int e = -1;
-            do { man <<= 1; ++e; } while ((man & 0x400u) == 0);
+            do {
+                man <<= 1;
+                ++e;
+            } while ((man & 0x400u) == 0);
             u = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
         }
     } else if (exp == 0x1f) {
@@ -50,11 +66,11 @@ uint16_t f32_to_f16(float f) {
     std::memcpy(&u, &f, 4);
     uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
     uint32_t abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) return sign | 0x7e00u;      // NaN
-    if (abs >= 0x477ff000u) return sign | 0x7c00u;     // rounds to >= 65520: inf
-    if (abs < 0x38800000u) {                           // below the smallest normal: subnormal or 0
-        if (abs < 0x33000000u) return sign;            // < 2^-25 rounds to 0
-        uint32_t man = (abs & 0x7fffffu) | 0x800000u;  // 24-bit significand
+    if (abs > 0x7f800000u) return sign | 0x7e00u;       // NaN
+    if (abs >= 0x477ff000u) return sign | 0x7c00u;      // rounds to >= 65520: inf
+    if (abs < 0x38800000u) {                            // below the smallest normal: subnormal or 0
+        if (abs < 0x33000000u) return sign;             // < 2^-25 rounds to 0
+        uint32_t man = (abs & 0x7fffffu) | 0x800000u;   // 24-bit significand
         int shift = 126 - static_cast<int>(abs >> 23);  // value / 2^-24 = man >> shift, shift in 14..24
         uint32_t q = man >> shift;
         uint32_t rem = man & ((1u << shift) - 1);
@@ -68,7 +84,9 @@ uint16_t f32_to_f16(float f) {
 
 void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
     switch (src_type) {
-        case DType::F32: std::memcpy(dst, src, n * 4); return;
+        case DType::F32:
+            std::memcpy(dst, src, n * 4);
+            return;
         case DType::BF16: {
             auto* s = static_cast<const uint16_t*>(src);
             for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
@@ -89,7 +107,9 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
 
 void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
     switch (dst_type) {
-        case DType::F32: std::memcpy(dst, src, n * 4); return;
+        case DType::F32:
+            std::memcpy(dst, src, n * 4);
+            return;
         case DType::BF16: {
             auto* d = static_cast<uint16_t*>(dst);
             for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(src[i]);
@@ -102,7 +122,8 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
         }
         case DType::U8: {
             auto* d = static_cast<uint8_t*>(dst);
-            for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(std::nearbyint(std::clamp(src[i], 0.0f, 255.0f)));
+            for (size_t i = 0; i < n; ++i)
+                d[i] = static_cast<uint8_t>(std::nearbyint(std::clamp(src[i], 0.0f, 255.0f)));
             return;
         }
     }

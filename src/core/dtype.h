@@ -13,10 +13,14 @@ enum class DType : uint8_t { F32, BF16, F16, U8 };
 
 inline size_t dtype_size(DType t) {
     switch (t) {
-        case DType::F32: return 4;
-        case DType::BF16: return 2;
-        case DType::F16: return 2;
-        case DType::U8: return 1;
+        case DType::F32:
+            return 4;
+        case DType::BF16:
+            return 2;
+        case DType::F16:
+            return 2;
+        case DType::U8:
+            return 1;
     }
     return 0;
 }
@@ -40,7 +44,9 @@ inline uint16_t f32_to_bf16(float f) {
 }
 
 // Rounds a float to the nearest bf16 value, kept in f32 storage (the "bf16 activation" semantics).
-inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+inline float round_bf16(float f) {
+    return bf16_to_f32(f32_to_bf16(f));
+}
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);

@@ -36,7 +36,9 @@ struct HugePageAllocator {
     void deallocate(T* p, size_t) noexcept { std::free(p); }
 
     template <typename U>
-    bool operator==(const HugePageAllocator<U>&) const noexcept { return true; }
+    bool operator==(const HugePageAllocator<U>&) const noexcept {
+        return true;
+    }
 };
 
 }  // namespace gdn

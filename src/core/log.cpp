@@ -11,17 +11,25 @@ std::atomic<int> g_level{static_cast<int>(LogLevel::INFO)};
 std::mutex g_log_mutex;
 const char* level_name(LogLevel l) {
     switch (l) {
-        case LogLevel::DEBUG: return "debug";
-        case LogLevel::INFO: return "info";
-        case LogLevel::WARN: return "warn";
-        case LogLevel::ERROR: return "error";
+        case LogLevel::DEBUG:
+            return "debug";
+        case LogLevel::INFO:
+            return "info";
+        case LogLevel::WARN:
+            return "warn";
+        case LogLevel::ERROR:
+            return "error";
     }
     return "?";
 }
 }  // namespace
 
-void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
-LogLevel log_level() { return static_cast<LogLevel>(g_level.load()); }
+void set_log_level(LogLevel level) {
+    g_level = static_cast<int>(level);
+}
+LogLevel log_level() {
+    return static_cast<LogLevel>(g_level.load());
+}
 
 void log_message(LogLevel level, const char* fmt, ...) {
     if (static_cast<int>(level) < g_level.load()) return;

@@ -24,7 +24,7 @@ std::string strprintf(const char* fmt, ...) __attribute__((format(printf, 1, 2))
 #define GDN_LOG_ERROR(...) ::gdn::log_message(::gdn::LogLevel::ERROR, __VA_ARGS__)
 
 // Aborts with file:line on a broken invariant (a bug, never user input).
-#define GDN_CHECK(cond, ...) \
-    do {                                                                                   \
+#define GDN_CHECK(cond, ...)                                                                             \
+    do {                                                                                                 \
         if (__builtin_expect(!(cond), 0)) ::gdn::check_failed(__FILE__, __LINE__, #cond, ##__VA_ARGS__); \
     } while (0)

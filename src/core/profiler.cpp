@@ -66,10 +66,12 @@ std::string Profiler::report() const {
         std::sort(sorted.begin(), sorted.end(), [](auto& a, auto& b) { return a.second.ms > b.second.ms; });
         out += strprintf("%s: %d steps, %.3f ms total (%.3f ms per step)\n", ph.c_str(), n_steps, step_total,
                          n_steps ? step_total / n_steps : 0.0);
-        out += strprintf("  %-16s %8s %12s %12s %8s\n", "op (. nested)", "calls", "total ms", "mean us", "share");
+        out += strprintf("  %-16s %8s %12s %12s %8s\n", "op (. nested)", "calls", "total ms", "mean us",
+                         "share");
         for (const auto& [name, r] : sorted)
-            out += strprintf("  %-16s %8lld %12.3f %12.1f %7.1f%%\n", ((r.depth ? "  . " : "") + name).c_str(),
-                             (long long)r.calls, r.ms, r.ms * 1e3 / r.calls, step_total > 0 ? 100.0 * r.ms / step_total : 0.0);
+            out += strprintf("  %-16s %8lld %12.3f %12.1f %7.1f%%\n",
+                             ((r.depth ? "  . " : "") + name).c_str(), (long long)r.calls, r.ms,
+                             r.ms * 1e3 / r.calls, step_total > 0 ? 100.0 * r.ms / step_total : 0.0);
         out += strprintf("  %-16s %8s %12.3f %12s %7.1f%%\n", "(outside ops)", "", step_total - op_total, "",
                          step_total > 0 ? 100.0 * (step_total - op_total) / step_total : 0.0);
     }
@@ -83,12 +85,15 @@ std::string Profiler::chrome_trace(const char* phase, int index) const {
     std::string out = "{\"traceEvents\": [\n";
     if (step >= 0) {
         const int64_t base = steps_[step].t0;
-        out += strprintf("  {\"name\": \"%s step\", \"ph\": \"X\", \"ts\": 0, \"dur\": %.3f, \"pid\": 0, \"tid\": 0}", phase,
-                         (steps_[step].t1 - base) / 1e3);
+        out += strprintf(
+            "  {\"name\": \"%s step\", \"ph\": \"X\", \"ts\": 0, \"dur\": %.3f, \"pid\": 0, \"tid\": 0}",
+            phase, (steps_[step].t1 - base) / 1e3);
         for (const Event& e : events_)
             if (e.step == step)
-                out += strprintf(",\n  {\"name\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": 0, \"tid\": %d}",
-                                 e.op, (e.t0 - base) / 1e3, (e.t1 - e.t0) / 1e3, 1 + e.depth);
+                out += strprintf(
+                    ",\n  {\"name\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": 0, "
+                    "\"tid\": %d}",
+                    e.op, (e.t0 - base) / 1e3, (e.t1 - e.t0) / 1e3, 1 + e.depth);
     }
     return out + "\n], \"displayTimeUnit\": \"ms\"}\n";
 }

@@ -11,7 +11,7 @@
 namespace gdn {
 
 class Profiler {
-public:
+  public:
     static Profiler& get();
 
     void enable(bool on) { enabled_ = on; }
@@ -29,7 +29,8 @@ public:
         return d;
     }
     static int64_t now_ns() {
-        return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now().time_since_epoch())
             .count();
     }
 
@@ -38,7 +39,7 @@ public:
     // Chrome trace JSON of step `index` of `phase` (0 = first).
     std::string chrome_trace(const char* phase, int index) const;
 
-private:
+  private:
     struct Event {
         const char* op;
         int64_t t0, t1;
@@ -57,7 +58,7 @@ private:
 
 // Times the enclosing scope as op `name` when the profiler is enabled.
 class ProfileScope {
-public:
+  public:
     explicit ProfileScope(const char* name) : name_(Profiler::get().enabled() ? name : nullptr) {
         if (name_) {
             t0_ = Profiler::now_ns();
@@ -68,7 +69,7 @@ public:
         if (name_) Profiler::get().record(name_, t0_, Profiler::now_ns(), --Profiler::depth());
     }
 
-private:
+  private:
     const char* name_;
     int64_t t0_ = 0;
 };

@@ -52,7 +52,9 @@ struct TensorView {
     }
     size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
     template <typename T>
-    T* ptr() const { return static_cast<T*>(data); }
+    T* ptr() const {
+        return static_cast<T*>(data);
+    }
     // Pointer to row `r` of a 2-D view (or the r-th outermost slice).
     void* row(int64_t r) const {
         return static_cast<char*>(data) + r * stride[0] * static_cast<int64_t>(dtype_size(dtype));

@@ -11,7 +11,9 @@
 namespace gdn {
 
 namespace {
-inline void cpu_relax() { __builtin_ia32_pause(); }
+inline void cpu_relax() {
+    __builtin_ia32_pause();
+}
 
 // Flush-to-zero and denormals-are-zero: values below 1e-38 carry no information for inference, and
 // arithmetic on them costs ~100x (the GDN state decays geometrically into that range).
@@ -109,7 +111,9 @@ bool ThreadPool::close(int ith, uint64_t gen) {
     return (v >> 1) < gen && seat.compare_exchange_strong(v, gen << 1 | 1, std::memory_order_acq_rel);
 }
 
-void ThreadPool::run(FunctionRef<void(int, int)> fn) { dispatch(fn, false); }
+void ThreadPool::run(FunctionRef<void(int, int)> fn) {
+    dispatch(fn, false);
+}
 
 uint64_t ThreadPool::publish_job() {
     caller_cpu_.store(sched_getcpu(), std::memory_order_relaxed);  // a worker on this CPU sleeps soon
@@ -143,8 +147,8 @@ namespace {
 
 // The piece of an unclaimed range [front, back) that one claim takes: (back - front) / divisor items, at
 // least min_chunk, from the front or the back.
-void guided_piece(int64_t front, int64_t back, int64_t min_chunk, int64_t divisor, bool from_front, int64_t* begin,
-                  int64_t* end) {
+void guided_piece(int64_t front, int64_t back, int64_t min_chunk, int64_t divisor, bool from_front,
+                  int64_t* begin, int64_t* end) {
     const int64_t take = std::max(min_chunk, (back - front) / divisor);
     *begin = from_front ? front : std::max(front, back - take);
     *end = from_front ? std::min(back, front + take) : back;
@@ -161,8 +165,9 @@ bool claim(std::atomic<uint64_t>& range, int64_t min_chunk, int64_t divisor, boo
         const int64_t front = static_cast<uint32_t>(r), back = static_cast<int64_t>(r >> 32);
         if (front >= back) return false;
         guided_piece(front, back, min_chunk, divisor, from_front, begin, end);
-        const uint64_t next = from_front ? (static_cast<uint64_t>(back) << 32 | static_cast<uint64_t>(*end))
-                                         : (static_cast<uint64_t>(*begin) << 32 | static_cast<uint64_t>(front));
+        const uint64_t next = from_front
+                                  ? (static_cast<uint64_t>(back) << 32 | static_cast<uint64_t>(*end))
+                                  : (static_cast<uint64_t>(*begin) << 32 | static_cast<uint64_t>(front));
         if (range.compare_exchange_weak(r, next, std::memory_order_relaxed)) return true;
     }
 }
@@ -189,13 +194,16 @@ void ThreadPool::parallel_for(int64_t n, FunctionRef<void(int64_t, int64_t)> fn,
     for (int i = 0; i < n_threads_; ++i) {
         int64_t b = 0, e = 0;
         if (i < nth) split_range(n, i, nth, &b, &e);
-        shares_[i].range.store(static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(b), std::memory_order_relaxed);
+        shares_[i].range.store(static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(b),
+                               std::memory_order_relaxed);
     }
-    dispatch([&](int ith, int nt) {
-        int64_t b, e;
-        for (int k = 0; k < nt; ++k)
-            if (claim(shares_[(ith + k) % nt].range, n, 1, true, &b, &e)) fn(b, e);
-    }, true);
+    dispatch(
+        [&](int ith, int nt) {
+            int64_t b, e;
+            for (int k = 0; k < nt; ++k)
+                if (claim(shares_[(ith + k) % nt].range, n, 1, true, &b, &e)) fn(b, e);
+        },
+        true);
 }
 
 void ThreadPool::parallel_for_balanced(int64_t n, int64_t min_chunk,
@@ -218,17 +226,20 @@ void ThreadPool::parallel_for_balanced(int64_t n, int64_t min_chunk,
     for (int i = 0; i < nth; ++i) {
         int64_t b, e;
         split_range(n, i, nth, &b, &e);
-        shares_[i].range.store(static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(b), std::memory_order_relaxed);
+        shares_[i].range.store(static_cast<uint64_t>(e) << 32 | static_cast<uint64_t>(b),
+                               std::memory_order_relaxed);
     }
     // dispatch() publishes the shares (release) before any worker starts the job.
-    dispatch([&](int ith, int) {
-        int64_t b, e;
-        while (claim(shares_[ith].range, min_chunk, 2 * nth, true, &b, &e)) fn(ith, b, e);
-        for (int k = 1; k < nth; ++k) {
-            std::atomic<uint64_t>& other = shares_[(ith + k) % nth].range;
-            while (claim(other, min_chunk, 2 * nth, false, &b, &e)) fn(ith, b, e);
-        }
-    }, true);
+    dispatch(
+        [&](int ith, int) {
+            int64_t b, e;
+            while (claim(shares_[ith].range, min_chunk, 2 * nth, true, &b, &e)) fn(ith, b, e);
+            for (int k = 1; k < nth; ++k) {
+                std::atomic<uint64_t>& other = shares_[(ith + k) % nth].range;
+                while (claim(other, min_chunk, 2 * nth, false, &b, &e)) fn(ith, b, e);
+            }
+        },
+        true);
 }
 
 namespace {

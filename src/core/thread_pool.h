@@ -27,13 +27,13 @@ template <typename Sig>
 class FunctionRef;
 template <typename R, typename... Args>
 class FunctionRef<R(Args...)> {
-public:
+  public:
     template <typename F>
     FunctionRef(const F& f)  // NOLINT: implicit, like std::function
         : obj_(&f), call_([](const void* o, Args... a) -> R { return (*static_cast<const F*>(o))(a...); }) {}
     R operator()(Args... a) const { return call_(obj_, a...); }
 
-private:
+  private:
     const void* obj_;
     R (*call_)(const void*, Args...);
 };
@@ -46,7 +46,7 @@ struct UnitColumns {
 };
 
 class ThreadPool {
-public:
+  public:
     // n_threads includes the calling thread (n_threads - 1 workers are started).
     explicit ThreadPool(int n_threads);
     ~ThreadPool();
@@ -70,7 +70,8 @@ public:
     // Why: the two vCPUs of the CI machine do not stream at the same rate; with fixed halves one thread
     // waited for the other during 15-20% of every decode GEMV (measured). Paired A/Bs of decode steps in
     // docs/perf.md.
-    void parallel_for_balanced(int64_t n, int64_t min_chunk, FunctionRef<void(int ith, int64_t begin, int64_t end)> fn);
+    void parallel_for_balanced(int64_t n, int64_t min_chunk,
+                               FunctionRef<void(int ith, int64_t begin, int64_t end)> fn);
 
     // parallel_for_balanced for jobs whose units are pure functions of memory that no unit writes, each
     // unit writing only its own columns of out.y (UnitColumns): the decode GEMVs. fn(u0, u1, dst) writes
@@ -107,7 +108,7 @@ public:
     // scope's end, and wait_for_late_workers(), wait until no worker still computes a stolen claim (it
     // reads the job's inputs: memory they read must not be freed before). Nests.
     class StealScope {
-    public:
+      public:
         explicit StealScope(ThreadPool& pool) : pool_(pool) { ++pool_.steal_scopes_; }
         ~StealScope() {
             if (--pool_.steal_scopes_ == 0) pool_.wait_for_late_workers();
@@ -115,7 +116,7 @@ public:
         StealScope(const StealScope&) = delete;
         StealScope& operator=(const StealScope&) = delete;
 
-    private:
+      private:
         ThreadPool& pool_;
     };
     // Waits until no worker is inside a stealable job (cheap when none is): before freeing memory that a
@@ -134,7 +135,7 @@ public:
         shares_[ith].claim_delay_ms.store(milliseconds);
     }
 
-private:
+  private:
     // A stealable job as copied into the pool: trivially copyable, published as words (steal_words_).
     struct StealJob {
         void (*call)(const void* blob, int64_t u0, int64_t u1, float* dst) = nullptr;
@@ -179,7 +180,7 @@ private:
     std::atomic<int64_t> sleeps_in_forward_{0};
     std::atomic<int> steal_scopes_{0};  // changed by the dispatching thread; workers read it to spin
     std::atomic<int> caller_cpu_{-1};   // the CPU the dispatching thread last published a job from
-    size_t tile_floats_ = 0;  // every worker's tile holds this many floats
+    size_t tile_floats_ = 0;            // every worker's tile holds this many floats
     // parallel_for_balanced's shares: the unclaimed range [front, back) packed as back << 32 | front.
     // seat: the last job the thread joined (gen << 1) or was closed out of (gen << 1 | 1).
     // Stealable jobs: steal_range is the share's unclaimed range tagged with the job's generation
@@ -217,7 +218,9 @@ inline void split_range(int64_t n, int ith, int nth, int64_t* begin, int64_t* en
 // through the pool against 0.2 us for one row on the caller (the demo model's profile).
 constexpr int64_t kMinFloatsPerThread = 8192;
 inline int64_t row_grain(int64_t floats_per_row) {
-    return floats_per_row >= kMinFloatsPerThread ? 1 : kMinFloatsPerThread / (floats_per_row > 0 ? floats_per_row : 1);
+    return floats_per_row >= kMinFloatsPerThread
+               ? 1
+               : kMinFloatsPerThread / (floats_per_row > 0 ? floats_per_row : 1);
 }
 
 // The process-wide pool used by ops (set once at start-up from --threads).

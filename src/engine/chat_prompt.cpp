@@ -4,7 +4,8 @@
 
 namespace gdn {
 
-Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Prompt& prompt, bool find_message_ends) {
+Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Prompt& prompt,
+                                 bool find_message_ends) {
     const Json& messages = prompt.messages;
     ChatRequest cr;
     cr.messages = messages;
@@ -33,12 +34,14 @@ Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok,
     if (find_message_ends && messages.is_array() && !messages.empty()) {
         const Json& first = messages[0];
         const bool system_first = messages.size() > 1 && first.is_object() && first.contains("role") &&
-                                  first["role"].is_string() && (first["role"] == "system" || first["role"] == "developer");
+                                  first["role"].is_string() &&
+                                  (first["role"] == "system" || first["role"] == "developer");
         if (system_first) out.message_ends.push_back(message_end(Json::array({first})));
         out.message_ends.push_back(message_end(messages));
     }
     std::sort(out.message_ends.begin(), out.message_ends.end());
-    out.message_ends.erase(std::remove(out.message_ends.begin(), out.message_ends.end(), int64_t{0}), out.message_ends.end());
+    out.message_ends.erase(std::remove(out.message_ends.begin(), out.message_ends.end(), int64_t{0}),
+                           out.message_ends.end());
     return out;
 }
 

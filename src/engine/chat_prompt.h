@@ -30,6 +30,7 @@ struct RenderedChat {
 
 // find_message_ends: compute message_ends (two more renders and encodes; only the prefix cache uses them).
 // `prompt` is a chat prompt (messages, tools, enable_thinking, template kwargs).
-Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Prompt& prompt, bool find_message_ends);
+Result<RenderedChat> render_chat(const ChatTemplate& chat, const Tokenizer& tok, const Prompt& prompt,
+                                 bool find_message_ends);
 
 }  // namespace gdn

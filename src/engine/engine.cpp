@@ -8,8 +8,8 @@
 #include <random>
 
 #include "core/clock.h"
-#include "core/thread_pool.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "engine/chat_prompt.h"
 #include "engine/engine_request.h"
 
@@ -19,39 +19,49 @@ namespace {
 std::atomic<uint64_t> g_d2h_reads{0};
 }  // namespace
 
-uint64_t device_to_host_reads() { return g_d2h_reads.load(); }
-void count_device_to_host_read() { g_d2h_reads.fetch_add(1); }
+uint64_t device_to_host_reads() {
+    return g_d2h_reads.load();
+}
+void count_device_to_host_read() {
+    g_d2h_reads.fetch_add(1);
+}
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
-        case FinishReason::NONE: return "";
-        case FinishReason::STOP: return "stop";
-        case FinishReason::LENGTH: return "length";
-        case FinishReason::ABORT: return "abort";
+        case FinishReason::NONE:
+            return "";
+        case FinishReason::STOP:
+            return "stop";
+        case FinishReason::LENGTH:
+            return "length";
+        case FinishReason::ABORT:
+            return "abort";
     }
     return "";
 }
-
 
 Engine::~Engine() = default;
 
 size_t Engine::cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size,
                                const SpeculativeConfig& spec) {
     const bool mtp = spec.uses_mtp();
-    const size_t block = KvCache::bytes_per_block(std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0),
-                                                  static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size,
-                                                  kv_dtype);
-    const size_t slot = StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats()) +
-                        verify_bytes_per_seq(c, spec);
+    const size_t block =
+        KvCache::bytes_per_block(std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0),
+                                 static_cast<int64_t>(c.attn_kv_heads) * c.head_dim, block_size, kv_dtype);
+    const size_t slot =
+        StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats()) +
+        verify_bytes_per_seq(c, spec);
     return static_cast<size_t>(n_seqs) * (slot + ((max_len + block_size - 1) / block_size + 1) * block);
 }
 
 size_t Engine::verify_bytes_per_seq(const ModelConfig& c, const SpeculativeConfig& spec) {
-    return spec.enabled() ? StateSlots::verify_bytes_per_seq(c.n_gdn_layers(), spec.tokens_per_verify(), c.gdn_in_proj_floats())
+    return spec.enabled() ? StateSlots::verify_bytes_per_seq(c.n_gdn_layers(), spec.tokens_per_verify(),
+                                                             c.gdn_in_proj_floats())
                           : 0;
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tok,
+Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model,
+                                               std::shared_ptr<const Tokenizer> tok,
                                                const EngineConfig& cfg_in) {
     EngineConfig cfg = cfg_in;
     const ModelConfig& c = model->config();
@@ -64,81 +74,96 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (cfg.max_prefill_chunk < kPrefillChunkAlign)
         return bad(strprintf("the prefill chunk must be >= %d tokens (one GDN chunk)", kPrefillChunkAlign));
     if (cfg.max_num_batched_tokens < cfg.max_num_seqs + kPrefillChunkAlign)
-        return bad(strprintf("max_num_batched_tokens (%d) must be >= max_num_seqs + %d (%d) so that a prefill chunk "
-                             "always fits beside the decodes",
-                             cfg.max_num_batched_tokens, kPrefillChunkAlign, cfg.max_num_seqs + kPrefillChunkAlign));
+        return bad(
+            strprintf("max_num_batched_tokens (%d) must be >= max_num_seqs + %d (%d) so that a prefill chunk "
+                      "always fits beside the decodes",
+                      cfg.max_num_batched_tokens, kPrefillChunkAlign, cfg.max_num_seqs + kPrefillChunkAlign));
     auto e = std::unique_ptr<Engine>(new Engine());
     // Memory plan: state slots first (one per running request), the rest KV blocks.
     const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
     const DType kv_dtype = cfg.kv_cache_dtype();
-    if (kv_dtype != DType::F32 && kv_dtype != DType::BF16) return bad("the KV cache dtype must be f32 or bf16");
+    if (kv_dtype != DType::F32 && kv_dtype != DType::BF16)
+        return bad("the KV cache dtype must be f32 or bf16");
     const SpeculativeConfig& spec = cfg.speculative;
     const bool mtp = spec.uses_mtp();
     if (mtp && !model->has_mtp())
-        return bad("MTP speculation needs the model's MTP layer: load it with LoadOptions::mtp (the tools do this "
-                   "for --speculative-config '{\"method\": \"mtp\", ...}')");
+        return bad(
+            "MTP speculation needs the model's MTP layer: load it with LoadOptions::mtp (the tools do this "
+            "for --speculative-config '{\"method\": \"mtp\", ...}')");
     const int n_attn = std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0);  // the MTP layer's KV rides along
     if (kv_dtype == DType::BF16 && !cfg.bf16)
         return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
     const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, kv_dtype);
     const int64_t conv_n = c.gdn_conv_state_floats();
     const int64_t ssm_n = c.gdn_ssm_state_floats();
-    const size_t slot_bytes = std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
+    const size_t slot_bytes =
+        std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
     // A running request holds one state slot and, with speculation, its verify staging rows.
     const size_t verify_bytes = verify_bytes_per_seq(c, spec);
     const size_t seq_state_bytes = slot_bytes + verify_bytes;
     const int64_t blocks_one_seq = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
     const size_t min_kv = blocks_one_seq * block_bytes;
     if (cfg.cache_memory < min_kv + seq_state_bytes)
-        return bad(strprintf("cache memory %.1f MiB cannot hold one sequence of max_model_len %d (%.1f MiB of KV + "
-                             "%.1f MiB of GDN state): raise --cache-memory or lower --max-model-len",
-                             cfg.cache_memory / 1048576.0, cfg.max_model_len, min_kv / 1048576.0,
-                             seq_state_bytes / 1048576.0));
+        return bad(
+            strprintf("cache memory %.1f MiB cannot hold one sequence of max_model_len %d (%.1f MiB of KV + "
+                      "%.1f MiB of GDN state): raise --cache-memory or lower --max-model-len",
+                      cfg.cache_memory / 1048576.0, cfg.max_model_len, min_kv / 1048576.0,
+                      seq_state_bytes / 1048576.0));
     std::string note;
     const int64_t fit_seqs = static_cast<int64_t>((cfg.cache_memory - min_kv) / seq_state_bytes);
     if (cfg.max_num_seqs > fit_seqs) {
-        note = strprintf("max_num_seqs clamped from %d to %lld: only %lld sequences' GDN state (%.2f MiB each%s) fit "
-                         "in --cache-memory beside one max-length sequence's KV",
-                         cfg.max_num_seqs, (long long)fit_seqs, (long long)fit_seqs, seq_state_bytes / 1048576.0,
-                         verify_bytes ? ", verify staging included" : "");
+        note = strprintf(
+            "max_num_seqs clamped from %d to %lld: only %lld sequences' GDN state (%.2f MiB each%s) fit "
+            "in --cache-memory beside one max-length sequence's KV",
+            cfg.max_num_seqs, (long long)fit_seqs, (long long)fit_seqs, seq_state_bytes / 1048576.0,
+            verify_bytes ? ", verify staging included" : "");
         cfg.max_num_seqs = static_cast<int>(fit_seqs);
         GDN_LOG_WARN("%s", note.c_str());
-        cfg.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs + kPrefillChunkAlign);
+        cfg.max_num_batched_tokens =
+            std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs + kPrefillChunkAlign);
     }
     const int32_t n_slots = cfg.max_num_seqs;
     const int rows_per_seq = spec.tokens_per_verify();  // logits rows a sequence's step may return
     if (cfg.prefix_snapshot_interval < 0) return bad("the prefix snapshot interval must be >= 0 tokens");
     const int32_t n_snapshots =
-        cfg.enable_prefix_caching ? static_cast<int32_t>(std::min<size_t>(cfg.prefix_cache_memory / slot_bytes, 1 << 20)) : 0;
+        cfg.enable_prefix_caching
+            ? static_cast<int32_t>(std::min<size_t>(cfg.prefix_cache_memory / slot_bytes, 1 << 20))
+            : 0;
     if (cfg.enable_prefix_caching && c.n_gdn_layers() > 0 && n_snapshots == 0)
-        GDN_LOG_WARN("--prefix-cache-memory %.1f MiB holds no GDN state snapshot (%.2f MiB each): prefix caching "
-                     "will find no hits",
-                     cfg.prefix_cache_memory / 1048576.0, slot_bytes / 1048576.0);
+        GDN_LOG_WARN(
+            "--prefix-cache-memory %.1f MiB holds no GDN state snapshot (%.2f MiB each): prefix caching "
+            "will find no hits",
+            cfg.prefix_cache_memory / 1048576.0, slot_bytes / 1048576.0);
     const int32_t n_blocks =
         static_cast<int32_t>((cfg.cache_memory - n_slots * seq_state_bytes) / block_bytes);
     const std::string spec_note =
-        spec.enabled() ? strprintf(" + verify staging %.2f MiB per sequence (speculation %s: %d tokens' GDN input rows%s)",
-                                   verify_bytes / 1048576.0, spec.describe().c_str(), rows_per_seq,
-                                   mtp ? strprintf("; beside it in host memory, pending MTP rows: %.0f MiB per sequence, up to %lld "
-                                               "rows (%.1f MiB) while plain decoding keeps them",
-                                               Buffer::kHugePage / 1048576.0, (long long)kMaxPendingMtpRows,
-                                               kMaxPendingMtpRows * c.hidden * sizeof(float) / 1048576.0)
-                                         .c_str()
-                                   : "")
-                       : "";
+        spec.enabled()
+            ? strprintf(
+                  " + verify staging %.2f MiB per sequence (speculation %s: %d tokens' GDN input rows%s)",
+                  verify_bytes / 1048576.0, spec.describe().c_str(), rows_per_seq,
+                  mtp ? strprintf(
+                            "; beside it in host memory, pending MTP rows: %.0f MiB per sequence, up to %lld "
+                            "rows (%.1f MiB) while plain decoding keeps them",
+                            Buffer::kHugePage / 1048576.0, (long long)kMaxPendingMtpRows,
+                            kMaxPendingMtpRows * c.hidden * sizeof(float) / 1048576.0)
+                            .c_str()
+                      : "")
+            : "";
     e->memory_plan_ = strprintf(
-        "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens (%.1f MiB); "
+        "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens "
+        "(%.1f MiB); "
         "GDN state slot %.2f MiB (%d layers); %d slots%s (%.1f MiB); max_model_len %d, max_num_seqs %d, "
         "max_num_batched_tokens %d; %s%s%s",
         cfg.block_size, block_bytes / 1024.0, dtype_name(kv_dtype), n_attn, mtp ? " incl. MTP" : "", n_blocks,
         (long long)n_blocks * cfg.block_size, n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0,
-        c.n_gdn_layers(), n_slots, spec_note.c_str(), n_slots * seq_state_bytes / 1048576.0, cfg.max_model_len,
-        cfg.max_num_seqs, cfg.max_num_batched_tokens,
+        c.n_gdn_layers(), n_slots, spec_note.c_str(), n_slots * seq_state_bytes / 1048576.0,
+        cfg.max_model_len, cfg.max_num_seqs, cfg.max_num_batched_tokens,
         cfg.enable_prefix_caching
-            ? strprintf("prefix cache: %d GDN state snapshots (%.1f MiB of --prefix-cache-memory %.1f MiB), every "
-                        "%d prompt tokens and at message, prompt and generation ends",
-                        n_snapshots, n_snapshots * slot_bytes / 1048576.0, cfg.prefix_cache_memory / 1048576.0,
-                        cfg.prefix_snapshot_interval)
+            ? strprintf(
+                  "prefix cache: %d GDN state snapshots (%.1f MiB of --prefix-cache-memory %.1f MiB), every "
+                  "%d prompt tokens and at message, prompt and generation ends",
+                  n_snapshots, n_snapshots * slot_bytes / 1048576.0, cfg.prefix_cache_memory / 1048576.0,
+                  cfg.prefix_snapshot_interval)
                   .c_str()
             : "prefix caching off",
         note.empty() ? "" : "\n", note.c_str());
@@ -155,7 +180,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (verify_bytes) e->slots_->reserve_verify_rows(cfg.max_num_seqs, rows_per_seq, c.gdn_in_proj_floats());
     // Pending MTP row buffers, one huge page each, handed to requests and back (keep_mtp_rows).
     if (mtp)
-        for (int i = 0; i < cfg.max_num_seqs; ++i) e->spare_mtp_rows_.emplace_back().reserve(HugePageAllocator<float>::kPerPage);
+        for (int i = 0; i < cfg.max_num_seqs; ++i)
+            e->spare_mtp_rows_.emplace_back().reserve(HugePageAllocator<float>::kPerPage);
     if (cfg.prefault_memory) {
         const double t0 = now_seconds();
         size_t bytes = 0;
@@ -167,10 +193,12 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         std::vector<Buffer*> bufs = e->kv_->buffers();
         for (Buffer* b : e->slots_->buffers()) bufs.push_back(b);
         for (Buffer* b : bufs) {
-            global_pool().parallel_for(static_cast<int64_t>(b->pages()), [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
+            global_pool().parallel_for(static_cast<int64_t>(b->pages()),
+                                       [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
             bytes += b->size();
         }
-        GDN_LOG_INFO("cache memory touched at start-up: %.1f MiB in %.2f s", bytes / 1048576.0, now_seconds() - t0);
+        GDN_LOG_INFO("cache memory touched at start-up: %.1f MiB in %.2f s", bytes / 1048576.0,
+                     now_seconds() - t0);
     }
     SchedulerConfig sc;
     sc.max_num_seqs = cfg.max_num_seqs;
@@ -219,7 +247,8 @@ Result<std::vector<int64_t>> Engine::add_requests(const Prompt& prompt, const Sa
     std::vector<std::unique_ptr<Request>> reqs;
     for (int i = 0; i < n; ++i) {
         SamplingParams p = params;
-        if (p.seed) p.seed = *p.seed + static_cast<uint64_t>(i);  // sample i: seed + i (distinct, reproducible)
+        if (p.seed)
+            p.seed = *p.seed + static_cast<uint64_t>(i);  // sample i: seed + i (distinct, reproducible)
         // Samples that start from the first one's prefix cache cannot compute them: its output carries them.
         if (i > 0 && cfg_.enable_prefix_caching) p.prompt_logprobs = -1;
         GDN_ASSIGN_OR_RETURN(auto r, make_request(prompt, p));
@@ -231,8 +260,10 @@ Result<std::vector<int64_t>> Engine::add_requests(const Prompt& prompt, const Sa
     // The others start once the first one's prompt is computed, from the prefix cache (without it,
     // now: each computes its prompt).
     for (size_t i = 1; i < reqs.size(); ++i) {
-        if (cfg_.enable_prefix_caching) held_.push_back({ids[0], std::move(reqs[i])});
-        else admit(std::move(reqs[i]));
+        if (cfg_.enable_prefix_caching)
+            held_.push_back({ids[0], std::move(reqs[i])});
+        else
+            admit(std::move(reqs[i]));
     }
     return ids;
 }
@@ -259,21 +290,22 @@ void Engine::release_held() {
     }
 }
 
-Result<std::unique_ptr<Engine::Request>> Engine::make_request(const Prompt& prompt, const SamplingParams& params) {
+Result<std::unique_ptr<Engine::Request>> Engine::make_request(const Prompt& prompt,
+                                                              const SamplingParams& params) {
     const int32_t V = model_->config().vocab;
     GDN_RETURN_IF_ERROR(params.validate(V));
     std::vector<int32_t> ids;
     std::vector<int64_t> message_ends = prompt.message_ends;
     if (!prompt.messages.is_null()) {
         if (!chat_) return Status::error("this model has no chat template; send a prompt instead");
-        GDN_ASSIGN_OR_RETURN(RenderedChat rc,
-                             render_chat(*chat_, *tok_, prompt, cfg_.enable_prefix_caching));
+        GDN_ASSIGN_OR_RETURN(RenderedChat rc, render_chat(*chat_, *tok_, prompt, cfg_.enable_prefix_caching));
         ids = std::move(rc.ids);
         message_ends = std::move(rc.message_ends);
     } else if (!prompt.ids.empty()) {
         ids = prompt.ids;
         for (int32_t t : ids)
-            if (t < 0 || t >= V) return Status::error(strprintf("prompt token id %d is out of range [0, %d)", t, V));
+            if (t < 0 || t >= V)
+                return Status::error(strprintf("prompt token id %d is out of range [0, %d)", t, V));
     } else {
         if (!tok_) return Status::error("no tokenizer loaded: send token ids");
         ids = tok_->encode(prompt.text);
@@ -281,9 +313,10 @@ Result<std::unique_ptr<Engine::Request>> Engine::make_request(const Prompt& prom
     if (ids.empty()) return Status::error("the prompt is empty");
     const int64_t n = static_cast<int64_t>(ids.size());
     if (n >= cfg_.max_model_len)
-        return Status::error(strprintf("the prompt is %lld tokens, but the maximum context length (--max-model-len) "
-                                       "is %d tokens",
-                                       (long long)n, cfg_.max_model_len));
+        return Status::error(
+            strprintf("the prompt is %lld tokens, but the maximum context length (--max-model-len) "
+                      "is %d tokens",
+                      (long long)n, cfg_.max_model_len));
     auto r = std::make_unique<Request>();
     r->params = params;
     r->params.max_tokens = static_cast<int>(std::min<int64_t>(params.max_tokens, cfg_.max_model_len - n));
@@ -296,10 +329,11 @@ Result<std::unique_ptr<Engine::Request>> Engine::make_request(const Prompt& prom
         if (!vocab_trie_) {
             const double t0 = now_seconds();
             vocab_trie_ = std::make_shared<VocabTrie>(*tok_, model_->config().vocab);
-            GDN_LOG_INFO("structured outputs: token trie of %d tokens, %zu nodes, built in %.0f ms", vocab_trie_->vocab(),
-                         vocab_trie_->nodes(), (now_seconds() - t0) * 1e3);
+            GDN_LOG_INFO("structured outputs: token trie of %d tokens, %zu nodes, built in %.0f ms",
+                         vocab_trie_->vocab(), vocab_trie_->nodes(), (now_seconds() - t0) * 1e3);
         }
-        r->constraint = std::make_unique<TokenConstraint>(params.grammar, vocab_trie_, params.grammar_after_reasoning);
+        r->constraint =
+            std::make_unique<TokenConstraint>(params.grammar, vocab_trie_, params.grammar_after_reasoning);
     }
     for (const auto& s : params.stop) r->max_stop = std::max(r->max_stop, s.size());
     for (const auto& s : params.stop_inclusive) r->max_stop = std::max(r->max_stop, s.size());
@@ -350,8 +384,8 @@ void Engine::emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, Requ
     if (lp) out.logprobs.push_back(*lp);
     generation_tokens_total_++;
     const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
-    const bool is_stop_id =
-        std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(), token) != r.params.stop_token_ids.end();
+    const bool is_stop_id = std::find(r.params.stop_token_ids.begin(), r.params.stop_token_ids.end(),
+                                      token) != r.params.stop_token_ids.end();
     if ((is_eos && !r.params.ignore_eos) || is_stop_id) {
         finish(r, FinishReason::STOP, out);
         return;
@@ -378,7 +412,8 @@ void Engine::emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, Requ
                 if (best > r.emitted) out.text_delta += r.text.substr(r.emitted, best - r.emitted);
                 r.emitted = std::max(r.emitted, best);
                 r.text.resize(r.emitted);
-                r.decoder.reset();  // anything after the stop string (and by default the string) is not returned
+                r.decoder
+                    .reset();  // anything after the stop string (and by default the string) is not returned
                 finish(r, FinishReason::STOP, out);
                 return;
             }
@@ -386,7 +421,9 @@ void Engine::emit(Request& r, int32_t token, std::vector<TokenLogprob>* lp, Requ
         size_t safe = r.text.size();
         if (r.max_stop > 1) {
             safe = r.text.size() >= r.max_stop - 1 ? r.text.size() - (r.max_stop - 1) : 0;
-            while (safe > r.emitted && safe < r.text.size() && (static_cast<uint8_t>(r.text[safe]) & 0xC0) == 0x80) --safe;
+            while (safe > r.emitted && safe < r.text.size() &&
+                   (static_cast<uint8_t>(r.text[safe]) & 0xC0) == 0x80)
+                --safe;
         }
         if (safe > r.emitted) {
             out.text_delta += r.text.substr(r.emitted, safe - r.emitted);
@@ -402,7 +439,8 @@ void Engine::constrain(Request& r, float* logits) {
     const double t0 = now_seconds();
     if (!r.constraint->mask(logits, eos_ids_)) {
         grammar_dead_ends_++;
-        GDN_LOG_WARN("structured output of request %lld reached a dead end: ending it", (long long)r.sched->id);
+        GDN_LOG_WARN("structured output of request %lld reached a dead end: ending it",
+                     (long long)r.sched->id);
         for (int32_t t : eos_ids_) logits[t] = 0.0f;
     }
     grammar_masks_++;
@@ -417,11 +455,13 @@ int64_t Engine::prompt_logprobs(Request& r, const ScheduledChunk& c, const float
     const int32_t V = model_->config().vocab;
     if (s.num_computed == 0 && r.prompt_logprobs.empty()) r.prompt_logprobs.push_back({{s.tokens[0], NAN}});
     int64_t rows = 0;
-    for (int64_t pos = s.num_computed; pos < s.num_computed + c.num_new && pos + 1 < s.num_prompt; ++pos, ++rows) {
-        if (pos + 1 < static_cast<int64_t>(r.prompt_logprobs.size())) continue;  // recomputed after a preemption
+    for (int64_t pos = s.num_computed; pos < s.num_computed + c.num_new && pos + 1 < s.num_prompt;
+         ++pos, ++rows) {
+        if (pos + 1 < static_cast<int64_t>(r.prompt_logprobs.size()))
+            continue;  // recomputed after a preemption
         r.prompt_logprobs.emplace_back();
-        token_logprobs(logits + rows * V, V, s.tokens[pos + 1], r.params.prompt_logprobs, &r.prompt_logprobs.back(),
-                       &prompt_order_);
+        token_logprobs(logits + rows * V, V, s.tokens[pos + 1], r.params.prompt_logprobs,
+                       &r.prompt_logprobs.back(), &prompt_order_);
     }
     if (static_cast<int64_t>(r.prompt_logprobs.size()) == s.num_prompt) s.prompt_rows = false;
     return rows;
@@ -463,9 +503,11 @@ void Engine::build_plan(const SchedulerOutput& so) {
                 for (int64_t i = 0; i < c.num_new && r.num_computed + i + 1 < r.num_prompt; ++i)
                     p.logits_rows.push_back(p.n_tokens() - c.num_new + i);
             // Logits where the chunk reaches the end of the known tokens (a new token is sampled there).
-            if (r.num_computed + c.num_new == static_cast<int64_t>(r.tokens.size())) p.logits_rows.push_back(p.n_tokens() - 1);
+            if (r.num_computed + c.num_new == static_cast<int64_t>(r.tokens.size()))
+                p.logits_rows.push_back(p.n_tokens() - 1);
         }
-        if (c.num_draft == 0 && c.fresh_slot >= 0) p.gdn_out_slot.push_back(c.fresh_slot);  // a one-token step
+        if (c.num_draft == 0 && c.fresh_slot >= 0)
+            p.gdn_out_slot.push_back(c.fresh_slot);  // a one-token step
         if (outs) p.gdn_out_offset.push_back(static_cast<int64_t>(p.gdn_out_slot.size()));
     }
 }
@@ -529,7 +571,9 @@ std::span<const RequestOutput> Engine::step() {
         bool all_greedy = true;
         for (const auto& c : so.chunks) {
             if (c.req->prompt_rows) all_greedy = false;  // rows of logits, not argmaxes
-            if (c.num_draft == 0 && c.req->num_computed + c.num_new != static_cast<int64_t>(c.req->tokens.size())) continue;
+            if (c.num_draft == 0 &&
+                c.req->num_computed + c.num_new != static_cast<int64_t>(c.req->tokens.size()))
+                continue;
             const Request& r = *requests_.at(c.req->id);
             all_greedy &= r.params.greedy() && r.params.logprobs < 0 && r.params.repetition_penalty == 1.0f &&
                           r.params.presence_penalty == 0.0f && r.params.frequency_penalty == 0.0f &&
@@ -546,7 +590,8 @@ std::span<const RequestOutput> Engine::step() {
         for (const auto& c : so.chunks)
             if (c.num_new - c.num_draft > 1) prefill_tokens += c.num_new - c.num_draft;
         pacer_.observe(prefill_tokens, forward_seconds_, kPrefillChunkAlign);
-        scheduler_->set_prefill_room(static_cast<int>(std::min<int64_t>(pacer_.room(), cfg_.max_num_batched_tokens)));
+        scheduler_->set_prefill_room(
+            static_cast<int>(std::min<int64_t>(pacer_.room(), cfg_.max_num_batched_tokens)));
         reads_during_forward_ = device_to_host_reads() - reads_before;
         count_device_to_host_read();  // the download of the logits / sampled tokens
         GDN_CHECK(st.is_ok(), "forward failed on a plan the engine built: %s", st.message().c_str());
@@ -567,7 +612,8 @@ std::span<const RequestOutput> Engine::step() {
         }
         if (!commits_.empty()) {
             st = model_->commit_verified(commits_, *slots_, fo);
-            GDN_CHECK(st.is_ok(), "GDN commit failed on verifications the engine planned: %s", st.message().c_str());
+            GDN_CHECK(st.is_ok(), "GDN commit failed on verifications the engine planned: %s",
+                      st.message().c_str());
         }
         n_verdicts = 0;
         const int32_t V = model_->config().vocab;
@@ -577,7 +623,8 @@ std::span<const RequestOutput> Engine::step() {
             const ScheduledChunk& c = so.chunks[ci];
             Request& r = *requests_.at(c.req->id);
             const int64_t first_pos = c.req->num_computed;
-            pure_decode &= c.num_new - c.num_draft == 1 && first_pos + 1 == static_cast<int64_t>(c.req->tokens.size());
+            pure_decode &=
+                c.num_new - c.num_draft == 1 && first_pos + 1 == static_cast<int64_t>(c.req->tokens.size());
             if (c.num_draft > 0) {
                 RequestOutput& out = next_output(c.req->id);
                 const int64_t before = c.req->num_computed;
@@ -592,7 +639,8 @@ std::span<const RequestOutput> Engine::step() {
                 out.completion_tokens = static_cast<int64_t>(r.output.size());
                 continue;
             }
-            const bool sampled = c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
+            const bool sampled =
+                c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
             if (c.req->prompt_rows) row += prompt_logprobs(r, c, logits_.data() + row * V);
             scheduler_->on_computed(c);
             do_state_copies(scheduler_->pending_copies());
@@ -601,11 +649,13 @@ std::span<const RequestOutput> Engine::step() {
             if (!sampled) continue;
             RequestOutput& out = next_output(c.req->id);
             if (!all_greedy && r.constraint) constrain(r, logits_.data() + row * V);
-            const int32_t token = all_greedy ? greedy_ids_[row]
-                                             : sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt,
-                                                               r.output, eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
+            const int32_t token =
+                all_greedy ? greedy_ids_[row]
+                           : sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt,
+                                             r.output, eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
             ++row;
-            if (!r.prompt_logprobs.empty() && !c.req->prompt_rows) out.prompt_logprobs = std::move(r.prompt_logprobs);
+            if (!r.prompt_logprobs.empty() && !c.req->prompt_rows)
+                out.prompt_logprobs = std::move(r.prompt_logprobs);
             emit(r, token, r.params.logprobs >= 0 ? &lp : nullptr, out);
             out.prompt_tokens = c.req->num_prompt;
             out.completion_tokens = static_cast<int64_t>(r.output.size());
@@ -627,7 +677,8 @@ std::span<const RequestOutput> Engine::step() {
     propose_drafts();
     draft_seconds_ = now_seconds() - t_done;
     if (pure_decode && k_this_step >= 0)
-        cost_.observe_step(static_cast<int>(so.chunks.size()), k_this_step, t_done - t0 + drafting_for_this_step);
+        cost_.observe_step(static_cast<int>(so.chunks.size()), k_this_step,
+                           t_done - t0 + drafting_for_this_step);
     host_seconds_ = now_seconds() - t0 - forward_seconds_;
     return {outputs_.data(), n_outputs_};
 }

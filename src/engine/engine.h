@@ -17,8 +17,8 @@
 #include "cache/state_slots.h"
 #include "core/huge_page_allocator.h"
 #include "core/status.h"
-#include "engine/sampling.h"
 #include "engine/prefill_pacer.h"
+#include "engine/sampling.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
 #include "model/model.h"
@@ -72,7 +72,7 @@ struct Prompt {
     Json messages;  // non-null: a chat request
     std::optional<bool> enable_thinking;
     Json chat_template_kwargs = Json::object();
-    Json tools;     // null or the request's tool definitions (rendered by the template)
+    Json tools;  // null or the request's tool definitions (rendered by the template)
     // Token ids given with the token counts after complete chat messages (render_chat's message_ends,
     // when the caller rendered the chat): where the prefix cache keeps states.
     std::vector<int64_t> message_ends;
@@ -113,32 +113,33 @@ struct EngineStats {
     int32_t state_slots_total = 0, state_slots_free = 0;
     int64_t preemptions = 0;
     int64_t prompt_tokens = 0, generation_tokens = 0, finished = 0;
-    PrefixCacheStats prefix;                 // zeros when prefix caching is off
-    int64_t prefix_snapshot_bytes = 0;       // one snapshot's size
-    SpecCounters spec;                       // drafts verified and accepted, per position
+    PrefixCacheStats prefix;            // zeros when prefix caching is off
+    int64_t prefix_snapshot_bytes = 0;  // one snapshot's size
+    SpecCounters spec;                  // drafts verified and accepted, per position
     // GDN bytes the last step's verifications added: their staged input rows and the commit's read and
     // write of each verified sequence's state.
     int64_t spec_state_bytes_last_step = 0;
     int64_t spec_state_bytes_total = 0;
-    int spec_k_last_step = 0;                // drafts per sequence the cost model chose for the last step
-    int64_t grammar_masks = 0;               // structured outputs: token masks computed
-    double grammar_mask_seconds = 0;         // and the time they took
-    int64_t grammar_dead_ends = 0;           // masks that allowed nothing (a grammar bug; the request ended)
-    std::string spec_cost_model;             // SpecCostModel::describe()
+    int spec_k_last_step = 0;         // drafts per sequence the cost model chose for the last step
+    int64_t grammar_masks = 0;        // structured outputs: token masks computed
+    double grammar_mask_seconds = 0;  // and the time they took
+    int64_t grammar_dead_ends = 0;    // masks that allowed nothing (a grammar bug; the request ended)
+    std::string spec_cost_model;      // SpecCostModel::describe()
 };
 
 class VocabTrie;
 
 class Engine {
-public:
+  public:
     // Cache memory (KV blocks + GDN state slots) that holds n_seqs sequences of max_len tokens.
-    static size_t cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype, int block_size = 16,
-                                  const SpeculativeConfig& spec = {});
+    static size_t cache_bytes_for(const ModelConfig& c, int n_seqs, int max_len, DType kv_dtype,
+                                  int block_size = 16, const SpeculativeConfig& spec = {});
     // Speculation's verify staging rows of one running sequence (StateSlots::reserve_verify_rows).
     static size_t verify_bytes_per_seq(const ModelConfig& c, const SpeculativeConfig& spec);
 
     static Result<std::unique_ptr<Engine>> create(std::shared_ptr<const Model> model,
-                                                  std::shared_ptr<const Tokenizer> tok, const EngineConfig& cfg);
+                                                  std::shared_ptr<const Tokenizer> tok,
+                                                  const EngineConfig& cfg);
 
     ~Engine();
     Result<int64_t> add_request(const Prompt& prompt, const SamplingParams& params);
@@ -178,7 +179,7 @@ public:
     double last_step_host_seconds() const { return host_seconds_; }
     double last_step_forward_seconds() const { return forward_seconds_; }
 
-private:
+  private:
     struct Request;
     Engine() = default;
     bool pending_aborts_empty() const;
@@ -251,17 +252,17 @@ private:
     // Speculative decoding state.
     SpecCostModel cost_;
     SpecCounters spec_;
-    int k_planned_ = 0;                  // drafts per sequence chosen for the coming step (-1: a probe)
-    uint64_t probe_turn_ = 0;            // which sequence drafts in an n-gram acceptance probe
-    int64_t mtp_keeper_ = -1;            // the request that probes MTP acceptance while k = 0 wins
-    bool speculating_ = false;           // the last step's choice drafted (k > 0, not a probe)
+    int k_planned_ = 0;         // drafts per sequence chosen for the coming step (-1: a probe)
+    uint64_t probe_turn_ = 0;   // which sequence drafts in an n-gram acceptance probe
+    int64_t mtp_keeper_ = -1;   // the request that probes MTP acceptance while k = 0 wins
+    bool speculating_ = false;  // the last step's choice drafted (k > 0, not a probe)
     int64_t spec_state_bytes_ = 0, spec_state_bytes_total_ = 0;
-    std::vector<Verdict> verdicts_;                 // this step's, one per verified chunk (records reused)
+    std::vector<Verdict> verdicts_;  // this step's, one per verified chunk (records reused)
     std::vector<Model::GdnCommit> commits_;
-    std::vector<size_t> chunk_rows_;                // build_plan: each chunk's first logits row
+    std::vector<size_t> chunk_rows_;  // build_plan: each chunk's first logits row
     size_t slot_bytes_ = 0;
     size_t staged_row_bytes_ = 0;  // one token's verify staging rows (all GDN layers)
-    std::vector<float> hidden_;          // the forward's final-norm rows (MTP)
+    std::vector<float> hidden_;    // the forward's final-norm rows (MTP)
     // While plain decoding wins (the cost model chose k = 0), the MTP layer runs only for a probe: every
     // request keeps up to this many pending rows (4 KiB each at H = 1024), caught up when it drafts again;
     // beyond it its MTP cache goes stale and it never drafts again (the catch-up costs about one decoder

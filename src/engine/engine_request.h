@@ -20,9 +20,9 @@ struct Engine::Request {
     std::vector<int32_t> output;
     std::unique_ptr<StreamDecoder> decoder;
     std::unique_ptr<TokenConstraint> constraint;  // structured outputs: masks its logits, reads its tokens
-    std::string text;      // generated text so far (decoded)
-    size_t emitted = 0;    // bytes of `text` already returned
-    size_t max_stop = 0;   // longest stop string
+    std::string text;                             // generated text so far (decoded)
+    size_t emitted = 0;                           // bytes of `text` already returned
+    size_t max_stop = 0;                          // longest stop string
     FinishReason finish = FinishReason::NONE;
     // params.prompt_logprobs: one entry per prompt token computed so far (SamplingParams says the form).
     std::vector<std::vector<TokenLogprob>> prompt_logprobs;

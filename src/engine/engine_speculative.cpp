@@ -42,10 +42,12 @@ void Engine::decide(const ScheduledChunk& c, size_t row, bool all_greedy, Verdic
             tok = greedy_ids_[row + i];
             ok = i < nd && tok == drafts[i];
         } else {
-            sampler_.prepare(logits_.data() + (row + i) * V, V, r.params, r.sampler, r.prompt, r.output, eos_ids_);
+            sampler_.prepare(logits_.data() + (row + i) * V, V, r.params, r.sampler, r.prompt, r.output,
+                             eos_ids_);
             if (i < nd) {
                 const double p = sampler_.prob(drafts[i]);
-                ok = r.params.greedy() ? p > 0.5 : std::uniform_real_distribution<double>(0.0, 1.0)(r.sampler.rng) < p;
+                ok = r.params.greedy() ? p > 0.5
+                                       : std::uniform_real_distribution<double>(0.0, 1.0)(r.sampler.rng) < p;
                 tok = ok ? drafts[i] : sampler_.draw(r.sampler, drafts[i]);
             } else {
                 tok = sampler_.draw(r.sampler);
@@ -88,7 +90,8 @@ void Engine::keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int6
     }
     r.mtp_hidden.resize(have * H);
     if (r.mtp_stale) return;
-    if (!speculating_ && have + n_rows > kMaxPendingMtpRows) {  // see kMaxPendingMtpRows (speculating: caught up this step)
+    if (!speculating_ &&
+        have + n_rows > kMaxPendingMtpRows) {  // see kMaxPendingMtpRows (speculating: caught up this step)
         r.mtp_stale = true;
         recycle_mtp_rows(r);
         return;
@@ -99,16 +102,19 @@ void Engine::keep_mtp_rows(Request& r, int64_t first_pos, int64_t plan_row, int6
     }
     const size_t want = static_cast<size_t>((have + n_rows) * H);
     if (want > r.mtp_hidden.capacity())  // whole huge pages at a time (core/huge_page_allocator.h)
-        r.mtp_hidden.reserve(std::max(2 * r.mtp_hidden.capacity(),
-                                      (want + HugePageAllocator<float>::kPerPage - 1) / HugePageAllocator<float>::kPerPage *
-                                          HugePageAllocator<float>::kPerPage));
-    r.mtp_hidden.insert(r.mtp_hidden.end(), hidden_.begin() + plan_row * H, hidden_.begin() + (plan_row + n_rows) * H);
+        r.mtp_hidden.reserve(
+            std::max(2 * r.mtp_hidden.capacity(), (want + HugePageAllocator<float>::kPerPage - 1) /
+                                                      HugePageAllocator<float>::kPerPage *
+                                                      HugePageAllocator<float>::kPerPage));
+    r.mtp_hidden.insert(r.mtp_hidden.end(), hidden_.begin() + plan_row * H,
+                        hidden_.begin() + (plan_row + n_rows) * H);
 }
 
 void Engine::recycle_mtp_rows(Request& r) {
     if (r.mtp_hidden.capacity() == 0) return;
     r.mtp_hidden.clear();
-    if (spare_mtp_rows_.size() < static_cast<size_t>(cfg_.max_num_seqs)) spare_mtp_rows_.push_back(std::move(r.mtp_hidden));
+    if (spare_mtp_rows_.size() < static_cast<size_t>(cfg_.max_num_seqs))
+        spare_mtp_rows_.push_back(std::move(r.mtp_hidden));
     decltype(r.mtp_hidden)().swap(r.mtp_hidden);  // moved from, or not kept: no buffer left behind
 }
 
@@ -128,7 +134,9 @@ void Engine::propose_drafts() {
         if (r.constraint) continue;  // structured outputs decode one token per step (their mask needs each)
         reqs.push_back(&r);
     }
-    const int k = reqs.empty() ? 0 : spec.adaptive ? cost_.choose(static_cast<int>(reqs.size())) : spec.num_speculative_tokens;
+    const int k = reqs.empty()    ? 0
+                  : spec.adaptive ? cost_.choose(static_cast<int>(reqs.size()))
+                                  : spec.num_speculative_tokens;
     const bool probe = spec.adaptive && cost_.probing();
     k_planned_ = probe ? -1 : k;  // a probe step is not timed
     speculating_ = k > 0 && !probe;
@@ -140,13 +148,15 @@ void Engine::propose_drafts() {
             if (rp->sched->id == mtp_keeper_ && !rp->mtp_stale) keeper = rp;
         if (!keeper)
             for (Request* rp : reqs)
-                if (!rp->mtp_stale && (!keeper || rp->mtp_hidden.size() < keeper->mtp_hidden.size())) keeper = rp;
+                if (!rp->mtp_stale && (!keeper || rp->mtp_hidden.size() < keeper->mtp_hidden.size()))
+                    keeper = rp;
         mtp_keeper_ = keeper ? keeper->sched->id : -1;
     }
     for (size_t i = 0; i < reqs.size(); ++i) {
         Request* rp = reqs[i];
         SchedRequest& s = *rp->sched;
-        const bool prober = spec.method == SpecMethod::MTP ? s.id == mtp_keeper_ : i == probe_turn_ % reqs.size();
+        const bool prober =
+            spec.method == SpecMethod::MTP ? s.id == mtp_keeper_ : i == probe_turn_ % reqs.size();
         if ((probe && !prober) || rp->mtp_stale) {
             k_of.push_back(0);
             continue;
@@ -165,7 +175,8 @@ void Engine::propose_drafts() {
         for (size_t i = 0; i < reqs.size(); ++i) {
             SchedRequest& s = *reqs[i]->sched;
             s.drafts.clear();
-            if (k_of[i] > 0) ngram_propose(s.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, k_of[i], &s.drafts);
+            if (k_of[i] > 0)
+                ngram_propose(s.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, k_of[i], &s.drafts);
         }
     } else {
         mtp_drafts(reqs, k_of);

@@ -10,7 +10,7 @@
 namespace gdn {
 
 class PrefillPacer {
-public:
+  public:
     // target_seconds <= 0: no room limit.
     explicit PrefillPacer(double target_seconds) : target_(target_seconds) {}
 
@@ -18,7 +18,8 @@ public:
     // than min_tokens say more about per-step overheads than about the rate and are not counted.
     void observe(int64_t prefill_tokens, double seconds, int64_t min_tokens) {
         if (target_ <= 0 || prefill_tokens < min_tokens || seconds <= 0) return;
-        const double sample = seconds / static_cast<double>(prefill_tokens);  // decodes' share included: conservative
+        const double sample =
+            seconds / static_cast<double>(prefill_tokens);  // decodes' share included: conservative
         seconds_per_token_ = seconds_per_token_ > 0 ? 0.7 * seconds_per_token_ + 0.3 * sample : sample;
     }
     // Prompt tokens per step that keep it near the target; 0 (no limit) until a rate is measured.
@@ -28,7 +29,7 @@ public:
     }
     double seconds_per_token() const { return seconds_per_token_; }
 
-private:
+  private:
     double target_;
     double seconds_per_token_ = 0;  // moving average over recent steps
 };

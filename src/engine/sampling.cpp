@@ -39,7 +39,8 @@ void Sampler::prepare(float* logits, int32_t V, const SamplingParams& p, Sampler
         for (int32_t t : output) seen_[t] = 0;
     }
     if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-        if (st.out_counts.size() != static_cast<size_t>(V)) st.out_counts.assign(V, 0);  // kept all-zero between calls
+        if (st.out_counts.size() != static_cast<size_t>(V))
+            st.out_counts.assign(V, 0);  // kept all-zero between calls
         for (int32_t t : output) st.out_counts[t]++;
         for (int32_t t : output) {
             const int32_t c = st.out_counts[t];
@@ -64,7 +65,9 @@ void Sampler::prepare(float* logits, int32_t V, const SamplingParams& p, Sampler
         probs_.resize(V);
         double sum = 0;
         for (int32_t i = 0; i < V; ++i) sum += (probs_[i] = std::exp((logits[i] - mx) * inv_t));
-        const auto by_prob = [&](int32_t a, int32_t b) { return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b); };
+        const auto by_prob = [&](int32_t a, int32_t b) {
+            return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
+        };
         idx_.resize(V);
         std::iota(idx_.begin(), idx_.end(), 0);
         int32_t n = V;  // candidates idx_[0, n) (sorted by probability when filtered)

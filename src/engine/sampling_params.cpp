@@ -22,19 +22,24 @@ Status SamplingParams::validate(int32_t V) const {
         return bad(strprintf("frequency_penalty must be in [-2, 2] (got %g)", frequency_penalty));
     if (max_tokens < 1) return bad(strprintf("max_tokens must be >= 1 (got %d)", max_tokens));
     if (min_tokens < 0 || min_tokens > max_tokens)
-        return bad(strprintf("min_tokens must be in [0, max_tokens] (got %d, max_tokens %d)", min_tokens, max_tokens));
-    if (logprobs < -1 || logprobs > 20) return bad(strprintf("logprobs must be in [0, 20] (got %d)", logprobs));
+        return bad(strprintf("min_tokens must be in [0, max_tokens] (got %d, max_tokens %d)", min_tokens,
+                             max_tokens));
+    if (logprobs < -1 || logprobs > 20)
+        return bad(strprintf("logprobs must be in [0, 20] (got %d)", logprobs));
     if (prompt_logprobs < -1 || prompt_logprobs > 20)
         return bad(strprintf("prompt_logprobs must be in [0, 20] (got %d)", prompt_logprobs));
     for (int32_t id : stop_token_ids)
-        if (id < 0 || id >= V) return bad(strprintf("stop_token_ids: %d is not a token id (vocabulary %d)", id, V));
+        if (id < 0 || id >= V)
+            return bad(strprintf("stop_token_ids: %d is not a token id (vocabulary %d)", id, V));
     for (const auto& s : stop)
         if (s.empty()) return bad("stop strings must not be empty");
     for (const auto& s : stop_inclusive)
         if (s.empty()) return bad("stop strings must not be empty");
     for (const auto& [id, bias] : logit_bias) {
-        if (id < 0 || id >= V) return bad(strprintf("logit_bias: %d is not a token id (vocabulary %d)", id, V));
-        if (!(bias >= -100.0f && bias <= 100.0f)) return bad(strprintf("logit_bias values must be in [-100, 100] (got %g)", bias));
+        if (id < 0 || id >= V)
+            return bad(strprintf("logit_bias: %d is not a token id (vocabulary %d)", id, V));
+        if (!(bias >= -100.0f && bias <= 100.0f))
+            return bad(strprintf("logit_bias values must be in [-100, 100] (got %g)", bias));
     }
     return Status::ok();
 }

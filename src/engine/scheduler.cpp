@@ -42,7 +42,8 @@ void Scheduler::release_slot(int32_t s) {
 }
 
 void Scheduler::enable_prefix_cache(SnapshotCache* snapshots) {
-    GDN_CHECK(blocks_.block_size() == block_size_, "prefix caching needs a block pool with the scheduler's block size");
+    GDN_CHECK(blocks_.block_size() == block_size_,
+              "prefix caching needs a block pool with the scheduler's block size");
     snaps_ = snapshots;
     blocks_.set_eviction_listener([this](int32_t b) {
         const int32_t s = snaps_->remove(b);
@@ -124,7 +125,8 @@ void Scheduler::commit_blocks(SchedRequest& r) {
 
 bool Scheduler::wants_snapshot(const SchedRequest& r) const {
     return snaps_ && snaps_->capacity() > 0 && r.num_computed > 0 && r.num_computed % block_size_ == 0 &&
-           r.num_committed == r.num_computed / block_size_ && r.chain_tail >= 0 && snaps_->slot_of(r.chain_tail) < 0;
+           r.num_committed == r.num_computed / block_size_ && r.chain_tail >= 0 &&
+           snaps_->slot_of(r.chain_tail) < 0;
 }
 
 // Room for one more snapshot: true if there is some; *freed is a slot an eviction gave up (still
@@ -177,7 +179,8 @@ void Scheduler::on_computed(const ScheduledChunk& c) {
     }
     r.num_computed += c.num_new;
     commit_blocks(r);
-    if (snaps_ && std::binary_search(r.snapshot_at.begin(), r.snapshot_at.end(), r.num_computed)) snapshot_by_copy(r);
+    if (snaps_ && std::binary_search(r.snapshot_at.begin(), r.snapshot_at.end(), r.num_computed))
+        snapshot_by_copy(r);
 }
 
 void Scheduler::on_verified(const ScheduledChunk& c, int n_accepted) {
@@ -274,7 +277,8 @@ const SchedulerOutput& Scheduler::schedule() {
         int64_t avail = budget;
         if (prefill) {
             const int64_t beside_decodes = budget - decodes_left;
-            avail = std::max(std::min(beside_decodes, room) - reserve, std::min<int64_t>(beside_decodes, cfg_.gdn_chunk));
+            avail = std::max(std::min(beside_decodes, room) - reserve,
+                             std::min<int64_t>(beside_decodes, cfg_.gdn_chunk));
         }
         const int64_t n = chunk_size(*r, avail);
         if (n <= 0) {
@@ -314,8 +318,7 @@ const SchedulerOutput& Scheduler::schedule() {
         }
         // A decode step at a block boundary keeps the state there as a snapshot (no copy: the step writes
         // its result to a fresh slot).
-        if (!prefill && wants_snapshot(*r))
-            c.fresh_slot = alloc_slot(/*may_evict_snapshot=*/true);
+        if (!prefill && wants_snapshot(*r)) c.fresh_slot = alloc_slot(/*may_evict_snapshot=*/true);
         out_.chunks.push_back(c);
         out_.n_tokens += c.num_new;
         budget -= c.num_new;
@@ -329,11 +332,14 @@ const SchedulerOutput& Scheduler::schedule() {
         auto r = waiting_.front();
         if (free_slots() <= 0 && !(snaps_ && snaps_->size() > 0)) break;
         lookup_prefix(*r);  // prefix caching: r may start after cached blocks
-        const int64_t first_room = std::max<int64_t>(room, std::max(cfg_.admit_prompt_tokens, cfg_.gdn_chunk));
+        const int64_t first_room =
+            std::max<int64_t>(room, std::max(cfg_.admit_prompt_tokens, cfg_.gdn_chunk));
         const int64_t n = chunk_size(*r, std::min(budget, admitted == 0 ? first_room : room));
-        const bool over = admitted > 0 && cfg_.admit_prompt_tokens > 0 && admitted + n > cfg_.admit_prompt_tokens;
-        const int32_t slot =
-            !over && n > 0 && ensure_blocks(*r, r->num_computed + n) ? alloc_slot(/*may_evict_snapshot=*/true) : -1;
+        const bool over =
+            admitted > 0 && cfg_.admit_prompt_tokens > 0 && admitted + n > cfg_.admit_prompt_tokens;
+        const int32_t slot = !over && n > 0 && ensure_blocks(*r, r->num_computed + n)
+                                 ? alloc_slot(/*may_evict_snapshot=*/true)
+                                 : -1;
         if (slot < 0) {
             release(*r);  // blocks (and any cache hit) returned; it stays first in line
             r->num_computed = r->num_cached = 0;

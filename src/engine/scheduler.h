@@ -23,9 +23,9 @@ namespace gdn {
 constexpr int kPrefillChunkAlign = 64;
 
 struct SchedulerConfig {
-    int max_num_seqs = 16;              // running requests at most
-    int max_num_batched_tokens = 512;   // token budget per step
-    int max_prefill_chunk = 512;        // prefill tokens per request per step
+    int max_num_seqs = 16;             // running requests at most
+    int max_num_batched_tokens = 512;  // token budget per step
+    int max_prefill_chunk = 512;       // prefill tokens per request per step
     // A step starts waiting prompts while their prefill tokens in it stay within this (the first one
     // always starts, with the whole remaining budget; 0: no limit). A burst of prompts then gets its
     // first tokens one or two prompts at a time instead of all at the end of one long step.
@@ -42,11 +42,11 @@ enum class RequestStatus { WAITING, RUNNING, FINISHED };
 // A request as the scheduler sees it: its tokens (prompt, then generated) and how many are computed.
 struct SchedRequest {
     int64_t id = 0;
-    std::vector<int32_t> tokens;   // prompt + generated so far
+    std::vector<int32_t> tokens;  // prompt + generated so far
     int64_t num_prompt = 0;
-    int64_t num_computed = 0;      // tokens whose KV / state are in the caches
-    std::vector<int32_t> blocks;   // KV block table
-    int32_t slot = -1;             // GDN state slot
+    int64_t num_computed = 0;     // tokens whose KV / state are in the caches
+    std::vector<int32_t> blocks;  // KV block table
+    int32_t slot = -1;            // GDN state slot
     RequestStatus status = RequestStatus::WAITING;
     int64_t num_preemptions = 0;
     int64_t max_total_tokens = 0;  // prompt + max_tokens: blocks are never needed beyond this
@@ -56,10 +56,10 @@ struct SchedRequest {
     // Prefix caching. Positions (multiples of the block size, ascending, in (0, num_prompt]) whose GDN
     // state is kept as a snapshot: prefill chunks end there. Set by the engine before add().
     std::vector<int64_t> snapshot_at;
-    int64_t num_cached = 0;       // tokens taken from the prefix cache at the last admission
-    int32_t num_committed = 0;    // leading blocks whose identity is settled (registered or a duplicate)
-    int32_t chain_tail = -1;      // the registered block standing for blocks[0, num_committed) (-2: chain lost)
-    int32_t rolling_block = -1;   // block carrying this request's latest decode-time snapshot
+    int64_t num_cached = 0;     // tokens taken from the prefix cache at the last admission
+    int32_t num_committed = 0;  // leading blocks whose identity is settled (registered or a duplicate)
+    int32_t chain_tail = -1;    // the registered block standing for blocks[0, num_committed) (-2: chain lost)
+    int32_t rolling_block = -1;  // block carrying this request's latest decode-time snapshot
     // Prompt logprobs: every prompt row's logits are needed, so no prefix-cache hit, and prefill chunks
     // of at most one GDN chunk (their [rows, V] logits stay small). Cleared once they are computed.
     bool prompt_rows = false;
@@ -71,14 +71,14 @@ struct SlotCopy {
 };
 
 struct PrefixCacheStats {
-    int64_t query_tokens = 0;     // prompt tokens of admitted requests (recomputes after preemption included)
-    int64_t hit_tokens = 0;       // of them, taken from the cache
+    int64_t query_tokens = 0;  // prompt tokens of admitted requests (recomputes after preemption included)
+    int64_t hit_tokens = 0;    // of them, taken from the cache
     int64_t snapshots_taken = 0;
     int64_t snapshot_evictions = 0;
     int64_t block_evictions = 0;
-    int32_t snapshots = 0;        // held now
+    int32_t snapshots = 0;  // held now
     int32_t snapshot_capacity = 0;
-    int32_t cached_blocks = 0;    // registered blocks now (in use or in the LRU)
+    int32_t cached_blocks = 0;  // registered blocks now (in use or in the LRU)
 };
 
 constexpr int kMaxScheduledDrafts = 8;
@@ -103,8 +103,9 @@ struct SchedulerOutput {
 };
 
 class Scheduler {
-public:
-    Scheduler(const SchedulerConfig& cfg, BlockPool& blocks, StateSlots* slots, int32_t n_slots, int32_t block_size);
+  public:
+    Scheduler(const SchedulerConfig& cfg, BlockPool& blocks, StateSlots* slots, int32_t n_slots,
+              int32_t block_size);
 
     // Turns prefix caching on: `snapshots` tracks the snapshots (held in state slots of this scheduler's
     // pool) and the block pool's registrations are used for lookups.
@@ -122,7 +123,9 @@ public:
     void on_verified(const ScheduledChunk& c, int n_accepted);
     // KV blocks for the first n_tokens positions of a running request if the pool has them (no
     // preemption); false when only some could be taken (they stay with the request).
-    bool reserve_blocks(SchedRequest& r, int64_t n_tokens) { return ensure_blocks(r, std::min(n_tokens, r.max_total_tokens)); }
+    bool reserve_blocks(SchedRequest& r, int64_t n_tokens) {
+        return ensure_blocks(r, std::min(n_tokens, r.max_total_tokens));
+    }
     // State copies (snapshots) the engine must do now, after on_computed / on_verified; cleared by the call.
     std::vector<SlotCopy>& pending_copies() { return copies_; }
     // After the engine did this step's restores: their snapshots may be evicted again.
@@ -145,7 +148,7 @@ public:
     const BlockPool& blocks() const { return blocks_; }
     int32_t free_slots() const { return slots_ ? slots_->n_free() : fake_free_slots_; }
 
-private:
+  private:
     int32_t alloc_slot(bool may_evict_snapshot = false);
     void release_slot(int32_t s);
     // Prefix caching (no-ops when off).
@@ -161,7 +164,7 @@ private:
 
     SchedulerConfig cfg_;
     BlockPool& blocks_;
-    StateSlots* slots_;               // null in logic-only tests: slots are then counted here
+    StateSlots* slots_;  // null in logic-only tests: slots are then counted here
     int32_t fake_free_slots_;
     std::vector<int32_t> fake_slot_free_list_;
     int32_t block_size_;

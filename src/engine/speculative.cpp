@@ -10,9 +10,12 @@ namespace gdn {
 
 const char* spec_method_name(SpecMethod m) {
     switch (m) {
-        case SpecMethod::NONE: return "none";
-        case SpecMethod::MTP: return "mtp";
-        case SpecMethod::NGRAM: return "ngram";
+        case SpecMethod::NONE:
+            return "none";
+        case SpecMethod::MTP:
+            return "mtp";
+        case SpecMethod::NGRAM:
+            return "ngram";
     }
     return "?";
 }
@@ -20,7 +23,8 @@ const char* spec_method_name(SpecMethod m) {
 Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
     auto bad = [](const std::string& m) { return Status::error("--speculative-config: " + m); };
     GDN_ASSIGN_OR_RETURN(Json j, parse_json(text, "--speculative-config"));
-    if (!j.is_object()) return bad("must be a JSON object, e.g. {\"method\": \"mtp\", \"num_speculative_tokens\": 2}");
+    if (!j.is_object())
+        return bad("must be a JSON object, e.g. {\"method\": \"mtp\", \"num_speculative_tokens\": 2}");
     SpeculativeConfig c;
     bool has_k = false, has_min = false, has_max = false;
     for (const auto& [key, v] : j.items()) {
@@ -33,9 +37,13 @@ Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
         if (key == "method") {
             if (!v.is_string()) return bad("\"method\" must be a string");
             const std::string m = v.get<std::string>();
-            if (m == "mtp" || m == "qwen3_next_mtp" || m == "qwen3_5_mtp") c.method = SpecMethod::MTP;
-            else if (m == "ngram") c.method = SpecMethod::NGRAM;
-            else return bad("unknown method \"" + m + "\" (supported: \"mtp\", \"qwen3_next_mtp\", \"ngram\")");
+            if (m == "mtp" || m == "qwen3_next_mtp" || m == "qwen3_5_mtp")
+                c.method = SpecMethod::MTP;
+            else if (m == "ngram")
+                c.method = SpecMethod::NGRAM;
+            else
+                return bad("unknown method \"" + m +
+                           "\" (supported: \"mtp\", \"qwen3_next_mtp\", \"ngram\")");
         } else if (key == "num_speculative_tokens") {
             GDN_RETURN_IF_ERROR(int_in(1, kMaxDrafts, &c.num_speculative_tokens));
             has_k = true;
@@ -63,12 +71,15 @@ Result<SpeculativeConfig> SpeculativeConfig::parse(const std::string& text) {
     if (c.method == SpecMethod::NONE) return bad("\"method\" is required");
     if (!has_k) return bad("\"num_speculative_tokens\" is required");
     if (c.method == SpecMethod::NGRAM) {
-        if (!has_min && !has_max) c.prompt_lookup_min = c.prompt_lookup_max = 5;
-        else if (!has_min) c.prompt_lookup_min = c.prompt_lookup_max;
-        else if (!has_max) c.prompt_lookup_max = c.prompt_lookup_min;
+        if (!has_min && !has_max)
+            c.prompt_lookup_min = c.prompt_lookup_max = 5;
+        else if (!has_min)
+            c.prompt_lookup_min = c.prompt_lookup_max;
+        else if (!has_max)
+            c.prompt_lookup_max = c.prompt_lookup_min;
         if (c.prompt_lookup_min > c.prompt_lookup_max)
-            return bad(strprintf("prompt_lookup_min (%d) must be <= prompt_lookup_max (%d)", c.prompt_lookup_min,
-                                 c.prompt_lookup_max));
+            return bad(strprintf("prompt_lookup_min (%d) must be <= prompt_lookup_max (%d)",
+                                 c.prompt_lookup_min, c.prompt_lookup_max));
     } else if (has_min || has_max) {
         return bad("prompt_lookup_min / prompt_lookup_max apply to \"method\": \"ngram\" only");
     }
@@ -84,7 +95,8 @@ std::string SpeculativeConfig::describe() const {
     return strprintf("mtp, %s %d drafts", how, num_speculative_tokens);
 }
 
-void ngram_propose(const std::vector<int32_t>& tokens, int min_n, int max_n, int k, std::vector<int32_t>* out) {
+void ngram_propose(const std::vector<int32_t>& tokens, int min_n, int max_n, int k,
+                   std::vector<int32_t>* out) {
     const int64_t L = static_cast<int64_t>(tokens.size());
     for (int n = std::min<int64_t>(max_n, L - 1); n >= min_n; --n) {
         const int32_t* suffix = tokens.data() + L - n;
@@ -115,9 +127,9 @@ void SpecCounters::count(int n_drafted, int n_accepted) {
 }
 
 namespace {
-constexpr double kEma = 0.1;       // weight of a new draft-step time
-constexpr int kWindow = 8;         // step-time samples kept per (bucket, k)
-constexpr double kDecay = 0.995;   // per observation, for the acceptance counts (~200 recent drafts)
+constexpr double kEma = 0.1;             // weight of a new draft-step time
+constexpr int kWindow = 8;               // step-time samples kept per (bucket, k)
+constexpr double kDecay = 0.995;         // per observation, for the acceptance counts (~200 recent drafts)
 constexpr double kPriorSeen = 1.0;       // weight of position 0's acceptance prior (0.5), in drafts
 constexpr double kPriorSeenLater = 4.0;  // weight of a later position's prior (the position before it)
 }  // namespace
@@ -275,8 +287,10 @@ void SpecCostModel::observe_step(int batch, int k, double seconds) {
     // its first two (cold) steps against a verify's minimum over many, and speculation ran at 0.92 of
     // plain while the model expected 1.9x. Old samples roll out as the context grows.
     std::vector<double>& ring = recent_[b][k];
-    if (static_cast<int>(ring.size()) < kWindow) ring.push_back(seconds);
-    else ring[samples_[b][k] % kWindow] = seconds;
+    if (static_cast<int>(ring.size()) < kWindow)
+        ring.push_back(seconds);
+    else
+        ring[samples_[b][k] % kWindow] = seconds;
     double sorted[kWindow];
     const int n = static_cast<int>(ring.size());
     std::copy(ring.begin(), ring.end(), sorted);

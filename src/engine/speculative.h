@@ -26,10 +26,11 @@ struct SpeculativeConfig {
     // (for measuring verify costs, and for tests).
     bool adaptive = true;
     // gdn's key "draft_head": "int8" (default) | "int4" (int4-k) | "int4-sym" | "none": the lm_head copy the
-    // MTP drafts take their argmax from, in that format (none: the lm_head itself; see LoadOptions::mtp_draft_head).
+    // MTP drafts take their argmax from, in that format (none: the lm_head itself; see
+    // LoadOptions::mtp_draft_head).
     std::optional<WeightFormat> draft_head = WeightFormat::Q8;
-    // gdn's key "draft_layer": "int8" (default) | "int4" | "int4-sym" | "none": the scheme of the MTP layer's matrices in
-    // a float model (none: the model's; see LoadOptions::mtp_layer).
+    // gdn's key "draft_layer": "int8" (default) | "int4" | "int4-sym" | "none": the scheme of the MTP layer's
+    // matrices in a float model (none: the model's; see LoadOptions::mtp_layer).
     std::optional<WeightFormat> draft_layer = WeightFormat::Q8;
     bool enabled() const { return method != SpecMethod::NONE && num_speculative_tokens > 0; }
     bool uses_mtp() const { return enabled() && method == SpecMethod::MTP; }
@@ -49,17 +50,20 @@ struct SpeculativeConfig {
 // Prompt lookup: the longest suffix of `tokens` (prompt_lookup_max down to prompt_lookup_min tokens) that
 // occurred earlier in `tokens`; the up to k tokens that followed its most recent earlier occurrence are
 // appended to *out. Nothing when no suffix recurs.
-void ngram_propose(const std::vector<int32_t>& tokens, int min_n, int max_n, int k, std::vector<int32_t>* out);
+void ngram_propose(const std::vector<int32_t>& tokens, int min_n, int max_n, int k,
+                   std::vector<int32_t>* out);
 
 // Counters of drafts and acceptances, per draft position (position i: the (i+1)-th draft of a step,
 // counted when the drafts before it were all accepted).
 struct SpecCounters {
-    int64_t verify_steps = 0;           // sequence-steps that verified at least one draft
-    int64_t drafted = 0, accepted = 0;  // draft tokens verified / accepted
+    int64_t verify_steps = 0;                      // sequence-steps that verified at least one draft
+    int64_t drafted = 0, accepted = 0;             // draft tokens verified / accepted
     std::vector<int64_t> drafted_at, accepted_at;  // [k]
     void count(int n_drafted, int n_accepted);
     // 1 + accepted / verify_steps: tokens a verifying sequence-step yields.
-    double mean_acceptance_length() const { return verify_steps ? 1.0 + double(accepted) / verify_steps : 1.0; }
+    double mean_acceptance_length() const {
+        return verify_steps ? 1.0 + double(accepted) / verify_steps : 1.0;
+    }
 };
 
 // How many drafts a decode step of B sequences should verify, from measurements on this machine and
@@ -77,8 +81,8 @@ struct SpecCounters {
 // against 0.7 in a row), so an explored or newly tried k runs kSwitchSteps steps and only the later
 // ones are timed.
 class SpecCostModel {
-public:
-    static constexpr int kBuckets = 7;           // B = 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
+  public:
+    static constexpr int kBuckets = 7;  // B = 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
     static constexpr int kExplorePeriod = 64;
     static constexpr int64_t kMaxExplorePeriod = 512;  // below Engine::kMaxPendingMtpRows
     // An unmeasured k is tried only if its optimistic rate beats the best measured one by this factor:
@@ -109,20 +113,20 @@ public:
     std::string describe() const;
     static int bucket(int batch);
 
-private:
+  private:
     int max_k_ = 0;
     std::vector<double> step_s_[kBuckets];  // [k + 1]: step seconds (recent lower median); 0 = unmeasured
     std::vector<std::vector<double>> recent_[kBuckets];  // [k + 1]: the last samples
-    std::vector<int> samples_[kBuckets];    // [k + 1]: measurements so far
+    std::vector<int> samples_[kBuckets];                 // [k + 1]: measurements so far
     int64_t steps_[kBuckets] = {};
     int64_t period_[kBuckets] = {}, next_explore_[kBuckets] = {};  // exploration schedule per bucket
-    std::vector<double> acc_, seen_;        // per position: decayed accepted / reached counts
-    int64_t first_drafts_seen_ = 0;         // drafts verified at position 0 so far (not decayed)
+    std::vector<double> acc_, seen_;  // per position: decayed accepted / reached counts
+    int64_t first_drafts_seen_ = 0;   // drafts verified at position 0 so far (not decayed)
     bool probe_ = false;
-    double draft_s_ = 0;  // EMA of observe_draft()
+    double draft_s_ = 0;                  // EMA of observe_draft()
     int last_bucket_ = -1, last_k_ = -1;  // the last timed step's (or -1: the last step was not timed)
     int run_bucket_ = -1, run_k_ = 0, run_left_ = 0;  // an explored or tried k's remaining steps
-    int run(int b, int k);  // starts kSwitchSteps steps of k in bucket b: returns k
+    int run(int b, int k);                            // starts kSwitchSteps steps of k in bucket b: returns k
 };
 
 }  // namespace gdn

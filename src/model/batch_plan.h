@@ -16,16 +16,16 @@ struct BatchPlan {
     std::vector<uint8_t> has_initial_state;  // [S] from the request's computed-token count, never the state
     std::vector<int32_t> block_tables;       // [S, max_blocks] KV block ids (row-major, -1 padded)
     int64_t max_blocks = 0;
-    std::vector<int64_t> slot_mapping;       // [N] KV arena row for each new token
-    std::vector<int64_t> logits_rows;        // rows whose logits are returned, in order
+    std::vector<int64_t> slot_mapping;  // [N] KV arena row for each new token
+    std::vector<int64_t> logits_rows;   // rows whose logits are returned, in order
     // Sequence s's tokens send their GDN states (conv window and recurrent state after each token) to the
     // slots gdn_out_slot[gdn_out_offset[s] ..] (one per token): a decode step whose input state becomes a
     // prefix-cache snapshot. An empty range (or empty vectors): in place, as usual.
-    std::vector<int64_t> gdn_out_offset;     // [S + 1] or empty
-    std::vector<int32_t> gdn_out_slot;       // [sum of those sequences' tokens]
+    std::vector<int64_t> gdn_out_offset;  // [S + 1] or empty
+    std::vector<int32_t> gdn_out_slot;    // [sum of those sequences' tokens]
     // Speculative verification: gdn_verify[s] != 0 leaves sequence s's GDN state as it was and stages its
     // GDN input rows (StateSlots::verify_rows, at index s) for Model::commit_verified. Empty: none.
-    std::vector<uint8_t> gdn_verify;         // [S] or empty
+    std::vector<uint8_t> gdn_verify;  // [S] or empty
 
     // Appends one sequence's row of block_tables: its blocks, -1 up to max_blocks.
     void push_block_table(const std::vector<int32_t>& blocks) {

@@ -20,18 +20,21 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 }  // namespace
 
-Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8_t* base, size_t file_size,
-                                                                    const std::string& path,
-                                                                    std::map<std::string, std::string>* metadata) {
+Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(
+    const uint8_t* base, size_t file_size, const std::string& path,
+    std::map<std::string, std::string>* metadata) {
     if (file_size < 8)
-        return Status::error(strprintf("%s: truncated safetensors file (%zu bytes; the 8-byte header length is "
-                                       "missing)", path.c_str(), file_size));
+        return Status::error(
+            strprintf("%s: truncated safetensors file (%zu bytes; the 8-byte header length is "
+                      "missing)",
+                      path.c_str(), file_size));
     uint64_t header_len = 0;
     std::memcpy(&header_len, base, 8);  // little-endian u64
     if (header_len > kMaxHeaderBytes || header_len > file_size - 8)
-        return Status::error(strprintf("%s: header length %llu runs past the end of the file (%zu bytes): "
-                                       "truncated or not a safetensors file",
-                                       path.c_str(), static_cast<unsigned long long>(header_len), file_size));
+        return Status::error(
+            strprintf("%s: header length %llu runs past the end of the file (%zu bytes): "
+                      "truncated or not a safetensors file",
+                      path.c_str(), static_cast<unsigned long long>(header_len), file_size));
     std::string text(reinterpret_cast<const char*>(base) + 8, header_len);
     GDN_ASSIGN_OR_RETURN(SortedJson header, parse_json_sorted(text, path + " (safetensors header)"));
     if (!header.is_object()) return Status::error(path + ": safetensors header is not a JSON object");
@@ -40,10 +43,12 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
     const uint64_t data_size = file_size - data_start;
     std::vector<SafetensorsFile::Entry> entries;
     for (auto it = header.begin(); it != header.end(); ++it) {
-        if (it.key() == "__metadata__") {  // free text, strings to strings; other writers' non-strings are kept out
+        if (it.key() ==
+            "__metadata__") {  // free text, strings to strings; other writers' non-strings are kept out
             if (it.value().is_object())
                 for (auto m = it.value().begin(); m != it.value().end(); ++m)
-                    if (metadata && m.value().is_string()) (*metadata)[m.key()] = m.value().get<std::string>();
+                    if (metadata && m.value().is_string())
+                        (*metadata)[m.key()] = m.value().get<std::string>();
             continue;
         }
         const std::string& name = it.key();
@@ -57,10 +62,12 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
         auto off = e.find("data_offsets");
         if (dt == e.end() || !dt->is_string()) return fail("missing 'dtype'");
         if (sh == e.end() || !sh->is_array()) return fail("missing 'shape'");
-        if (off == e.end() || !off->is_array() || off->size() != 2) return fail("missing 'data_offsets' [begin, end]");
+        if (off == e.end() || !off->is_array() || off->size() != 2)
+            return fail("missing 'data_offsets' [begin, end]");
         DType dtype;
         std::string dts = dt->get<std::string>();
-        if (dts == "U8") dtype = DType::U8;  // packed weights (model/packed_checkpoint.h)
+        if (dts == "U8")
+            dtype = DType::U8;  // packed weights (model/packed_checkpoint.h)
         else if (!parse_dtype(dts, &dtype) || (dts != "F32" && dts != "BF16" && dts != "F16"))
             return fail("unknown or unsupported dtype '" + dts + "' (supported: F32, BF16, F16, U8)");
         if (sh->size() > 8) return fail(strprintf("rank %zu is not supported (at most 8)", sh->size()));
@@ -80,7 +87,8 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
             uint64_t n = x.get<uint64_t>();
             if (n > (1ull << 40) || (n && numel > (1ull << 62) / n)) return fail("shape is too large");
             const int vd = d < fold ? 0 : d - fold + 1;
-            v.shape[vd] = (d > 0 && d < fold) ? v.shape[0] * static_cast<int64_t>(n) : static_cast<int64_t>(n);
+            v.shape[vd] =
+                (d > 0 && d < fold) ? v.shape[0] * static_cast<int64_t>(n) : static_cast<int64_t>(n);
             numel *= n;
         }
         if (v.rank == 0) v.rank = 1;  // scalar: treat as [1]
@@ -96,10 +104,10 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
         entry.end = (*off)[1].get<uint64_t>();
         if (entry.begin > entry.end) return fail("data_offsets begin > end");
         if (entry.end > data_size)
-            return fail(strprintf("data [%llu, %llu) lies outside the file's %llu data bytes (truncated file?)",
-                                  static_cast<unsigned long long>(entry.begin),
-                                  static_cast<unsigned long long>(entry.end),
-                                  static_cast<unsigned long long>(data_size)));
+            return fail(strprintf(
+                "data [%llu, %llu) lies outside the file's %llu data bytes (truncated file?)",
+                static_cast<unsigned long long>(entry.begin), static_cast<unsigned long long>(entry.end),
+                static_cast<unsigned long long>(data_size)));
         uint64_t want = numel * dtype_size(dtype);
         if (entry.end - entry.begin != want)
             return fail(strprintf("shape %s x %s needs %llu bytes but data_offsets span %llu bytes",
@@ -115,8 +123,9 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8
     for (size_t i = 1; i < sorted.size(); ++i)
         if (sorted[i]->begin < sorted[i - 1]->end && sorted[i]->begin != sorted[i]->end &&
             sorted[i - 1]->begin != sorted[i - 1]->end)
-            return Status::error(strprintf("%s: tensors '%s' and '%s' overlap in the data section", path.c_str(),
-                                           sorted[i - 1]->name.c_str(), sorted[i]->name.c_str()));
+            return Status::error(strprintf("%s: tensors '%s' and '%s' overlap in the data section",
+                                           path.c_str(), sorted[i - 1]->name.c_str(),
+                                           sorted[i]->name.c_str()));
     return entries;
 }
 
@@ -153,9 +162,10 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
         moved += bytes;
     }
     if (moved)
-        GDN_LOG_WARN("%s: %zu tensors (%.1f MiB) are not aligned to their element size in the file (header length "
-                     "not a multiple of 8?): copied to aligned memory",
-                     path.c_str(), f->realigned_.size(), moved / 1048576.0);
+        GDN_LOG_WARN(
+            "%s: %zu tensors (%.1f MiB) are not aligned to their element size in the file (header length "
+            "not a multiple of 8?): copied to aligned memory",
+            path.c_str(), f->realigned_.size(), moved / 1048576.0);
     return f;
 }
 
@@ -166,9 +176,12 @@ SafetensorsFile::~SafetensorsFile() {
 bool canonical_tensor_name(const std::string& stored, std::string* canonical) {
     auto starts = [&](const char* p) { return stored.rfind(p, 0) == 0; };
     if (starts("model.visual.") || starts("visual.")) return false;
-    if (starts("model.language_model.")) *canonical = stored.substr(21);
-    else if (starts("model.")) *canonical = stored.substr(6);
-    else *canonical = stored;
+    if (starts("model.language_model."))
+        *canonical = stored.substr(21);
+    else if (starts("model."))
+        *canonical = stored.substr(6);
+    else
+        *canonical = stored;
     return true;
 }
 
@@ -188,7 +201,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
         std::set<std::string> seen;
         for (auto it = wm->begin(); it != wm->end(); ++it) {
             if (!it.value().is_string())
-                return Status::error(index_path + ": weight_map entry '" + it.key() + "' must be a file name");
+                return Status::error(index_path + ": weight_map entry '" + it.key() +
+                                     "' must be a file name");
             std::string shard = it.value().get<std::string>();
             if (shard.find('/') != std::string::npos || shard.find("..") != std::string::npos)
                 return Status::error(index_path + ": weight_map names a file outside the folder: " + shard);
@@ -198,8 +212,8 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
     } else if (file_exists(single_path)) {
         shard_names.push_back("model.safetensors");
     } else {
-        return Status::error(strprintf("%s: no model.safetensors or model.safetensors.index.json found",
-                                       dir.c_str()));
+        return Status::error(
+            strprintf("%s: no model.safetensors or model.safetensors.index.json found", dir.c_str()));
     }
     std::set<std::string> stored_names;
     for (const auto& shard : shard_names) {
@@ -213,12 +227,13 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
                                                    file->path().c_str(), e.name.c_str(), index_path.c_str()));
             }
             if (!stored_names.insert(e.name).second)
-                return Status::error(strprintf("%s: tensor '%s' appears in more than one shard", dir.c_str(),
-                                               e.name.c_str()));
+                return Status::error(
+                    strprintf("%s: tensor '%s' appears in more than one shard", dir.c_str(), e.name.c_str()));
             std::string canon;
             if (!canonical_tensor_name(e.name, &canon)) continue;
             if (!ck.tensors_.emplace(canon, e.view).second)
-                return Status::error(strprintf("%s: two tensors map to the same name '%s'", dir.c_str(), canon.c_str()));
+                return Status::error(
+                    strprintf("%s: two tensors map to the same name '%s'", dir.c_str(), canon.c_str()));
         }
         for (const auto& [k, v] : file->metadata()) {
             auto [it, fresh] = ck.metadata_.emplace(k, v);
@@ -230,8 +245,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir) {
     }
     for (const auto& [name, shard] : expected)
         if (!stored_names.count(name))
-            return Status::error(strprintf("%s: tensor '%s' is listed in the index for %s but missing from it",
-                                           dir.c_str(), name.c_str(), shard.c_str()));
+            return Status::error(
+                strprintf("%s: tensor '%s' is listed in the index for %s but missing from it", dir.c_str(),
+                          name.c_str(), shard.c_str()));
     return ck;
 }
 
@@ -252,7 +268,8 @@ void Checkpoint::release(const TensorView& t, int64_t r0, int64_t r1) const {
     for (const auto& f : files_) mapped = mapped || f->maps(t.data);
     if (!mapped) return;
     if (r1 < 0) r1 = t.shape[0];
-    const int64_t row_bytes = t.numel() / std::max<int64_t>(t.shape[0], 1) * static_cast<int64_t>(dtype_size(t.dtype));
+    const int64_t row_bytes =
+        t.numel() / std::max<int64_t>(t.shape[0], 1) * static_cast<int64_t>(dtype_size(t.dtype));
     const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
     const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(r0 * row_bytes);
     const uintptr_t end = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(r1 * row_bytes);

@@ -16,10 +16,10 @@ namespace gdn {
 
 // One mmapped .safetensors file.
 class SafetensorsFile {
-public:
+  public:
     struct Entry {
-        std::string name;          // as stored in the file
-        TensorView view;           // points into the mapping
+        std::string name;             // as stored in the file
+        TensorView view;              // points into the mapping
         uint64_t begin = 0, end = 0;  // byte span inside the data section
     };
 
@@ -37,7 +37,7 @@ public:
     // The header's __metadata__ (strings only; "format": "pt" in files written by torch).
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
-private:
+  private:
     SafetensorsFile() = default;
     std::string path_;
     void* map_ = nullptr;
@@ -51,14 +51,14 @@ private:
 
 // Parses and validates a safetensors header against a file of `file_size` bytes whose bytes are at
 // `base` (the data pointers of the entries point into it). Exposed for tests.
-Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(const uint8_t* base, size_t file_size,
-                                                                    const std::string& path,
-                                                                    std::map<std::string, std::string>* metadata = nullptr);
+Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(
+    const uint8_t* base, size_t file_size, const std::string& path,
+    std::map<std::string, std::string>* metadata = nullptr);
 
 // All tensors of a checkpoint folder under canonical names: the prefixes `model.language_model.` or
 // `model.` stripped, `model.visual.*` skipped, `mtp.*` and `lm_head.weight` kept as they are.
 class Checkpoint {
-public:
+  public:
     static Result<Checkpoint> open(const std::string& dir);
 
     const TensorView* find(const std::string& canonical_name) const;
@@ -72,7 +72,7 @@ public:
     // a realigned heap copy is left alone. For loads that keep only a transformed copy (quantization).
     void release(const TensorView& t, int64_t r0 = 0, int64_t r1 = -1) const;
 
-private:
+  private:
     std::string dir_;
     std::vector<std::shared_ptr<SafetensorsFile>> files_;
     std::map<std::string, TensorView> tensors_;

@@ -10,9 +10,12 @@ namespace gdn {
 
 const char* family_name(ModelFamily f) {
     switch (f) {
-        case ModelFamily::QWEN3_NEXT: return "qwen3_next";
-        case ModelFamily::QWEN3_5: return "qwen3_5";
-        case ModelFamily::QWEN3_5_MOE: return "qwen3_5_moe";
+        case ModelFamily::QWEN3_NEXT:
+            return "qwen3_next";
+        case ModelFamily::QWEN3_5:
+            return "qwen3_5";
+        case ModelFamily::QWEN3_5_MOE:
+            return "qwen3_5_moe";
     }
     return "?";
 }
@@ -22,7 +25,8 @@ bool ModelConfig::is_moe_layer(int layer) const {
     if (family == ModelFamily::QWEN3_5_MOE) return true;
     if (family == ModelFamily::QWEN3_5) return false;
     // Qwen3-Next rule (model_spec.md §4.7).
-    if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end()) return false;
+    if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())
+        return false;
     return decoder_sparse_step > 0 && (layer + 1) % decoder_sparse_step == 0;
 }
 
@@ -50,7 +54,7 @@ namespace {
 
 // Reads keys from the decoder-level object, with errors that name the key and the file.
 class KeyReader {
-public:
+  public:
     KeyReader(const Json& obj, const Json& top, std::string path, std::string prefix)
         : obj_(obj), top_(top), path_(std::move(path)), prefix_(std::move(prefix)) {}
 
@@ -59,7 +63,8 @@ public:
         return (it == obj_.end() || it->is_null()) ? nullptr : &*it;
     }
     Status missing(const char* key) const {
-        return Status::error(strprintf("%s: missing required key '%s%s'", path_.c_str(), prefix_.c_str(), key));
+        return Status::error(
+            strprintf("%s: missing required key '%s%s'", path_.c_str(), prefix_.c_str(), key));
     }
     Status wrong_type(const char* key, const char* want) const {
         return Status::error(
@@ -101,7 +106,7 @@ public:
     const std::string& path() const { return path_; }
     const std::string& prefix() const { return prefix_; }
 
-private:
+  private:
     const Json& obj_;
     const Json& top_;
     std::string path_;
@@ -130,7 +135,8 @@ Status rope_value(const Json& dec, const char* key, float def, float* out, const
             auto v = it->find(key);
             if (v != it->end() && !v->is_null()) {
                 if (!v->is_number())
-                    return Status::error(strprintf("%s: key '%s.%s' must be a number", path.c_str(), holder, key));
+                    return Status::error(
+                        strprintf("%s: key '%s.%s' must be a number", path.c_str(), holder, key));
                 *out = v->get<float>();
                 return Status::ok();
             }
@@ -138,7 +144,8 @@ Status rope_value(const Json& dec, const char* key, float def, float* out, const
     }
     auto v = dec.find(key);
     if (v != dec.end() && !v->is_null()) {
-        if (!v->is_number()) return Status::error(strprintf("%s: key '%s' must be a number", path.c_str(), key));
+        if (!v->is_number())
+            return Status::error(strprintf("%s: key '%s' must be a number", path.c_str(), key));
         *out = v->get<float>();
         return Status::ok();
     }
@@ -167,7 +174,8 @@ Result<ModelConfig> parse_model_config_checked(const std::string& json_text, con
     GDN_ASSIGN_OR_RETURN(Json top, parse_json(json_text, path));
     if (!top.is_object()) return Status::error(path + ": top level must be a JSON object");
     auto mt = top.find("model_type");
-    if (mt == top.end() || !mt->is_string()) return Status::error(path + ": missing required key 'model_type'");
+    if (mt == top.end() || !mt->is_string())
+        return Status::error(path + ": missing required key 'model_type'");
 
     ModelConfig c;
     c.model_type = mt->get<std::string>();
@@ -179,7 +187,8 @@ Result<ModelConfig> parse_model_config_checked(const std::string& json_text, con
         c.family = c.model_type == "qwen3_5" ? ModelFamily::QWEN3_5 : ModelFamily::QWEN3_5_MOE;
         auto tc = top.find("text_config");
         if (tc == top.end() || !tc->is_object())
-            return Status::error(path + ": missing required key 'text_config' (model_type " + c.model_type + ")");
+            return Status::error(path + ": missing required key 'text_config' (model_type " + c.model_type +
+                                 ")");
         dec = &*tc;
         prefix = "text_config.";
     } else if (c.model_type == "qwen3_5_text") {
@@ -214,8 +223,8 @@ Result<ModelConfig> parse_model_config_checked(const std::string& json_text, con
         if (!act->is_string()) return r.wrong_type("hidden_act", "a string");
         const std::string a = act->get<std::string>();
         if (a != "silu" && a != "swish")
-            return Status::error(strprintf("%s: unsupported '%shidden_act' '%s' (implemented: silu)", path.c_str(),
-                                           prefix.c_str(), a.c_str()));
+            return Status::error(strprintf("%s: unsupported '%shidden_act' '%s' (implemented: silu)",
+                                           path.c_str(), prefix.c_str(), a.c_str()));
     }
 
     // tie_word_embeddings: decoder level first, then top level (both appear in real Qwen3.5 configs).
@@ -225,7 +234,8 @@ Result<ModelConfig> parse_model_config_checked(const std::string& json_text, con
             auto it = top.find("tie_word_embeddings");
             if (it != top.end() && !it->is_null()) v = &*it;
         }
-        if (v && !v->is_boolean()) return Status::error(path + ": key 'tie_word_embeddings' must be true or false");
+        if (v && !v->is_boolean())
+            return Status::error(path + ": key 'tie_word_embeddings' must be true or false");
         c.tie_embeddings = v ? v->get<bool>() : false;
     }
     // dtype / torch_dtype (either level).
@@ -234,8 +244,9 @@ Result<ModelConfig> parse_model_config_checked(const std::string& json_text, con
             auto it = holder->find(key);
             if (it != holder->end() && it->is_string()) {
                 if (!parse_dtype(it->get<std::string>(), &c.weight_dtype))
-                    return Status::error(strprintf("%s: unsupported %s '%s' (supported: float32, bfloat16, float16)",
-                                                   path.c_str(), key, it->get<std::string>().c_str()));
+                    return Status::error(
+                        strprintf("%s: unsupported %s '%s' (supported: float32, bfloat16, float16)",
+                                  path.c_str(), key, it->get<std::string>().c_str()));
                 goto dtype_done;
             }
         }
@@ -251,18 +262,23 @@ dtype_done:
         for (int i = 0; i < c.n_layers; ++i) {
             const Json& e = (*lt)[i];
             std::string s = e.is_string() ? e.get<std::string>() : "";
-            if (s == "linear_attention") c.layer_kinds.push_back(LayerKind::LINEAR_ATTENTION);
-            else if (s == "full_attention") c.layer_kinds.push_back(LayerKind::FULL_ATTENTION);
+            if (s == "linear_attention")
+                c.layer_kinds.push_back(LayerKind::LINEAR_ATTENTION);
+            else if (s == "full_attention")
+                c.layer_kinds.push_back(LayerKind::FULL_ATTENTION);
             else
-                return Status::error(strprintf("%s: '%slayer_types[%d]' is '%s' (expected linear_attention or "
-                                               "full_attention)", path.c_str(), prefix.c_str(), i, s.c_str()));
+                return Status::error(
+                    strprintf("%s: '%slayer_types[%d]' is '%s' (expected linear_attention or "
+                              "full_attention)",
+                              path.c_str(), prefix.c_str(), i, s.c_str()));
         }
     } else {
         int interval = 4;
         GDN_RETURN_IF_ERROR(r.get_int("full_attention_interval", &interval, false, 4));
         if (interval <= 0) return r.wrong_type("full_attention_interval", "a positive integer");
         for (int i = 0; i < c.n_layers; ++i)
-            c.layer_kinds.push_back((i + 1) % interval == 0 ? LayerKind::FULL_ATTENTION : LayerKind::LINEAR_ATTENTION);
+            c.layer_kinds.push_back((i + 1) % interval == 0 ? LayerKind::FULL_ATTENTION
+                                                            : LayerKind::LINEAR_ATTENTION);
     }
 
     // RoPE.
@@ -304,16 +320,24 @@ dtype_done:
         c.mtp_layers = m2->get<int>();
     }
     if (const Json* e = r.find("eos_token_id")) {
-        if (!parse_int_list(*e, &c.eos_token_ids)) return r.wrong_type("eos_token_id", "an integer or a list");
+        if (!parse_int_list(*e, &c.eos_token_ids))
+            return r.wrong_type("eos_token_id", "an integer or a list");
     }
 
     // Consistency.
-    auto bad = [&](const std::string& what) { return Status::error(path + ": inconsistent config: " + what); };
-    for (auto [name, v] : {std::pair{"hidden_size", c.hidden}, {"num_hidden_layers", c.n_layers},
-                           {"vocab_size", c.vocab}, {"linear_num_key_heads", c.gdn_k_heads},
-                           {"linear_num_value_heads", c.gdn_v_heads}, {"linear_key_head_dim", c.gdn_k_dim},
-                           {"linear_value_head_dim", c.gdn_v_dim}, {"linear_conv_kernel_dim", c.conv_kernel},
-                           {"num_attention_heads", c.attn_heads}, {"num_key_value_heads", c.attn_kv_heads},
+    auto bad = [&](const std::string& what) {
+        return Status::error(path + ": inconsistent config: " + what);
+    };
+    for (auto [name, v] : {std::pair{"hidden_size", c.hidden},
+                           {"num_hidden_layers", c.n_layers},
+                           {"vocab_size", c.vocab},
+                           {"linear_num_key_heads", c.gdn_k_heads},
+                           {"linear_num_value_heads", c.gdn_v_heads},
+                           {"linear_key_head_dim", c.gdn_k_dim},
+                           {"linear_value_head_dim", c.gdn_v_dim},
+                           {"linear_conv_kernel_dim", c.conv_kernel},
+                           {"num_attention_heads", c.attn_heads},
+                           {"num_key_value_heads", c.attn_kv_heads},
                            {"head_dim", c.head_dim}})
         if (v <= 0) return bad(strprintf("'%s%s' must be positive", prefix.c_str(), name));
     if (c.conv_kernel > 8)  // the conv kernels keep the window's rows in a fixed array (Qwen models use 4)
@@ -352,7 +376,8 @@ Result<ModelConfig> load_model_config(const std::string& dir) {
         if (it != gen.end() && !it->is_null()) {
             std::vector<int> ids;
             if (!parse_int_list(*it, &ids))
-                return Status::error(gen_path + ": key 'eos_token_id' must be an integer or a list of integers");
+                return Status::error(gen_path +
+                                     ": key 'eos_token_id' must be an integer or a list of integers");
             // generation_config.json's ids come first (they are what HF's generate() stops on).
             for (int id : c.eos_token_ids)
                 if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);

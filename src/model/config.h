@@ -19,9 +19,9 @@ struct ModelConfig {
     ModelFamily family = ModelFamily::QWEN3_5;
     std::string model_type;  // as written in config.json (top level)
 
-    int hidden = 0;          // H
-    int n_layers = 0;        // L (main stack; excludes MTP)
-    int vocab = 0;           // V (embedding rows, padded)
+    int hidden = 0;    // H
+    int n_layers = 0;  // L (main stack; excludes MTP)
+    int vocab = 0;     // V (embedding rows, padded)
     float rms_eps = 1e-6f;
     bool tie_embeddings = false;
     DType weight_dtype = DType::BF16;  // "dtype"/"torch_dtype"
@@ -29,11 +29,11 @@ struct ModelConfig {
     std::vector<LayerKind> layer_kinds;  // [L]
 
     // Gated DeltaNet ("linear attention")
-    int gdn_k_heads = 0;   // Hk
-    int gdn_v_heads = 0;   // Hv
-    int gdn_k_dim = 0;     // Dk
-    int gdn_v_dim = 0;     // Dv
-    int conv_kernel = 0;   // K
+    int gdn_k_heads = 0;  // Hk
+    int gdn_v_heads = 0;  // Hv
+    int gdn_k_dim = 0;    // Dk
+    int gdn_v_dim = 0;    // Dv
+    int conv_kernel = 0;  // K
 
     // Gated full attention
     int attn_heads = 0;     // Hq
@@ -44,10 +44,10 @@ struct ModelConfig {
     bool attn_output_gate = true;
 
     // MLP / MoE
-    int intermediate = 0;       // dense MLP width (0 if no dense layer exists)
-    int n_experts = 0;          // E (0: dense model)
-    int n_experts_per_tok = 0;  // top-k
-    int moe_intermediate = 0;   // Ie
+    int intermediate = 0;         // dense MLP width (0 if no dense layer exists)
+    int n_experts = 0;            // E (0: dense model)
+    int n_experts_per_tok = 0;    // top-k
+    int moe_intermediate = 0;     // Ie
     int shared_intermediate = 0;  // Is
     bool norm_topk_prob = true;
     int decoder_sparse_step = 1;
@@ -57,15 +57,17 @@ struct ModelConfig {
     std::vector<int> eos_token_ids;  // from config.json; generation_config.json may add more
 
     // Derived sizes
-    int gdn_key_dim() const { return gdn_k_heads * gdn_k_dim; }    // KD
-    int gdn_value_dim() const { return gdn_v_heads * gdn_v_dim; }  // VD
+    int gdn_key_dim() const { return gdn_k_heads * gdn_k_dim; }               // KD
+    int gdn_value_dim() const { return gdn_v_heads * gdn_v_dim; }             // VD
     int gdn_conv_dim() const { return 2 * gdn_key_dim() + gdn_value_dim(); }  // CD
     // One GDN layer's state of one sequence, in floats: the conv window [K-1, CD] and the recurrent state
     // [Hv, Dk, Dv] (StateSlots, SequenceState and the memory plan all size from these).
     int64_t gdn_conv_state_floats() const { return static_cast<int64_t>(conv_kernel - 1) * gdn_conv_dim(); }
     int64_t gdn_ssm_state_floats() const { return static_cast<int64_t>(gdn_v_heads) * gdn_k_dim * gdn_v_dim; }
     // One token's GDN input row: the fused in_proj output q|k|v (CD) | z (VD) | b (Hv) | a (Hv).
-    int64_t gdn_in_proj_floats() const { return int64_t{gdn_conv_dim()} + gdn_value_dim() + 2 * int64_t{gdn_v_heads}; }
+    int64_t gdn_in_proj_floats() const {
+        return int64_t{gdn_conv_dim()} + gdn_value_dim() + 2 * int64_t{gdn_v_heads};
+    }
     bool is_attention(int layer) const { return layer_kinds[layer] == LayerKind::FULL_ATTENTION; }
     bool is_moe_layer(int layer) const;
     int n_attention_layers() const;

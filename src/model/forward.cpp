@@ -8,16 +8,16 @@
 #include <functional>
 #include <numeric>
 
-#include "core/profiler.h"
-#include "core/thread_pool.h"
 #include "cache/kv_cache.h"
 #include "cache/state_slots.h"
+#include "core/profiler.h"
+#include "core/thread_pool.h"
 #include "model/checkpoint.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
+#include "ops/ffn.h"
 #include "ops/layers.h"
 #include "ops/linear.h"
-#include "ops/ffn.h"
 #include "ops/scratch_slots.h"
 
 namespace gdn {
@@ -29,8 +29,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadPro
     auto m = std::unique_ptr<Model>(new Model());
     GDN_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
     GDN_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open(dir));
-    GDN_ASSIGN_OR_RETURN(m->weights_, load_weights(m->config_, std::make_shared<Checkpoint>(std::move(ck)), progress,
-                                                   options));
+    GDN_ASSIGN_OR_RETURN(m->weights_, load_weights(m->config_, std::make_shared<Checkpoint>(std::move(ck)),
+                                                   progress, options));
     m->ws_ = std::make_unique<ForwardWorkspace>();
     return m;
 }
@@ -54,7 +54,7 @@ void spans_of(const BatchPlan& plan, std::vector<SeqSpan>* spans) {
 // Where a forward finds each sequence's caches: a standalone SequenceState, or the engine's KV block
 // pool and state slots addressed by a BatchPlan.
 class CacheAccess {
-public:
+  public:
     virtual ~CacheAccess() = default;
     virtual float* conv(int seq, int gdn_layer) = 0;
     virtual float* ssm(int seq, int gdn_layer) = 0;
@@ -78,7 +78,7 @@ public:
 namespace {
 
 class SequenceStateAccess final : public CacheAccess {
-public:
+  public:
     // spans[s].n_past: the first KV row this step writes (the sequence's n_past, or its mtp_past).
     SequenceStateAccess(const std::vector<SequenceInput>& b, const std::vector<SeqSpan>& spans, int64_t row)
         : b_(b), spans_(spans), row_(row) {}
@@ -96,7 +96,8 @@ public:
     void write_kv(int s, int ai, int64_t t, const float* k, const float* v) override {
         SequenceState& st = *b_[s].state;
         const size_t rb = st.kv_row_bytes(), off = (spans_[s].n_past + t) * rb;
-        GDN_CHECK(st.k_cache[ai].size() >= off + rb, "write_kv: row %lld past the reserved rows", (long long)t);
+        GDN_CHECK(st.k_cache[ai].size() >= off + rb, "write_kv: row %lld past the reserved rows",
+                  (long long)t);
         convert_from_f32(k, st.kv_dtype, st.k_cache[ai].data() + off, row_);
         convert_from_f32(v, st.kv_dtype, st.v_cache[ai].data() + off, row_);
     }
@@ -105,14 +106,14 @@ public:
         return {st.k_cache[ai].data(), st.v_cache[ai].data(), row_, nullptr, 0, st.kv_dtype == DType::BF16};
     }
 
-private:
+  private:
     const std::vector<SequenceInput>& b_;
     const std::vector<SeqSpan>& spans_;
     int64_t row_;
 };
 
 class PlanAccess final : public CacheAccess {
-public:
+  public:
     // slots: null for the MTP layer (no GDN state).
     PlanAccess(const BatchPlan& p, KvCache& kv, StateSlots* slots) : p_(p), kv_(kv), slots_(slots) {}
     float* conv(int s, int gi) override { return slots_->conv(gi, p_.state_slot[s]); }
@@ -133,11 +134,12 @@ public:
         kv_.write_row(ai, p_.slot_mapping[p_.cu_seqlens[s] + t], k, v);
     }
     cpu::KvRows rows(int s, int ai) override {
-        return {kv_.k(ai), kv_.v(ai), kv_.row_elems(), p_.block_tables.data() + s * p_.max_blocks, kv_.block_size(),
-                kv_.dtype() == DType::BF16};
+        return {kv_.k(ai),        kv_.v(ai),
+                kv_.row_elems(),  p_.block_tables.data() + s * p_.max_blocks,
+                kv_.block_size(), kv_.dtype() == DType::BF16};
     }
 
-private:
+  private:
     int32_t out_slot(int s, int64_t t) const {
         if (p_.gdn_out_offset.empty()) return -1;
         const int64_t o = p_.gdn_out_offset[s];
@@ -171,8 +173,9 @@ Model::~Model() = default;
 namespace {
 
 ops::GdnParams gdn_params(const ModelConfig& c, const GdnWeights& g, GdnForm form) {
-    return {c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim, c.gdn_v_dim, c.conv_kernel, c.rms_eps, g.conv, g.conv_T,
-            g.neg_exp_A, g.dt_bias, g.norm, form != GdnForm::RECURRENT};
+    return {c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim, c.gdn_v_dim,
+            c.conv_kernel, c.rms_eps,     g.conv,      g.conv_T,
+            g.neg_exp_A,   g.dt_bias,     g.norm,      form != GdnForm::RECURRENT};
 }
 
 // Moves rows `rows` (ascending) of x [*, width] to rows 0, 1, ... in that order, in place (row r's source
@@ -187,8 +190,8 @@ int64_t pack_rows(float* x, int64_t width, const std::vector<int64_t>& rows) {
 // The rows a last layer keeps past its mixer: &logit_rows when they are fewer than the batch's N and come
 // in batch order, each once (the engine's), else null (every row goes on).
 const std::vector<int64_t>* rows_to_keep(const std::vector<int64_t>& logit_rows, int64_t N) {
-    const bool ascending =
-        std::adjacent_find(logit_rows.begin(), logit_rows.end(), std::greater_equal<int64_t>()) == logit_rows.end();
+    const bool ascending = std::adjacent_find(logit_rows.begin(), logit_rows.end(),
+                                              std::greater_equal<int64_t>()) == logit_rows.end();
     return static_cast<int64_t>(logit_rows.size()) < N && ascending ? &logit_rows : nullptr;
 }
 
@@ -200,25 +203,34 @@ const std::vector<int64_t>& first_rows(ForwardWorkspace& ws, int64_t n) {
 }
 
 class ForwardPass {
-public:
+  public:
     ForwardPass(const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o, ForwardWorkspace& ws,
                 CacheAccess& cache)
-        : c_(c), w_(w), bf16_(o.bf16_activations), hf_(o.bf16_activations && o.hf_rounding), form_(o.gdn_form),
-          ws_(ws), sc_(ws.sc), cache_(cache) {}
+        : c_(c),
+          w_(w),
+          bf16_(o.bf16_activations),
+          hf_(o.bf16_activations && o.hf_rounding),
+          form_(o.gdn_form),
+          ws_(ws),
+          sc_(ws.sc),
+          cache_(cache) {}
 
     // Weight matmul: bf16 inputs in bf16 mode; outputs rounded only when emulating HF.
-    void lin(const float* x, int64_t M, const LinearWeight& w, float* y) const { linear(x, M, w, y, bf16_, hf_); }
+    void lin(const float* x, int64_t M, const LinearWeight& w, float* y) const {
+        linear(x, M, w, y, bf16_, hf_);
+    }
 
     // A mixer over the batch's N rows (caches and states advance for all of them); out [N, H], or with
     // keep (ascending rows of the batch) [R, H]: only those rows' outputs, packed in that order (the last
     // layer, when only the head reads its output).
     void gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
                    float* out, const std::vector<int64_t>* keep = nullptr);
-    void attention_block(const LayerWeights& L, int ai, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
-                         const int64_t* pos, float* out, const std::vector<int64_t>* keep = nullptr);
+    void attention_block(const LayerWeights& L, int ai, const float* h, int64_t N,
+                         const std::vector<SeqSpan>& seqs, const int64_t* pos, float* out,
+                         const std::vector<int64_t>* keep = nullptr);
     void ffn(const LayerWeights& L, const float* h, int64_t N, float* out);
 
-private:
+  private:
     const ModelConfig& c_;
     const ModelWeights& w_;
     const bool bf16_;
@@ -229,8 +241,8 @@ private:
     CacheAccess& cache_;
 };
 
-void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N, const std::vector<SeqSpan>& seqs,
-                            float* out, const std::vector<int64_t>* keep) {
+void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64_t N,
+                            const std::vector<SeqSpan>& seqs, float* out, const std::vector<int64_t>* keep) {
     const GdnWeights& g = L.gdn;
     const int64_t VD = c_.gdn_value_dim();
     const int64_t ldp = g.in_proj.N();  // q|k|v (CD) | z (VD) | b (Hv) | a (Hv)
@@ -287,18 +299,21 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
     float* q = sc_.f32(Q, N * Hq * D);
     float* gate = sc_.f32(GATE, N * Hq * D);
     for (int i = 0; i < static_cast<int>(seqs.size()); ++i) cache_.reserve_kv(i, ai, seqs[i].T);
-    global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
-        size_t i = 0;
-        for (int64_t t = t0; t < t1; ++t) {
-            for (int64_t hh = 0; hh < Hq; ++hh) {
-                std::memcpy(q + (t * Hq + hh) * D, qkv + t * ld + hh * 2 * D, D * sizeof(float));
-                std::memcpy(gate + (t * Hq + hh) * D, qkv + t * ld + hh * 2 * D + D, D * sizeof(float));
+    global_pool().parallel_for(
+        N,
+        [&](int64_t t0, int64_t t1) {
+            size_t i = 0;
+            for (int64_t t = t0; t < t1; ++t) {
+                for (int64_t hh = 0; hh < Hq; ++hh) {
+                    std::memcpy(q + (t * Hq + hh) * D, qkv + t * ld + hh * 2 * D, D * sizeof(float));
+                    std::memcpy(gate + (t * Hq + hh) * D, qkv + t * ld + hh * 2 * D + D, D * sizeof(float));
+                }
+                while (t >= seqs[i].t0 + seqs[i].T) ++i;
+                const float* kt = qkv + t * ld + Hq * 2 * D;
+                cache_.write_kv(static_cast<int>(i), ai, t - seqs[i].t0, kt, kt + row);
             }
-            while (t >= seqs[i].t0 + seqs[i].T) ++i;
-            const float* kt = qkv + t * ld + Hq * 2 * D;
-            cache_.write_kv(static_cast<int>(i), ai, t - seqs[i].t0, kt, kt + row);
-        }
-    }, row_grain(2 * ld));
+        },
+        row_grain(2 * ld));
     std::vector<ops::AttnSeq>& as = ws_.attn_seqs;
     as.clear();
     size_t k = 0;  // keep: the first kept row not yet placed
@@ -318,7 +333,8 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
                 continue;
             }
         }
-        if (cache_.verified(i)) {  // each verified row as the decode step it stands for (same kernel, same bits)
+        if (cache_.verified(
+                i)) {  // each verified row as the decode step it stands for (same kernel, same bits)
             for (int64_t t = 0; t < s.T; ++t) as.push_back({s.t0 + t, 1, s.n_past + t, cache_.rows(i, ai)});
         } else {
             as.push_back({s.t0, s.T, s.n_past, cache_.rows(i, ai)});
@@ -343,17 +359,21 @@ void ForwardPass::ffn(const LayerWeights& L, const float* h, int64_t N, float* o
 
 }  // namespace
 
-Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits,
-                      std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const {
+Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt,
+                      std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                      std::vector<float>* hidden) const {
     const int64_t V = config_.vocab;
     // Validate everything before touching any state.
     for (const auto& s : batch) {
-        if (!s.state || s.n_tokens <= 0) return Status::error("forward: every sequence needs a state and >= 1 token");
+        if (!s.state || s.n_tokens <= 0)
+            return Status::error("forward: every sequence needs a state and >= 1 token");
         for (int64_t i = 0; i < s.n_tokens; ++i)
             if (s.tokens[i] < 0 || s.tokens[i] >= V)
-                return Status::error(strprintf("token id %d is out of range [0, %lld)", s.tokens[i], (long long)V));
+                return Status::error(
+                    strprintf("token id %d is out of range [0, %lld)", s.tokens[i], (long long)V));
         for (const auto& o : batch)
-            if (&o != &s && o.state == s.state) return Status::error("forward: a sequence appears twice in one batch");
+            if (&o != &s && o.state == s.state)
+                return Status::error("forward: a sequence appears twice in one batch");
         if (s.state->kv_dtype == DType::BF16 && !opt.bf16_activations)
             return Status::error("forward: a bf16 KV cache holds K/V exactly only with bf16 activations");
     }
@@ -366,51 +386,60 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
     for (const auto& s : batch) {
         ws.spans.push_back({static_cast<int64_t>(ws.ids.size()), s.n_tokens, s.state->n_past});
         for (int64_t i = 0; i < s.n_tokens; ++i) {
-            if (s.all_logits || i == s.n_tokens - 1) ws.logit_rows.push_back(static_cast<int64_t>(ws.ids.size()));
+            if (s.all_logits || i == s.n_tokens - 1)
+                ws.logit_rows.push_back(static_cast<int64_t>(ws.ids.size()));
             ws.ids.push_back(s.tokens[i]);
             ws.pos.push_back(s.state->n_past + i);  // M-RoPE with text-only positions == 1-D RoPE
         }
     }
-    SequenceStateAccess access(batch, ws.spans, static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
+    SequenceStateAccess access(batch, ws.spans,
+                               static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
     run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits, greedy_ids, hidden);
     for (const auto& s : batch) s.state->n_past += s.n_tokens;
     return Status::ok();
 }
 
 Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
-                      std::vector<float>* logits, std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const {
+                      std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                      std::vector<float>* hidden) const {
     const int64_t V = config_.vocab;
     if (kv.dtype() == DType::BF16 && !opt.bf16_activations)
         return Status::error("forward: a bf16 KV cache holds K/V exactly only with bf16 activations");
     for (int32_t t : plan.token_ids)
-        if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
+        if (t < 0 || t >= V)
+            return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
     if (plan.n_tokens() == 0) return Status::ok();
     if (!plan.gdn_verify.empty()) {
         if (static_cast<int64_t>(plan.gdn_verify.size()) != plan.n_seqs())
             return Status::error("forward: gdn_verify must have one entry per sequence");
         for (int64_t s = 0; s < plan.n_seqs(); ++s)
             if (plan.gdn_verify[s] &&
-                (s >= slots.verify_seqs() || plan.cu_seqlens[s + 1] - plan.cu_seqlens[s] > slots.verify_tokens_per_seq() ||
+                (s >= slots.verify_seqs() ||
+                 plan.cu_seqlens[s + 1] - plan.cu_seqlens[s] > slots.verify_tokens_per_seq() ||
                  slots.verify_row_floats() != config_.gdn_in_proj_floats()))
-                return Status::error(strprintf("forward: verified sequence %lld does not fit the verify staging rows "
-                                               "(%d sequences of %lld tokens)",
-                                               (long long)s, slots.verify_seqs(), (long long)slots.verify_tokens_per_seq()));
+                return Status::error(
+                    strprintf("forward: verified sequence %lld does not fit the verify staging rows "
+                              "(%d sequences of %lld tokens)",
+                              (long long)s, slots.verify_seqs(), (long long)slots.verify_tokens_per_seq()));
     }
     spans_of(plan, &ws_->spans);
     PlanAccess access(plan, kv, &slots);
-    run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids, hidden);
+    run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids,
+        hidden);
     return Status::ok();
 }
 
-Status Model::commit_verified(const std::vector<GdnCommit>& commits, StateSlots& slots, const ForwardOptions& opt) const {
+Status Model::commit_verified(const std::vector<GdnCommit>& commits, StateSlots& slots,
+                              const ForwardOptions& opt) const {
     const ModelConfig& c = config_;
     const int64_t ldp = c.gdn_in_proj_floats(), tmax = slots.verify_tokens_per_seq();
     for (const GdnCommit& m : commits)
-        if (m.seq < 0 || m.seq >= slots.verify_seqs() || m.n_tokens < 1 || m.n_tokens > tmax || m.from_slot < 0 ||
-            m.from_slot >= slots.n_slots() || m.to_slot < 0 || m.to_slot >= slots.n_slots() ||
-            slots.verify_row_floats() != ldp)
-            return Status::error(strprintf("commit_verified: bad commit (sequence %d, %lld tokens, slots %d -> %d)",
-                                           m.seq, (long long)m.n_tokens, m.from_slot, m.to_slot));
+        if (m.seq < 0 || m.seq >= slots.verify_seqs() || m.n_tokens < 1 || m.n_tokens > tmax ||
+            m.from_slot < 0 || m.from_slot >= slots.n_slots() || m.to_slot < 0 ||
+            m.to_slot >= slots.n_slots() || slots.verify_row_floats() != ldp)
+            return Status::error(
+                strprintf("commit_verified: bad commit (sequence %d, %lld tokens, slots %d -> %d)", m.seq,
+                          (long long)m.n_tokens, m.from_slot, m.to_slot));
     if (commits.empty() || c.n_gdn_layers() == 0) return Status::ok();
     ForwardWorkspace& ws = *ws_;
     // Sequence s's rows of a layer are rows [s * tmax, s * tmax + n) of that layer's staging area. Every
@@ -457,24 +486,28 @@ Status Model::mtp_forward(const BatchPlan& plan, const float* hidden, KvCache& k
     if (kv.n_layers() != config_.n_attention_layers() + 1)
         return Status::error("mtp_forward: the KV cache has no layer for the MTP draft layer");
     for (int32_t t : plan.token_ids)
-        if (t < 0 || t >= V) return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
+        if (t < 0 || t >= V)
+            return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
     if (plan.n_tokens() == 0) return Status::ok();
     spans_of(plan, &ws_->spans);
     PlanAccess access(plan, kv, nullptr);  // the MTP layer has no GDN state
-    run_mtp(plan.token_ids.data(), plan.positions.data(), hidden, plan.logits_rows, access, opt, logits, greedy_ids,
-            hidden_out);
+    run_mtp(plan.token_ids.data(), plan.positions.data(), hidden, plan.logits_rows, access, opt, logits,
+            greedy_ids, hidden_out);
     return Status::ok();
 }
 
 Status Model::mtp_forward(SequenceState& st, const int32_t* next_tokens, const float* hidden, int64_t n,
-                          const ForwardOptions& opt, std::vector<float>* logits, std::vector<float>* hidden_out) const {
+                          const ForwardOptions& opt, std::vector<float>* logits,
+                          std::vector<float>* hidden_out) const {
     if (!weights_->mtp) return Status::error("mtp_forward: the model was loaded without its MTP layer");
     if (static_cast<int>(st.k_cache.size()) != config_.n_attention_layers() + 1)
-        return Status::error("mtp_forward: the sequence state has no MTP KV cache (Model::new_state of an MTP model)");
+        return Status::error(
+            "mtp_forward: the sequence state has no MTP KV cache (Model::new_state of an MTP model)");
     if (n <= 0) return Status::ok();
     for (int64_t i = 0; i < n; ++i)
         if (next_tokens[i] < 0 || next_tokens[i] >= config_.vocab)
-            return Status::error(strprintf("token id %d is out of range [0, %d)", next_tokens[i], config_.vocab));
+            return Status::error(
+                strprintf("token id %d is out of range [0, %d)", next_tokens[i], config_.vocab));
     ForwardWorkspace& ws = *ws_;
     ws.spans.assign(1, {0, n, st.mtp_past});
     ws.pos.clear();
@@ -490,8 +523,9 @@ Status Model::mtp_forward(SequenceState& st, const int32_t* next_tokens, const f
     return Status::ok();
 }
 
-void Model::head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt, std::vector<float>* logits,
-                 std::vector<int32_t>* greedy_ids, const LinearWeight* argmax_head) const {
+void Model::head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt,
+                 std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                 const LinearWeight* argmax_head) const {
     const int64_t H = config_.hidden, V = config_.vocab;
     const int64_t R = static_cast<int64_t>(rows.size());
     float* last = ws_->sc.f32(LAST_ROWS, R * H);
@@ -499,8 +533,8 @@ void Model::head(const float* h, const std::vector<int64_t>& rows, const Forward
     if (greedy_ids) {
         const size_t off = greedy_ids->size();
         greedy_ids->resize(off + R);
-        linear_argmax(last, R, argmax_head ? *argmax_head : weights_->lm_head_packed, greedy_ids->data() + off,
-                      opt.bf16_activations);
+        linear_argmax(last, R, argmax_head ? *argmax_head : weights_->lm_head_packed,
+                      greedy_ids->data() + off, opt.bf16_activations);
     } else {
         const size_t off = logits->size();
         logits->resize(off + R * V);
@@ -509,9 +543,9 @@ void Model::head(const float* h, const std::vector<int64_t>& rows, const Forward
     }
 }
 
-void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
-                const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
-                std::vector<float>* hidden) const {
+void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows,
+                CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
+                std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const {
     // Decode GEMVs steal claims from descheduled workers; the scope's end waits for those workers.
     ThreadPool::StealScope steal(global_pool());
     const ModelConfig& c = config_;
@@ -532,9 +566,9 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     ops::Scratch& sc = ws.sc;
     ForwardPass fp(c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;  // rounding outside the matmuls
-    float* x = sc.f32(X, N * H);        // residual stream [N, H]
-    float* hm = sc.f32(H_MIX, N * H);   // mixer input: x normed by input_layernorm
-    float* hf = sc.f32(H_FFN, N * H);   // FFN input: x normed by post_attention_layernorm
+    float* x = sc.f32(X, N * H);                                // residual stream [N, H]
+    float* hm = sc.f32(H_MIX, N * H);                           // mixer input: x normed by input_layernorm
+    float* hf = sc.f32(H_FFN, N * H);  // FFN input: x normed by post_attention_layernorm
     float* mix = sc.f32(MIX, N * H);
     float* ffn = sc.f32(FFN, N * H);
     ops::embedding(w.embed, w.embed_packed, ids, N, x, bf16);
@@ -569,9 +603,10 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
     prof.end_step();
 }
 
-void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
-                    CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
-                    std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const {
+void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
+                    const std::vector<int64_t>& logit_rows, CacheAccess& cache, const ForwardOptions& opt,
+                    std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                    std::vector<float>* hidden_out) const {
     ThreadPool::StealScope steal(global_pool());  // as run()
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
@@ -621,7 +656,8 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
         for (int64_t r : rows) hidden_out->insert(hidden_out->end(), hm + r * H, hm + (r + 1) * H);
     // Draft ids come from the quantized copy of the lm_head when there is one (a draft needs no exact
     // argmax: verification decides); logits (the reference checks) from the lm_head itself.
-    if (!rows.empty()) head(hm, rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
+    if (!rows.empty())
+        head(hm, rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
     prof.end_step();
 }
 

@@ -38,23 +38,31 @@ const std::map<std::string, std::pair<Geometry, std::string>>& presets() {
          {{"qwen3_next", 64, 4, 1024, 2, 4, 16, 16, 4, 4, 2, 32, 128, 8, 2, 32, 32, false},
           "Qwen3-Next, 4 layers, hidden 64, fused qkvz/ba, per-expert tensors (unit tests)"}},
         {"qwen3_5-0.8b",
-         {{"qwen3_5", 1024, 24, 248320, 16, 16, 128, 128, 4, 8, 2, 256, 3584, 0, 0, 0, 0, true, 4, 1e7, 262144},
+         {{"qwen3_5", 1024, 24, 248320, 16, 16, 128,  128, 4,   8,     2,
+           256,       3584, 0,  0,      0,  0,  true, 4,   1e7, 262144},
           "Qwen3.5-0.8B shape: 24 layers, hidden 1024, tied, vocab 248320 (~1.5 GB bf16)"}},
         {"qwen3_5-9b",
-         {{"qwen3_5", 4096, 32, 248320, 16, 32, 128, 128, 4, 16, 4, 256, 12288, 0, 0, 0, 0, false, 4, 1e7, 262144},
-          "Qwen3.5-9B shape: 32 layers, hidden 4096, untied, vocab 248320 (~19 GB bf16; for load-memory checks)"}},
+         {{"qwen3_5", 4096,  32, 248320, 16, 32, 128,   128, 4,   16,    4,
+           256,       12288, 0,  0,      0,  0,  false, 4,   1e7, 262144},
+          "Qwen3.5-9B shape: 32 layers, hidden 4096, untied, vocab 248320 (~19 GB bf16; for load-memory "
+          "checks)"}},
         {"qwen3_5-27b",
-         {{"qwen3_5", 5120, 64, 248320, 16, 48, 128, 128, 4, 24, 4, 256, 17408, 0, 0, 0, 0, false, 4, 1e7, 262144},
+         {{"qwen3_5", 5120,  64, 248320, 16, 48, 128,   128, 4,   24,    4,
+           256,       17408, 0,  0,      0,  0,  false, 4,   1e7, 262144},
           "Qwen3.5-27B shape: 64 layers, hidden 5120, untied, vocab 248320 (~54 GB bf16)"}},
         {"qwen3_5_moe-small",
          {{"qwen3_5_moe", 512, 8, 32768, 4, 8, 64, 64, 4, 8, 2, 128, 0, 32, 4, 256, 256, false},
           "Qwen3.5-MoE, 8 layers, hidden 512, 32 experts top-4 (benchmarks)"}},
         {"qwen3_5_moe-35b-a3b",
-         {{"qwen3_5_moe", 2048, 40, 248320, 16, 32, 128, 128, 4, 16, 2, 256, 0, 256, 8, 512, 512, false, 4, 1e7, 262144},
-          "Qwen3.5-35B-A3B shape: 40 layers, hidden 2048, 256 experts top-8 (~70 GB bf16; --layers 4: 8.4 GB)"}},
+         {{"qwen3_5_moe", 2048, 40,  248320, 16,  32,  128,   128, 4,   16,    2,
+           256,           0,    256, 8,      512, 512, false, 4,   1e7, 262144},
+          "Qwen3.5-35B-A3B shape: 40 layers, hidden 2048, 256 experts top-8 (~70 GB bf16; --layers 4: 8.4 "
+          "GB)"}},
         {"qwen3_next-80b-a3b",
-         {{"qwen3_next", 2048, 48, 151936, 16, 32, 128, 128, 4, 16, 2, 256, 5120, 512, 10, 512, 512, false, 4, 1e7, 262144},
-          "Qwen3-Next-80B-A3B shape: 48 layers, hidden 2048, 512 experts top-10 (~160 GB bf16; --layers 2: 7.7 GB)"}},
+         {{"qwen3_next", 2048, 48,  151936, 16,  32,  128,   128, 4,   16,    2,
+           256,          5120, 512, 10,     512, 512, false, 4,   1e7, 262144},
+          "Qwen3-Next-80B-A3B shape: 48 layers, hidden 2048, 512 experts top-10 (~160 GB bf16; --layers 2: "
+          "7.7 GB)"}},
         {"qwen3_next-small",
          {{"qwen3_next", 512, 8, 32768, 4, 8, 64, 64, 4, 8, 2, 128, 1024, 32, 4, 256, 256, false},
           "Qwen3-Next, 8 layers, hidden 512, 32 experts top-4 (benchmarks)"}},
@@ -73,7 +81,7 @@ uint32_t crc32(const std::string& s) {
 }
 
 class Rng {
-public:
+  public:
     explicit Rng(uint64_t seed) : s_(seed ^ 0x9e3779b97f4a7c15ull) {}
     uint64_t next() {  // splitmix64
         uint64_t z = (s_ += 0x9e3779b97f4a7c15ull);
@@ -88,7 +96,7 @@ public:
         return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
     }
 
-private:
+  private:
     uint64_t s_;
 };
 
@@ -116,12 +124,25 @@ Json config_json(const Geometry& g) {
     for (int i = 0; i < g.L; ++i)
         layer_types.push_back((i + 1) % g.interval == 0 ? "full_attention" : "linear_attention");
     Json dec = {
-        {"hidden_size", g.H}, {"num_hidden_layers", g.L}, {"vocab_size", g.V},
-        {"linear_num_key_heads", g.Hk}, {"linear_num_value_heads", g.Hv}, {"linear_key_head_dim", g.Dk},
-        {"linear_value_head_dim", g.Dv}, {"linear_conv_kernel_dim", g.K}, {"num_attention_heads", g.Hq},
-        {"num_key_value_heads", g.Hkv}, {"head_dim", g.D}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"},
-        {"attention_bias", false}, {"attn_output_gate", true}, {"full_attention_interval", g.interval},
-        {"max_position_embeddings", g.max_pos}, {"tie_word_embeddings", g.tied}, {"dtype", "bfloat16"},
+        {"hidden_size", g.H},
+        {"num_hidden_layers", g.L},
+        {"vocab_size", g.V},
+        {"linear_num_key_heads", g.Hk},
+        {"linear_num_value_heads", g.Hv},
+        {"linear_key_head_dim", g.Dk},
+        {"linear_value_head_dim", g.Dv},
+        {"linear_conv_kernel_dim", g.K},
+        {"num_attention_heads", g.Hq},
+        {"num_key_value_heads", g.Hkv},
+        {"head_dim", g.D},
+        {"rms_norm_eps", 1e-6},
+        {"hidden_act", "silu"},
+        {"attention_bias", false},
+        {"attn_output_gate", true},
+        {"full_attention_interval", g.interval},
+        {"max_position_embeddings", g.max_pos},
+        {"tie_word_embeddings", g.tied},
+        {"dtype", "bfloat16"},
     };
     if (g.I > 0) dec["intermediate_size"] = g.I;
     if (g.E > 0) {
@@ -150,16 +171,20 @@ Json config_json(const Geometry& g) {
     dec["layer_types"] = layer_types;
     // mrope_section sums to rot/2 = D/8, split as Qwen does ([11, 11, 10] for 32).
     const int half = g.D / 8, s0 = (half + 2) / 3, s1 = (half + 1) / 3, s2 = half - s0 - s1;
-    dec["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", g.theta}, {"partial_rotary_factor", 0.25},
-                              {"mrope_section", {s0, s1, s2}}, {"mrope_interleaved", true}};
+    dec["rope_parameters"] = {{"rope_type", "default"},
+                              {"rope_theta", g.theta},
+                              {"partial_rotary_factor", 0.25},
+                              {"mrope_section", {s0, s1, s2}},
+                              {"mrope_interleaved", true}};
     dec["mtp_num_hidden_layers"] = 1;  // every preset writes one MTP layer (mtp.*), as the releases do
     dec["mamba_ssm_dtype"] = "float32";
     if (g.family == "qwen3_5") dec["mlp_only_layers"] = Json::array();
-    return {{"architectures", {g.family == "qwen3_5" ? "Qwen3_5ForConditionalGeneration"
-                                                     : "Qwen3_5MoeForConditionalGeneration"}},
-            {"model_type", g.family},
-            {"text_config", dec},
-            {"tie_word_embeddings", g.tied}};
+    return {
+        {"architectures",
+         {g.family == "qwen3_5" ? "Qwen3_5ForConditionalGeneration" : "Qwen3_5MoeForConditionalGeneration"}},
+        {"model_type", g.family},
+        {"text_config", dec},
+        {"tie_word_embeddings", g.tied}};
 }
 
 void add_tensors(const Geometry& g, uint64_t seed, DType dt, SafetensorsWriter* w) {
@@ -182,7 +207,8 @@ void add_tensors(const Geometry& g, uint64_t seed, DType dt, SafetensorsWriter* 
     w->add(emb, dt, {g.V, g.H}, normal_fill(seed, emb, 0.0, g.tied ? 2.0 / std::sqrt(double(g.H)) : 1.0));
     norm(P + "norm.weight", g.H);
     if (!g.tied)
-        w->add("lm_head.weight", dt, {g.V, g.H}, normal_fill(seed, "lm_head.weight", 0.0, 2.0 / std::sqrt(double(g.H))));
+        w->add("lm_head.weight", dt, {g.V, g.H},
+               normal_fill(seed, "lm_head.weight", 0.0, 2.0 / std::sqrt(double(g.H))));
     auto attention = [&](const std::string& p) {
         lin(p + "self_attn.q_proj.weight", int64_t(g.Hq) * 2 * g.D, g.H);
         lin(p + "self_attn.k_proj.weight", int64_t(g.Hkv) * g.D, g.H);
@@ -193,7 +219,8 @@ void add_tensors(const Geometry& g, uint64_t seed, DType dt, SafetensorsWriter* 
     };
     auto ffn = [&](const std::string& m) {
         if (g.E > 0) {
-            w->add(m + "gate.weight", dt, {g.E, g.H}, normal_fill(seed, m + "gate.weight", 0.0, 1.5 / std::sqrt(double(g.H))));
+            w->add(m + "gate.weight", dt, {g.E, g.H},
+                   normal_fill(seed, m + "gate.weight", 0.0, 1.5 / std::sqrt(double(g.H))));
             if (next) {
                 for (int e = 0; e < g.E; ++e) mlp(m + "experts." + std::to_string(e) + ".", g.Ie);
             } else {
@@ -225,7 +252,8 @@ void add_tensors(const Geometry& g, uint64_t seed, DType dt, SafetensorsWriter* 
                 lin(a + "in_proj_b.weight", g.Hv, g.H);
                 lin(a + "in_proj_a.weight", g.Hv, g.H);
             }
-            w->add(a + "conv1d.weight", dt, {CD, 1, g.K}, normal_fill(seed, a + "conv1d.weight", 0.0, 1.0 / std::sqrt(double(g.K))));
+            w->add(a + "conv1d.weight", dt, {CD, 1, g.K},
+                   normal_fill(seed, a + "conv1d.weight", 0.0, 1.0 / std::sqrt(double(g.K))));
             const std::string alog = a + "A_log";
             w->add(alog, small, {g.Hv}, [=](float* d, int64_t n) {
                 Rng r(seed * 0x100000001b3ull + crc32(alog));

@@ -11,7 +11,7 @@
 namespace gdn {
 
 struct MakeModelOptions {
-    std::string preset;         // see list_presets()
+    std::string preset;  // see list_presets()
     std::string out_dir;
     uint64_t seed = 0;
     DType dtype = DType::BF16;  // dtype of the large tensors

@@ -43,7 +43,7 @@ struct SequenceInput {
 };
 
 class Model {
-public:
+  public:
     static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadProgress& progress = nullptr,
                                                const LoadOptions& options = {});
 
@@ -56,8 +56,9 @@ public:
     // computes it directly; the [rows, V] logits are never written and *logits is left alone).
     // With hidden, the final-norm output of every token of the batch is appended to it ([N, H], batch
     // order): the MTP layer's h_t.
-    Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt, std::vector<float>* logits,
-                   std::vector<int32_t>* greedy_ids = nullptr, std::vector<float>* hidden = nullptr) const;
+    Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt,
+                   std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
+                   std::vector<float>* hidden = nullptr) const;
 
     // The engine's forward: a host-built plan over the paged KV cache and the GDN state slots. Appends
     // the logits of plan.logits_rows. Token ids are validated; everything else is trusted (built by the
@@ -79,7 +80,8 @@ public:
         int32_t from_slot, to_slot;
         int64_t n_tokens;
     };
-    Status commit_verified(const std::vector<GdnCommit>& commits, StateSlots& slots, const ForwardOptions& opt) const;
+    Status commit_verified(const std::vector<GdnCommit>& commits, StateSlots& slots,
+                           const ForwardOptions& opt) const;
 
     // The MTP draft layer (model_spec.md §4.8; loaded with LoadOptions::mtp). Row i of the plan is slot t =
     // plan.positions[i]: plan.token_ids[i] is token t+1 and hidden row i ([N, H]) the main model's h_t (or,
@@ -99,20 +101,24 @@ public:
     bool has_mtp() const { return weights_->mtp != nullptr; }
 
     // kv_dtype BF16: a KV cache of half the size, for forwards with bf16 activations (checked).
-    SequenceState new_state(DType kv_dtype = DType::F32) const { return SequenceState(config_, kv_dtype, has_mtp()); }
+    SequenceState new_state(DType kv_dtype = DType::F32) const {
+        return SequenceState(config_, kv_dtype, has_mtp());
+    }
     ~Model();
 
-private:
+  private:
     Model() = default;
-    void run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows, CacheAccess& cache,
-             const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
-             std::vector<float>* hidden) const;
-    void run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden, const std::vector<int64_t>& logit_rows,
-                 CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
-                 std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const;
+    void run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows,
+             CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
+             std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const;
+    void run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
+                 const std::vector<int64_t>& logit_rows, CacheAccess& cache, const ForwardOptions& opt,
+                 std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                 std::vector<float>* hidden_out) const;
     // The lm_head over the rows `rows` of h [*, H]: logits or greedy ids appended.
-    void head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt, std::vector<float>* logits,
-              std::vector<int32_t>* greedy_ids, const LinearWeight* argmax_head = nullptr) const;
+    void head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt,
+              std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+              const LinearWeight* argmax_head = nullptr) const;
     ModelConfig config_;
     std::unique_ptr<ModelWeights> weights_;
     // Buffers reused across forward calls. One forward at a time per Model (the engine thread).

@@ -34,20 +34,23 @@ Result<std::optional<WeightFormat>> packed_checkpoint_format(const Checkpoint& c
     if (q == md.end()) return std::optional<WeightFormat>();
     auto v = md.find(kPackedVersionKey);
     if (v == md.end() || v->second != kPackedVersion)
-        return Status::error(strprintf("%s: pre-quantized checkpoint of packed-format version '%s'; this build reads "
-                                       "version %s (quantize the original checkpoint again with this gdn)",
-                                       ck.dir().c_str(), v == md.end() ? "(none)" : v->second.c_str(), kPackedVersion));
+        return Status::error(
+            strprintf("%s: pre-quantized checkpoint of packed-format version '%s'; this build reads "
+                      "version %s (quantize the original checkpoint again with this gdn)",
+                      ck.dir().c_str(), v == md.end() ? "(none)" : v->second.c_str(), kPackedVersion));
     std::optional<WeightFormat> f;
     if (!parse_quantization(q->second, &f) || !f)
-        return Status::error(strprintf("%s: __metadata__ %s is '%s', expected int8, int4 or int4-sym", ck.dir().c_str(),
-                                       kPackedQuantizationKey, q->second.c_str()));
+        return Status::error(strprintf("%s: __metadata__ %s is '%s', expected int8, int4 or int4-sym",
+                                       ck.dir().c_str(), kPackedQuantizationKey, q->second.c_str()));
     return f;
 }
 
-Result<PackedWeight> read_packed_weight(const Checkpoint& ck, const std::string& linear, int64_t N, int64_t K) {
+Result<PackedWeight> read_packed_weight(const Checkpoint& ck, const std::string& linear, int64_t N,
+                                        int64_t K) {
     const std::string name = kPackedPrefix + linear;
     auto fail = [&](const std::string& what) {
-        return Status::error(strprintf("%s: packed weight '%s': %s", ck.dir().c_str(), name.c_str(), what.c_str()));
+        return Status::error(
+            strprintf("%s: packed weight '%s': %s", ck.dir().c_str(), name.c_str(), what.c_str()));
     };
     const TensorView* t = ck.find(name);
     auto md = ck.metadata().find(name);
@@ -65,9 +68,10 @@ Result<PackedWeight> read_packed_weight(const Checkpoint& ck, const std::string&
     const int64_t bb = quant::block_bytes(p.format);
     if (t->dtype != DType::U8 || t->rank != 3 || t->shape[0] != p.n_panels || t->shape[1] != p.n_blocks ||
         t->shape[2] != bb)
-        return fail(strprintf("is %s %s, expected u8 [%lld, %lld, %lld] for %s [%lld, %lld]", dtype_name(t->dtype),
-                              t->shape_str().c_str(), (long long)p.n_panels, (long long)p.n_blocks, (long long)bb,
-                              weight_format_name(p.format), (long long)N, (long long)K));
+        return fail(strprintf("is %s %s, expected u8 [%lld, %lld, %lld] for %s [%lld, %lld]",
+                              dtype_name(t->dtype), t->shape_str().c_str(), (long long)p.n_panels,
+                              (long long)p.n_blocks, (long long)bb, weight_format_name(p.format),
+                              (long long)N, (long long)K));
     p.data.allocate(p.bytes(), false);
     std::memcpy(p.data.data(), t->data, p.bytes());
     ck.release(*t);
@@ -80,8 +84,8 @@ Result<PackedWeight> read_packed_weight(const Checkpoint& ck, const std::string&
     return p;
 }
 
-Status write_packed_checkpoint(const ModelWeights& w, const Checkpoint& ck, const std::vector<std::string>& float_tensors,
-                               const std::string& path) {
+Status write_packed_checkpoint(const ModelWeights& w, const Checkpoint& ck,
+                               const std::vector<std::string>& float_tensors, const std::string& path) {
     if (!w.quantization) return Status::error("write_packed_checkpoint: the weights are not quantized");
     SafetensorsWriter out;
     out.set_metadata(kPackedQuantizationKey, quantization_name(*w.quantization));
@@ -99,8 +103,8 @@ Status write_packed_checkpoint(const ModelWeights& w, const Checkpoint& ck, cons
         if (!is_quantized(p.format)) return;  // the router and shared-expert gate: float tensors above
         if (p.bytes() != static_cast<int64_t>(p.data.size()) && bad.is_ok())
             bad = Status::error("packed weight '" + name + "' has an inconsistent size");
-        out.set_metadata(kPackedPrefix + name,
-                         strprintf("%s %lld %lld", weight_format_name(p.format), (long long)p.N, (long long)p.K));
+        out.set_metadata(kPackedPrefix + name, strprintf("%s %lld %lld", weight_format_name(p.format),
+                                                         (long long)p.N, (long long)p.K));
         out.add_raw(kPackedPrefix + name, DType::U8, {p.n_panels, p.n_blocks, quant::block_bytes(p.format)},
                     [&p](uint8_t* dst, uint64_t bytes) { std::memcpy(dst, p.data.data(), bytes); });
     });

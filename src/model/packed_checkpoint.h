@@ -42,12 +42,13 @@ Result<std::optional<WeightFormat>> packed_checkpoint_format(const Checkpoint& c
 // The packed weight <linear> of a pre-quantized checkpoint, checked against the logical shape [N, K]
 // the config implies, copied out of the mapping (whose pages are released after). Missing, misshapen or
 // corrupt entries (a byte count that does not match, a non-finite scale) are errors naming the tensor.
-Result<PackedWeight> read_packed_weight(const Checkpoint& ck, const std::string& linear, int64_t N, int64_t K);
+Result<PackedWeight> read_packed_weight(const Checkpoint& ck, const std::string& linear, int64_t N,
+                                        int64_t K);
 
 // Writes `w` (loaded with a quantization from `ck`) as a pre-quantized model.safetensors at `path`: the
 // packed weights, and every other tensor the loader read (`float_tensors`: canonical names) copied from
 // `ck`. One tensor in memory at a time beside the loaded model.
-Status write_packed_checkpoint(const ModelWeights& w, const Checkpoint& ck, const std::vector<std::string>& float_tensors,
-                               const std::string& path);
+Status write_packed_checkpoint(const ModelWeights& w, const Checkpoint& ck,
+                               const std::vector<std::string>& float_tensors, const std::string& path);
 
 }  // namespace gdn

@@ -30,7 +30,8 @@ WeightFormat scheme_format(WeightFormat scheme, const std::string& linear, int n
             if (linear == "lm_head") return WeightFormat::Q6K;
             const int layer = layer_of(linear);
             const bool sensitive = ends_with(linear, ".linear_attn.in_proj") || ends_with(linear, ".down");
-            return layer >= 0 && sensitive && use_more_bits(layer, n_layers) ? WeightFormat::Q6K : WeightFormat::Q4K;
+            return layer >= 0 && sensitive && use_more_bits(layer, n_layers) ? WeightFormat::Q6K
+                                                                             : WeightFormat::Q4K;
         }
         default:
             return scheme;

@@ -98,7 +98,8 @@ Status SafetensorsWriter::write(const std::string& path) const {
     }
     if (std::rename(tmp.c_str(), path.c_str()) != 0) {
         std::remove(tmp.c_str());
-        return Status::error(strprintf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(errno)));
+        return Status::error(
+            strprintf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(errno)));
     }
     return Status::ok();
 }

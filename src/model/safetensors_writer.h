@@ -16,7 +16,7 @@
 namespace gdn {
 
 class SafetensorsWriter {
-public:
+  public:
     // fill(dst, numel) writes numel f32 values; they are converted to `dtype` on write.
     using Fill = std::function<void(float* dst, int64_t numel)>;
     void add(std::string name, DType dtype, std::vector<int64_t> shape, Fill fill);
@@ -33,7 +33,7 @@ public:
     void keep_only(const std::function<bool(const std::string&)>& keep);
     Status write(const std::string& path) const;
 
-private:
+  private:
     struct Pending {
         std::string name;
         DType dtype;

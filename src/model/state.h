@@ -15,7 +15,9 @@ namespace gdn {
 // The K/V cache dtype the engine and the tools use unless told otherwise: BF16 with bf16 activations (half
 // the bytes per token, and decode at depth reads half the K/V; rounding K and V as HF's bf16 forward does
 // measured at the f32 cache's quality: docs/perf.md, "bf16 K/V by default"), F32 in the f32 mode.
-inline DType default_kv_dtype(bool bf16_activations) { return bf16_activations ? DType::BF16 : DType::F32; }
+inline DType default_kv_dtype(bool bf16_activations) {
+    return bf16_activations ? DType::BF16 : DType::F32;
+}
 
 struct SequenceState {
     int64_t n_past = 0;  // tokens already consumed (positions of the next token start here)
@@ -42,8 +44,8 @@ struct SequenceState {
     // allocates or faults.
     void reserve(int64_t tokens);
 
-private:
-    int64_t kv_row_ = 0;  // Hkv * D
+  private:
+    int64_t kv_row_ = 0;             // Hkv * D
     size_t conv_n_ = 0, ssm_n_ = 0;  // floats per GDN layer
     Buffer conv_, ssm_;
 };

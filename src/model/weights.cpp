@@ -29,7 +29,7 @@ std::string shape_str(std::initializer_list<int64_t> dims) {
 using Quant = std::optional<WeightFormat>;
 
 class Loader {
-public:
+  public:
     // prepacked: the checkpoint was written by `gdn quantize` (model/packed_checkpoint.h): the matrices
     // of the quantized linears are not in it, their packed forms are.
     Loader(const ModelConfig& c, std::shared_ptr<Checkpoint> ck, ModelWeights* w, Quant q, bool prepacked)
@@ -39,11 +39,12 @@ public:
     Result<TensorView> get(const std::string& name, std::initializer_list<int64_t> dims) {
         const TensorView* t = ck_->find(name);
         if (!t)
-            return Status::error(strprintf("%s: missing tensor '%s' (needed by the %s config)", ck_->dir().c_str(),
-                                           name.c_str(), family_name(c_.family)));
+            return Status::error(strprintf("%s: missing tensor '%s' (needed by the %s config)",
+                                           ck_->dir().c_str(), name.c_str(), family_name(c_.family)));
         if (t->dtype == DType::U8)
-            return Status::error(strprintf("%s: tensor '%s' has dtype U8; it must be a float tensor (F32, BF16, F16)",
-                                           ck_->dir().c_str(), name.c_str()));
+            return Status::error(
+                strprintf("%s: tensor '%s' has dtype U8; it must be a float tensor (F32, BF16, F16)",
+                          ck_->dir().c_str(), name.c_str()));
         bool ok = t->rank == static_cast<int>(dims.size());
         int i = 0;
         for (int64_t d : dims) ok = ok && i < t->rank && t->shape[i++] == d;
@@ -75,7 +76,8 @@ public:
         used_.insert(kPackedPrefix + name);
         return lw;
     }
-    Result<LinearWeight> swiglu_linear(const std::string& name, const TensorView& gate, const TensorView& up) {
+    Result<LinearWeight> swiglu_linear(const std::string& name, const TensorView& gate,
+                                       const TensorView& up) {
         if (!prepacked_) return make_swiglu_linear(gate, up, format_of(name, q_));
         return linear(name, {gate, up}, q_);
     }
@@ -130,7 +132,7 @@ public:
     Status load_moe(const std::string& p, MoeWeights* m);
     const std::set<std::string>& used() const { return used_; }
 
-private:
+  private:
     // The format the scheme (--quantization) gives the linear `name` (model/quant_scheme.h); none stays none.
     Quant format_of(const std::string& name, Quant scheme) const {
         return scheme ? Quant(scheme_format(*scheme, name, c_.n_layers)) : scheme;
@@ -167,8 +169,9 @@ void copy_row(const TensorView& src, int64_t src_row, const TensorView& dst, int
 Status Loader::load_attention(const std::string& p, AttentionWeights* a) {
     const int64_t H = c_.hidden, D = c_.head_dim, Hq = c_.attn_heads, Hkv = c_.attn_kv_heads;
     if (!c_.attn_output_gate)
-        return Status::error(ck_->dir() + ": attn_output_gate=false is not supported (all released checkpoints "
-                                          "use the gated q_proj)");
+        return Status::error(ck_->dir() +
+                             ": attn_output_gate=false is not supported (all released checkpoints "
+                             "use the gated q_proj)");
     GDN_ASSIGN_OR_RETURN(a->q_proj, matrix(p + "q_proj.weight", {Hq * 2 * D, H}));
     GDN_ASSIGN_OR_RETURN(a->k_proj, matrix(p + "k_proj.weight", {Hkv * D, H}));
     GDN_ASSIGN_OR_RETURN(a->v_proj, matrix(p + "v_proj.weight", {Hkv * D, H}));
@@ -179,7 +182,8 @@ Status Loader::load_attention(const std::string& p, AttentionWeights* a) {
 }
 
 Status Loader::load_gdn(const std::string& p, GdnWeights* g) {
-    const int64_t H = c_.hidden, Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim, Dv = c_.gdn_v_dim;
+    const int64_t H = c_.hidden, Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim,
+                  Dv = c_.gdn_v_dim;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, K = c_.conv_kernel, r = Hv / Hk;
     // A pre-quantized checkpoint holds the packed in_proj already in the flat order.
     if (c_.family == ModelFamily::QWEN3_NEXT && !prepacked_) {
@@ -195,8 +199,10 @@ Status Loader::load_gdn(const std::string& p, GdnWeights* g) {
             const int64_t base = grp * S;
             for (int64_t i = 0; i < Dk; ++i) copy_row(qkvz, base + i, g->in_qkv, grp * Dk + i);
             for (int64_t i = 0; i < Dk; ++i) copy_row(qkvz, base + Dk + i, g->in_qkv, KD + grp * Dk + i);
-            for (int64_t m = 0; m < r * Dv; ++m) copy_row(qkvz, base + 2 * Dk + m, g->in_qkv, 2 * KD + grp * r * Dv + m);
-            for (int64_t m = 0; m < r * Dv; ++m) copy_row(qkvz, base + 2 * Dk + r * Dv + m, g->in_z, grp * r * Dv + m);
+            for (int64_t m = 0; m < r * Dv; ++m)
+                copy_row(qkvz, base + 2 * Dk + m, g->in_qkv, 2 * KD + grp * r * Dv + m);
+            for (int64_t m = 0; m < r * Dv; ++m)
+                copy_row(qkvz, base + 2 * Dk + r * Dv + m, g->in_z, grp * r * Dv + m);
             for (int64_t j = 0; j < r; ++j) {
                 copy_row(ba, grp * 2 * r + j, g->in_b, grp * r + j);
                 copy_row(ba, grp * 2 * r + r + j, g->in_a, grp * r + j);
@@ -245,7 +251,8 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
 
 Result<Mlp> pack_mlp(Loader& ld, const std::string& name, const MlpWeights& v) {
     Mlp m;
-    if (!ld.quantization()) m.views = v;  // quantized: the packed weights are the layer (no view into the checkpoint)
+    if (!ld.quantization())
+        m.views = v;  // quantized: the packed weights are the layer (no view into the checkpoint)
     m.fused = v.gate.shape[0] % 16 == 0;
     if (m.fused) {
         GDN_ASSIGN_OR_RETURN(m.gate_up, ld.swiglu_linear(name + "gate_up", v.gate, v.up));
@@ -258,15 +265,18 @@ Result<Mlp> pack_mlp(Loader& ld, const std::string& name, const MlpWeights& v) {
 
 // Packs every matrix of a layer (prefix p, for_each_linear's names) into the kernels' layout, fusing
 // projections that share an input.
-Status pack_layer(Loader& ld, const ModelConfig& c, const std::string& p, LayerWeights* L, HugePageArena* small) {
+Status pack_layer(Loader& ld, const ModelConfig& c, const std::string& p, LayerWeights* L,
+                  HugePageArena* small) {
     const Quant q = ld.quantization();
     if (L->kind == LayerKind::FULL_ATTENTION) {
-        GDN_ASSIGN_OR_RETURN(L->attn.qkv, ld.linear(p + "self_attn.qkv", {L->attn.q_proj, L->attn.k_proj, L->attn.v_proj}, q));
+        GDN_ASSIGN_OR_RETURN(
+            L->attn.qkv, ld.linear(p + "self_attn.qkv", {L->attn.q_proj, L->attn.k_proj, L->attn.v_proj}, q));
         GDN_ASSIGN_OR_RETURN(L->attn.o, ld.linear(p + "self_attn.o", {L->attn.o_proj}, q));
         if (q) L->attn.q_proj = L->attn.k_proj = L->attn.v_proj = L->attn.o_proj = TensorView();
     } else {
         GdnWeights& g = L->gdn;
-        GDN_ASSIGN_OR_RETURN(g.in_proj, ld.linear(p + "linear_attn.in_proj", {g.in_qkv, g.in_z, g.in_b, g.in_a}, q));
+        GDN_ASSIGN_OR_RETURN(g.in_proj,
+                             ld.linear(p + "linear_attn.in_proj", {g.in_qkv, g.in_z, g.in_b, g.in_a}, q));
         GDN_ASSIGN_OR_RETURN(g.out, ld.linear(p + "linear_attn.out", {g.out_proj}, q));
         if (q) g.in_qkv = g.in_z = g.in_b = g.in_a = g.out_proj = TensorView();
         const int64_t CD = c.gdn_conv_dim(), K = c.conv_kernel;
@@ -286,16 +296,18 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     w->checkpoint = ck;
     GDN_ASSIGN_OR_RETURN(const Quant packed, packed_checkpoint_format(*ck));
     if (packed && opt.quantization && *opt.quantization != *packed)
-        return Status::error(strprintf("%s was quantized to %s by gdn quantize and loads only as that: drop "
-                                       "--quantization %s (or pass %s)",
-                                       ck->dir().c_str(), quantization_name(*packed),
-                                       quantization_name(*opt.quantization), quantization_name(*packed)));
+        return Status::error(
+            strprintf("%s was quantized to %s by gdn quantize and loads only as that: drop "
+                      "--quantization %s (or pass %s)",
+                      ck->dir().c_str(), quantization_name(*packed), quantization_name(*opt.quantization),
+                      quantization_name(*packed)));
     const Quant q = packed ? packed : opt.quantization;
     w->quantization = q;
     w->prepacked = packed.has_value();
     Loader ld(c, ck, w.get(), q, packed.has_value());
     // A pre-quantized checkpoint holds the lm_head packed, and the embedding too when it is not tied.
-    const bool tied = packed ? !ck->find(std::string(kPackedPrefix) + "embed_tokens") : !ck->find("lm_head.weight");
+    const bool tied =
+        packed ? !ck->find(std::string(kPackedPrefix) + "embed_tokens") : !ck->find("lm_head.weight");
     GDN_ASSIGN_OR_RETURN(w->embed, ld.matrix("embed_tokens.weight", {c.vocab, c.hidden}));
     GDN_ASSIGN_OR_RETURN(w->final_norm, ld.get_norm1p("norm.weight", c.hidden));
     if (!tied) {
@@ -303,7 +315,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     } else if (packed || c.tie_embeddings) {
         w->lm_head = w->embed;
     } else {
-        return Status::error(ck->dir() + ": missing tensor 'lm_head.weight' and tie_word_embeddings is false");
+        return Status::error(ck->dir() +
+                             ": missing tensor 'lm_head.weight' and tie_word_embeddings is false");
     }
     // One decoder layer (the main stack's, or the MTP layer's: full attention, the family's FFN).
     auto load_layer = [&](const std::string& p, LayerKind kind, bool is_moe, LayerWeights& L) -> Status {
@@ -322,12 +335,14 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
             const MoeWeights& v = L.moe.views;
             L.moe.router = make_linear({v.router});  // stays in its float format (LoadOptions::quantization)
             for (size_t e = 0; e < v.experts.size(); ++e) {
-                GDN_ASSIGN_OR_RETURN(Mlp m, pack_mlp(ld, p + "mlp.experts." + std::to_string(e) + ".", v.experts[e]));
+                GDN_ASSIGN_OR_RETURN(
+                    Mlp m, pack_mlp(ld, p + "mlp.experts." + std::to_string(e) + ".", v.experts[e]));
                 L.moe.experts.push_back(std::move(m));
                 // Quantized: each expert's source pages go as soon as it is packed, not with the layer (a
                 // Qwen3-Next layer's 512 experts are 3.2 GB of bf16: peak RSS was quantized size + that).
                 if (ld.quantization())
-                    for (const TensorView* t : {&v.experts[e].gate, &v.experts[e].up, &v.experts[e].down}) ck->release(*t);
+                    for (const TensorView* t : {&v.experts[e].gate, &v.experts[e].up, &v.experts[e].down})
+                        ck->release(*t);
             }
             if (v.has_shared) {
                 GDN_ASSIGN_OR_RETURN(L.moe.shared, pack_mlp(ld, p + "mlp.shared_expert.", v.shared));
@@ -351,21 +366,23 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     const int n_steps = c.n_layers + 1 + (opt.mtp ? 1 : 0);
     w->layers.resize(c.n_layers);
     for (int i = 0; i < c.n_layers; ++i) {
-        GDN_RETURN_IF_ERROR(
-            load_layer("layers." + std::to_string(i) + ".", c.layer_kinds[i], c.is_moe_layer(i), w->layers[i]));
+        GDN_RETURN_IF_ERROR(load_layer("layers." + std::to_string(i) + ".", c.layer_kinds[i],
+                                       c.is_moe_layer(i), w->layers[i]));
         if (progress) progress(i + 1, n_steps);
     }
     if (opt.mtp) {
         // model_spec.md §3.7: mtp.* at the top level for every family; one full-attention layer whose FFN
         // is the family's (MoE for Qwen3-Next and Qwen3.5-MoE).
         if (!ck->find(packed ? std::string(kPackedPrefix) + "mtp.fc" : std::string("mtp.fc.weight")))
-            return Status::error(ck->dir() + ": this checkpoint has no MTP layer (no 'mtp.fc.weight' tensor): use "
+            return Status::error(ck->dir() +
+                                 ": this checkpoint has no MTP layer (no 'mtp.fc.weight' tensor): use "
                                  "n-gram speculation (\"method\": \"ngram\") or none");
         if (c.mtp_layers > 1)
-            GDN_LOG_WARN("%s: %d MTP layers in config.json; the drafts use mtp.layers.0 only", ck->dir().c_str(),
-                         c.mtp_layers);
+            GDN_LOG_WARN("%s: %d MTP layers in config.json; the drafts use mtp.layers.0 only",
+                         ck->dir().c_str(), c.mtp_layers);
         auto m = std::make_unique<MtpWeights>();
-        GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_embedding, ld.get_norm1p("mtp.pre_fc_norm_embedding.weight", c.hidden));
+        GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_embedding,
+                             ld.get_norm1p("mtp.pre_fc_norm_embedding.weight", c.hidden));
         GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_hidden, ld.get_norm1p("mtp.pre_fc_norm_hidden.weight", c.hidden));
         GDN_ASSIGN_OR_RETURN(m->norm, ld.get_norm1p("mtp.norm.weight", c.hidden));
         // A float model may pack the MTP layer for drafting (LoadOptions::mtp_layer); a quantized one keeps
@@ -374,7 +391,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         ld.set_quantization(q_mtp);
         GDN_ASSIGN_OR_RETURN(TensorView fc, ld.matrix("mtp.fc.weight", {c.hidden, 2 * int64_t{c.hidden}}));
         GDN_ASSIGN_OR_RETURN(m->fc, ld.linear("mtp.fc", {fc}, q_mtp));
-        GDN_RETURN_IF_ERROR(load_layer("mtp.layers.0.", LayerKind::FULL_ATTENTION, c.n_experts > 0, m->layer));
+        GDN_RETURN_IF_ERROR(
+            load_layer("mtp.layers.0.", LayerKind::FULL_ATTENTION, c.n_experts > 0, m->layer));
         ld.set_quantization(q);
         w->mtp = std::move(m);
         if (progress) progress(c.n_layers + 1, n_steps);
@@ -390,7 +408,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         // The lm_head's format (and so a tied embedding's) and an untied embedding's, which is only
         // gathered (its error never meets the logits directly), come from the scheme (model/quant_scheme.h).
         if (!tied) {
-            GDN_ASSIGN_OR_RETURN(LinearWeight e, ld.linear("embed_tokens", {w->embed}, q, drop_rows(w->embed)));
+            GDN_ASSIGN_OR_RETURN(LinearWeight e,
+                                 ld.linear("embed_tokens", {w->embed}, q, drop_rows(w->embed)));
             w->embed_quantized = std::move(e.packed);
         }
         w->embed_packed = tied ? &w->lm_head_packed.packed : &w->embed_quantized;
@@ -408,11 +427,12 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         std::string bad;
         for_each_linear(*w, [&](const std::string& name, const PackedWeight& p) {
             if (p.nonfinite_blocks && bad.empty())
-                bad = strprintf("%s (in %lld quantization block%s)", name.c_str(), (long long)p.nonfinite_blocks,
-                                p.nonfinite_blocks == 1 ? "" : "s");
+                bad = strprintf("%s (in %lld quantization block%s)", name.c_str(),
+                                (long long)p.nonfinite_blocks, p.nonfinite_blocks == 1 ? "" : "s");
         });
         if (!bad.empty())
-            return Status::error(ck->dir() + ": cannot quantize: non-finite weights (NaN or infinity) in " + bad);
+            return Status::error(ck->dir() + ": cannot quantize: non-finite weights (NaN or infinity) in " +
+                                 bad);
     }
     if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data)
         w->mtp->draft_head = make_linear({w->lm_head}, opt.mtp_draft_head);
@@ -421,15 +441,18 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     int unused = 0;
     const std::string packed_mtp = std::string(kPackedPrefix) + "mtp.";
     for (const auto& [name, t] : ck->tensors()) {
-        if (ld.used().count(name) || (!opt.mtp && (name.rfind("mtp.", 0) == 0 || name.rfind(packed_mtp, 0) == 0)))
+        if (ld.used().count(name) ||
+            (!opt.mtp && (name.rfind("mtp.", 0) == 0 || name.rfind(packed_mtp, 0) == 0)))
             continue;
-        if (++unused <= 5) GDN_LOG_WARN("%s: tensor '%s' is not used by the model", ck->dir().c_str(), name.c_str());
+        if (++unused <= 5)
+            GDN_LOG_WARN("%s: tensor '%s' is not used by the model", ck->dir().c_str(), name.c_str());
     }
     if (unused > 5) GDN_LOG_WARN("%s: %d tensors in total are not used", ck->dir().c_str(), unused);
     return w;
 }
 
-void for_each_linear(const ModelWeights& w, const std::function<void(const std::string&, const PackedWeight&)>& fn) {
+void for_each_linear(const ModelWeights& w,
+                     const std::function<void(const std::string&, const PackedWeight&)>& fn) {
     auto mlp = [&](const std::string& p, const Mlp& m) {
         fn(p + "gate_up", m.gate_up.packed);
         fn(p + "down", m.down.packed);
@@ -444,7 +467,8 @@ void for_each_linear(const ModelWeights& w, const std::function<void(const std::
         }
         if (L.is_moe) {
             fn(p + "mlp.router", L.moe.router.packed);
-            for (size_t e = 0; e < L.moe.experts.size(); ++e) mlp(p + "mlp.experts." + std::to_string(e) + ".", L.moe.experts[e]);
+            for (size_t e = 0; e < L.moe.experts.size(); ++e)
+                mlp(p + "mlp.experts." + std::to_string(e) + ".", L.moe.experts[e]);
             if (L.moe.shared.gate_up.packed.N) {
                 mlp(p + "mlp.shared_expert.", L.moe.shared);
                 fn(p + "mlp.shared_expert_gate", L.moe.shared_gate.packed);
@@ -483,7 +507,8 @@ std::string weights_summary(const ModelWeights& w) {
         first = false;
     }
     if (w.embed_packed == nullptr && w.embed.data)
-        s += strprintf(", embedding %.1f MB on the checkpoint mapping", w.embed.numel() * dtype_size(w.embed.dtype) / 1e6);
+        s += strprintf(", embedding %.1f MB on the checkpoint mapping",
+                       w.embed.numel() * dtype_size(w.embed.dtype) / 1e6);
     return s;
 }
 

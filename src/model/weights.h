@@ -58,8 +58,8 @@ struct LayerWeights {
     AttentionWeights attn;    // when kind == FULL_ATTENTION
     GdnWeights gdn;           // when kind == LINEAR_ATTENTION
     bool is_moe = false;
-    Mlp mlp;                  // dense layers
-    Moe moe;                  // MoE layers
+    Mlp mlp;  // dense layers
+    Moe moe;  // MoE layers
 };
 
 // The MTP (multi-token prediction) draft layer, model_spec.md §4.8: fc over concat(RMSNorm1p(embed(t+1)),
@@ -80,10 +80,10 @@ struct ModelWeights {
     // Set when the matrices were quantized at load (--quantization): every LinearWeight is packed in
     // that format, no view into the checkpoint is kept, and the mapping's pages were released.
     std::optional<WeightFormat> quantization;
-    bool prepacked = false;  // read packed from a `gdn quantize` checkpoint (model/packed_checkpoint.h)
-    TensorView embed;          // [V, H]; data null when quantized (rows come from embed_packed)
-    const float* final_norm;   // [H], (1 + w)
-    TensorView lm_head;        // [V, H] (the embedding when tied)
+    bool prepacked = false;   // read packed from a `gdn quantize` checkpoint (model/packed_checkpoint.h)
+    TensorView embed;         // [V, H]; data null when quantized (rows come from embed_packed)
+    const float* final_norm;  // [H], (1 + w)
+    TensorView lm_head;       // [V, H] (the embedding when tied)
     LinearWeight lm_head_packed;
     const PackedWeight* embed_packed = nullptr;  // the embedding packed (tied: lm_head_packed), else null
     PackedWeight embed_quantized;                // an untied embedding's quantized table
@@ -129,7 +129,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, st
                                                    const LoadOptions& options = {});
 
 // Every linear layer of the model with a name ("layers.3.mlp.gate_up", "lm_head", ...): for reports.
-void for_each_linear(const ModelWeights& w, const std::function<void(const std::string&, const PackedWeight&)>& fn);
+void for_each_linear(const ModelWeights& w,
+                     const std::function<void(const std::string&, const PackedWeight&)>& fn);
 
 // "weights: 0.5 MB bf16 (16 matrices, 31.03 bits/weight), 156.6 MB int8 (546 matrices, 8.50 bits/weight)":
 // bytes per format of the packed matrices (padding included), for the start-up log.

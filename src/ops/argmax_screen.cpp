@@ -21,7 +21,9 @@ constexpr double kUnit = 0x1p-24;  // f32 unit roundoff
 
 // |value| of a bound term computed in double (sums of squares, sqrt) and stored in f32, rounded up by
 // more than those roundings can take away, so the bound stays a bound.
-double round_up_factor(int64_t K) { return 1.0 + 1e-9 * K + 8 * kUnit; }
+double round_up_factor(int64_t K) {
+    return 1.0 + 1e-9 * K + 8 * kUnit;
+}
 
 // round(v / scale) in [-127, 127]; 0 for a zero scale (an all-zero row).
 // Non-finite weights (a corrupt checkpoint) quantise to 0: the screen is then refused for the weight
@@ -93,12 +95,15 @@ ScreenPath screen_path() {
     const Isa lin = op_isa(OpId::LINEAR), am = op_isa(OpId::ARGMAX);
     if (lin == Isa::REF || am == Isa::REF) return ScreenPath::NONE;
     if (lin == Isa::AVX512 && am == Isa::AVX512 && has_bf16_dot() && has_int8_dot()) return ScreenPath::VNNI;
-    if (lin == Isa::AVX512 && has_bf16_dot()) return ScreenPath::NONE;  // bf16 dot without VNNI: no CPU has it
+    if (lin == Isa::AVX512 && has_bf16_dot())
+        return ScreenPath::NONE;  // bf16 dot without VNNI: no CPU has it
     return ScreenPath::AVX2;
 }
 }  // namespace
 
-bool argmax_screen_available() { return screen_path() != ScreenPath::NONE; }
+bool argmax_screen_available() {
+    return screen_path() != ScreenPath::NONE;
+}
 
 const char* argmax_screen_kernel() {
     switch (screen_path()) {
@@ -106,13 +111,17 @@ const char* argmax_screen_kernel() {
             return has_amx_int8()
                        ? "int8 screen (vpdpbusd; 4+ rows on AMX tiles, tdpbusd), candidates rechecked in bf16"
                        : "int8 screen (vpdpbusd), candidates rechecked in bf16";
-        case ScreenPath::AVX2: return "int8 screen (vpmaddubsw), candidates rechecked by the f32 linear kernel";
-        case ScreenPath::NONE: break;
+        case ScreenPath::AVX2:
+            return "int8 screen (vpmaddubsw), candidates rechecked by the f32 linear kernel";
+        case ScreenPath::NONE:
+            break;
     }
     return nullptr;
 }
 
-bool argmax_screen_supported_by_cpu() { return cpu_isa() != Isa::REF; }
+bool argmax_screen_supported_by_cpu() {
+    return cpu_isa() != Isa::REF;
+}
 
 namespace {
 // Value k of a row of bf16 pairs (one 32-bit lane per k-pair, the low half first).
@@ -245,8 +254,7 @@ bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPa
     if (path == ScreenPath::AVX2) {
         xf_buf.resize(static_cast<size_t>(rows) * pw.K);
         for (int m = 0; m < rows; ++m)
-            for (int64_t k = 0; k < pw.K; ++k)
-                xf_buf[m * pw.K + k] = bf16_pair_value(xp + m * pw.K2, k);
+            for (int64_t k = 0; k < pw.K; ++k) xf_buf[m * pw.K + k] = bf16_pair_value(xp + m * pw.K2, k);
         xf = xf_buf.data();
     }
     const bool f32_avx512 = op_isa(OpId::LINEAR) == Isa::AVX512;
@@ -256,7 +264,8 @@ bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPa
     // (the NoAlloc tests).
     const int64_t ld_y = pw.n_panels * kPanelCols;
     thread_local std::vector<float> y_buf;
-    if (path == ScreenPath::AVX2 && y_buf.size() < static_cast<size_t>(rows * ld_y)) y_buf.resize(rows * ld_y);
+    if (path == ScreenPath::AVX2 && y_buf.size() < static_cast<size_t>(rows * ld_y))
+        y_buf.resize(rows * ld_y);
     float* y_rows = y_buf.data();
     pool.parallel_for_balanced(static_cast<int64_t>(work.size()), 1, [&](int ith, int64_t j0, int64_t j1) {
         for (int64_t j = j0; j < j1; ++j) {
@@ -269,8 +278,10 @@ bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPa
             } else {
                 const float* xm = xf + m * pw.K;
                 float* y = y_rows + m * ld_y;
-                if (f32_avx512) cpu::avx512::linear_f32(xm, 1, pw.K, pw, y, pw.N, pj, pj + 1, false);
-                else cpu::avx2::linear_f32(xm, 1, pw.K, pw, y, pw.N, pj, pj + 1, false);
+                if (f32_avx512)
+                    cpu::avx512::linear_f32(xm, 1, pw.K, pw, y, pw.N, pj, pj + 1, false);
+                else
+                    cpu::avx2::linear_f32(xm, 1, pw.K, pw, y, pw.N, pj, pj + 1, false);
                 for (int64_t n = pj * kPanelCols; n < std::min(pw.N, (pj + 1) * kPanelCols); ++n)
                     if (argmax_better(y[n], n, v, i)) {
                         v = y[n];

@@ -50,10 +50,10 @@ struct Int8Screen {
 
 // Per-call constants of the screen (from the row x), shared by every panel.
 struct ScreenRow {
-    float sx;     // x scale
-    float c_err;  // multiplies |ew_n|:  |X| + |ex|
-    float c_wq;   // multiplies |W_n|:   |ex|
-    float c_wmax; // multiplies wmax_n:  gamma_K Xabs (+ inputs below 2^-126, flushed by the exact kernel)
+    float sx;      // x scale
+    float c_err;   // multiplies |ew_n|:  |X| + |ex|
+    float c_wq;    // multiplies |W_n|:   |ex|
+    float c_wmax;  // multiplies wmax_n:  gamma_K Xabs (+ inputs below 2^-126, flushed by the exact kernel)
     float c_abs;  // absolute: weights below 2^-126 (flushed), denormal partial sums (flushed), bound rounding
 };
 

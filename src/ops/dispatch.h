@@ -3,9 +3,10 @@
 //
 //   GDN_ISA=avx512|avx2|ref        force an ISA (an ISA the CPU lacks is an error, not a silent downgrade)
 //   GDN_FORCE_REFERENCE=op,op|all  run the named ops on the scalar reference (for A/B runs)
-//   GDN_DELTA_RULE=auto|recurrent|chunked   the prefill form of the fast delta rule (auto: by measured crossover)
-//   GDN_AMX=0|1                    bf16 linears on AMX tiles where the CPU and OS allow it (default 1)
-//   GDN_AVX_VNNI=0|1               AVX2's quantized linears on 256-bit vpdpbusd where the CPU has AVX-VNNI (default 1)
+//   GDN_DELTA_RULE=auto|recurrent|chunked   the prefill form of the fast delta rule (auto: by measured
+//   crossover) GDN_AMX=0|1                    bf16 linears on AMX tiles where the CPU and OS allow it
+//   (default 1) GDN_AVX_VNNI=0|1               AVX2's quantized linears on 256-bit vpdpbusd where the CPU has
+//   AVX-VNNI (default 1)
 #pragma once
 
 #include <cstdint>
@@ -24,9 +25,9 @@ enum class OpId : int {
     RMS_NORM,      // incl. the fused residual add
     QK_NORM_ROPE,  // per-head q/k RMSNorm + partial RoPE
     ATTENTION,
-    CONV1D,        // GDN causal conv + SiLU
-    GDN_PREP,      // split, q/k L2 norm and scale, gating (g, beta)
-    GDN_RULE,      // the gated delta rule (decode step and prefill)
+    CONV1D,    // GDN causal conv + SiLU
+    GDN_PREP,  // split, q/k L2 norm and scale, gating (g, beta)
+    GDN_RULE,  // the gated delta rule (decode step and prefill)
     GATED_NORM,
     SWIGLU,
     MOE,

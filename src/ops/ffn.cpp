@@ -61,8 +61,10 @@ void mlp(const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf
     const int64_t I = m.down.K();
     if (m.fused && !hf) {  // SwiGLU in the gate|up GEMM's epilogue
         float* act = sc.f32(act_slot, N * I);
-        if (in) linear_swiglu(*in, m.gate_up, act, bf16);
-        else linear_swiglu(h, N, m.gate_up, act, bf16);
+        if (in)
+            linear_swiglu(*in, m.gate_up, act, bf16);
+        else
+            linear_swiglu(h, N, m.gate_up, act, bf16);
         linear(act, N, m.down, out, bf16, hf);
         return;
     }
@@ -77,8 +79,8 @@ void mlp(const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf
     linear(act, N, m.down, out, bf16, hf);
 }
 
-void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out, bool bf16, bool hf, Scratch& sc,
-         MoeWorkspace& ws) {
+void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out, bool bf16, bool hf,
+         Scratch& sc, MoeWorkspace& ws) {
     const int64_t H = s.hidden, E = s.n_experts, k = s.top_k;
     // The reference MoE on the checkpoint's views where the layer kept them (a float layer); a quantized
     // layer has none and is composed below from its packed weights.
@@ -95,10 +97,13 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
     ws.route_w.resize(N * k);
     {
         GDN_PROFILE("moe_route");
-        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {  // tokens route independently
-            ref::moe_route(logits + t0 * E, t1 - t0, E, k, s.norm_topk_prob, ws.route_idx.data() + t0 * k,
-                           ws.route_w.data() + t0 * k);
-        }, row_grain(8 * E));
+        global_pool().parallel_for(
+            N,
+            [&](int64_t t0, int64_t t1) {  // tokens route independently
+                ref::moe_route(logits + t0 * E, t1 - t0, E, k, s.norm_topk_prob, ws.route_idx.data() + t0 * k,
+                               ws.route_w.data() + t0 * k);
+            },
+            row_grain(8 * E));
     }
     ref::round_activations(ws.route_w.data(), N * k, hf);
     bucket_routes(ws, N, E, k);
@@ -109,8 +114,10 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
     // HF-rounding mode one expert at a time on gathered rows), then each token's weighted outputs added
     // in expert order, the order of a one-expert-at-a-time loop.
     const int64_t I = m.experts[0].down.K();
-    const bool grouped = !hf && std::all_of(m.experts.begin(), m.experts.end(), [](const Mlp& x) { return x.fused; });
-    const int64_t cap = std::max<int64_t>(N, kMoeRunBytes / static_cast<int64_t>((2 * H + I) * sizeof(float)));
+    const bool grouped =
+        !hf && std::all_of(m.experts.begin(), m.experts.end(), [](const Mlp& x) { return x.fused; });
+    const int64_t cap =
+        std::max<int64_t>(N, kMoeRunBytes / static_cast<int64_t>((2 * H + I) * sizeof(float)));
     float* ye = sc.f32(MOE_OUT, cap * H);
     float* xe = grouped ? nullptr : sc.f32(MOE_IN, cap * H);
     float* act = grouped ? sc.f32(MOE_ACT, cap * I) : nullptr;
@@ -125,36 +132,49 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
             for (int64_t e = e0; e < e1; ++e) {
                 const int64_t at = start[e] - r0, n = start[e + 1] - start[e];
                 if (n == 0) continue;
-                ws.gate_up_jobs.push_back({nullptr, n, &m.experts[e].gate_up, act + at * I, ws.rows.data() + start[e], &in});
+                ws.gate_up_jobs.push_back(
+                    {nullptr, n, &m.experts[e].gate_up, act + at * I, ws.rows.data() + start[e], &in});
                 ws.down_jobs.push_back({act + at * I, n, &m.experts[e].down, ye + at * H});
             }
             linear_group(ws.gate_up_jobs, true, bf16);
             linear_group(ws.down_jobs, false, bf16);
         } else {
-            global_pool().parallel_for(r1 - r0, [&](int64_t i0, int64_t i1) {
-                for (int64_t i = i0; i < i1; ++i) std::memcpy(xe + i * H, h + ws.rows[r0 + i] * H, H * sizeof(float));
-            }, grain);
+            global_pool().parallel_for(
+                r1 - r0,
+                [&](int64_t i0, int64_t i1) {
+                    for (int64_t i = i0; i < i1; ++i)
+                        std::memcpy(xe + i * H, h + ws.rows[r0 + i] * H, H * sizeof(float));
+                },
+                grain);
             for (int64_t e = e0; e < e1; ++e)
                 if (const int64_t n = start[e + 1] - start[e]; n > 0)
-                    mlp(m.experts[e], xe + (start[e] - r0) * H, n, ye + (start[e] - r0) * H, bf16, hf, sc, MOE_GATE_UP,
-                        MOE_ACT);
+                    mlp(m.experts[e], xe + (start[e] - r0) * H, n, ye + (start[e] - r0) * H, bf16, hf, sc,
+                        MOE_GATE_UP, MOE_ACT);
         }
         GDN_PROFILE("moe combine");
-        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t)
-                for (int64_t r = 0; r < k; ++r) {
-                    const int64_t at = ws.route_pos[t * k + r];
-                    if (at >= r0 && at < r1) add_weighted_row(out + t * H, ye + (at - r0) * H, ws.rw[at], H, r == 0);
-                }
-        }, grain);
+        global_pool().parallel_for(
+            N,
+            [&](int64_t t0, int64_t t1) {
+                for (int64_t t = t0; t < t1; ++t)
+                    for (int64_t r = 0; r < k; ++r) {
+                        const int64_t at = ws.route_pos[t * k + r];
+                        if (at >= r0 && at < r1)
+                            add_weighted_row(out + t * H, ye + (at - r0) * H, ws.rw[at], H, r == 0);
+                    }
+            },
+            grain);
     }
     if (s.has_shared) {
         mlp(m.shared, h, N, ye, bf16, hf, sc, MOE_GATE_UP, MOE_ACT, &in);
         float* sg = sc.f32(MOE_SHARED_GATE, N);
         linear(in, m.shared_gate, sg, bf16, hf);
-        global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
-            for (int64_t t = t0; t < t1; ++t) add_weighted_row(out + t * H, ye + t * H, ref::sigmoid(sg[t]), H, false);
-        }, grain);
+        global_pool().parallel_for(
+            N,
+            [&](int64_t t0, int64_t t1) {
+                for (int64_t t = t0; t < t1; ++t)
+                    add_weighted_row(out + t * H, ye + t * H, ref::sigmoid(sg[t]), H, false);
+            },
+            grain);
     }
     ref::round_activations(out, N * H, hf);
 }

@@ -27,8 +27,8 @@ struct Mlp {
 };
 
 struct Moe {
-    MoeWeights views;      // for the reference op (empty on a quantized layer)
-    LinearWeight router;   // [E, H]
+    MoeWeights views;     // for the reference op (empty on a quantized layer)
+    LinearWeight router;  // [E, H]
     std::vector<Mlp> experts;
     Mlp shared;
     LinearWeight shared_gate;  // [1, H]
@@ -67,7 +67,7 @@ void mlp(const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf
 // sigmoid(h shared_gate^T) * shared(h). On the reference ISA the reference op runs on the layer's views
 // (where it has them); otherwise the experts run as two linear_group passes (every expert's gate|up
 // with its SwiGLU, then every down projection) over runs of experts whose rows fit 64 MB of scratch.
-void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out, bool bf16, bool hf, Scratch& sc,
-         MoeWorkspace& ws);
+void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out, bool bf16, bool hf,
+         Scratch& sc, MoeWorkspace& ws);
 
 }  // namespace gdn::ops

@@ -49,18 +49,22 @@ void embedding(const TensorView& table, const PackedWeight* packed, const int32_
     // A quantized table exists only packed: its dequantized rows are the reference too.
     if (packed && (op_isa(OpId::EMBEDDING) != Isa::REF || is_quantized(packed->format))) {
         const int64_t V = table.shape[0], H = table.shape[1];
-        GDN_CHECK(packed->N == V && packed->K == H, "embedding: packed table [%lld, %lld] is not [%lld, %lld]",
-                  (long long)packed->N, (long long)packed->K, (long long)V, (long long)H);
+        GDN_CHECK(packed->N == V && packed->K == H,
+                  "embedding: packed table [%lld, %lld] is not [%lld, %lld]", (long long)packed->N,
+                  (long long)packed->K, (long long)V, (long long)H);
         for (int64_t i = 0; i < n; ++i)
             GDN_CHECK(ids[i] >= 0 && ids[i] < V, "token id %d out of range [0, %lld)", ids[i], (long long)V);
         // A quantized row is dequantized value by value (~5 ns each): a prefill's rows go over the pool.
         const int64_t grain = is_quantized(packed->format) ? row_grain(16 * H) : row_grain(2 * H);
-        global_pool().parallel_for(n, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-                if (is_quantized(packed->format) && i + 2 < i1) quant::prefetch_row(*packed, ids[i + 2]);
-                unpack_row(*packed, ids[i], out + i * H);
-            }
-        }, grain);
+        global_pool().parallel_for(
+            n,
+            [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) {
+                    if (is_quantized(packed->format) && i + 2 < i1) quant::prefetch_row(*packed, ids[i + 2]);
+                    unpack_row(*packed, ids[i], out + i * H);
+                }
+            },
+            grain);
     } else {
         ref::embedding(table, ids, n, out);
     }
@@ -75,10 +79,13 @@ void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps
         round_inplace(y, rows * n, bf16);
         return;
     }
-    global_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
-            GDN_KERNEL(isa, rms_norm_row, x + r * n, n, w, eps, y + r * n, bf16);
-    }, row_grain(n));
+    global_pool().parallel_for(
+        rows,
+        [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r)
+                GDN_KERNEL(isa, rms_norm_row, x + r * n, n, w, eps, y + r * n, bf16);
+        },
+        row_grain(n));
 }
 
 void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y,
@@ -92,14 +99,17 @@ void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float
         round_inplace(y, rows * n, bf16);
         return;
     }
-    global_pool().parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r)
-            GDN_KERNEL(isa, add_rms_norm_row, x + r * n, d + r * n, n, w, eps, y + r * n, bf16);
-    }, row_grain(2 * n));
+    global_pool().parallel_for(
+        rows,
+        [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r)
+                GDN_KERNEL(isa, add_rms_norm_row, x + r * n, d + r * n, n, w, eps, y + r * n, bf16);
+        },
+        row_grain(2 * n));
 }
 
-void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHeads> heads, int64_t D, float eps,
-                  int64_t rot, float theta, const int64_t* pos, bool bf16) {
+void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHeads> heads, int64_t D,
+                  float eps, int64_t rot, float theta, const int64_t* pos, bool bf16) {
     GDN_PROFILE("qk_norm_rope");
     const Isa isa = op_isa(OpId::QK_NORM_ROPE);
     if (isa == Isa::REF) {
@@ -120,34 +130,42 @@ void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHea
     GDN_CHECK(half <= 256, "qk_norm_rope: rotary dims above 512");
     for (int64_t j = 0; j < half; ++j)
         inv_freq[j] = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(rot));
-    global_pool().parallel_for(N, [&](int64_t t0, int64_t t1) {
-        float cs[512];  // [cos(rot/2) | sin(rot/2)]
-        for (int64_t t = t0; t < t1; ++t) {
-            for (int64_t j = 0; j < half; ++j) {
-                const float ang = static_cast<float>(pos[t]) * inv_freq[j];
-                cs[j] = bf16 ? round_bf16(std::cos(ang)) : std::cos(ang);
-                cs[half + j] = bf16 ? round_bf16(std::sin(ang)) : std::sin(ang);
+    global_pool().parallel_for(
+        N,
+        [&](int64_t t0, int64_t t1) {
+            float cs[512];  // [cos(rot/2) | sin(rot/2)]
+            for (int64_t t = t0; t < t1; ++t) {
+                for (int64_t j = 0; j < half; ++j) {
+                    const float ang = static_cast<float>(pos[t]) * inv_freq[j];
+                    cs[j] = bf16 ? round_bf16(std::cos(ang)) : std::cos(ang);
+                    cs[half + j] = bf16 ? round_bf16(std::sin(ang)) : std::sin(ang);
+                }
+                for (const RopeHeads& hs : heads)
+                    for (int64_t h = 0; h < hs.n; ++h)
+                        GDN_KERNEL(isa, norm_rope_head, x + t * ld + hs.first + h * hs.stride, D, hs.w, eps,
+                                   rot, cs, bf16);
             }
-            for (const RopeHeads& hs : heads)
-                for (int64_t h = 0; h < hs.n; ++h)
-                    GDN_KERNEL(isa, norm_rope_head, x + t * ld + hs.first + h * hs.stride, D, hs.w, eps, rot, cs, bf16);
-        }
-    }, row_grain(n_heads * D + 16 * rot));  // the pow/cos/sin per rotary pair weigh about 32 floats of norm work
+        },
+        row_grain(n_heads * D +
+                  16 * rot));  // the pow/cos/sin per rotary pair weigh about 32 floats of norm work
 }
 
 void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
     GDN_PROFILE("swiglu");
     const Isa isa = op_isa(OpId::SWIGLU);
-    global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
-        for (int64_t m = m0; m < m1; ++m) {
-            if (isa == Isa::REF) {
-                ref::silu_mul(gu + m * 2 * I, gu + m * 2 * I + I, I, out + m * I, bf16);
-                round_inplace(out + m * I, I, bf16);
-            } else {
-                GDN_KERNEL(isa, silu_mul, gu + m * 2 * I, gu + m * 2 * I + I, I, out + m * I, bf16);
+    global_pool().parallel_for(
+        M,
+        [&](int64_t m0, int64_t m1) {
+            for (int64_t m = m0; m < m1; ++m) {
+                if (isa == Isa::REF) {
+                    ref::silu_mul(gu + m * 2 * I, gu + m * 2 * I + I, I, out + m * I, bf16);
+                    round_inplace(out + m * I, I, bf16);
+                } else {
+                    GDN_KERNEL(isa, silu_mul, gu + m * 2 * I, gu + m * 2 * I + I, I, out + m * I, bf16);
+                }
             }
-        }
-    }, row_grain(3 * I));
+        },
+        row_grain(3 * I));
 }
 
 int64_t argmax(const float* x, int64_t n) {
@@ -273,8 +291,8 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
 // after the other in its unit, each reading the state the previous token left: each token is exactly a
 // decode step. y [N, CD] and core [N, VD] are the unit's scratch rows; out null: the states only (a
 // commit), no gated norm.
-void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t hk, const GdnParams& p, float* y,
-                       float* core, float* out, Isa isa, bool bf16) {
+void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t hk, const GdnParams& p,
+                       float* y, float* core, float* out, Isa isa, bool bf16) {
     const int64_t Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, r = Hv / Hk;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
     const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
@@ -285,7 +303,8 @@ void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t 
     thread_local std::vector<float> own;
     const int64_t v0 = 2 * KD + hk * r * Dv;  // the value channels of this key head's value heads
     const int64_t chans[3][2] = {{hk * Dk, Dk}, {KD + hk * Dk, Dk}, {v0, r * Dv}};
-    if (s.keep_state && own.size() < static_cast<size_t>(conv_n + r * head_n)) own.resize(conv_n + r * head_n);
+    if (s.keep_state && own.size() < static_cast<size_t>(conv_n + r * head_n))
+        own.resize(conv_n + r * head_n);
     // Where token i leaves the states: in place, in its outputs, or (verification) in the private copy,
     // which holds the whole conv window (only this unit's channels are used) and this unit's r value heads.
     auto conv_of = [&](int64_t i) { return s.keep_state ? own.data() : s.conv_out ? s.conv_out[i] : s.conv; };
@@ -306,7 +325,8 @@ void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t 
         float* q = yt + hk * Dk;
         float* k = yt + KD + hk * Dk;
         for (const auto& c : chans)
-            GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, c[0], c[0] + c[1], bf16);
+            GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, c[0], c[0] + c[1],
+                       bf16);
         GDN_KERNEL(isa, l2_norm_scale, q, Dk, 1e-6f, qscale);
         GDN_KERNEL(isa, l2_norm_scale, k, Dk, 1e-6f, 1.0f);
         const float kq = GDN_KERNEL(isa, dot, q, k, Dk);
@@ -318,19 +338,22 @@ void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t 
                        std::exp(gates.log_decay), gates.beta, kq, Dk, Dv, o);
             if (!out) continue;
             if (bf16) ref::round_activations(o, Dv, true);
-            GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv, bf16);
+            GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv,
+                       bf16);
         }
     }
 }
 
-void gdn_stepwise_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* y,
-                        float* core, float* out, Isa isa, bool bf16) {
+void gdn_stepwise_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
+                        float* y, float* core, float* out, Isa isa, bool bf16) {
     const int64_t Hk = p.Hk;
     // Balanced: a unit streams 64 KiB+ of state from DRAM, and with fixed halves the thread on the
     // slower vCPU kept the other waiting ~30 us of a ~45 us step (measured).
-    global_pool().parallel_for_balanced(static_cast<int64_t>(seqs.size()) * Hk, 1, [&](int, int64_t u0, int64_t u1) {
-        for (int64_t u = u0; u < u1; ++u) gdn_stepwise_unit(proj, ldp, seqs[u / Hk], u % Hk, p, y, core, out, isa, bf16);
-    });
+    global_pool().parallel_for_balanced(
+        static_cast<int64_t>(seqs.size()) * Hk, 1, [&](int, int64_t u0, int64_t u1) {
+            for (int64_t u = u0; u < u1; ++u)
+                gdn_stepwise_unit(proj, ldp, seqs[u / Hk], u % Hk, p, y, core, out, isa, bf16);
+        });
 }
 
 }  // namespace
@@ -377,8 +400,8 @@ void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& sc, bool bf1
             const int64_t li = std::upper_bound(first.begin(), first.end(), u) - first.begin() - 1;
             const GdnCommitLayer& l = layers[li];
             const int64_t v = u - first[li];
-            gdn_stepwise_unit(l.proj, l.ldp, (*l.seqs)[v / Hk], v % Hk, *l.p, y + li * N * CD, core + li * N * VD,
-                              nullptr, isa, bf16);
+            gdn_stepwise_unit(l.proj, l.ldp, (*l.seqs)[v / Hk], v % Hk, *l.p, y + li * N * CD,
+                              core + li * N * VD, nullptr, isa, bf16);
         }
     });
 }
@@ -404,8 +427,10 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
     stepwise.clear();
     seqs.clear();
     for (const GdnSeq& s : all_seqs) {
-        if (s.ssm_out || s.keep_state || (s.T == 1 && !sc.gdn_staged_decode)) stepwise.push_back(s);
-        else seqs.push_back(s);
+        if (s.ssm_out || s.keep_state || (s.T == 1 && !sc.gdn_staged_decode))
+            stepwise.push_back(s);
+        else
+            seqs.push_back(s);
     }
     if (!stepwise.empty()) {
         GDN_PROFILE("gdn.decode");
@@ -453,10 +478,10 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
                 if (Tc > 0) chunk_scratch.resize(GDN_KERNEL(isa, gdn_chunk_scratch_floats, Dk, Dv));
                 for (int64_t b0 = 0; b0 < s.T; b0 += kBlock) {
                     const int64_t n = std::min(kBlock, s.T - b0), b1 = b0 + n;
-                    GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, qb.data(), Dk,
-                               hk * Dk, (hk + 1) * Dk, bf16);
-                    GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, kb.data(), Dk,
-                               KD + hk * Dk, KD + (hk + 1) * Dk, bf16);
+                    GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, qb.data(),
+                               Dk, hk * Dk, (hk + 1) * Dk, bf16);
+                    GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, kb.data(),
+                               Dk, KD + hk * Dk, KD + (hk + 1) * Dk, bf16);
                     for (int64_t i = 0; i < n; ++i) {
                         GDN_KERNEL(isa, l2_norm_scale, &qb[i * Dk], Dk, 1e-6f, qscale);
                         GDN_KERNEL(isa, l2_norm_scale, &kb[i * Dk], Dk, 1e-6f, 1.0f);
@@ -464,18 +489,19 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
                     }
                     for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {  // value head h reads key head h / r
                         float* S = s.ssm + h * Dk * Dv;
-                        GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, vb.data(), Dv,
-                                   2 * KD + h * Dv, 2 * KD + (h + 1) * Dv, bf16);
+                        GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv,
+                                   vb.data(), Dv, 2 * KD + h * Dv, 2 * KD + (h + 1) * Dv, bf16);
                         for (int64_t i = 0; i < n; ++i) {
-                            if (i + kRowsAhead < n) __builtin_prefetch(x + (b0 + i + kRowsAhead) * ldp + CD + VD + h);
+                            if (i + kRowsAhead < n)
+                                __builtin_prefetch(x + (b0 + i + kRowsAhead) * ldp + CD + VD + h);
                             const GdnGates gates = gdn_gates(p, x + (b0 + i) * ldp + CD + VD, h, bf16);
                             gb[i] = std::exp(gates.log_decay);
                             gb[kBlock + i] = gates.beta;
                             gb[3 * kBlock + i] = gates.log_decay;
                         }
                         if (s.T == 1) {
-                            GDN_KERNEL(isa, gdn_step, S, S, qb.data(), kb.data(), vb.data(), gb[0], gb[kBlock],
-                                       gb[2 * kBlock], Dk, Dv, ob.data());
+                            GDN_KERNEL(isa, gdn_step, S, S, qb.data(), kb.data(), vb.data(), gb[0],
+                                       gb[kBlock], gb[2 * kBlock], Dk, Dv, ob.data());
                         } else {
                             const int64_t nc = std::clamp<int64_t>(Tc - b0, 0, n);  // a multiple of the chunk
                             for (int64_t c = 0; c < nc; c += cpu::kGdnChunk)
@@ -484,23 +510,24 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
                                            chunk_scratch.data());
                             if (nc < n)
                                 GDN_KERNEL(isa, gdn_slab, S, &qb[nc * Dk], &kb[nc * Dk], Dk, &vb[nc * Dv], Dv,
-                                           &ob[nc * Dv], Dv, &gb[nc], &gb[kBlock + nc], 1, &gb[2 * kBlock + nc], 1,
-                                           n - nc, Dk, Dv, 0, Dv);
+                                           &ob[nc * Dv], Dv, &gb[nc], &gb[kBlock + nc], 1,
+                                           &gb[2 * kBlock + nc], 1, n - nc, Dk, Dv, 0, Dv);
                         }
                         // The gated RMSNorm with silu(z), per token.
                         for (int64_t i = 0; i < n; ++i) {
-                            if (i + kRowsAhead < n) prefetch_floats(x + (b0 + i + kRowsAhead) * ldp + CD + h * Dv, Dv);
+                            if (i + kRowsAhead < n)
+                                prefetch_floats(x + (b0 + i + kRowsAhead) * ldp + CD + h * Dv, Dv);
                             float* o = &ob[i * Dv];
                             if (bf16) ref::round_activations(o, Dv, true);
-                            GDN_KERNEL(isa, gated_norm_row, o, x + (b0 + i) * ldp + CD + h * Dv, Dv, p.norm, p.eps,
-                                       out + (s.t0 + b0 + i) * VD + h * Dv, bf16);
+                            GDN_KERNEL(isa, gated_norm_row, o, x + (b0 + i) * ldp + CD + h * Dv, Dv, p.norm,
+                                       p.eps, out + (s.t0 + b0 + i) * VD + h * Dv, bf16);
                         }
                     }
                 }
                 // The conv state after the sequence: this unit's channels only (no other unit reads them).
-                for (const auto& [c0, c1] : {std::pair{hk * Dk, (hk + 1) * Dk},
-                                             std::pair{KD + hk * Dk, KD + (hk + 1) * Dk},
-                                             std::pair{2 * KD + hk * r * Dv, 2 * KD + (hk + 1) * r * Dv}})
+                for (const auto& [c0, c1] :
+                     {std::pair{hk * Dk, (hk + 1) * Dk}, std::pair{KD + hk * Dk, KD + (hk + 1) * Dk},
+                      std::pair{2 * KD + hk * r * Dv, 2 * KD + (hk + 1) * r * Dv}})
                     GDN_KERNEL(isa, conv1d_state_update, x, ldp, s.T, CD, p.K, s.conv, c0, c1);
             }
         });
@@ -523,14 +550,15 @@ constexpr int64_t kKeysPerUnit = 256;
 // else on vdpbf16ps, dealt round-robin (later blocks see more keys, so contiguous ranges would be
 // unbalanced) one KV head after the other: the threads stream the same head's packed K/V at once (16
 // MiB at 16k keys), not one head each, which would need both heads' in the L3 together.
-void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& pre, int64_t Hq,
-                           int64_t Hkv, int64_t D, float scale, float* out, Scratch& sc) {
+void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& pre,
+                            int64_t Hq, int64_t Hkv, int64_t D, float scale, float* out, Scratch& sc) {
     const int64_t group = Hq / Hkv, tokens_per_block = 32 / group;
     constexpr int64_t kPackKeys = 256;
     for (const AttnSeq& s : pre) {
         const int64_t n_keys = s.n_past + s.T, nk = (n_keys + 31) / 32 * 32;
         const int64_t per_head = D / 2 * nk;  // uint32 words of one head's kt, and of its vp
-        uint32_t* kt = reinterpret_cast<uint32_t*>(sc.f32(ATTN_PACKED_KV, static_cast<size_t>(2 * Hkv * per_head)));
+        uint32_t* kt =
+            reinterpret_cast<uint32_t*>(sc.f32(ATTN_PACKED_KV, static_cast<size_t>(2 * Hkv * per_head)));
         uint32_t* vp = kt + Hkv * per_head;
         const int64_t ranges = (nk + kPackKeys - 1) / kPackKeys;
         const bool amx = has_amx_bf16();
@@ -539,7 +567,7 @@ void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, cons
             for (int64_t u = u0; u < u1; ++u) {
                 const int64_t g = u / ranges, j0 = (u % ranges) * kPackKeys;
                 cpu::avx512::attention_bf16_pack(s.kv, g * D, D, n_keys, j0, std::min(nk, j0 + kPackKeys),
-                                                kt + g * per_head, vp + g * per_head, nk, key_chunk);
+                                                 kt + g * per_head, vp + g * per_head, nk, key_chunk);
             }
         });
         const int64_t n_blocks = (s.T + tokens_per_block - 1) / tokens_per_block;
@@ -598,7 +626,8 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
     std::vector<AttnSeq>& pre = sc.attn_prefill_seqs;
     dec.clear();
     pre.clear();
-    const bool decode_kernel = GDN_KERNEL(isa, attention_decode_supported, D);  // other head sizes: the path below
+    const bool decode_kernel =
+        GDN_KERNEL(isa, attention_decode_supported, D);  // other head sizes: the path below
     for (const AttnSeq& s : seqs) (decode_kernel && s.T == 1 && !s.prefill_row ? dec : pre).push_back(s);
     if (!dec.empty()) {
         // Decode: each unit is (sequence, key range) over all KV heads, reading whole K/V rows in order;
@@ -624,8 +653,8 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
                 const AttnSeq& s = dec[si];
                 const int64_t j0 = (u - first[si]) * kKeysPerUnit;
                 const int64_t j1 = std::min(s.n_past + 1, j0 + kKeysPerUnit);
-                const bool done = GDN_KERNEL(isa, attention_decode_range, q + s.t0 * ldq, Hkv, group, D, s.kv, j0, j1,
-                                             scale, part + u * Hq * D, mx + u * Hq, sum + u * Hq);
+                const bool done = GDN_KERNEL(isa, attention_decode_range, q + s.t0 * ldq, Hkv, group, D, s.kv,
+                                             j0, j1, scale, part + u * Hq * D, mx + u * Hq, sum + u * Hq);
                 GDN_CHECK(done, "attention decode kernel has no instance for D = %lld", (long long)D);
             }
         });
@@ -633,21 +662,25 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         // hundred ns for short contexts, less than waking the other threads, so small merges run on the
         // caller.
         const int64_t merge_grain = row_grain(2 * D * std::max<int64_t>(1, n_units / n_seqs));
-        global_pool().parallel_for(n_seqs * Hq, [&](int64_t i0, int64_t i1) {
-            for (int64_t i = i0; i < i1; ++i) {
-                const int64_t si = i / Hq, h = i % Hq, u = first[si];
-                const AttnSeq& s = dec[si];
-                GDN_KERNEL(isa, attention_merge, part + (u * Hq + h) * D, mx + u * Hq + h, sum + u * Hq + h,
-                           first[si + 1] - u, Hq, D, gate ? gate + s.t0 * ldq + h * D : nullptr,
-                           out + (s.t0 * Hq + h) * D);
-            }
-        }, merge_grain);
+        global_pool().parallel_for(
+            n_seqs * Hq,
+            [&](int64_t i0, int64_t i1) {
+                for (int64_t i = i0; i < i1; ++i) {
+                    const int64_t si = i / Hq, h = i % Hq, u = first[si];
+                    const AttnSeq& s = dec[si];
+                    GDN_KERNEL(isa, attention_merge, part + (u * Hq + h) * D, mx + u * Hq + h,
+                               sum + u * Hq + h, first[si + 1] - u, Hq, D,
+                               gate ? gate + s.t0 * ldq + h * D : nullptr, out + (s.t0 * Hq + h) * D);
+                }
+            },
+            merge_grain);
     }
     if (pre.empty()) return;
     if (bf16 && isa == Isa::AVX512 && has_bf16_dot() && !uses_bf16_attention(Hq, Hkv, D, bf16) &&
         std::any_of(pre.begin(), pre.end(), [](const AttnSeq& s) { return s.n_past + s.T > kKeysPerUnit; }))
-        count_fallback(OpId::ATTENTION, "prefill stays on f32 FMA: the bf16 kernels need D % 32 == 0, D <= 512 and "
-                                        "at most 32 query heads per KV head");
+        count_fallback(OpId::ATTENTION,
+                       "prefill stays on f32 FMA: the bf16 kernels need D % 32 == 0, D <= 512 and "
+                       "at most 32 query heads per KV head");
     if (uses_bf16_attention(Hq, Hkv, D, bf16)) {
         // Rows past kKeysPerUnit keys to the bf16 kernels, the first ones stay below (see kKeysPerUnit).
         std::vector<AttnSeq>& late = sc.attn_bf16_seqs;

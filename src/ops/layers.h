@@ -22,7 +22,7 @@ struct AttnSeq;
 
 // Grow-only scratch buffers reused across calls (no heap allocation once warm).
 class Scratch {
-public:
+  public:
     float* f32(int slot, size_t n);
     std::vector<uint8_t> gdn_chunked;  // per sequence of a GDN call: full chunks in the chunked form
     bool gdn_staged_decode = false;    // tests: decode steps through the staged path, not the fused one
@@ -31,8 +31,9 @@ public:
     std::vector<int64_t> gdn_commit_units;               // gdn_commit: the first unit of each layer
     std::vector<AttnSeq> attn_decode_seqs, attn_prefill_seqs, attn_bf16_seqs;  // an attention call's by path
 
-private:
-    std::vector<Buffer> f_;  // huge-page backed when large (page faults on first touch cost ~10 us per 4 KiB here)
+  private:
+    std::vector<Buffer>
+        f_;  // huge-page backed when large (page faults on first touch cost ~10 us per 4 KiB here)
 };
 
 // out [n, H] = rows ids of table [V, H]. With `packed` (the same matrix packed: a tied lm_head), the rows
@@ -44,7 +45,8 @@ void embedding(const TensorView& table, const PackedWeight* packed, const int32_
 // y[r] = rmsnorm(x[r]) * w, rows of n (w holds 1 + weight)
 void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16);
 // x[r] += d[r] (the residual add), then y[r] = rmsnorm(x[r]) * w
-void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16);
+void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y,
+                  bool bf16);
 // Heads of one kind in a token row: n heads of D floats at row + first + i * stride, RMS-normed with w.
 struct RopeHeads {
     int64_t first, n, stride;
@@ -53,17 +55,17 @@ struct RopeHeads {
 // Per-head RMSNorm then partial rotate-half RoPE, in place, of every head set in each of the N token rows
 // (ld floats apart; token t at position pos[t]). The rotary angles are computed once per token for all
 // sets (their pow / cos / sin outweigh the norms: per set and head they cost 127 ms of a 4096-token prefill).
-void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHeads> heads, int64_t D, float eps,
-                  int64_t rot, float theta, const int64_t* pos, bool bf16);
+void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHeads> heads, int64_t D,
+                  float eps, int64_t rot, float theta, const int64_t* pos, bool bf16);
 // out [M, I] = silu(gu[:, :I]) * gu[:, I:]   (gu [M, 2I]: the fused gate|up projection)
 void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16);
 int64_t argmax(const float* x, int64_t n);
 
 // One sequence's slice of a GDN layer batch.
 struct GdnSeq {
-    int64_t t0, T;   // rows [t0, t0 + T) of the batch
-    float* conv;     // [K-1, CD]
-    float* ssm;      // [Hv, Dk, Dv]
+    int64_t t0, T;  // rows [t0, t0 + T) of the batch
+    float* conv;    // [K-1, CD]
+    float* ssm;     // [Hv, Dk, Dv]
     // The state after token t goes to conv_out[t] / ssm_out[t] (T pointers each; an entry may equal the
     // state it follows, i.e. in place): a decode step that keeps its input state (a prefix-cache
     // snapshot), and the commit of verified tokens into another slot. Null: in place.
@@ -79,16 +81,16 @@ struct GdnSeq {
 struct GdnParams {
     int64_t Hk, Hv, Dk, Dv, K;
     float eps;
-    const float* conv_w;   // [CD, K] (reference layout)
-    const float* conv_wT;  // [K, CD] (kernel layout)
-    const float* neg_exp_A, *dt_bias, *norm;  // [Hv], [Hv], [Dv]
+    const float* conv_w;                      // [CD, K] (reference layout)
+    const float* conv_wT;                     // [K, CD] (kernel layout)
+    const float *neg_exp_A, *dt_bias, *norm;  // [Hv], [Hv], [Dv]
     bool chunked_reference;  // reference path: chunked form for long sequences (else recurrent)
 };
 // The GDN mixer between the input projection and out_proj: conv + SiLU, q/k L2 norm and scale, gating,
 // the gated delta rule on each sequence's state, gated RMSNorm with silu(z).
 // proj [N, ldp] rows hold q|k|v (CD) | z (VD) | b (Hv) | a (Hv); out [N, VD].
-void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p, float* out,
-               Scratch& scratch, bool bf16);
+void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
+               float* out, Scratch& scratch, bool bf16);
 // The states only (no outputs) of several GDN layers' sequences in one parallel pass: the commit of
 // verified tokens (Model::commit_verified), whose outputs the verification already produced. Every
 // sequence must run stepwise (per-token outputs; the tokens few); the layers share their head shape.

@@ -26,7 +26,8 @@ LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<Wei
     p.K = parts[0].shape[1];
     bool all_bf16 = true;
     for (const auto& t : parts) {
-        GDN_CHECK(t.rank == 2 && t.shape[1] == p.K && t.stride[1] == 1, "linear parts must be [N_i, K] with one K");
+        GDN_CHECK(t.rank == 2 && t.shape[1] == p.K && t.stride[1] == 1,
+                  "linear parts must be [N_i, K] with one K");
         p.N += t.shape[0];
         all_bf16 &= t.dtype == DType::BF16;
     }
@@ -37,9 +38,12 @@ LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<Wei
         for (int64_t r = 0; r < t.shape[0]; ++r) rows.emplace_back(&t, r);
     if (quantize) {  // converted to f32 as stored, straight from the parts (a checkpoint mmap)
         const int64_t K = p.K;
-        quant::pack_quantized(*quantize, p.N, K, [&](int64_t n, float* out) {
-            convert_to_f32(rows[n].first->dtype, rows[n].first->row(rows[n].second), out, K);
-        }, &p, rows_done);
+        quant::pack_quantized(
+            *quantize, p.N, K,
+            [&](int64_t n, float* out) {
+                convert_to_f32(rows[n].first->dtype, rows[n].first->row(rows[n].second), out, K);
+            },
+            &p, rows_done);
         return lw;
     }
     if (parts.size() == 1) lw.view = parts[0];
@@ -112,13 +116,17 @@ float* products_scratch(size_t n) {
     return buf.data();
 }
 
-int64_t min_panels(const PackedWeight& p, int64_t M) { return min_stream_panels(p.panel_bytes(), M); }
+int64_t min_panels(const PackedWeight& p, int64_t M) {
+    return min_stream_panels(p.panel_bytes(), M);
+}
 
 // v rounded to bf16 in place by the linear op's kernel for isa (linear_argmax's screen must multiply the
 // very x linear() does).
 void round_bf16_with(Isa isa, float* v, int64_t n) {
-    if (isa == Isa::AVX512) cpu::avx512::round_bf16_inplace(v, n);
-    else if (isa == Isa::AVX2) cpu::avx2::round_bf16_inplace(v, n);
+    if (isa == Isa::AVX512)
+        cpu::avx512::round_bf16_inplace(v, n);
+    else if (isa == Isa::AVX2)
+        cpu::avx2::round_bf16_inplace(v, n);
     else
         for (int64_t i = 0; i < n; ++i) v[i] = round_bf16(v[i]);
 }
@@ -136,14 +144,19 @@ void pack_rounded_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp,
 }
 
 // The vdpbf16ps SwiGLU epilogue needs the whole K in one k block; the AMX one takes any K.
-bool swiglu_epilogue_fits(const PackedWeight& p) { return p.K2 <= 2048 || has_amx_bf16(); }
+bool swiglu_epilogue_fits(const PackedWeight& p) {
+    return p.K2 <= 2048 || has_amx_bf16();
+}
 
 }  // namespace
 
 void pack_bf16_pairs_pooled(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
-    global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
-        cpu::avx512::pack_bf16_pairs(x + m0 * K, m1 - m0, K, xp + m0 * K2, K2);
-    }, row_grain(K));  // a copy-like pass: a decode batch of up to 8 rows of 1024 stays on the caller
+    global_pool().parallel_for(
+        M,
+        [&](int64_t m0, int64_t m1) {
+            cpu::avx512::pack_bf16_pairs(x + m0 * K, m1 - m0, K, xp + m0 * K2, K2);
+        },
+        row_grain(K));  // a copy-like pass: a decode batch of up to 8 rows of 1024 stays on the caller
 }
 
 bool uses_bf16_dot(const PackedWeight& p, bool swiglu, bool bf16_act) {
@@ -189,7 +202,8 @@ void bf16_products_over_pool(const PackedWeight& p, int64_t M, Fn&& fn) {
     }
 }
 
-// linear() and linear_swiglu(); in: x as a shared input whose kept operand forms are read (ops/linear_input.h).
+// linear() and linear_swiglu(); in: x as a shared input whose kept operand forms are read
+// (ops/linear_input.h).
 void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out,
                  LinearInput* in) {
     GDN_PROFILE(M == 1 ? "linear (gemv)" : "linear");
@@ -225,24 +239,29 @@ void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, boo
         xin = xr;
     }
     if (isa == Isa::REF || !p.data.data()) {
-        if (isa != Isa::REF) count_fallback(OpId::LINEAR, "runs on the reference kernel: the weight was not packed");
+        if (isa != Isa::REF)
+            count_fallback(OpId::LINEAR, "runs on the reference kernel: the weight was not packed");
         linear_ref(xin, M, w, y);
         if (round_out) round_bf16_with(isa, y, M * N);
         return;
     }
     global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
-        if (isa == Isa::AVX512) cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
-        else cpu::avx2::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
+        if (isa == Isa::AVX512)
+            cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
+        else
+            cpu::avx2::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
     });
 }
 
-void linear_swiglu_from(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act, LinearInput* in) {
+void linear_swiglu_from(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act,
+                        LinearInput* in) {
     GDN_PROFILE("linear+swiglu");
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K(), I = N / 2;
     if (M <= 0) return;
     if (uses_bf16_dot(p, false, bf16_act) && op_isa(OpId::SWIGLU) == Isa::AVX512 && !swiglu_epilogue_fits(p))
-        count_fallback(OpId::SWIGLU, "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
+        count_fallback(OpId::SWIGLU,
+                       "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
     if (uses_bf16_dot(p, true, bf16_act)) {
         const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
         if (M <= kStealableRows) {  // 16 activations per panel of 16 gate | 16 up columns
@@ -284,7 +303,8 @@ void linear_swiglu(LinearInput& in, const LinearWeight& w, float* out, bool bf16
     linear_swiglu_from(in.x(), in.M(), w, out, bf16_act, &in);
 }
 
-LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up, std::optional<WeightFormat> quantize) {
+LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up,
+                                std::optional<WeightFormat> quantize) {
     const int64_t I = gate.shape[0];
     GDN_CHECK(I % 16 == 0 && up.shape[0] == I, "fused SwiGLU needs I %% 16 == 0");
     auto rows = [](const TensorView& t, int64_t r0, int64_t n) {

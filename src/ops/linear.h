@@ -28,16 +28,20 @@ struct PackedWeight {
     int64_t N = 0, K = 0;  // logical [N, K]
     int64_t K2 = 0;        // k-pairs (BF16) = ceil(K / 2)
     int64_t n_panels = 0;  // ceil(N / 32)
-    int64_t n_blocks = 0;  // quantized formats: blocks along k, of 32 k (Q8, Q4) or 256 (Q4K, Q6K): quant_format.h
+    int64_t n_blocks =
+        0;  // quantized formats: blocks along k, of 32 k (Q8, Q4) or 256 (Q4K, Q6K): quant_format.h
     WeightFormat format = WeightFormat::BF16;
     int64_t nonfinite_blocks = 0;  // quantized from a source holding NaN / infinity (the loader refuses it)
     Buffer data;
     // Bytes of one panel: [K2, 32 columns, 2] bf16, [K, 32 columns] f32, or n_blocks quantized blocks.
     int64_t panel_bytes() const {
         switch (format) {
-            case WeightFormat::BF16: return K2 * 2 * kPanelCols * int64_t{2};
-            case WeightFormat::F32: return K * kPanelCols * int64_t{4};
-            default: return n_blocks * quant::block_bytes(format);
+            case WeightFormat::BF16:
+                return K2 * 2 * kPanelCols * int64_t{2};
+            case WeightFormat::F32:
+                return K * kPanelCols * int64_t{4};
+            default:
+                return n_blocks * quant::block_bytes(format);
         }
     }
     int64_t bytes() const { return n_panels * panel_bytes(); }
@@ -65,7 +69,8 @@ struct LinearWeight {
 // With `quantize`, the packed form is that format (read from the parts' stored values) and `view` is
 // left empty: the layer is the quantized weight everywhere, reference path included.
 // rows_done: see quant::pack_quantized (quantized packing only; rows of the stack).
-LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<WeightFormat> quantize = std::nullopt,
+LinearWeight make_linear(const std::vector<TensorView>& parts,
+                         std::optional<WeightFormat> quantize = std::nullopt,
                          const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
 
 // The smallest parallel_for_balanced claim of a streaming pass over panels of `panel_bytes`, for a
@@ -96,7 +101,8 @@ inline bool argmax_better(float v, int64_t i, float bv, int64_t bi) {
 
 // y [M, N] = x [M, K] @ W^T, accumulated in f32. With bf16_act, x is rounded to bf16 (and bf16 dot
 // products are used where the CPU has them). With round_out, y is rounded to bf16 as it is stored.
-void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
+void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act,
+            bool round_out = false);
 
 // out [K] = row n of the logical [N, K] matrix, exactly as stored (packing keeps bf16 and f32 values
 // exactly; quantized rows are dequantized: scale * q). Float formats: reads 4 bytes (a bf16 k-pair or
@@ -127,6 +133,5 @@ void pack_bf16_pairs_pooled(const float* x, int64_t M, int64_t K, uint32_t* xp, 
 // With w.screen (bf16 mode, one row, AVX-512 VNNI) it streams the int8 copy and rechecks the few
 // panels that can hold the maximum in bf16: the same id, half the bytes (ops/argmax_screen.h).
 void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act);
-
 
 }  // namespace gdn

@@ -36,14 +36,20 @@ struct GroupScratch {
     std::vector<float> gathered;           // a job run alone: its rows gathered
 };
 
-const float* job_x(const LinearJob& j) { return j.in ? j.in->x() : j.x; }
-const float* input_row(const LinearJob& j, int64_t m) { return job_x(j) + (j.rows ? j.rows[m] : m) * j.w->K(); }
+const float* job_x(const LinearJob& j) {
+    return j.in ? j.in->x() : j.x;
+}
+const float* input_row(const LinearJob& j, int64_t m) {
+    return job_x(j) + (j.rows ? j.rows[m] : m) * j.w->K();
+}
 
 // A job through linear() / linear_swiglu() (its rows gathered first where it names them).
 void run_alone(const LinearJob& j, bool swiglu, bool bf16_act, std::vector<float>& gathered) {
     if (j.in && !j.rows) {
-        if (swiglu) linear_swiglu(*j.in, *j.w, j.y, bf16_act);
-        else linear(*j.in, *j.w, j.y, bf16_act);
+        if (swiglu)
+            linear_swiglu(*j.in, *j.w, j.y, bf16_act);
+        else
+            linear(*j.in, *j.w, j.y, bf16_act);
         return;
     }
     const float* x = job_x(j);
@@ -53,8 +59,10 @@ void run_alone(const LinearJob& j, bool swiglu, bool bf16_act, std::vector<float
         for (int64_t m = 0; m < j.M; ++m) std::copy_n(input_row(j, m), K, gathered.data() + m * K);
         x = gathered.data();
     }
-    if (swiglu) linear_swiglu(x, j.M, *j.w, j.y, bf16_act);
-    else linear(x, j.M, *j.w, j.y, bf16_act);
+    if (swiglu)
+        linear_swiglu(x, j.M, *j.w, j.y, bf16_act);
+    else
+        linear(x, j.M, *j.w, j.y, bf16_act);
 }
 GroupScratch& group_scratch() {
     thread_local GroupScratch s;
@@ -98,8 +106,10 @@ void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act
         }
         if (j.in) {  // the shared input's form, made once for every job that reads it
             j.in->check_fits(p.K, "linear_group");
-            if (g.quant) g.src_q = &j.in->quantized(g.quantize, op_isa(OpId::LINEAR));
-            else g.src_pairs = j.in->bf16_pairs();
+            if (g.quant)
+                g.src_q = &j.in->quantized(g.quantize, op_isa(OpId::LINEAR));
+            else
+                g.src_pairs = j.in->bf16_pairs();
         }
         g.prep_rows = j.in && !j.rows ? 0 : j.M;
         g.row0 = rows;
@@ -119,32 +129,40 @@ void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act
         GroupedJob& g = s.grouped[i];
         const bool own = g.prep_rows > 0;
         if (g.quant && own) s.xq[i].resize(g.job->M, g.job->w->K());
-        if (g.quant) g.xq = own ? &s.xq[i] : g.src_q;
-        else g.pairs = own ? s.pairs.data() + g.pairs0 : g.src_pairs;
+        if (g.quant)
+            g.xq = own ? &s.xq[i] : g.src_q;
+        else
+            g.pairs = own ? s.pairs.data() + g.pairs0 : g.src_pairs;
     }
     ThreadPool& pool = global_pool();
     // Pass 1: every row's activations in its job's operand form (int8 groups, or bf16 pairs), made here
     // or copied from a shared input's.
     if (rows > 0) {
         GDN_PROFILE("group activations");
-        pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-            size_t gi = job_holding(s.grouped, r0, [](const GroupedJob& g) { return g.row0; });
-            for (int64_t r = r0; r < r1; ++r) {
-                while (r >= s.grouped[gi].row0 + s.grouped[gi].prep_rows) ++gi;
-                const GroupedJob& g = s.grouped[gi];
-                const LinearJob& j = *g.job;
-                const int64_t m = r - g.row0;
-                const int64_t K2 = j.w->packed.K2;
-                if (g.quant) {
-                    if (g.src_q) copy_quantized_row(*g.src_q, j.rows[m], s.xq[gi], m);
-                    else g.quantize(input_row(j, m), &s.xq[gi], m);
-                } else if (g.src_pairs) {
-                    std::copy_n(g.src_pairs + j.rows[m] * K2, K2, s.pairs.data() + g.pairs0 + m * K2);
-                } else {
-                    cpu::avx512::pack_bf16_pairs(input_row(j, m), 1, j.w->K(), s.pairs.data() + g.pairs0 + m * K2, K2);
+        pool.parallel_for(
+            rows,
+            [&](int64_t r0, int64_t r1) {
+                size_t gi = job_holding(s.grouped, r0, [](const GroupedJob& g) { return g.row0; });
+                for (int64_t r = r0; r < r1; ++r) {
+                    while (r >= s.grouped[gi].row0 + s.grouped[gi].prep_rows) ++gi;
+                    const GroupedJob& g = s.grouped[gi];
+                    const LinearJob& j = *g.job;
+                    const int64_t m = r - g.row0;
+                    const int64_t K2 = j.w->packed.K2;
+                    if (g.quant) {
+                        if (g.src_q)
+                            copy_quantized_row(*g.src_q, j.rows[m], s.xq[gi], m);
+                        else
+                            g.quantize(input_row(j, m), &s.xq[gi], m);
+                    } else if (g.src_pairs) {
+                        std::copy_n(g.src_pairs + j.rows[m] * K2, K2, s.pairs.data() + g.pairs0 + m * K2);
+                    } else {
+                        cpu::avx512::pack_bf16_pairs(input_row(j, m), 1, j.w->K(),
+                                                     s.pairs.data() + g.pairs0 + m * K2, K2);
+                    }
                 }
-            }
-        }, row_grain(2 * max_k));
+            },
+            row_grain(2 * max_k));
     }
     // Pass 2: every job's panels, one balanced pass over all of them.
     pool.parallel_for_balanced(panels, min_chunk, [&](int, int64_t p0, int64_t p1) {
@@ -155,9 +173,12 @@ void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act
             const PackedWeight& w = j.w->packed;
             const int64_t a = p0 - g.panel0, b = std::min(p1 - g.panel0, w.n_panels);
             const int64_t ldy = swiglu ? w.N / 2 : w.N;
-            if (g.quant) g.quant(g.xq->view(), w, j.y, ldy, a, b);
-            else if (swiglu) cpu::avx512::linear_bf16dot_swiglu(g.pairs, j.M, w.K2, w, j.y, ldy, a, b);
-            else cpu::avx512::linear_bf16dot(g.pairs, j.M, w.K2, w, j.y, ldy, a, b, false);
+            if (g.quant)
+                g.quant(g.xq->view(), w, j.y, ldy, a, b);
+            else if (swiglu)
+                cpu::avx512::linear_bf16dot_swiglu(g.pairs, j.M, w.K2, w, j.y, ldy, a, b);
+            else
+                cpu::avx512::linear_bf16dot(g.pairs, j.M, w.K2, w, j.y, ldy, a, b, false);
             p0 = g.panel0 + b;
         }
     });

@@ -16,10 +16,11 @@
 namespace gdn {
 
 class LinearInput {
-public:
+  public:
     // Fails unless the rows fit a weight of K columns (op: the caller's name, for the message).
     void check_fits(int64_t K, const char* op) const {
-        GDN_CHECK(K_ == K, "%s: input rows of %lld for a weight of K = %lld", op, (long long)K_, (long long)K);
+        GDN_CHECK(K_ == K, "%s: input rows of %lld for a weight of K = %lld", op, (long long)K_,
+                  (long long)K);
     }
     // A new matrix: the forms made for the previous one are dropped (their memory is kept).
     void reset(const float* x, int64_t M, int64_t K) {
@@ -40,7 +41,7 @@ public:
     const uint32_t* bf16_pairs();
     int64_t K2() const { return (K_ + 1) / 2; }
 
-private:
+  private:
     const float* x_ = nullptr;
     int64_t M_ = 0, K_ = 0;
     QuantizeRowFn quantized_by_ = nullptr;  // null: no quantized form for this matrix yet

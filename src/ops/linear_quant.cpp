@@ -12,7 +12,8 @@ namespace gdn {
 namespace {
 
 // The scalar reference over the same panel range (single threaded by linear_quantized).
-void ref_gemm(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void ref_gemm(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+              int64_t p1) {
     (void)p0;
     (void)p1;
     ref::linear_quant(x, w, y, ldy);
@@ -24,26 +25,30 @@ void ref_gemm(const quant::QuantRowsView& x, const PackedWeight& w, float* y, in
 // the AVX-512 one on AVX512 rows (it needs no VNNI) and the AVX2 one on AVX2 rows.
 constexpr CpuNeed kAny = CpuNeed::NOTHING, kVnni512 = CpuNeed::AVX512_VNNI, kVnni256 = CpuNeed::AVX_VNNI;
 const QuantKernelRow kTable[] = {
-    {Isa::REF, WeightFormat::Q8, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
-    {Isa::REF, WeightFormat::Q4, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
-    {Isa::REF, WeightFormat::Q4K, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
-    {Isa::REF, WeightFormat::Q6K, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm, nullptr, false},
-    {Isa::AVX2, WeightFormat::Q8, "avx-vnni vpdpbusd (sign trick)", kVnni256, cpu::avx2::quantize_activation_row,
-     cpu::avxvnni::linear_q8, cpu::avxvnni::linear_q8_swiglu, false},
-    {Isa::AVX2, WeightFormat::Q4, "avx-vnni vpdpbusd (int32 group sums)", kVnni256, cpu::avx2::quantize_activation_row,
-     cpu::avxvnni::linear_q4, cpu::avxvnni::linear_q4_swiglu, false},
+    {Isa::REF, WeightFormat::Q8, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm,
+     nullptr, false},
+    {Isa::REF, WeightFormat::Q4, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm,
+     nullptr, false},
+    {Isa::REF, WeightFormat::Q4K, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm,
+     nullptr, false},
+    {Isa::REF, WeightFormat::Q6K, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm,
+     nullptr, false},
+    {Isa::AVX2, WeightFormat::Q8, "avx-vnni vpdpbusd (sign trick)", kVnni256,
+     cpu::avx2::quantize_activation_row, cpu::avxvnni::linear_q8, cpu::avxvnni::linear_q8_swiglu, false},
+    {Isa::AVX2, WeightFormat::Q4, "avx-vnni vpdpbusd (int32 group sums)", kVnni256,
+     cpu::avx2::quantize_activation_row, cpu::avxvnni::linear_q4, cpu::avxvnni::linear_q4_swiglu, false},
     {Isa::AVX2, WeightFormat::Q4K, "avx-vnni vpdpbusd (int32 group sums, minimum by group sum)", kVnni256,
      cpu::avx2::quantize_activation_row, cpu::avxvnni::linear_q4k, cpu::avxvnni::linear_q4k_swiglu, false},
     {Isa::AVX2, WeightFormat::Q6K, "avx-vnni vpdpbusd (q + 32, offset by group sum)", kVnni256,
      cpu::avx2::quantize_activation_row, cpu::avxvnni::linear_q6k, cpu::avxvnni::linear_q6k_swiglu, false},
     {Isa::AVX2, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick)", kAny, cpu::avx2::quantize_activation_row,
      cpu::avx2::linear_q8, cpu::avx2::linear_q8_swiglu, false},
-    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", kAny, cpu::avx2::quantize_activation_row,
-     cpu::avx2::linear_q4, cpu::avx2::linear_q4_swiglu, false},
+    {Isa::AVX2, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums)", kAny,
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4, cpu::avx2::linear_q4_swiglu, false},
     {Isa::AVX2, WeightFormat::Q4K, "avx2 vpmaddubsw (int16 group sums, minimum by group sum)", kAny,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q4k, cpu::avx2::linear_q4k_swiglu, false},
-    {Isa::AVX2, WeightFormat::Q6K, "avx2 vpmaddubsw (q + 32, offset by group sum)", kAny, cpu::avx2::quantize_activation_row,
-     cpu::avx2::linear_q6k, cpu::avx2::linear_q6k_swiglu, false},
+    {Isa::AVX2, WeightFormat::Q6K, "avx2 vpmaddubsw (q + 32, offset by group sum)", kAny,
+     cpu::avx2::quantize_activation_row, cpu::avx2::linear_q6k, cpu::avx2::linear_q6k_swiglu, false},
     {Isa::AVX512, WeightFormat::Q8, "avx512 vpdpbusd (weight + 128, group-sum offset)", kVnni512,
      cpu::avx512::quantize_activation_row, cpu::avx512::linear_q8, cpu::avx512::linear_q8_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4, "avx512 vpdpbusd (nibble + 8, group-sum offset)", kVnni512,
@@ -64,9 +69,12 @@ const QuantKernelRow kTable[] = {
 
 bool holds(CpuNeed need) {
     switch (need) {
-        case CpuNeed::NOTHING: return true;
-        case CpuNeed::AVX512_VNNI: return cpu_has_avx512_vnni();
-        case CpuNeed::AVX_VNNI: return has_avx_vnni();
+        case CpuNeed::NOTHING:
+            return true;
+        case CpuNeed::AVX512_VNNI:
+            return cpu_has_avx512_vnni();
+        case CpuNeed::AVX_VNNI:
+            return has_avx_vnni();
     }
     return false;
 }
@@ -85,23 +93,27 @@ const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format) {
     return kTable[0];
 }
 
-void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize, quant::QuantizedRows* xq) {
+void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize,
+                   quant::QuantizedRows* xq) {
     GDN_PROFILE("quantize activations");
     xq->resize(M, K);
     if (isa == Isa::REF) {
         for (int64_t m = 0; m < M; ++m) quantize(x + m * K, xq, m);
     } else {
-        global_pool().parallel_for(M, [&](int64_t m0, int64_t m1) {
-            for (int64_t m = m0; m < m1; ++m) quantize(x + m * K, xq, m);
-        }, row_grain(2 * K));
+        global_pool().parallel_for(
+            M,
+            [&](int64_t m0, int64_t m1) {
+                for (int64_t m = m0; m < m1; ++m) quantize(x + m * K, xq, m);
+            },
+            row_grain(2 * K));
     }
 }
 
 namespace {
 
 // x [M, K] quantized by `quantize`: the shared input's kept form, or made into the thread's scratch.
-const quant::QuantizedRows& quantized_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize,
-                                           LinearInput* in) {
+const quant::QuantizedRows& quantized_rows(const float* x, int64_t M, int64_t K, Isa isa,
+                                           QuantizeRowFn quantize, LinearInput* in) {
     if (in) return in->quantized(quantize, isa);
     quant::QuantizedRows& xq = activation_scratch();
     quantize_rows(x, M, K, isa, quantize, &xq);
@@ -122,10 +134,9 @@ void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const P
     const int64_t min_chunk = min_stream_panels(w.panel_bytes(), x.M);
     if (x.M <= kStealableRows) {
         const PackedWeight* wp = &w;
-        global_pool().parallel_for_stealable(w.n_panels, min_chunk, UnitColumns{y, x.M, ldy, unit_cols, ldy},
-                                             [x, wp, ldy, gemm](int64_t p0, int64_t p1, float* dst) {
-                                                 gemm(x, *wp, dst, ldy, p0, p1);
-                                             });
+        global_pool().parallel_for_stealable(
+            w.n_panels, min_chunk, UnitColumns{y, x.M, ldy, unit_cols, ldy},
+            [x, wp, ldy, gemm](int64_t p0, int64_t p1, float* dst) { gemm(x, *wp, dst, ldy, p0, p1); });
         return;
     }
     global_pool().parallel_for_balanced(w.n_panels, min_chunk,
@@ -134,7 +145,8 @@ void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const P
 
 }  // namespace
 
-void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out, LinearInput* in) {
+void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out,
+                      LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     const QuantKernelRow& k = quant_kernel(isa, w.format);
     run_gemm(k.gemm, isa, quantized_rows(x, M, w.K, isa, k.quantize, in), w, y, w.N, quant::kCols);

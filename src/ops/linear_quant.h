@@ -17,8 +17,8 @@ namespace gdn {
 class LinearInput;  // ops/linear_input.h
 
 // y [M, ldy] columns of panels [p0, p1) from quantized activation rows.
-using QuantGemmFn = void (*)(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                             int64_t p1);
+using QuantGemmFn = void (*)(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                             int64_t p0, int64_t p1);
 
 // Row m of x quantized into rows (already sized): the activation work of a quantized linear.
 using QuantizeRowFn = void (*)(const float* x_row, quant::QuantizedRows* rows, int64_t m);
@@ -35,7 +35,7 @@ struct QuantKernelRow {
     QuantGemmFn gemm;
     QuantGemmFn swiglu;  // the gemm with the SwiGLU epilogue (y: the activation, ldy = I); null: products,
                          // then ops::swiglu
-    bool fused_argmax;  // false: products, then a scan
+    bool fused_argmax;   // false: products, then a scan
 };
 
 // The row the kernels of `format` use on `isa` (every pair has one; REF is the scalar reference).
@@ -48,11 +48,13 @@ void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y
                       LinearInput* in = nullptr);
 // out [M, I] = silu(gate) x up for a gate|up weight packed for the fused SwiGLU (ops/linear.h), in the
 // table's epilogue, unrounded; false (nothing written) where the active row has none.
-bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out, LinearInput* in = nullptr);
+bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out,
+                             LinearInput* in = nullptr);
 
 // x [M, K] quantized per row and group into xq by a table row's quantizer: over the pool, or row by row
 // on the calling thread for the reference ISA.
-void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize, quant::QuantizedRows* xq);
+void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize,
+                   quant::QuantizedRows* xq);
 
 // The table's panel kernel for a quantized weight when it runs over the pool on the active ISA: the
 // products, or (swiglu) the SwiGLU epilogue; *quantize gets its activation quantizer. Null where the

@@ -40,12 +40,18 @@ inline int64_t weight_block_k(WeightFormat f) {
 
 inline const char* weight_format_name(WeightFormat f) {
     switch (f) {
-        case WeightFormat::F32: return "f32";
-        case WeightFormat::BF16: return "bf16";
-        case WeightFormat::Q8: return "int8";
-        case WeightFormat::Q4: return "int4-sym";
-        case WeightFormat::Q4K: return "int4-k";
-        case WeightFormat::Q6K: return "int6-k";
+        case WeightFormat::F32:
+            return "f32";
+        case WeightFormat::BF16:
+            return "bf16";
+        case WeightFormat::Q8:
+            return "int8";
+        case WeightFormat::Q4:
+            return "int4-sym";
+        case WeightFormat::Q4K:
+            return "int4-k";
+        case WeightFormat::Q6K:
+            return "int6-k";
     }
     return "?";
 }
@@ -63,12 +69,18 @@ inline bool parse_weight_format(const std::string& s, WeightFormat* out) {
 // Stored bits per weight, scales included (padding of odd shapes excluded).
 inline double weight_format_bits(WeightFormat f) {
     switch (f) {
-        case WeightFormat::F32: return 32.0;
-        case WeightFormat::BF16: return 16.0;
-        case WeightFormat::Q8: return 8.0 + 16.0 / kQuantGroup;
-        case WeightFormat::Q4: return 4.0 + 16.0 / kQuantGroup;
-        case WeightFormat::Q4K: return 4.0 + 12.0 / kQuantGroup + 32.0 / kSuperBlock;
-        case WeightFormat::Q6K: return 6.0 + 8.0 / kQuantGroup + 16.0 / kSuperBlock;
+        case WeightFormat::F32:
+            return 32.0;
+        case WeightFormat::BF16:
+            return 16.0;
+        case WeightFormat::Q8:
+            return 8.0 + 16.0 / kQuantGroup;
+        case WeightFormat::Q4:
+            return 4.0 + 16.0 / kQuantGroup;
+        case WeightFormat::Q4K:
+            return 4.0 + 12.0 / kQuantGroup + 32.0 / kSuperBlock;
+        case WeightFormat::Q6K:
+            return 6.0 + 8.0 / kQuantGroup + 16.0 / kSuperBlock;
     }
     return 0.0;
 }
@@ -76,10 +88,14 @@ inline double weight_format_bits(WeightFormat f) {
 // The --quantization name of the scheme whose base format is f (see above).
 inline const char* quantization_name(WeightFormat f) {
     switch (f) {
-        case WeightFormat::Q8: return "int8";
-        case WeightFormat::Q4K: return "int4";
-        case WeightFormat::Q4: return "int4-sym";
-        default: return weight_format_name(f);
+        case WeightFormat::Q8:
+            return "int8";
+        case WeightFormat::Q4K:
+            return "int4";
+        case WeightFormat::Q4:
+            return "int4-sym";
+        default:
+            return weight_format_name(f);
     }
 }
 

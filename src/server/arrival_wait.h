@@ -16,10 +16,11 @@ namespace gdn {
 inline constexpr int kServeArrivalWaitMs = 10;
 
 class ArrivalWait {
-public:
+  public:
     // max_ms <= 0: never wait. The wait is also at most step_fraction of the last step, so decodes
     // lose at most that share of their rate when nobody comes.
-    explicit ArrivalWait(double max_ms, double step_fraction = 0.25) : max_ms_(max_ms), step_fraction_(step_fraction) {}
+    explicit ArrivalWait(double max_ms, double step_fraction = 0.25)
+        : max_ms_(max_ms), step_fraction_(step_fraction) {}
 
     // Milliseconds to wait before the next step: `ended` requests ended in the last step, which took
     // last_step_ms; `queued` requests (arrived before that step ended, or waiting in the engine)
@@ -46,9 +47,9 @@ public:
 
     static constexpr double kMinAnswered = 0.3;  // below: holds mostly cost, so probe only
     static constexpr int kProbeEvery = 8;
-    static constexpr double kDecay = 0.3;        // moving average over the last ~3 holds
+    static constexpr double kDecay = 0.3;  // moving average over the last ~3 holds
 
-private:
+  private:
     double max_ms_;
     double step_fraction_;
     double answered_ = 1;  // recent holds' share that their requests answered

@@ -47,36 +47,44 @@ std::optional<ApiError> read_bool(const Json& b, const char* key, bool* out) {
     return std::nullopt;
 }
 
-#define GDN_RETURN_IF_API_ERROR(expr)        \
-    do {                                     \
-        if (auto _e = (expr)) return _e;     \
+#define GDN_RETURN_IF_API_ERROR(expr)    \
+    do {                                 \
+        if (auto _e = (expr)) return _e; \
     } while (0)
 
 // {"token id": bias}: ids as decimal strings (JSON keys), biases in [-100, 100].
-std::optional<ApiError> read_logit_bias(const Json& b, const RequestLimits& lim, std::vector<std::pair<int32_t, float>>* out) {
+std::optional<ApiError> read_logit_bias(const Json& b, const RequestLimits& lim,
+                                        std::vector<std::pair<int32_t, float>>* out) {
     auto it = b.find("logit_bias");
     if (it == b.end() || it->is_null()) return std::nullopt;
-    if (!it->is_object()) return ApiError::invalid("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+    if (!it->is_object())
+        return ApiError::invalid("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
     if (it->size() > kMaxLogitBias)
-        return ApiError::invalid(strprintf("'logit_bias' holds at most %zu tokens (got %zu)", kMaxLogitBias, it->size()), "logit_bias");
+        return ApiError::invalid(
+            strprintf("'logit_bias' holds at most %zu tokens (got %zu)", kMaxLogitBias, it->size()),
+            "logit_bias");
     for (auto kv = it->begin(); kv != it->end(); ++kv) {
         const std::string& key = kv.key();
         char* end = nullptr;
         errno = 0;
         const long long id = key.empty() || key.size() > 10 ? -1 : std::strtoll(key.c_str(), &end, 10);
         if (id < 0 || errno != 0 || end != key.c_str() + key.size() || id >= lim.vocab)
-            return ApiError::invalid(strprintf("'logit_bias': key '%s' is not a token id in [0, %d)", printable(key).c_str(), lim.vocab),
+            return ApiError::invalid(strprintf("'logit_bias': key '%s' is not a token id in [0, %d)",
+                                               printable(key).c_str(), lim.vocab),
                                      "logit_bias");
-        if (!kv.value().is_number() || !(kv.value().get<double>() >= -100.0 && kv.value().get<double>() <= 100.0))
-            return ApiError::invalid(strprintf("'logit_bias': the bias of token %lld must be a number in [-100, 100] (got %s)", id,
-                                               got(kv.value()).c_str()),
-                                     "logit_bias");
+        if (!kv.value().is_number() ||
+            !(kv.value().get<double>() >= -100.0 && kv.value().get<double>() <= 100.0))
+            return ApiError::invalid(
+                strprintf("'logit_bias': the bias of token %lld must be a number in [-100, 100] (got %s)", id,
+                          got(kv.value()).c_str()),
+                "logit_bias");
         out->emplace_back(static_cast<int32_t>(id), kv.value().get<float>());
     }
     return std::nullopt;
 }
 
-std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLimits& lim, CompletionRequest* r) {
+std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLimits& lim,
+                                      CompletionRequest* r) {
     SamplingParams& sp = r->params;
     double temperature = 1.0, top_p = 1.0, min_p = 0.0, rep = 1.0, pres = 0.0, freq = 0.0;
     int64_t top_k = -1, max_tokens = -1, min_tokens = 0, n = 1;
@@ -112,16 +120,22 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
     sp.min_tokens = static_cast<int>(min_tokens);
     if (auto it = b.find("seed"); it != b.end() && !it->is_null()) {
         // Any 64-bit integer, signed or not, names a seed (its bits).
-        if (it->is_number_unsigned()) sp.seed = it->get<uint64_t>();
-        else if (it->is_number_integer()) sp.seed = static_cast<uint64_t>(it->get<int64_t>());
-        else return ApiError::invalid("'seed' must be an integer", "seed");
+        if (it->is_number_unsigned())
+            sp.seed = it->get<uint64_t>();
+        else if (it->is_number_integer())
+            sp.seed = static_cast<uint64_t>(it->get<int64_t>());
+        else
+            return ApiError::invalid("'seed' must be an integer", "seed");
     }
     if (auto it = b.find("stop"); it != b.end() && !it->is_null()) {
         const auto bad = ApiError::invalid("'stop' must be a string or a list of strings", "stop");
-        if (it->is_string()) sp.stop = {it->get<std::string>()};
+        if (it->is_string())
+            sp.stop = {it->get<std::string>()};
         else if (it->is_array()) {
             if (it->size() > kMaxStopStrings)
-                return ApiError::invalid(strprintf("'stop' holds at most %zu strings (got %zu)", kMaxStopStrings, it->size()), "stop");
+                return ApiError::invalid(
+                    strprintf("'stop' holds at most %zu strings (got %zu)", kMaxStopStrings, it->size()),
+                    "stop");
             for (const Json& s : *it) {
                 if (!s.is_string()) return bad;
                 sp.stop.push_back(s.get<std::string>());
@@ -131,12 +145,15 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
         }
         for (const auto& s : sp.stop)
             if (s.size() > kMaxStopBytes)
-                return ApiError::invalid(strprintf("'stop' strings are at most %zu bytes (got %zu)", kMaxStopBytes, s.size()), "stop");
+                return ApiError::invalid(
+                    strprintf("'stop' strings are at most %zu bytes (got %zu)", kMaxStopBytes, s.size()),
+                    "stop");
     }
     if (auto it = b.find("stop_token_ids"); it != b.end() && !it->is_null()) {
         if (it->is_array() && it->size() > kMaxStopTokenIds)
-            return ApiError::invalid(strprintf("'stop_token_ids' holds at most %zu ids (got %zu)", kMaxStopTokenIds, it->size()),
-                                     "stop_token_ids");
+            return ApiError::invalid(
+                strprintf("'stop_token_ids' holds at most %zu ids (got %zu)", kMaxStopTokenIds, it->size()),
+                "stop_token_ids");
         GDN_RETURN_IF_API_ERROR(read_token_ids(*it, "stop_token_ids", lim.vocab, &sp.stop_token_ids));
     }
     r->want_logprobs = false;
@@ -145,7 +162,8 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
         int64_t top = 0;
         GDN_RETURN_IF_API_ERROR(read_bool(b, "logprobs", &lp));
         GDN_RETURN_IF_API_ERROR(read_int(b, "top_logprobs", 0, kMaxLogprobs, &top));
-        if (top > 0 && !lp) return ApiError::invalid("'top_logprobs' requires 'logprobs': true", "top_logprobs");
+        if (top > 0 && !lp)
+            return ApiError::invalid("'top_logprobs' requires 'logprobs': true", "top_logprobs");
         if (lp) sp.logprobs = static_cast<int>(top);
         r->want_logprobs = lp;
     } else {
@@ -158,12 +176,14 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
         // OpenAI's legacy completions and vLLM return them (lm-evaluation-harness scores prompts so).
         if (r->echo && r->want_logprobs) sp.prompt_logprobs = sp.logprobs;
         if (r->score_only && !r->echo)
-            return ApiError::invalid("'max_tokens' must be >= 1 unless 'echo' is true (0 returns the prompt, nothing generated)",
-                                     "max_tokens");
+            return ApiError::invalid(
+                "'max_tokens' must be >= 1 unless 'echo' is true (0 returns the prompt, nothing generated)",
+                "max_tokens");
     }
     GDN_RETURN_IF_API_ERROR(read_bool(b, "stream", &r->stream));
     if (auto so = b.find("stream_options"); so != b.end() && !so->is_null()) {
-        if (!so->is_object()) return ApiError::invalid("'stream_options' must be an object", "stream_options");
+        if (!so->is_object())
+            return ApiError::invalid("'stream_options' must be an object", "stream_options");
         GDN_RETURN_IF_API_ERROR(read_bool(*so, "include_usage", &r->include_usage));
     }
     return std::nullopt;
@@ -182,8 +202,9 @@ std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
         } else if (type == "json_schema") {
             auto js = rf->find("json_schema");
             if (js == rf->end() || !js->is_object() || !js->contains("schema"))
-                return ApiError::invalid("response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}",
-                                         field);
+                return ApiError::invalid(
+                    "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}",
+                    field);
             auto cg = json_schema_grammar((*js)["schema"]);
             if (!cg) return ApiError::invalid("response_format: " + cg.message(), field);
             g = *cg;
@@ -192,7 +213,9 @@ std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
     for (const char* key : {"structured_outputs", "guided_json", "guided_choice", "guided_regex"}) {
         auto so = b.find(key);
         if (so == b.end() || so->is_null()) continue;
-        if (g) return ApiError::invalid(std::string("'") + key + "' cannot be combined with another output constraint", key);
+        if (g)
+            return ApiError::invalid(
+                std::string("'") + key + "' cannot be combined with another output constraint", key);
         field = key;
         Json spec = *so;
         if (std::string(key) == "guided_json") spec = Json{{"json", *so}};
@@ -214,13 +237,16 @@ std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
             } else if (it.key() == "choice") {
                 cg = choice_grammar(it.value());
             } else if (it.key() == "regex") {
-                if (!it.value().is_string()) return ApiError::invalid(std::string(key) + ".regex must be a string", key);
+                if (!it.value().is_string())
+                    return ApiError::invalid(std::string(key) + ".regex must be a string", key);
                 cg = regex_grammar(it.value().get<std::string>());
             } else if (it.key() == "json_object" && it.value().is_boolean() && it.value().get<bool>()) {
                 cg = json_object_grammar();
             } else {
-                return ApiError::invalid(std::string("'") + key + "." + it.key() + "' is not supported (json, regex, choice "
-                                         "and json_object are)", key);
+                return ApiError::invalid(std::string("'") + key + "." + it.key() +
+                                             "' is not supported (json, regex, choice "
+                                             "and json_object are)",
+                                         key);
             }
             if (!cg) return ApiError::invalid(std::string(key) + ": " + cg.message(), key);
             g = *cg;
@@ -238,7 +264,9 @@ std::optional<ApiError> read_tools(const Json& b, const RequestLimits& lim, Comp
     const std::string choice = c != b.end() && c->is_string() ? c->get<std::string>() : "auto";
     const bool forced = named || choice == "required";
     if (t == b.end() || t->is_null() || (t->is_array() && t->empty())) {
-        if (forced) return ApiError::invalid("tool_choice asks for a tool call, but the request has no 'tools'", "tool_choice");
+        if (forced)
+            return ApiError::invalid("tool_choice asks for a tool call, but the request has no 'tools'",
+                                     "tool_choice");
         return std::nullopt;
     }
     auto set = ToolSet::from_request(*t);
@@ -252,19 +280,30 @@ std::optional<ApiError> read_tools(const Json& b, const RequestLimits& lim, Comp
     std::vector<ToolSignature> callable;
     if (named) {
         const Json* f = c->contains("function") ? &(*c)["function"] : nullptr;
-        if (c->value("type", "") != "function" || !f || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
-            return ApiError::invalid("a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}", "tool_choice");
+        if (c->value("type", "") != "function" || !f || !f->is_object() || !f->contains("name") ||
+            !(*f)["name"].is_string())
+            return ApiError::invalid(
+                "a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                "tool_choice");
         const ToolDef* d = r->tools.find((*f)["name"].get<std::string>());
-        if (!d) return ApiError::invalid("tool_choice names '" + (*f)["name"].get<std::string>() + "', which is not in 'tools'", "tool_choice");
+        if (!d)
+            return ApiError::invalid(
+                "tool_choice names '" + (*f)["name"].get<std::string>() + "', which is not in 'tools'",
+                "tool_choice");
         callable.push_back({d->name, d->parameters});
     } else if (choice == "required") {
         for (const ToolDef& d : r->tools.tools()) callable.push_back({d.name, d.parameters});
     }
     if (!callable.empty()) {
         if (lim.tool_call_parser == "none")
-            return ApiError::invalid("tool_choice needs a tool-call parser (the server runs with --tool-call-parser none)", "tool_choice");
-        if (r->params.grammar) return ApiError::invalid("tool_choice \"required\" or a named function cannot be combined with "
-                                                        "response_format or structured_outputs", "tool_choice");
+            return ApiError::invalid(
+                "tool_choice needs a tool-call parser (the server runs with --tool-call-parser none)",
+                "tool_choice");
+        if (r->params.grammar)
+            return ApiError::invalid(
+                "tool_choice \"required\" or a named function cannot be combined with "
+                "response_format or structured_outputs",
+                "tool_choice");
         const ToolCallForm form = lim.tool_call_parser == "hermes" ? ToolCallForm::HERMES : ToolCallForm::XML;
         auto g = tool_call_grammar(callable, form, r->parallel_tool_calls && !named);
         if (!g) return ApiError::invalid("tool_choice: " + g.message(), "tools");
@@ -275,23 +314,27 @@ std::optional<ApiError> read_tools(const Json& b, const RequestLimits& lim, Comp
     return std::nullopt;
 }
 
-std::optional<ApiError> read_prompt(const Json& b, bool chat, const RequestLimits& lim, CompletionRequest* r) {
+std::optional<ApiError> read_prompt(const Json& b, bool chat, const RequestLimits& lim,
+                                    CompletionRequest* r) {
     if (chat) {
         auto m = b.find("messages");
         if (m == b.end()) return ApiError::invalid("'messages' is required", "messages");
         if (Status st = validate_messages(*m); !st) return ApiError::invalid(st.message(), "messages");
         r->prompt = Prompt::from_messages(*m);
         if (auto k = b.find("chat_template_kwargs"); k != b.end() && !k->is_null()) {
-            if (!k->is_object()) return ApiError::invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+            if (!k->is_object())
+                return ApiError::invalid("'chat_template_kwargs' must be an object", "chat_template_kwargs");
             r->prompt.chat_template_kwargs = *k;
             if (auto et = k->find("enable_thinking"); et != k->end()) {
                 if (!et->is_boolean())
-                    return ApiError::invalid("'chat_template_kwargs.enable_thinking' must be a boolean", "chat_template_kwargs");
+                    return ApiError::invalid("'chat_template_kwargs.enable_thinking' must be a boolean",
+                                             "chat_template_kwargs");
                 r->prompt.enable_thinking = et->get<bool>();
             }
         }
         // reasoning_effort "none": no thinking (Qwen has no effort levels; enable_thinking, if given, wins).
-        if (auto e = b.find("reasoning_effort"); e != b.end() && e->is_string() && *e == "none" && !r->prompt.enable_thinking)
+        if (auto e = b.find("reasoning_effort");
+            e != b.end() && e->is_string() && *e == "none" && !r->prompt.enable_thinking)
             r->prompt.enable_thinking = false;
         GDN_RETURN_IF_API_ERROR(read_structured(b, r));
         return read_tools(b, lim, r);
@@ -308,7 +351,8 @@ std::optional<ApiError> read_prompt(const Json& b, bool chat, const RequestLimit
         GDN_RETURN_IF_API_ERROR(read_token_ids(*p, "prompt", lim.vocab, &ids));
         r->prompt = Prompt::from_ids(std::move(ids));
     } else {
-        return ApiError::invalid("'prompt' must be a string, a list with one string, or a list of token ids", "prompt");
+        return ApiError::invalid("'prompt' must be a string, a list with one string, or a list of token ids",
+                                 "prompt");
     }
     return std::nullopt;
 }
@@ -316,18 +360,23 @@ std::optional<ApiError> read_prompt(const Json& b, bool chat, const RequestLimit
 }  // namespace
 
 Json ApiError::to_json() const {
-    return {{"error", {{"message", message}, {"type", type}, {"param", param.empty() ? Json(nullptr) : Json(param)}, {"code", nullptr}}}};
+    return {{"error",
+             {{"message", message},
+              {"type", type},
+              {"param", param.empty() ? Json(nullptr) : Json(param)},
+              {"code", nullptr}}}};
 }
 
 std::optional<ApiError> read_int(const Json& b, const char* key, int64_t lo, int64_t hi, int64_t* out) {
     auto it = b.find(key);
     if (it == b.end() || it->is_null()) return std::nullopt;
     const auto range = [&] {
-        return ApiError::invalid(strprintf("'%s' must be an integer in [%lld, %lld] (got %s)", key, (long long)lo, (long long)hi,
-                                           got(*it).c_str()),
+        return ApiError::invalid(strprintf("'%s' must be an integer in [%lld, %lld] (got %s)", key,
+                                           (long long)lo, (long long)hi, got(*it).c_str()),
                                  key);
     };
-    if (it->is_number_unsigned()) {  // nlohmann keeps non-negative integers unsigned: > INT64_MAX fits only here
+    if (it->is_number_unsigned()) {  // nlohmann keeps non-negative integers unsigned: > INT64_MAX fits only
+                                     // here
         const uint64_t v = it->get<uint64_t>();
         if (hi < 0 || v > static_cast<uint64_t>(hi) || static_cast<int64_t>(v) < lo) return range();
         *out = static_cast<int64_t>(v);
@@ -340,7 +389,8 @@ std::optional<ApiError> read_int(const Json& b, const char* key, int64_t lo, int
     return std::nullopt;
 }
 
-std::optional<ApiError> read_token_ids(const Json& list, const char* key, int32_t vocab, std::vector<int32_t>* out) {
+std::optional<ApiError> read_token_ids(const Json& list, const char* key, int32_t vocab,
+                                       std::vector<int32_t>* out) {
     if (!list.is_array()) return ApiError::invalid(strprintf("'%s' must be a list of token ids", key), key);
     out->clear();
     out->reserve(list.size());
@@ -350,23 +400,27 @@ std::optional<ApiError> read_token_ids(const Json& list, const char* key, int32_
                               (x.is_number_integer() && !x.is_number_unsigned() && x.get<int64_t>() >= 0 &&
                                x.get<int64_t>() < vocab);
         if (!x.is_number_integer())
-            return ApiError::invalid(strprintf("'%s' token lists must hold integers (item %zu is %s)", key, i, got(x).c_str()), key);
+            return ApiError::invalid(
+                strprintf("'%s' token lists must hold integers (item %zu is %s)", key, i, got(x).c_str()),
+                key);
         if (!in_range)
-            return ApiError::invalid(strprintf("'%s': token id %s (item %zu) is out of range [0, %d)", key, got(x).c_str(), i, vocab),
+            return ApiError::invalid(strprintf("'%s': token id %s (item %zu) is out of range [0, %d)", key,
+                                               got(x).c_str(), i, vocab),
                                      key);
         out->push_back(static_cast<int32_t>(x.get<int64_t>()));
     }
     return std::nullopt;
 }
 
-std::optional<ApiError> parse_completion_request(const Json& b, bool chat, const RequestLimits& lim, CompletionRequest* r) {
+std::optional<ApiError> parse_completion_request(const Json& b, bool chat, const RequestLimits& lim,
+                                                 CompletionRequest* r) {
     r->chat = chat;
     if (auto it = b.find("model"); it != b.end() && !it->is_null()) {
         if (!it->is_string()) return ApiError::invalid("'model' must be a string", "model");
         if (it->get<std::string>() != lim.served_model_name)
             return ApiError{404,
-                            "The model '" + it->get<std::string>() + "' does not exist (this server serves '" +
-                                lim.served_model_name + "')",
+                            "The model '" + it->get<std::string>() +
+                                "' does not exist (this server serves '" + lim.served_model_name + "')",
                             "invalid_request_error", "model"};
     }
     GDN_RETURN_IF_API_ERROR(check_request_fields(b, chat));
@@ -382,12 +436,18 @@ std::optional<ApiError> tokenize_prompt(CompletionRequest* r, const Tokenizer& t
                                         std::vector<int64_t>* message_ends) {
     const Prompt& p = r->prompt;
     if (!p.messages.is_null()) {
-        if (!chat) return ApiError::invalid("this model has no chat template; send a prompt to /v1/completions instead", "messages");
+        if (!chat)
+            return ApiError::invalid(
+                "this model has no chat template; send a prompt to /v1/completions instead", "messages");
         if (!p.tools.is_null() && !chat->renders_tools())
-            return ApiError::invalid("this model's chat template does not render tools (serve it with --chat-template FILE "
-                                     "of a template that does)", "tools");
+            return ApiError::invalid(
+                "this model's chat template does not render tools (serve it with --chat-template FILE "
+                "of a template that does)",
+                "tools");
         auto rc = render_chat(*chat, tok, p, message_ends != nullptr);
-        if (!rc) return ApiError::invalid("the chat template failed on these messages: " + rc.message(), "messages");
+        if (!rc)
+            return ApiError::invalid("the chat template failed on these messages: " + rc.message(),
+                                     "messages");
         r->opens_reasoning = rc->opens_reasoning;
         // A constraint holds for the answer, not the reasoning: it starts after </think>.
         r->params.grammar_after_reasoning = r->params.grammar && lim.reasoning_parser && r->opens_reasoning;
@@ -402,23 +462,29 @@ std::optional<ApiError> tokenize_prompt(CompletionRequest* r, const Tokenizer& t
     const int64_t n = static_cast<int64_t>(ids->size()), ctx = lim.max_model_len;
     SamplingParams& sp = r->params;
     if (n >= ctx)
-        return ApiError::invalid(strprintf("This model's maximum context length is %lld tokens. However, your prompt is %lld "
-                                           "tokens, which leaves no room for a completion. Please reduce the length of the %s.",
-                                           (long long)ctx, (long long)n, chat ? "messages" : "prompt"),
-                                 chat ? "messages" : "prompt");
+        return ApiError::invalid(
+            strprintf("This model's maximum context length is %lld tokens. However, your prompt is %lld "
+                      "tokens, which leaves no room for a completion. Please reduce the length of the %s.",
+                      (long long)ctx, (long long)n, chat ? "messages" : "prompt"),
+            chat ? "messages" : "prompt");
     if (r->max_tokens_given && n + sp.max_tokens > ctx)
-        return ApiError::invalid(strprintf("This model's maximum context length is %lld tokens. However, you requested %lld "
-                                           "tokens (%lld in the %s, %d in the completion). Please reduce the length of the "
-                                           "%s or completion.",
-                                           (long long)ctx, (long long)(n + sp.max_tokens), (long long)n,
-                                           chat ? "messages" : "prompt", sp.max_tokens, chat ? "messages" : "prompt"),
-                                 "max_tokens");
+        return ApiError::invalid(
+            strprintf("This model's maximum context length is %lld tokens. However, you requested %lld "
+                      "tokens (%lld in the %s, %d in the completion). Please reduce the length of the "
+                      "%s or completion.",
+                      (long long)ctx, (long long)(n + sp.max_tokens), (long long)n,
+                      chat ? "messages" : "prompt", sp.max_tokens, chat ? "messages" : "prompt"),
+            "max_tokens");
     if (!r->max_tokens_given) sp.max_tokens = static_cast<int>(std::min<int64_t>(sp.max_tokens, ctx - n));
     if (sp.min_tokens > sp.max_tokens) {
-        if (r->max_tokens_given) return ApiError::invalid(strprintf("min_tokens (%d) must be <= max_tokens (%d)", sp.min_tokens, sp.max_tokens), "min_tokens");
-        return ApiError::invalid(strprintf("min_tokens (%d) is more than the %lld tokens the context leaves after the prompt",
-                                           sp.min_tokens, (long long)(ctx - n)),
-                                 "min_tokens");
+        if (r->max_tokens_given)
+            return ApiError::invalid(
+                strprintf("min_tokens (%d) must be <= max_tokens (%d)", sp.min_tokens, sp.max_tokens),
+                "min_tokens");
+        return ApiError::invalid(
+            strprintf("min_tokens (%d) is more than the %lld tokens the context leaves after the prompt",
+                      sp.min_tokens, (long long)(ctx - n)),
+            "min_tokens");
     }
     return std::nullopt;
 }

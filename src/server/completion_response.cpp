@@ -23,16 +23,25 @@ HttpResponse error_response(const ApiError& e) {
 namespace {
 
 int64_t unix_time() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 class CompletionResponse : public Deferred {
-public:
+  public:
     CompletionResponse(std::shared_ptr<Job> job, const CompletionRequest& req, ResponseOptions opts,
                        std::shared_ptr<const Tokenizer> tok)
-        : job_(std::move(job)), chat_(req.chat), stream_(req.stream), include_usage_(req.include_usage),
-          want_logprobs_(req.want_logprobs), echo_logprobs_(!req.chat && req.echo && req.want_logprobs),
-          score_only_(!req.chat && req.score_only), opts_(std::move(opts)), tok_(std::move(tok)), created_(unix_time()),
+        : job_(std::move(job)),
+          chat_(req.chat),
+          stream_(req.stream),
+          include_usage_(req.include_usage),
+          want_logprobs_(req.want_logprobs),
+          echo_logprobs_(!req.chat && req.echo && req.want_logprobs),
+          score_only_(!req.chat && req.score_only),
+          opts_(std::move(opts)),
+          tok_(std::move(tok)),
+          created_(unix_time()),
           tools_(req.tools) {
         for (int i = 0; i < std::max(1, req.n); ++i) {
             OutputParserOptions po = parser_options(req);
@@ -64,14 +73,21 @@ public:
             Choice& c = *choices_[i];
             if (chat_) c.answer.add(c.parser.finish());
             Json choice = {{"index", i}, {"finish_reason", finish_reason(c)}};
-            if (chat_) choice["message"] = message(c);
-            else choice["text"] = opts_.echo + c.text;
-            if (want_logprobs_ && c.logprobs.is_null()) c.logprobs = logprobs_of({}, c);  // no tokens: the empty form
+            if (chat_)
+                choice["message"] = message(c);
+            else
+                choice["text"] = opts_.echo + c.text;
+            if (want_logprobs_ && c.logprobs.is_null())
+                c.logprobs = logprobs_of({}, c);  // no tokens: the empty form
             choice["logprobs"] = want_logprobs_ ? c.logprobs : Json(nullptr);
             list.push_back(std::move(choice));
         }
-        return json_response(200, {{"id", opts_.id}, {"object", chat_ ? "chat.completion" : "text_completion"},
-                                   {"created", created_}, {"model", opts_.model}, {"choices", list}, {"usage", usage()}});
+        return json_response(200, {{"id", opts_.id},
+                                   {"object", chat_ ? "chat.completion" : "text_completion"},
+                                   {"created", created_},
+                                   {"model", opts_.model},
+                                   {"choices", list},
+                                   {"usage", usage()}});
     }
 
     bool next_chunk(std::string* out) override {
@@ -94,7 +110,8 @@ public:
             if (chat_) {
                 const size_t before = out->size();
                 chat_events(index, c.parser.feed(o.text_delta), lps, out);
-                if (out->size() == before && !lps.is_null()) *out += event(index, Json::object(), nullptr, lps);
+                if (out->size() == before && !lps.is_null())
+                    *out += event(index, Json::object(), nullptr, lps);
             } else {
                 std::string text = o.text_delta;
                 if (!c.sent_echo) text = opts_.echo + text, c.sent_echo = true;
@@ -102,7 +119,8 @@ public:
                 // partial UTF-8 character, a special token), as vLLM does: the client sees every token's
                 // arrival, and streaming TTFT means the first token. The final chunk carries the last.
                 const bool token_without_chunk = !o.new_tokens.empty() && o.finish == FinishReason::NONE;
-                if (!text.empty() || !lps.is_null() || token_without_chunk) *out += event(index, Json(text), nullptr, lps);
+                if (!text.empty() || !lps.is_null() || token_without_chunk)
+                    *out += event(index, Json(text), nullptr, lps);
             }
             if (o.finish != FinishReason::NONE) {
                 c.finish = o.finish;
@@ -115,8 +133,10 @@ public:
         for (const auto& c : choices_)
             if (!c->final) return false;
         if (include_usage_) {
-            Json u = {{"id", opts_.id}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-                      {"created", created_}, {"model", opts_.model}, {"choices", Json::array()}, {"usage", usage()}};
+            Json u = {
+                {"id", opts_.id},           {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},      {"model", opts_.model},
+                {"choices", Json::array()}, {"usage", usage()}};
             *out += "data: " + to_json_text(u) + "\n\n";
         }
         *out += "data: [DONE]\n\n";
@@ -128,7 +148,7 @@ public:
         if (!finished_ && opts_.cancel) opts_.cancel();
     }
 
-private:
+  private:
     // One sample's answer so far.
     struct Choice {
         explicit Choice(const OutputParserOptions& po) : parser(po) {}
@@ -163,8 +183,10 @@ private:
             RequestOutput& o = job_->outs.front();
             if (score_only_) leave_out_generated(o);
             Choice& c = *choices_[index_of(o.id)];
-            if (chat_) c.answer.add(c.parser.feed(o.text_delta));
-            else c.text += o.text_delta;
+            if (chat_)
+                c.answer.add(c.parser.feed(o.text_delta));
+            else
+                c.text += o.text_delta;
             if (want_logprobs_ && !o.logprobs.empty()) append_logprobs(c, logprobs_of(o.logprobs, c));
             if (echo_logprobs_ && !c.prompt_done) {  // the prompt's part goes first
                 Json lps = with_prompt(c, o, nullptr);
@@ -189,11 +211,14 @@ private:
         const ParsedOutput& a = c.answer;
         Json m = {{"role", "assistant"}};
         m["content"] = a.calls.empty() || !a.content.empty() ? Json(a.content) : Json(nullptr);
-        if (opts_.parsers.reasoning_on()) m["reasoning_content"] = a.reasoning.empty() ? Json(nullptr) : Json(a.reasoning);
+        if (opts_.parsers.reasoning_on())
+            m["reasoning_content"] = a.reasoning.empty() ? Json(nullptr) : Json(a.reasoning);
         if (!a.calls.empty()) {
             Json calls = Json::array();
             for (const auto& t : a.calls)
-                calls.push_back({{"id", t.id}, {"type", "function"}, {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+                calls.push_back({{"id", t.id},
+                                 {"type", "function"},
+                                 {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
             m["tool_calls"] = std::move(calls);
         }
         return m;
@@ -222,16 +247,23 @@ private:
     Json usage() const {
         int64_t completion = 0;
         for (const auto& c : choices_) completion += c->completion_tokens;
-        return {{"prompt_tokens", prompt_tokens_}, {"completion_tokens", completion}, {"total_tokens", prompt_tokens_ + completion}};
+        return {{"prompt_tokens", prompt_tokens_},
+                {"completion_tokens", completion},
+                {"total_tokens", prompt_tokens_ + completion}};
     }
     std::string event(int index, const Json& delta_or_text, const Json& finish, const Json& logprobs) const {
         Json choice = {{"index", index}};
-        if (chat_) choice["delta"] = delta_or_text;
-        else choice["text"] = delta_or_text;
+        if (chat_)
+            choice["delta"] = delta_or_text;
+        else
+            choice["text"] = delta_or_text;
         choice["logprobs"] = logprobs;
         choice["finish_reason"] = finish;
-        Json c = {{"id", opts_.id}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
-                  {"model", opts_.model}, {"choices", Json::array({choice})}};
+        Json c = {{"id", opts_.id},
+                  {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+                  {"created", created_},
+                  {"model", opts_.model},
+                  {"choices", Json::array({choice})}};
         return "data: " + to_json_text(c) + "\n\n";
     }
 
@@ -246,8 +278,10 @@ private:
             Json content = Json::array();
             for (const auto& lp : steps) {
                 Json top = Json::array();
-                for (size_t i = 1; i < lp.size(); ++i) top.push_back({{"token", piece(lp[i].token)}, {"logprob", lp[i].logprob}});
-                content.push_back({{"token", piece(lp[0].token)}, {"logprob", lp[0].logprob}, {"top_logprobs", top}});
+                for (size_t i = 1; i < lp.size(); ++i)
+                    top.push_back({{"token", piece(lp[i].token)}, {"logprob", lp[i].logprob}});
+                content.push_back(
+                    {{"token", piece(lp[0].token)}, {"logprob", lp[0].logprob}, {"top_logprobs", top}});
             }
             return {{"content", content}};
         }
@@ -268,14 +302,16 @@ private:
             offsets.push_back(*offset);
             *offset += static_cast<int64_t>(p.size());
         }
-        return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+        return {
+            {"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
     }
     // max_tokens 0 (with echo): the one token the engine had to generate is not part of the answer.
     static void leave_out_generated(RequestOutput& o) {
         o.text_delta.clear();
         o.logprobs.clear();
         o.completion_tokens = 0;
-        if (o.finish != FinishReason::NONE && o.finish != FinishReason::ABORT) o.finish = FinishReason::LENGTH;
+        if (o.finish != FinishReason::NONE && o.finish != FinishReason::ABORT)
+            o.finish = FinishReason::LENGTH;
     }
     static void append_logprobs(Choice& c, const Json& part) { append_logprobs(c.logprobs, part); }
     static void append_logprobs(Json& to, const Json& part) {
@@ -321,7 +357,8 @@ private:
 }  // namespace
 
 std::shared_ptr<Deferred> make_completion_response(std::shared_ptr<Job> job, const CompletionRequest& req,
-                                                   ResponseOptions opts, std::shared_ptr<const Tokenizer> tok) {
+                                                   ResponseOptions opts,
+                                                   std::shared_ptr<const Tokenizer> tok) {
     return std::make_shared<CompletionResponse>(std::move(job), req, std::move(opts), std::move(tok));
 }
 

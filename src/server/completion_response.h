@@ -17,13 +17,14 @@ namespace gdn {
 
 struct ResponseOptions {
     std::string id, model;
-    ParserChoice parsers;              // the server's
-    std::string echo;                  // completions with echo: the prompt's text
-    std::function<void()> cancel;      // the client left
+    ParserChoice parsers;          // the server's
+    std::string echo;              // completions with echo: the prompt's text
+    std::function<void()> cancel;  // the client left
 };
 
 std::shared_ptr<Deferred> make_completion_response(std::shared_ptr<Job> job, const CompletionRequest& req,
-                                                   ResponseOptions opts, std::shared_ptr<const Tokenizer> tok);
+                                                   ResponseOptions opts,
+                                                   std::shared_ptr<const Tokenizer> tok);
 
 // Error bodies in OpenAI's shape (also used by the server's other routes).
 HttpResponse json_response(int status, const Json& body);

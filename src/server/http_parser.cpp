@@ -21,10 +21,13 @@ std::string_view trim(std::string_view s) {
 
 // RFC 9110 token characters (method and header names).
 bool is_tchar(char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
 }
 
-bool is_token(std::string_view s) { return !s.empty() && std::all_of(s.begin(), s.end(), is_tchar); }
+bool is_token(std::string_view s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), is_tchar);
+}
 
 // Does a comma-separated header value hold `item` (case-insensitive)?
 bool has_item(std::string_view value, std::string_view item) {
@@ -89,12 +92,14 @@ HttpParser::State HttpParser::feed(std::string_view data, size_t* used) {
                 const size_t before = pos_;
                 if (!next_line(data, &line)) {
                     if (head_bytes_ + (data.size() - pos_) > limits_.max_header_bytes)
-                        s = fail(431, "the request head is too large (limit " + std::to_string(limits_.max_header_bytes) + " bytes)");
+                        s = fail(431, "the request head is too large (limit " +
+                                          std::to_string(limits_.max_header_bytes) + " bytes)");
                     goto out;
                 }
                 head_bytes_ += pos_ - before;
                 if (head_bytes_ > limits_.max_header_bytes) {
-                    s = fail(431, "the request head is too large (limit " + std::to_string(limits_.max_header_bytes) + " bytes)");
+                    s = fail(431, "the request head is too large (limit " +
+                                      std::to_string(limits_.max_header_bytes) + " bytes)");
                     break;
                 }
                 if (phase_ == Phase::TRAILERS) {
@@ -106,7 +111,8 @@ HttpParser::State HttpParser::feed(std::string_view data, size_t* used) {
                 }
                 if (req_.method.empty()) {
                     if (line.empty()) break;  // RFC 9112: ignore empty lines before the request line
-                    const size_t a = line.find(' '), b = a == std::string_view::npos ? a : line.find(' ', a + 1);
+                    const size_t a = line.find(' '),
+                                 b = a == std::string_view::npos ? a : line.find(' ', a + 1);
                     if (b == std::string_view::npos || line.find(' ', b + 1) != std::string_view::npos) {
                         s = fail(400, "malformed request line");
                         break;
@@ -152,7 +158,8 @@ HttpParser::State HttpParser::feed(std::string_view data, size_t* used) {
                     s = fail(431, "more than " + std::to_string(limits_.max_headers) + " header fields");
                     break;
                 }
-                req_.headers.emplace_back(lower(line.substr(0, colon)), std::string(trim(line.substr(colon + 1))));
+                req_.headers.emplace_back(lower(line.substr(0, colon)),
+                                          std::string(trim(line.substr(colon + 1))));
                 break;
             }
             case Phase::BODY_LENGTH:
@@ -173,12 +180,15 @@ HttpParser::State HttpParser::feed(std::string_view data, size_t* used) {
             case Phase::CHUNK_DATA_END:
             case Phase::CHUNK_SIZE: {
                 if (!next_line(data, &line)) {
-                    if (data.size() - pos_ > kMaxChunkLine) s = fail(400, "malformed chunked body (chunk size line too long)");
+                    if (data.size() - pos_ > kMaxChunkLine)
+                        s = fail(400, "malformed chunked body (chunk size line too long)");
                     goto out;
                 }
                 if (phase_ == Phase::CHUNK_DATA_END) {
-                    if (!line.empty()) s = fail(400, "malformed chunked body (no CRLF after chunk data)");
-                    else phase_ = Phase::CHUNK_SIZE;
+                    if (!line.empty())
+                        s = fail(400, "malformed chunked body (no CRLF after chunk data)");
+                    else
+                        phase_ = Phase::CHUNK_SIZE;
                     break;
                 }
                 if (line.size() > kMaxChunkLine) {
@@ -201,7 +211,8 @@ HttpParser::State HttpParser::feed(std::string_view data, size_t* used) {
                     break;
                 }
                 if (size > limits_.max_body_bytes - req_.body.size()) {
-                    s = fail(413, "the request body is too large (limit " + std::to_string(limits_.max_body_bytes) + " bytes)");
+                    s = fail(413, "the request body is too large (limit " +
+                                      std::to_string(limits_.max_body_bytes) + " bytes)");
                     break;
                 }
                 if (size == 0) {
@@ -238,8 +249,10 @@ HttpParser::State HttpParser::finish_head() {
     req_.expect_continue = lower(req_.header("expect")) == "100-continue";
     if (!te.empty()) {
         // A request with both is a smuggling attempt (RFC 9112 6.1): refuse it rather than guess.
-        if (!cl.empty()) return fail(400, "a request must not carry both Transfer-Encoding and Content-Length");
-        if (lower(te) != "chunked") return fail(501, "unsupported Transfer-Encoding '" + std::string(te) + "' (only chunked)");
+        if (!cl.empty())
+            return fail(400, "a request must not carry both Transfer-Encoding and Content-Length");
+        if (lower(te) != "chunked")
+            return fail(501, "unsupported Transfer-Encoding '" + std::string(te) + "' (only chunked)");
         phase_ = Phase::CHUNK_SIZE;
     } else if (!cl.empty()) {
         uint64_t n = 0;
@@ -247,7 +260,8 @@ HttpParser::State HttpParser::finish_head() {
             return fail(400, "malformed Content-Length");
         for (char c : cl) n = n * 10 + static_cast<uint64_t>(c - '0');
         if (n > limits_.max_body_bytes)
-            return fail(413, "the request body is too large (limit " + std::to_string(limits_.max_body_bytes) + " bytes)");
+            return fail(413, "the request body is too large (limit " +
+                                 std::to_string(limits_.max_body_bytes) + " bytes)");
         remaining_ = n;
         req_.body.reserve(static_cast<size_t>(n));
         phase_ = Phase::BODY_LENGTH;
@@ -266,21 +280,36 @@ HttpParser::State HttpParser::finish_head() {
 
 const char* http_reason(int status) {
     switch (status) {
-        case 100: return "Continue";
-        case 200: return "OK";
-        case 400: return "Bad Request";
-        case 401: return "Unauthorized";
-        case 404: return "Not Found";
-        case 405: return "Method Not Allowed";
-        case 408: return "Request Timeout";
-        case 413: return "Payload Too Large";
-        case 429: return "Too Many Requests";
-        case 431: return "Request Header Fields Too Large";
-        case 500: return "Internal Server Error";
-        case 501: return "Not Implemented";
-        case 503: return "Service Unavailable";
-        case 505: return "HTTP Version Not Supported";
-        default: return "Unknown";
+        case 100:
+            return "Continue";
+        case 200:
+            return "OK";
+        case 400:
+            return "Bad Request";
+        case 401:
+            return "Unauthorized";
+        case 404:
+            return "Not Found";
+        case 405:
+            return "Method Not Allowed";
+        case 408:
+            return "Request Timeout";
+        case 413:
+            return "Payload Too Large";
+        case 429:
+            return "Too Many Requests";
+        case 431:
+            return "Request Header Fields Too Large";
+        case 500:
+            return "Internal Server Error";
+        case 501:
+            return "Not Implemented";
+        case 503:
+            return "Service Unavailable";
+        case 505:
+            return "HTTP Version Not Supported";
+        default:
+            return "Unknown";
     }
 }
 

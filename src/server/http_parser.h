@@ -16,22 +16,22 @@ namespace gdn {
 struct HttpLimits {
     size_t max_header_bytes = 64 * 1024;  // request line + headers (+ chunked trailers)
     size_t max_headers = 100;
-    size_t max_body_bytes = 8u << 20;     // after de-chunking
+    size_t max_body_bytes = 8u << 20;  // after de-chunking
 };
 
 struct HttpRequest {
-    std::string method, target, path, query;  // target = path[?query]
-    int version_minor = 1;                    // HTTP/1.<minor>
+    std::string method, target, path, query;                   // target = path[?query]
+    int version_minor = 1;                                     // HTTP/1.<minor>
     std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, in order
     std::string body;
-    bool keep_alive = true;       // HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive
+    bool keep_alive = true;        // HTTP/1.1 unless "Connection: close"; HTTP/1.0 only with keep-alive
     bool expect_continue = false;  // "Expect: 100-continue"
     // The first value of a header (name in lower case), or "" when absent.
     std::string_view header(std::string_view lower_name) const;
 };
 
 class HttpParser {
-public:
+  public:
     enum class State {
         NEED_MORE,  // feed more bytes
         HEAD_DONE,  // the head is parsed and the body is still to come (once per request: a chance to
@@ -58,7 +58,7 @@ public:
     // True once the request line and every header field are in (the head deadline ends here).
     bool head_complete() const { return phase_ != Phase::HEAD; }
 
-private:
+  private:
     State fail(int status, std::string msg);
     State finish_head();
     // The next line of data from pos_ (without CR LF), or false when it is not complete yet.
@@ -67,7 +67,15 @@ private:
     HttpLimits limits_;
     HttpRequest req_;
     State state_ = State::NEED_MORE;
-    enum class Phase { HEAD, BODY_LENGTH, CHUNK_SIZE, CHUNK_DATA, CHUNK_DATA_END, TRAILERS, DONE } phase_ = Phase::HEAD;
+    enum class Phase {
+        HEAD,
+        BODY_LENGTH,
+        CHUNK_SIZE,
+        CHUNK_DATA,
+        CHUNK_DATA_END,
+        TRAILERS,
+        DONE
+    } phase_ = Phase::HEAD;
     size_t pos_ = 0;          // bytes of the current feed() consumed
     size_t head_bytes_ = 0;   // bytes of head (and trailers) consumed
     uint64_t remaining_ = 0;  // body or chunk bytes still to read

@@ -29,9 +29,8 @@ namespace gdn {
 
 namespace {
 
-
 constexpr uint64_t kListenTag = ~0ull, kWakeTag = ~0ull - 1;
-constexpr double kLingerSeconds = 2.0;     // after an error answer: drain what the client still sends
+constexpr double kLingerSeconds = 2.0;  // after an error answer: drain what the client still sends
 constexpr size_t kLingerMaxBytes = 4u << 20;
 constexpr size_t kReadBytes = 64 * 1024;
 constexpr size_t kSmallRequestBytes = 64 * 1024;  // see worker_loop
@@ -85,14 +84,14 @@ struct Conn {
     bool close_after_write = false;
     bool peer_closed = false;
     bool reading_paused = false;
-    bool parsing = false;   // inside process_input (a response completed inline must not re-enter it)
+    bool parsing = false;  // inside process_input (a response completed inline must not re-enter it)
     std::shared_ptr<Deferred> deferred;
-    double t_request = 0;   // first byte of the current request
-    double t_idle = 0;      // when the connection became idle (accept, or the last response done)
-    double t_write = 0;     // last write progress while output is pending
+    double t_request = 0;  // first byte of the current request
+    double t_idle = 0;     // when the connection became idle (accept, or the last response done)
+    double t_write = 0;    // last write progress while output is pending
     double linger_until = 0;
     size_t lingered = 0;
-    size_t held = 0;        // request bytes counted in the budget
+    size_t held = 0;  // request bytes counted in the budget
     explicit Conn(const HttpLimits& l) : parser(l) {}
     size_t pending() const { return out.size() - out_off; }
 };
@@ -104,14 +103,18 @@ struct Task {
     size_t bytes;  // the request's bytes (head + body) as the budget counted them
 };
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+void set_nonblocking(int fd) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
 
 std::string head_text(const HttpResponse& r, bool keep_alive, size_t content_length) {
     std::string h = "HTTP/1.1 " + std::to_string(r.status) + " " + http_reason(r.status) + "\r\n";
     if (!r.content_type.empty()) h += "Content-Type: " + r.content_type + "\r\n";
     for (const auto& [k, v] : r.headers) h += k + ": " + v + "\r\n";
-    if (r.chunked) h += "Transfer-Encoding: chunked\r\n";
-    else h += "Content-Length: " + std::to_string(content_length) + "\r\n";
+    if (r.chunked)
+        h += "Transfer-Encoding: chunked\r\n";
+    else
+        h += "Content-Length: " + std::to_string(content_length) + "\r\n";
     h += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     return h;
 }
@@ -195,7 +198,8 @@ HandlerResult HttpServer::Impl::call_handler(const HttpHandler& h, const HttpReq
     } catch (const std::exception& e) {
         GDN_LOG_ERROR("http: handler for %s %s threw: %s", req.method.c_str(), req.path.c_str(), e.what());
     } catch (...) {
-        GDN_LOG_ERROR("http: handler for %s %s threw a non-standard exception", req.method.c_str(), req.path.c_str());
+        GDN_LOG_ERROR("http: handler for %s %s threw a non-standard exception", req.method.c_str(),
+                      req.path.c_str());
     }
     return error_response(500, "internal error (logged by the server)");
 }
@@ -300,7 +304,9 @@ void HttpServer::Impl::accept_all() {
             return;  // EAGAIN, or an aborted connection
         }
         if (conns.size() >= cfg.max_connections && !evict_for_new()) {
-            static const char busy[] = "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\nConnection: close\r\n\r\n";
+            static const char busy[] =
+                "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\nConnection: "
+                "close\r\n\r\n";
             [[maybe_unused]] ssize_t n = ::send(fd, busy, sizeof(busy) - 1, MSG_NOSIGNAL);
             ::close(fd);
             continue;
@@ -358,8 +364,10 @@ void HttpServer::Impl::send_response(Conn& c, const HttpResponse& r) {
     if (stopping) c.keep_alive = false;
     if (c.pending() == 0) c.t_write = now_seconds();
     c.out += head_text(r, c.keep_alive, r.body.size());
-    if (r.chunked) append_chunk(&c.out, r.body);
-    else c.out += r.body;
+    if (r.chunked)
+        append_chunk(&c.out, r.body);
+    else
+        c.out += r.body;
 }
 
 // Answers an error the connection cannot recover from (a broken or refused request): the answer,
@@ -389,8 +397,10 @@ void HttpServer::Impl::response_done(Conn& c) {
     c.reading_paused = false;
     const uint64_t id = c.id;
     flush(c);
-    if (conns.count(id) && !c.in.empty()) process_input(c);  // a pipelined request already arrived
-    else if (conns.count(id) && c.peer_closed) close_conn(id);
+    if (conns.count(id) && !c.in.empty())
+        process_input(c);  // a pipelined request already arrived
+    else if (conns.count(id) && c.peer_closed)
+        close_conn(id);
 }
 
 void HttpServer::Impl::install(Conn& c, HandlerResult r) {
@@ -437,8 +447,10 @@ void HttpServer::Impl::dispatch(Conn& c, HttpRequest req) {
         allow += (allow.empty() ? "" : ", ") + r.method;
     }
     if (!found) {
-        if (allow.empty()) return send_response(c, error_response(404, "no such endpoint: " + req.path)), response_done(c);
-        HttpResponse r = error_response(405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
+        if (allow.empty())
+            return send_response(c, error_response(404, "no such endpoint: " + req.path)), response_done(c);
+        HttpResponse r = error_response(
+            405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
         r.headers.emplace_back("Allow", allow);
         send_response(c, r);
         return response_done(c);
@@ -449,7 +461,7 @@ void HttpServer::Impl::dispatch(Conn& c, HttpRequest req) {
         std::lock_guard<std::mutex> lock(tq_mu);
         tasks.push_back({c.id, std::move(req), &found->handler, c.held});
     }
-    c.held = 0;  // the worker holds the bytes now; they come back with its result
+    c.held = 0;          // the worker holds the bytes now; they come back with its result
     tq_cv.notify_all();  // not one: the woken worker might be the small-only one
 }
 
@@ -469,8 +481,9 @@ void HttpServer::Impl::process_input(Conn& c) {
         const size_t grew = now_held > c.held ? now_held - c.held : 0;
         if (grew > 0) {
             if (held_bytes + grew > cfg.max_buffered_bytes) {
-                GDN_LOG_WARN("http: request bytes of all connections over the budget of %zu MiB: refusing one",
-                             cfg.max_buffered_bytes >> 20);
+                GDN_LOG_WARN(
+                    "http: request bytes of all connections over the budget of %zu MiB: refusing one",
+                    cfg.max_buffered_bytes >> 20);
                 c.parsing = false;
                 return send_error(c, 503, "the server holds too many large requests right now; retry later");
             }
@@ -545,7 +558,8 @@ void HttpServer::Impl::on_writable(Conn& c) {
     const uint64_t id = c.id;
     flush(c);
     if (!conns.count(id)) return;
-    if (c.state == ConnState::READING && c.pending() < cfg.max_pending_output && (c.reading_paused || !c.in.empty())) {
+    if (c.state == ConnState::READING && c.pending() < cfg.max_pending_output &&
+        (c.reading_paused || !c.in.empty())) {
         c.reading_paused = false;  // the client reads its answers again: parse on
         process_input(c);
         if (!conns.count(id)) return;
@@ -559,8 +573,10 @@ void HttpServer::Impl::sweep(double now) {
     std::vector<std::pair<uint64_t, int>> expired;  // id, status (0: close silently)
     for (auto& [id, cp] : conns) {
         Conn& c = *cp;
-        if (c.pending() > 0 && now - c.t_write > cfg.write_timeout_s) expired.emplace_back(id, 0);
-        else if (c.state == ConnState::LINGER && now > c.linger_until) expired.emplace_back(id, 0);
+        if (c.pending() > 0 && now - c.t_write > cfg.write_timeout_s)
+            expired.emplace_back(id, 0);
+        else if (c.state == ConnState::LINGER && now > c.linger_until)
+            expired.emplace_back(id, 0);
         else if (c.state == ConnState::READING && c.pending() == 0) {
             if (!c.parser.started()) {
                 if (now - c.t_idle > cfg.idle_timeout_s) expired.emplace_back(id, 0);
@@ -573,8 +589,10 @@ void HttpServer::Impl::sweep(double now) {
     for (auto [id, status] : expired) {
         auto it = conns.find(id);
         if (it == conns.end()) continue;
-        if (status == 0) close_conn(id);
-        else send_error(*it->second, status, "the request was not received in time");
+        if (status == 0)
+            close_conn(id);
+        else
+            send_error(*it->second, status, "the request was not received in time");
     }
 }
 
@@ -636,7 +654,8 @@ void HttpServer::Impl::loop() {
             auto it = conns.find(id);
             if (it == conns.end()) continue;
             Conn& c = *it->second;
-            if ((c.state == ConnState::WAITING || c.state == ConnState::STREAMING) && c.deferred) poll_deferred(c);
+            if ((c.state == ConnState::WAITING || c.state == ConnState::STREAMING) && c.deferred)
+                poll_deferred(c);
         }
         const double t = now_seconds();
         if (t - last_sweep > 0.25) {
@@ -646,7 +665,9 @@ void HttpServer::Impl::loop() {
     }
 }
 
-HttpServer::HttpServer(HttpServerConfig cfg) : impl_(std::make_unique<Impl>()) { impl_->cfg = std::move(cfg); }
+HttpServer::HttpServer(HttpServerConfig cfg) : impl_(std::make_unique<Impl>()) {
+    impl_->cfg = std::move(cfg);
+}
 
 HttpServer::~HttpServer() {
     stop();
@@ -659,9 +680,13 @@ void HttpServer::route(const std::string& method, const std::string& path, HttpH
     impl_->routes.push_back({method, path, std::move(h), inline_on_io});
 }
 
-void HttpServer::set_error_body(std::function<HttpResponse(int, const std::string&)> f) { impl_->error_body = std::move(f); }
+void HttpServer::set_error_body(std::function<HttpResponse(int, const std::string&)> f) {
+    impl_->error_body = std::move(f);
+}
 
-size_t HttpServer::connections() const { return impl_->n_conns; }
+size_t HttpServer::connections() const {
+    return impl_->n_conns;
+}
 
 Result<int> HttpServer::bind(const std::string& host, int port) {
     // Every connection is a descriptor: raise the soft limit to the hard one, and keep the connection

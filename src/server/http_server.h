@@ -33,12 +33,13 @@ struct HttpResponse {
     std::string content_type = "application/json";
     std::vector<std::pair<std::string, std::string>> headers;
     std::string body;
-    bool chunked = false;  // a streamed body (Deferred only): `body` is its first piece, next_chunk() the rest
+    bool chunked =
+        false;  // a streamed body (Deferred only): `body` is its first piece, next_chunk() the rest
 };
 
 // A response completed later, by other threads. All calls come from the I/O thread.
 class Deferred {
-public:
+  public:
     virtual ~Deferred() = default;
     // The response's head once it is known (called after each wake and once when the handler returns).
     virtual std::optional<HttpResponse> head() = 0;
@@ -53,8 +54,8 @@ using Waker = std::function<void()>;
 
 struct HandlerResult {
     HttpResponse response;
-    std::shared_ptr<Deferred> deferred;  // when set, `response` is unused
-    HandlerResult(HttpResponse r) : response(std::move(r)) {}  // NOLINT: implicit by design
+    std::shared_ptr<Deferred> deferred;                                     // when set, `response` is unused
+    HandlerResult(HttpResponse r) : response(std::move(r)) {}               // NOLINT: implicit by design
     HandlerResult(std::shared_ptr<Deferred> d) : deferred(std::move(d)) {}  // NOLINT
 };
 
@@ -62,18 +63,18 @@ using HttpHandler = std::function<HandlerResult(const HttpRequest&, const Waker&
 
 struct HttpServerConfig {
     HttpLimits limits;
-    int workers = 4;                  // handler threads (not per connection)
+    int workers = 4;  // handler threads (not per connection)
     size_t max_connections = 1024;
-    double header_timeout_s = 10;     // first byte of a request -> its complete head
-    double request_timeout_s = 60;    // first byte of a request -> its complete body
-    double idle_timeout_s = 15;       // keep-alive connection without a request
-    double write_timeout_s = 60;      // pending response bytes the client does not take
+    double header_timeout_s = 10;            // first byte of a request -> its complete head
+    double request_timeout_s = 60;           // first byte of a request -> its complete body
+    double idle_timeout_s = 15;              // keep-alive connection without a request
+    double write_timeout_s = 60;             // pending response bytes the client does not take
     size_t max_buffered_bytes = 256u << 20;  // request bytes of all connections (and handlers) together
     size_t max_pending_output = 1u << 20;    // a streamed response is not polled while more is unsent
 };
 
 class HttpServer {
-public:
+  public:
     explicit HttpServer(HttpServerConfig cfg);
     ~HttpServer();
     // Routes are set before run(). `inline_on_io`: the handler is cheap and never blocks (runs on the
@@ -92,7 +93,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     std::unique_ptr<Impl> impl_;
 };
 

@@ -21,13 +21,13 @@ struct Job {
     SamplingParams params;
     Waker wake;
     std::mutex mu;
-    std::deque<RequestOutput> outs;     // RequestOutput::id tells the sample (engine_ids)
+    std::deque<RequestOutput> outs;  // RequestOutput::id tells the sample (engine_ids)
     bool accepted = false, done = false;
     std::optional<ApiError> error;  // the engine refused it, or the server is shutting down
-    int64_t engine_id = -1;             // the first sample's
-    int n = 1;                          // samples (OpenAI's n); the engine ids in choice order
+    int64_t engine_id = -1;         // the first sample's
+    int n = 1;                      // samples (OpenAI's n); the engine ids in choice order
     std::vector<int64_t> engine_ids;
-    int finished = 0;                   // samples that ended
+    int finished = 0;  // samples that ended
     std::atomic<bool> cancelled{false};
     double t_arrival = 0, t_first = 0, t_last = 0;
 };

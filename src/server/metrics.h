@@ -31,8 +31,8 @@ struct Histogram {
             s += strprintf("%s_bucket{le=\"%g\"} %llu\n", name.c_str(), bounds[i], (unsigned long long)c);
         }
         c += counts.back();
-        s += strprintf("%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name.c_str(), (unsigned long long)c,
-                       name.c_str(), sum, name.c_str(), (unsigned long long)n);
+        s += strprintf("%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name.c_str(),
+                       (unsigned long long)c, name.c_str(), sum, name.c_str(), (unsigned long long)n);
         return s;
     }
 };

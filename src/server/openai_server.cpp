@@ -13,10 +13,10 @@
 #include "server/arrival_wait.h"
 #include "server/completion_request.h"
 #include "server/completion_response.h"
-#include "server/job.h"
-#include "server/output_parser.h"
 #include "server/http_server.h"
+#include "server/job.h"
 #include "server/metrics.h"
+#include "server/output_parser.h"
 #include "tokenizer/chat_template.h"
 #include "util/json_file.h"
 
@@ -25,10 +25,14 @@ namespace gdn {
 namespace {
 
 int64_t unix_time() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::seconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
-ApiError shutting_down() { return {503, "the server is shutting down", "server_error", ""}; }
+ApiError shutting_down() {
+    return {503, "the server is shutting down", "server_error", ""};
+}
 
 // Constant-time comparison: the time taken says nothing about how much of a guessed key was right.
 bool same_secret(const std::string& a, const std::string& b) {
@@ -128,8 +132,8 @@ void OpenAIServer::Impl::engine_loop() {
                     arrival_answered_share = arrival_wait.answered_share();
                 }
                 q_cv.wait_for(lock, std::chrono::milliseconds(50));
-            } else if (const double budget = arrival_wait.budget_ms(ended_last_step, last_step_ms,
-                                                                    engine_waiting + arrived_since_step(false));
+            } else if (const double budget = arrival_wait.budget_ms(
+                           ended_last_step, last_step_ms, engine_waiting + arrived_since_step(false));
                        budget > 0 && !stopping) {
                 const double t0 = now_seconds();
                 const bool came = q_cv.wait_for(lock, std::chrono::duration<double, std::milli>(budget), [&] {
@@ -211,7 +215,8 @@ void OpenAIServer::Impl::engine_loop() {
                     requests_ok++;
                     ended_last_step++;
                     if (job.t_first > 0) ttft.observe(job.t_first - job.t_arrival);
-                    if (o.completion_tokens > 1) tpot.observe((job.t_last - job.t_first) / (o.completion_tokens - 1));
+                    if (o.completion_tokens > 1)
+                        tpot.observe((job.t_last - job.t_first) / (o.completion_tokens - 1));
                     e2e.observe(t - job.t_arrival);
                 }
             }
@@ -230,8 +235,9 @@ std::optional<ApiError> OpenAIServer::Impl::check_key(const HttpRequest& req) co
     if (cfg.api_key.empty()) return std::nullopt;
     const std::string h(req.header("authorization"));
     if (same_secret(h, "Bearer " + cfg.api_key)) return std::nullopt;
-    return ApiError{401, h.empty() ? "Missing API key: send 'Authorization: Bearer <key>'" : "Incorrect API key provided",
-                    "authentication_error", ""};
+    return ApiError{
+        401, h.empty() ? "Missing API key: send 'Authorization: Bearer <key>'" : "Incorrect API key provided",
+        "authentication_error", ""};
 }
 
 namespace {
@@ -255,21 +261,25 @@ HandlerResult OpenAIServer::Impl::handle_completion(const HttpRequest& req, cons
         Json& kw = body["chat_template_kwargs"];
         if (kw.is_null()) kw = Json::object();
         if (kw.is_object())
-            for (auto it = cfg.default_chat_template_kwargs.begin(); it != cfg.default_chat_template_kwargs.end(); ++it)
+            for (auto it = cfg.default_chat_template_kwargs.begin();
+                 it != cfg.default_chat_template_kwargs.end(); ++it)
                 if (!kw.contains(it.key())) kw[it.key()] = it.value();
     }
     CompletionRequest cr;
     if (auto e = parse_completion_request(body, chat, limits, &cr)) return error_response(*e);
     auto job = std::make_shared<Job>();
     if (auto e = tokenize_prompt(&cr, *tok, engine->chat_template(), limits, &job->ids,
-                                  engine->config().enable_prefix_caching ? &job->message_ends : nullptr)) return error_response(*e);
+                                 engine->config().enable_prefix_caching ? &job->message_ends : nullptr))
+        return error_response(*e);
     // Admission: beyond the running requests, at most max_queue wait.
     if (in_flight.fetch_add(1) >= engine->config().max_num_seqs + cfg.max_queue) {
         in_flight--;
         requests_refused++;
-        return error_response({503, strprintf("the server is at capacity (%d requests running or queued); retry later",
-                                              engine->config().max_num_seqs + cfg.max_queue),
-                               "server_error", ""});
+        return error_response(
+            {503,
+             strprintf("the server is at capacity (%d requests running or queued); retry later",
+                       engine->config().max_num_seqs + cfg.max_queue),
+             "server_error", ""});
     }
     if (stopping) {
         in_flight--;
@@ -308,7 +318,8 @@ HandlerResult OpenAIServer::Impl::handle_tokenize(const HttpRequest& req) {
     if (auto e = parse_body(req, &b)) return error_response(*e);
     std::string text;
     if (auto m = b.find("messages"); m != b.end()) {
-        if (Status st = validate_messages(*m); !st) return error_response(ApiError::invalid(st.message(), "messages"));
+        if (Status st = validate_messages(*m); !st)
+            return error_response(ApiError::invalid(st.message(), "messages"));
         const ChatTemplate* ct = engine->chat_template();
         if (!ct) return error_response(ApiError::invalid("this model has no chat template", "messages"));
         ChatRequest cr;
@@ -322,7 +333,8 @@ HandlerResult OpenAIServer::Impl::handle_tokenize(const HttpRequest& req) {
         return error_response(ApiError::invalid("'prompt' (a string) or 'messages' is required"));
     }
     auto ids = tok->encode(text);
-    return json_response(200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine->config().max_model_len}});
+    return json_response(
+        200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine->config().max_model_len}});
 }
 
 HandlerResult OpenAIServer::Impl::handle_detokenize(const HttpRequest& req) {
@@ -330,7 +342,8 @@ HandlerResult OpenAIServer::Impl::handle_detokenize(const HttpRequest& req) {
     Json b;
     if (auto e = parse_body(req, &b)) return error_response(*e);
     auto t = b.find("tokens");
-    if (t == b.end()) return error_response(ApiError::invalid("'tokens' (a list of integers) is required", "tokens"));
+    if (t == b.end())
+        return error_response(ApiError::invalid("'tokens' (a list of integers) is required", "tokens"));
     std::vector<int32_t> ids;
     if (auto e = read_token_ids(*t, "tokens", limits.vocab, &ids)) return error_response(*e);
     auto text = tok->decode(ids, false);
@@ -348,16 +361,22 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
         const EngineStats& st = stats;
         gauge("gdn_requests_running", "requests being processed", st.running);
         gauge("gdn_requests_waiting", "requests waiting to be scheduled", st.waiting);
-        gauge("gdn_requests_finished_total", "requests finished (stop or length)", double(requests_ok), "counter");
-        gauge("gdn_requests_aborted_total", "requests aborted (client gone, shutdown)", double(requests_aborted), "counter");
-        gauge("gdn_requests_rejected_total", "admitted requests the engine rejected", double(requests_rejected), "counter");
-        gauge("gdn_arrival_waits_total", "steps held for new requests after a step that ended requests (--arrival-wait-ms)",
+        gauge("gdn_requests_finished_total", "requests finished (stop or length)", double(requests_ok),
+              "counter");
+        gauge("gdn_requests_aborted_total", "requests aborted (client gone, shutdown)",
+              double(requests_aborted), "counter");
+        gauge("gdn_requests_rejected_total", "admitted requests the engine rejected",
+              double(requests_rejected), "counter");
+        gauge("gdn_arrival_waits_total",
+              "steps held for new requests after a step that ended requests (--arrival-wait-ms)",
               double(arrival_waits_answered + arrival_waits_expired), "counter");
         gauge("gdn_arrival_waits_expired_total", "of those, holds that ended without the requests arriving",
               double(arrival_waits_expired), "counter");
-        gauge("gdn_arrival_wait_seconds_total", "time steps were held for new requests", arrival_wait_seconds, "counter");
+        gauge("gdn_arrival_wait_seconds_total", "time steps were held for new requests", arrival_wait_seconds,
+              "counter");
         gauge("gdn_arrival_wait_answered_share",
-              "recent holds' share that their requests answered (below 0.3 holds only probe; 1 again when idle)",
+              "recent holds' share that their requests answered (below 0.3 holds only probe; 1 again when "
+              "idle)",
               arrival_answered_share);
         gauge("gdn_prompt_tokens_total", "prompt tokens received", double(st.prompt_tokens), "counter");
         gauge("gdn_generation_tokens_total", "tokens generated", double(st.generation_tokens), "counter");
@@ -370,8 +389,8 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
         gauge("gdn_preemptions_total", "requests pre-empted (recompute)", double(st.preemptions), "counter");
         // Prefix caching (vLLM's prefix_cache_queries / prefix_cache_hits, in tokens).
         const PrefixCacheStats& pc = st.prefix;
-        gauge("gdn_prefix_cache_queries_total", "prompt tokens looked up in the prefix cache", double(pc.query_tokens),
-              "counter");
+        gauge("gdn_prefix_cache_queries_total", "prompt tokens looked up in the prefix cache",
+              double(pc.query_tokens), "counter");
         gauge("gdn_prefix_cache_hits_total", "prompt tokens found in the prefix cache (not computed)",
               double(pc.hit_tokens), "counter");
         gauge("gdn_prefix_cache_snapshots", "GDN state snapshots held", pc.snapshots);
@@ -379,46 +398,54 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
               pc.snapshot_capacity);
         gauge("gdn_prefix_cache_snapshot_bytes", "memory held by GDN state snapshots",
               double(pc.snapshots) * double(st.prefix_snapshot_bytes));
-        gauge("gdn_prefix_cache_snapshots_taken_total", "GDN state snapshots taken", double(pc.snapshots_taken),
-              "counter");
+        gauge("gdn_prefix_cache_snapshots_taken_total", "GDN state snapshots taken",
+              double(pc.snapshots_taken), "counter");
         gauge("gdn_prefix_cache_snapshot_evictions_total", "GDN state snapshots evicted",
               double(pc.snapshot_evictions), "counter");
-        gauge("gdn_prefix_cache_block_evictions_total", "cached KV blocks evicted for reuse", double(pc.block_evictions),
-              "counter");
-        gauge("gdn_prefix_cache_blocks", "KV blocks registered in the prefix cache (in use or not)", pc.cached_blocks);
+        gauge("gdn_prefix_cache_block_evictions_total", "cached KV blocks evicted for reuse",
+              double(pc.block_evictions), "counter");
+        gauge("gdn_prefix_cache_blocks", "KV blocks registered in the prefix cache (in use or not)",
+              pc.cached_blocks);
         // Speculative decoding (vLLM's spec_decode counters): a "draft" is one sequence-step that verified
         // drafts; mean acceptance length = 1 + accepted tokens / drafts.
         const SpecCounters& sc = st.spec;
-        gauge("gdn_spec_decode_num_drafts_total", "sequence-steps that verified draft tokens", double(sc.verify_steps),
+        gauge("gdn_spec_decode_num_drafts_total", "sequence-steps that verified draft tokens",
+              double(sc.verify_steps), "counter");
+        gauge("gdn_spec_decode_num_draft_tokens_total", "draft tokens verified", double(sc.drafted),
               "counter");
-        gauge("gdn_spec_decode_num_draft_tokens_total", "draft tokens verified", double(sc.drafted), "counter");
-        gauge("gdn_spec_decode_num_accepted_tokens_total", "draft tokens accepted", double(sc.accepted), "counter");
-        gauge("gdn_spec_decode_mean_acceptance_length", "1 + accepted draft tokens per verifying sequence-step",
-              sc.mean_acceptance_length());
+        gauge("gdn_spec_decode_num_accepted_tokens_total", "draft tokens accepted", double(sc.accepted),
+              "counter");
+        gauge("gdn_spec_decode_mean_acceptance_length",
+              "1 + accepted draft tokens per verifying sequence-step", sc.mean_acceptance_length());
         if (!sc.drafted_at.empty()) {
-            t += "# HELP gdn_spec_decode_num_accepted_tokens_per_pos draft tokens accepted at each draft position\n"
+            t += "# HELP gdn_spec_decode_num_accepted_tokens_per_pos draft tokens accepted at each draft "
+                 "position\n"
                  "# TYPE gdn_spec_decode_num_accepted_tokens_per_pos counter\n";
             for (size_t i = 0; i < sc.accepted_at.size(); ++i)
                 t += strprintf("gdn_spec_decode_num_accepted_tokens_per_pos{position=\"%zu\"} %lld\n", i,
                                (long long)sc.accepted_at[i]);
-            t += "# HELP gdn_spec_decode_num_drafted_tokens_per_pos draft tokens verified at each draft position\n"
+            t += "# HELP gdn_spec_decode_num_drafted_tokens_per_pos draft tokens verified at each draft "
+                 "position\n"
                  "# TYPE gdn_spec_decode_num_drafted_tokens_per_pos counter\n";
             for (size_t i = 0; i < sc.drafted_at.size(); ++i)
                 t += strprintf("gdn_spec_decode_num_drafted_tokens_per_pos{position=\"%zu\"} %lld\n", i,
                                (long long)sc.drafted_at[i]);
         }
-        gauge("gdn_spec_decode_draft_tokens_per_seq", "drafts per sequence the cost model chose for the last step",
-              st.spec_k_last_step);
-        gauge("gdn_spec_decode_state_bytes_last_step", "GDN bytes the last step's verifications added (staged rows, commit of the state)",
+        gauge("gdn_spec_decode_draft_tokens_per_seq",
+              "drafts per sequence the cost model chose for the last step", st.spec_k_last_step);
+        gauge("gdn_spec_decode_state_bytes_last_step",
+              "GDN bytes the last step's verifications added (staged rows, commit of the state)",
               double(st.spec_state_bytes_last_step));
-        gauge("gdn_spec_decode_state_bytes_total", "GDN bytes verifications added (staged rows, commits of the state)",
+        gauge("gdn_spec_decode_state_bytes_total",
+              "GDN bytes verifications added (staged rows, commits of the state)",
               double(st.spec_state_bytes_total), "counter");
         t += ttft.text("gdn_time_to_first_token_seconds", "time to first token");
         t += tpot.text("gdn_time_per_output_token_seconds", "time per output token after the first");
         t += e2e.text("gdn_e2e_request_latency_seconds", "end-to-end request latency");
     }
     gauge("gdn_requests_in_flight", "requests admitted and not finished", in_flight.load());
-    gauge("gdn_requests_refused_total", "requests refused with 503 (over --max-queue)", double(requests_refused.load()), "counter");
+    gauge("gdn_requests_refused_total", "requests refused with 503 (over --max-queue)",
+          double(requests_refused.load()), "counter");
     gauge("gdn_http_connections", "open HTTP connections", double(http->connections()));
     HttpResponse r;
     r.content_type = "text/plain; version=0.0.4";
@@ -431,36 +458,57 @@ void OpenAIServer::Impl::register_routes() {
     s.set_error_body([](int status, const std::string& msg) {
         return error_response({status, msg, status >= 500 ? "server_error" : "invalid_request_error", ""});
     });
-    s.route("POST", "/v1/completions", [this](const HttpRequest& q, const Waker& w) { return handle_completion(q, w, false); });
-    s.route("POST", "/v1/chat/completions", [this](const HttpRequest& q, const Waker& w) { return handle_completion(q, w, true); });
+    s.route("POST", "/v1/completions",
+            [this](const HttpRequest& q, const Waker& w) { return handle_completion(q, w, false); });
+    s.route("POST", "/v1/chat/completions",
+            [this](const HttpRequest& q, const Waker& w) { return handle_completion(q, w, true); });
     s.route("POST", "/tokenize", [this](const HttpRequest& q, const Waker&) { return handle_tokenize(q); });
-    s.route("POST", "/detokenize", [this](const HttpRequest& q, const Waker&) { return handle_detokenize(q); });
+    s.route("POST", "/detokenize",
+            [this](const HttpRequest& q, const Waker&) { return handle_detokenize(q); });
     // Cheap and never blocking: answered on the I/O thread, ahead of any queue.
-    s.route("GET", "/health", [](const HttpRequest&, const Waker&) { return json_response(200, {{"status", "ok"}}); }, true);
-    s.route("GET", "/metrics", [this](const HttpRequest& q, const Waker&) -> HandlerResult {
-        if (!cfg.metrics_public)
+    s.route(
+        "GET", "/health",
+        [](const HttpRequest&, const Waker&) {
+            return json_response(200, {{"status", "ok"}});
+        },
+        true);
+    s.route(
+        "GET", "/metrics",
+        [this](const HttpRequest& q, const Waker&) -> HandlerResult {
+            if (!cfg.metrics_public)
+                if (auto e = check_key(q)) return error_response(*e);
+            return metrics_text();
+        },
+        true);
+    s.route(
+        "GET", "/v1/models",
+        [this](const HttpRequest& q, const Waker&) -> HandlerResult {
             if (auto e = check_key(q)) return error_response(*e);
-        return metrics_text();
-    }, true);
-    s.route("GET", "/v1/models", [this](const HttpRequest& q, const Waker&) -> HandlerResult {
-        if (auto e = check_key(q)) return error_response(*e);
-        return json_response(200, {{"object", "list"},
-                                   {"data", Json::array({{{"id", cfg.served_model_name}, {"object", "model"}, {"created", unix_time()},
-                                                          {"owned_by", "gdn-engine"}, {"vocab_size", tok->vocab_size()},
-                                                          {"max_model_len", engine->config().max_model_len}}})}});
-    }, true);
+            return json_response(
+                200, {{"object", "list"},
+                      {"data", Json::array({{{"id", cfg.served_model_name},
+                                             {"object", "model"},
+                                             {"created", unix_time()},
+                                             {"owned_by", "gdn-engine"},
+                                             {"vocab_size", tok->vocab_size()},
+                                             {"max_model_len", engine->config().max_model_len}}})}});
+        },
+        true);
 }
 
-OpenAIServer::OpenAIServer(std::unique_ptr<Engine> engine, std::shared_ptr<const Tokenizer> tok, ServerConfig cfg)
+OpenAIServer::OpenAIServer(std::unique_ptr<Engine> engine, std::shared_ptr<const Tokenizer> tok,
+                           ServerConfig cfg)
     : impl_(std::make_unique<Impl>()) {
     Impl& im = *impl_;
     im.engine = std::move(engine);
     im.tok = std::move(tok);
     im.cfg = std::move(cfg);
-        // Ids the tokenizer knows and the model has rows for (the model's padding rows are not tokens).
+    // Ids the tokenizer knows and the model has rows for (the model's padding rows are not tokens).
     auto parsers = choose_parsers(im.tok->chat_template(), im.cfg.reasoning_parser, im.cfg.tool_call_parser);
-    if (parsers) im.parsers = *parsers;
-    else im.config_status = parsers.status();
+    if (parsers)
+        im.parsers = *parsers;
+    else
+        im.config_status = parsers.status();
     im.limits = {im.cfg.served_model_name, std::min(im.tok->vocab_size(), im.engine->model_config().vocab),
                  im.engine->config().max_model_len, im.parsers.tool_calls, im.parsers.reasoning_on()};
     HttpServerConfig hc;
@@ -480,7 +528,9 @@ OpenAIServer::~OpenAIServer() {
     if (impl_->engine_thread.joinable()) impl_->engine_thread.join();
 }
 
-int OpenAIServer::bound_port() const { return impl_->port; }
+int OpenAIServer::bound_port() const {
+    return impl_->port;
+}
 
 void OpenAIServer::stop() {
     impl_->stopping = true;
@@ -492,7 +542,8 @@ Status OpenAIServer::run() {
     Impl& im = *impl_;
     GDN_RETURN_IF_ERROR(im.config_status);
     if (im.engine->chat_template())
-        GDN_LOG_INFO("output parsers: reasoning %s, tool calls %s", im.parsers.reasoning.c_str(), im.parsers.tool_calls.c_str());
+        GDN_LOG_INFO("output parsers: reasoning %s, tool calls %s", im.parsers.reasoning.c_str(),
+                     im.parsers.tool_calls.c_str());
     auto bound = im.http->bind(im.cfg.host, im.cfg.port);
     if (!bound) return bound.status();
     im.engine_thread = std::thread([&im] { im.engine_loop(); });

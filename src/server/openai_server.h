@@ -17,11 +17,11 @@ namespace gdn {
 struct ServerConfig {
     std::string host = "127.0.0.1";
     int port = 8000;
-    std::string api_key;             // empty: no authentication (/health is always open)
-    bool metrics_public = false;     // /metrics without the API key
-    std::string served_model_name;   // the name /v1/models lists and requests must use
+    std::string api_key;            // empty: no authentication (/health is always open)
+    bool metrics_public = false;    // /metrics without the API key
+    std::string served_model_name;  // the name /v1/models lists and requests must use
     size_t max_body_bytes = 8u << 20;
-    int http_threads = 4;            // request-preparing workers (JSON, template, tokenizer); not per connection
+    int http_threads = 4;  // request-preparing workers (JSON, template, tokenizer); not per connection
     size_t max_connections = 1024;
     // Requests admitted beyond the engine's running ones (--max-num-seqs); more get 503 + Retry-After.
     int max_queue = 1024;
@@ -37,7 +37,7 @@ struct ServerConfig {
 };
 
 class OpenAIServer {
-public:
+  public:
     OpenAIServer(std::unique_ptr<Engine> engine, std::shared_ptr<const Tokenizer> tok, ServerConfig cfg);
     ~OpenAIServer();
     // Binds, then serves until stop(); returns an error if the port cannot be bound.
@@ -48,7 +48,7 @@ public:
 
     struct Impl;
 
-private:
+  private:
     std::unique_ptr<Impl> impl_;
 };
 

@@ -12,12 +12,18 @@ constexpr std::string_view kFunction = "<function=", kFunctionClose = "</functio
 constexpr std::string_view kParam = "<parameter=", kParamClose = "</parameter>";
 constexpr size_t kMaxNameBytes = 256;  // a longer "<function=..." is text, not a call
 
-bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+bool is_space(char c) {
+    return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool starts_with(std::string_view s, std::string_view p) {
+    return s.substr(0, p.size()) == p;
+}
 
 // `s` could still grow into `tag` (it is a prefix of it; the empty string is).
-bool may_become(std::string_view s, std::string_view tag) { return s.size() < tag.size() && starts_with(tag, s); }
+bool may_become(std::string_view s, std::string_view tag) {
+    return s.size() < tag.size() && starts_with(tag, s);
+}
 
 // The longest suffix of `s` that is a proper prefix of `tag`: text that may be the start of the tag.
 size_t partial_tag(std::string_view s, std::string_view tag) {
@@ -41,9 +47,12 @@ std::string_view trim(std::string_view s) {
 }  // namespace
 
 OutputParser::OutputParser(OutputParserOptions opts) : opts_(std::move(opts)) {
-    if (!opts_.reasoning) mode_ = Mode::CONTENT;
-    else if (opts_.starts_in_reasoning) mode_ = Mode::REASONING, skip_newlines_ = true;
-    else mode_ = Mode::START;
+    if (!opts_.reasoning)
+        mode_ = Mode::CONTENT;
+    else if (opts_.starts_in_reasoning)
+        mode_ = Mode::REASONING, skip_newlines_ = true;
+    else
+        mode_ = Mode::START;
 }
 
 OutputDelta OutputParser::feed(std::string_view text) {
@@ -76,10 +85,14 @@ bool OutputParser::step(OutputDelta& d, bool final) {
             mode_ = Mode::CONTENT;
             return true;
         }
-        case Mode::REASONING: return step_reasoning(d, final);
-        case Mode::CONTENT: return step_content(d, final);
-        case Mode::CALL_HEAD: return step_call_head(d, final);
-        case Mode::CALL_XML: return step_call_xml(d, final);
+        case Mode::REASONING:
+            return step_reasoning(d, final);
+        case Mode::CONTENT:
+            return step_content(d, final);
+        case Mode::CALL_HEAD:
+            return step_call_head(d, final);
+        case Mode::CALL_XML:
+            return step_call_xml(d, final);
         case Mode::CALL_XML_END: {
             const size_t i = leading_spaces(buf_);
             const std::string_view rest = std::string_view(buf_).substr(i);
@@ -91,8 +104,10 @@ bool OutputParser::step(OutputDelta& d, bool final) {
             mode_ = Mode::AFTER_CALL;  // a missing </tool_call> after </function> is forgiven
             return true;
         }
-        case Mode::CALL_HERMES: return step_call_hermes(d, final);
-        case Mode::AFTER_CALL: return step_after_call(d, final);
+        case Mode::CALL_HERMES:
+            return step_call_hermes(d, final);
+        case Mode::AFTER_CALL:
+            return step_after_call(d, final);
     }
     return false;
 }
@@ -188,8 +203,8 @@ bool OutputParser::step_call_head(OutputDelta& d, bool final) {
     const std::string_view rest = std::string_view(buf_).substr(i);
     if (starts_with(rest, kFunction)) {
         const size_t gt = rest.find('>', kFunction.size());
-        const std::string_view name = rest.substr(kFunction.size(), gt == std::string_view::npos ? std::string_view::npos
-                                                                                                : gt - kFunction.size());
+        const std::string_view name = rest.substr(
+            kFunction.size(), gt == std::string_view::npos ? std::string_view::npos : gt - kFunction.size());
         const bool bad = name.find_first_of("<\n") != std::string_view::npos || name.size() > kMaxNameBytes ||
                          (gt != std::string_view::npos && name.empty());
         if (!bad && gt == std::string_view::npos && !final) return false;
@@ -251,7 +266,8 @@ bool OutputParser::step_call_xml(OutputDelta& d, bool final) {
         return true;
     }
     if (final) return false;  // cut off inside the call: it keeps the arguments it had
-    if (may_become(rest, kParam) || may_become(rest, kFunctionClose) || may_become(rest, kCallClose)) return false;
+    if (may_become(rest, kParam) || may_become(rest, kFunctionClose) || may_become(rest, kCallClose))
+        return false;
     // Stray text between parameters is not an argument: skipped up to the next tag.
     const size_t lt = rest.find('<', 1);
     buf_.erase(0, lt == std::string_view::npos ? buf_.size() : i + lt);
@@ -317,19 +333,24 @@ bool OutputParser::step_after_call(OutputDelta&, bool final) {
     return true;
 }
 
-Result<ParserChoice> choose_parsers(std::string_view tmpl, const std::string& reasoning, const std::string& tools) {
+Result<ParserChoice> choose_parsers(std::string_view tmpl, const std::string& reasoning,
+                                    const std::string& tools) {
     ParserChoice c;
-    if (reasoning == "auto") c.reasoning = tmpl.find("<think>") != std::string_view::npos ? "qwen3" : "none";
-    else if (reasoning == "qwen3" || reasoning == "none") c.reasoning = reasoning;
-    else return Status::error("--reasoning-parser must be auto, qwen3 or none (got '" + reasoning + "')");
+    if (reasoning == "auto")
+        c.reasoning = tmpl.find("<think>") != std::string_view::npos ? "qwen3" : "none";
+    else if (reasoning == "qwen3" || reasoning == "none")
+        c.reasoning = reasoning;
+    else
+        return Status::error("--reasoning-parser must be auto, qwen3 or none (got '" + reasoning + "')");
     if (tools == "auto") {
-        c.tool_calls = tmpl.find("<function=") != std::string_view::npos ? "qwen3_coder"
+        c.tool_calls = tmpl.find("<function=") != std::string_view::npos    ? "qwen3_coder"
                        : tmpl.find("<tool_call>") != std::string_view::npos ? "hermes"
                                                                             : "none";
     } else if (tools == "qwen3_coder" || tools == "qwen3_xml" || tools == "hermes" || tools == "none") {
         c.tool_calls = tools;
     } else {
-        return Status::error("--tool-call-parser must be auto, qwen3_coder, qwen3_xml, hermes or none (got '" + tools + "')");
+        return Status::error(
+            "--tool-call-parser must be auto, qwen3_coder, qwen3_xml, hermes or none (got '" + tools + "')");
     }
     return c;
 }
@@ -339,7 +360,8 @@ void ParsedOutput::add(const OutputDelta& d) {
     content += d.content;
     for (const ToolCallDelta& t : d.tool_calls) {
         if (!t.id.empty()) calls.push_back({t.id, t.name, ""});
-        if (t.index >= 0 && static_cast<size_t>(t.index) < calls.size()) calls[t.index].arguments += t.arguments;
+        if (t.index >= 0 && static_cast<size_t>(t.index) < calls.size())
+            calls[t.index].arguments += t.arguments;
     }
 }
 

@@ -4,8 +4,9 @@
 //
 // The forms (Qwen3 / Qwen3.5 / Qwen3-Next chat templates):
 //   reasoning:  <think>\n ... \n</think>\n\n answer     (or the prompt already opened <think>)
-//   XML call:   <tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n...</function>\n</tool_call>
-//   Hermes:     <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>
+//   XML call:
+//   <tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n...</function>\n</tool_call> Hermes:
+//   <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>
 // Both call forms are accepted whichever the template writes (models drift between them). Text that
 // looks like a call but is not one stays content; a call cut off by max_tokens keeps what it had (its
 // arguments unclosed, as OpenAI returns a truncated call). A <tool_call> inside an unclosed think block
@@ -42,7 +43,7 @@ struct OutputDelta {
 };
 
 class OutputParser {
-public:
+  public:
     explicit OutputParser(OutputParserOptions opts);
     OutputDelta feed(std::string_view text);
     // The end of the output: text held back (a possible tag start, whitespace before a call) is released.
@@ -50,7 +51,7 @@ public:
     int complete_calls() const { return complete_calls_; }
     int started_calls() const { return next_index_; }
 
-private:
+  private:
     enum class Mode { START, REASONING, CONTENT, CALL_HEAD, CALL_XML, CALL_XML_END, CALL_HERMES, AFTER_CALL };
     bool step(OutputDelta& d, bool final);
     bool step_reasoning(OutputDelta& d, bool final);
@@ -65,9 +66,9 @@ private:
 
     OutputParserOptions opts_;
     Mode mode_;
-    std::string buf_;        // text not yet decided
+    std::string buf_;  // text not yet decided
     bool skip_newlines_ = false;
-    std::string call_raw_;   // the text of the call being read, for degrade()
+    std::string call_raw_;  // the text of the call being read, for degrade()
     std::string call_name_;
     bool args_open_ = false;
     int next_index_ = 0, complete_calls_ = 0;

@@ -31,21 +31,24 @@ Refusal modalities(const Json& v) {
 Refusal tool_choice(const Json& v) {
     if (v.is_string() && (v == "none" || v == "auto" || v == "required")) return std::nullopt;
     if (v.is_object()) return std::nullopt;  // checked against the tools by read_tools
-    return std::string("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
-                       "{\"name\": ...}}");
+    return std::string(
+        "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": "
+        "{\"name\": ...}}");
 }
 
 Refusal response_format(const Json& v) {
     const std::string type = v.is_object() ? v.value("type", "") : "";
     if (type == "text" || type == "json_object" || type == "json_schema") return std::nullopt;
-    return std::string("'response_format' must be an object with 'type' \"text\", \"json_object\" or \"json_schema\"");
+    return std::string(
+        "'response_format' must be an object with 'type' \"text\", \"json_object\" or \"json_schema\"");
 }
 
 Refusal reasoning_effort(const Json& v) {
-    if (v.is_string() && (v == "none" || v == "minimal" || v == "low" || v == "medium" || v == "high")) return std::nullopt;
-    return std::string("'reasoning_effort' must be one of \"none\", \"minimal\", \"low\", \"medium\", \"high\"");
+    if (v.is_string() && (v == "none" || v == "minimal" || v == "low" || v == "medium" || v == "high"))
+        return std::nullopt;
+    return std::string(
+        "'reasoning_effort' must be one of \"none\", \"minimal\", \"low\", \"medium\", \"high\"");
 }
-
 
 }  // namespace
 
@@ -61,28 +64,38 @@ const std::vector<RequestField>& request_fields() {
         {"max_completion_tokens", true, true, FieldUse::IMPLEMENTED, ""},
         {"presence_penalty", true, true, FieldUse::IMPLEMENTED, ""},
         {"frequency_penalty", true, true, FieldUse::IMPLEMENTED, ""},
-        {"logit_bias", true, true, FieldUse::IMPLEMENTED, "token id -> bias in [-100, 100], added to the logit"},
+        {"logit_bias", true, true, FieldUse::IMPLEMENTED,
+         "token id -> bias in [-100, 100], added to the logit"},
         {"logprobs", true, true, FieldUse::IMPLEMENTED, ""},
         {"top_logprobs", true, false, FieldUse::IMPLEMENTED, ""},
-        {"seed", true, true, FieldUse::IMPLEMENTED, "per request: the same seed gives the same sample in any batch"},
+        {"seed", true, true, FieldUse::IMPLEMENTED,
+         "per request: the same seed gives the same sample in any batch"},
         {"stop", true, true, FieldUse::IMPLEMENTED, ""},
         {"stream", true, true, FieldUse::IMPLEMENTED, ""},
         {"stream_options", true, true, FieldUse::IMPLEMENTED, "include_usage"},
-        {"n", true, true, FieldUse::IMPLEMENTED, "1..16 samples; the prompt is prefilled once (prefix cache)"},
-        {"echo", false, true, FieldUse::IMPLEMENTED, "the prompt's text before the completion (with logprobs: the prompt's logprobs first)"},
-        {"tools", true, false, FieldUse::IMPLEMENTED, "rendered by the template; calls parsed into tool_calls"},
-        {"tool_choice", true, false, FieldUse::IMPLEMENTED, "none, auto, required, a named function (enforced by a grammar)",
-         tool_choice},
-        {"parallel_tool_calls", true, false, FieldUse::IMPLEMENTED, "false: generation ends after the first call"},
-        {"response_format", true, true, FieldUse::IMPLEMENTED, "text, json_object, json_schema (enforced by a grammar)",
-         response_format},
+        {"n", true, true, FieldUse::IMPLEMENTED,
+         "1..16 samples; the prompt is prefilled once (prefix cache)"},
+        {"echo", false, true, FieldUse::IMPLEMENTED,
+         "the prompt's text before the completion (with logprobs: the prompt's logprobs first)"},
+        {"tools", true, false, FieldUse::IMPLEMENTED,
+         "rendered by the template; calls parsed into tool_calls"},
+        {"tool_choice", true, false, FieldUse::IMPLEMENTED,
+         "none, auto, required, a named function (enforced by a grammar)", tool_choice},
+        {"parallel_tool_calls", true, false, FieldUse::IMPLEMENTED,
+         "false: generation ends after the first call"},
+        {"response_format", true, true, FieldUse::IMPLEMENTED,
+         "text, json_object, json_schema (enforced by a grammar)", response_format},
         {"reasoning_effort", true, false, FieldUse::IMPLEMENTED,
-         "\"none\" turns thinking off (enable_thinking = false); other levels leave it on: Qwen has no effort levels",
+         "\"none\" turns thinking off (enable_thinking = false); other levels leave it on: Qwen has no "
+         "effort levels",
          reasoning_effort},
-        {"user", true, true, FieldUse::NO_EFFECT, "an end-user identifier; this server keeps no per-user records"},
+        {"user", true, true, FieldUse::NO_EFFECT,
+         "an end-user identifier; this server keeps no per-user records"},
         {"safety_identifier", true, false, FieldUse::NO_EFFECT, "an end-user identifier, as 'user'"},
-        {"prompt_cache_key", true, false, FieldUse::NO_EFFECT, "a cache-routing hint: the prefix cache needs none"},
-        {"metadata", true, false, FieldUse::NO_EFFECT, "tags for stored completions; this server stores none"},
+        {"prompt_cache_key", true, false, FieldUse::NO_EFFECT,
+         "a cache-routing hint: the prefix cache needs none"},
+        {"metadata", true, false, FieldUse::NO_EFFECT,
+         "tags for stored completions; this server stores none"},
         {"store", true, false, FieldUse::NO_EFFECT, "false only", store_true},
         {"service_tier", true, false, FieldUse::NO_EFFECT, "\"auto\" or \"default\" only", service_tier},
         {"modalities", true, false, FieldUse::NO_EFFECT, "[\"text\"] only", modalities},
@@ -103,10 +116,13 @@ const std::vector<RequestField>& request_fields() {
         {"skip_special_tokens", true, true, FieldUse::IMPLEMENTED, "vLLM"},
         {"stop_token_ids", true, true, FieldUse::IMPLEMENTED, "vLLM"},
         {"include_stop_str_in_output", true, true, FieldUse::IMPLEMENTED, "vLLM"},
-        {"chat_template_kwargs", true, false, FieldUse::IMPLEMENTED, "vLLM: template variables (enable_thinking)"},
-        {"structured_outputs", true, true, FieldUse::IMPLEMENTED, "vLLM: json, regex, choice, json_object (grammar: not yet)"},
+        {"chat_template_kwargs", true, false, FieldUse::IMPLEMENTED,
+         "vLLM: template variables (enable_thinking)"},
+        {"structured_outputs", true, true, FieldUse::IMPLEMENTED,
+         "vLLM: json, regex, choice, json_object (grammar: not yet)"},
         {"guided_json", true, true, FieldUse::IMPLEMENTED, "vLLM's older name of structured_outputs.json"},
-        {"guided_choice", true, true, FieldUse::IMPLEMENTED, "vLLM's older name of structured_outputs.choice"},
+        {"guided_choice", true, true, FieldUse::IMPLEMENTED,
+         "vLLM's older name of structured_outputs.choice"},
         {"guided_regex", true, true, FieldUse::IMPLEMENTED, "vLLM's older name of structured_outputs.regex"},
         {"guided_grammar", true, true, FieldUse::REFUSED, "grammar constraints are not implemented yet"},
     };
@@ -126,7 +142,8 @@ std::optional<ApiError> check_request_fields(const Json& body, bool chat) {
                                      f.name);
         }
         if (f.use == FieldUse::REFUSED)
-            return ApiError::invalid(strprintf("'%s' is not supported by this server: %s", f.name, f.note), f.name);
+            return ApiError::invalid(strprintf("'%s' is not supported by this server: %s", f.name, f.note),
+                                     f.name);
         if (f.refuse_value)
             if (auto why = f.refuse_value(*it)) return ApiError::invalid(*why, f.name);
     }

@@ -8,7 +8,7 @@
 namespace gdn {
 
 class SseReader {
-public:
+  public:
     // Appends n bytes, then calls on_data(payload) (payload without "data: ") for each event completed
     // by them; other events are skipped. on_data returns false to stop reading: feed then returns false.
     template <class OnData>
@@ -24,7 +24,7 @@ public:
         return true;
     }
 
-private:
+  private:
     std::string buf_;  // the bytes of an event not yet completed
 };
 

@@ -32,7 +32,8 @@ Result<ToolSet> ToolSet::from_request(const Json& tools) {
     ToolSet set;
     if (tools.is_null()) return set;
     if (!tools.is_array()) return Status::error("'tools' must be a list of tools");
-    if (tools.size() > kMaxTools) return Status::error(strprintf("'tools' holds at most %zu tools (got %zu)", kMaxTools, tools.size()));
+    if (tools.size() > kMaxTools)
+        return Status::error(strprintf("'tools' holds at most %zu tools (got %zu)", kMaxTools, tools.size()));
     for (size_t i = 0; i < tools.size(); ++i) {
         const Json& t = tools[i];
         if (!t.is_object()) return Status::error(strprintf("tools[%zu] must be an object", i));
@@ -40,17 +41,23 @@ Result<ToolSet> ToolSet::from_request(const Json& tools) {
         if (type == t.end() || !type->is_string() || *type != "function")
             return Status::error(strprintf("tools[%zu].type must be \"function\"", i));
         auto f = t.find("function");
-        if (f == t.end() || !f->is_object()) return Status::error(strprintf("tools[%zu].function must be an object", i));
+        if (f == t.end() || !f->is_object())
+            return Status::error(strprintf("tools[%zu].function must be an object", i));
         auto name = f->find("name");
         if (name == f->end() || !name->is_string() || name->get<std::string>().empty())
             return Status::error(strprintf("tools[%zu].function.name must be a non-empty string", i));
         ToolDef d;
         d.name = name->get<std::string>();
         if (d.name.find_first_of("<>\n") != std::string::npos)
-            return Status::error(strprintf("tools[%zu].function.name must not contain '<', '>' or a newline", i));
-        if (set.find(d.name)) return Status::error(strprintf("tools[%zu].function.name '%s' is given twice", i, d.name.c_str()));
+            return Status::error(
+                strprintf("tools[%zu].function.name must not contain '<', '>' or a newline", i));
+        if (set.find(d.name))
+            return Status::error(
+                strprintf("tools[%zu].function.name '%s' is given twice", i, d.name.c_str()));
         if (auto p = f->find("parameters"); p != f->end() && !p->is_null()) {
-            if (!p->is_object()) return Status::error(strprintf("tools[%zu].function.parameters must be a JSON schema object", i));
+            if (!p->is_object())
+                return Status::error(
+                    strprintf("tools[%zu].function.parameters must be a JSON schema object", i));
             d.parameters = *p;
         }
         if (auto s = f->find("strict"); s != f->end() && !s->is_null() && !s->is_boolean())
@@ -66,7 +73,8 @@ const ToolDef* ToolSet::find(std::string_view name) const {
     return nullptr;
 }
 
-std::string ToolSet::typed_value(std::string_view tool, std::string_view param, const std::string& raw) const {
+std::string ToolSet::typed_value(std::string_view tool, std::string_view param,
+                                 const std::string& raw) const {
     const ToolDef* d = find(tool);
     const Json* schema = nullptr;
     if (d && d->parameters.is_object()) {
@@ -84,14 +92,17 @@ std::string ToolSet::typed_value(std::string_view tool, std::string_view param, 
     if (has_type(*schema, "string") && !schema->at("type").is_array()) return to_json_text(text);
     auto j = as_json(raw);
     if (j) {
-        const bool fits = (j->is_number_integer() && (has_type(*schema, "integer") || has_type(*schema, "number"))) ||
-                          (j->is_number() && has_type(*schema, "number")) || (j->is_boolean() && has_type(*schema, "boolean")) ||
-                          (j->is_null() && has_type(*schema, "null")) || (j->is_object() && has_type(*schema, "object")) ||
-                          (j->is_array() && has_type(*schema, "array"));
+        const bool fits =
+            (j->is_number_integer() && (has_type(*schema, "integer") || has_type(*schema, "number"))) ||
+            (j->is_number() && has_type(*schema, "number")) ||
+            (j->is_boolean() && has_type(*schema, "boolean")) ||
+            (j->is_null() && has_type(*schema, "null")) || (j->is_object() && has_type(*schema, "object")) ||
+            (j->is_array() && has_type(*schema, "array"));
         if (fits) return to_json_text(*j);
     }
     // Python's spellings, which models trained on Python tool calls write.
-    if (has_type(*schema, "boolean") && (raw == "True" || raw == "False")) return raw == "True" ? "true" : "false";
+    if (has_type(*schema, "boolean") && (raw == "True" || raw == "False"))
+        return raw == "True" ? "true" : "false";
     if (has_type(*schema, "null") && raw == "None") return "null";
     return to_json_text(text);
 }

@@ -20,7 +20,7 @@ struct ToolDef {
 };
 
 class ToolSet {
-public:
+  public:
     // From the request's `tools`: [{"type": "function", "function": {"name", "description"?,
     // "parameters"?, "strict"?}}]. Errors name the item and the field (tools[2].function.name ...).
     static Result<ToolSet> from_request(const Json& tools);
@@ -35,7 +35,7 @@ public:
     // declared type (or of an unknown tool) parses as JSON when it is JSON, else stays a string.
     std::string typed_value(std::string_view tool, std::string_view param, const std::string& raw) const;
 
-private:
+  private:
     std::vector<ToolDef> tools_;
 };
 

@@ -14,7 +14,9 @@ constexpr int kMaxExpansionDepth = 512;
 constexpr size_t kMaxStacks = 256;
 }  // namespace
 
-Grammar::Grammar() { new_rule("root"); }
+Grammar::Grammar() {
+    new_rule("root");
+}
 
 int32_t Grammar::new_rule(std::string name) {
     alts_.emplace_back();
@@ -22,7 +24,9 @@ int32_t Grammar::new_rule(std::string name) {
     return static_cast<int32_t>(alts_.size() - 1);
 }
 
-void Grammar::add_alt(int32_t rule, Seq seq) { alts_[rule].push_back(std::move(seq)); }
+void Grammar::add_alt(int32_t rule, Seq seq) {
+    alts_[rule].push_back(std::move(seq));
+}
 
 int32_t Grammar::repeat(int32_t x, int64_t min, int64_t max, const char* name) {
     int32_t tail = new_rule(name);
@@ -50,7 +54,9 @@ void Grammar::append_literal(Seq* s, std::string_view bytes) {
     for (char c : bytes) s->push_back(cls(ByteClass::of(static_cast<uint8_t>(c))));
 }
 
-GrammarState::GrammarState(const Grammar* g) : g_(g) { close({{g->root(), -1, 0}}, 0); }
+GrammarState::GrammarState(const Grammar* g) : g_(g) {
+    close({{g->root(), -1, 0}}, 0);
+}
 
 // `stack`'s top frame is either a rule to enter (alt -1) or a position in an alternative. Pops finished
 // frames, enters rules (each alternative a new parse), and keeps the stacks that wait on a class.
@@ -80,12 +86,15 @@ void GrammarState::close(std::vector<GrammarFrame> stack, int depth) {
         }
         const GrammarItem& item = seq[top.pos];
         if (item.rule < 0) {  // waits on a class
-            if (std::find(stacks_.begin(), stacks_.end(), stack) == stacks_.end()) stacks_.push_back(std::move(stack));
+            if (std::find(stacks_.begin(), stacks_.end(), stack) == stacks_.end())
+                stacks_.push_back(std::move(stack));
             return;
         }
         // A rule: the caller resumes after it, unless it is the last item (tail call: no frame kept).
-        if (top.pos + 1 == static_cast<int32_t>(seq.size())) stack.pop_back();
-        else top.pos++;
+        if (top.pos + 1 == static_cast<int32_t>(seq.size()))
+            stack.pop_back();
+        else
+            top.pos++;
         stack.push_back({item.rule, -1, 0});
         depth++;
         if (depth > kMaxExpansionDepth) return;

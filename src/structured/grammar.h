@@ -37,7 +37,7 @@ struct GrammarItem {
 };
 
 class Grammar {
-public:
+  public:
     using Seq = std::vector<GrammarItem>;
 
     // Rules are made first (ids), then given their alternatives; rule 0 is made by the constructor and
@@ -72,7 +72,7 @@ public:
     void set_text_rule(int32_t text) { text_rule_ = text; }
     int32_t text_rule() const { return text_rule_; }
 
-private:
+  private:
     std::vector<std::vector<Seq>> alts_;
     std::vector<std::string> names_;
     int32_t string_body_rule_ = -1, string_char_rule_ = -1, text_rule_ = -1;
@@ -85,7 +85,7 @@ struct GrammarFrame {
 
 // The set of live parses after some bytes. Cheap to copy (a few small stacks).
 class GrammarState {
-public:
+  public:
     GrammarState() = default;                 // empty: a target for step_into
     explicit GrammarState(const Grammar* g);  // before any byte
     // False (and the state unchanged) when no parse can take the byte.
@@ -100,7 +100,7 @@ public:
     // Stepping into `out` without touching this state (the mask walk's hot path): false when dead.
     bool step_into(uint8_t b, GrammarState* out) const;
 
-private:
+  private:
     void close(std::vector<GrammarFrame> stack, int depth);  // expands until classes are on top
     const Grammar* g_ = nullptr;
     std::vector<std::vector<GrammarFrame>> stacks_;  // each top frame waits on a class

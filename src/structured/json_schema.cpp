@@ -14,7 +14,8 @@ using Seq = Grammar::Seq;
 
 constexpr int kMaxSchemaDepth = 64;
 constexpr int64_t kMaxBounded = 1000;  // minLength / maxLength / minItems / maxItems we expand
-constexpr int kMaxDigits = 16, kMaxExponentDigits = 3, kMaxIndent = 20, kMaxLeadingSpace = 8, kMaxTrailingSpace = 4;
+constexpr int kMaxDigits = 16, kMaxExponentDigits = 3, kMaxIndent = 20, kMaxLeadingSpace = 8,
+              kMaxTrailingSpace = 4;
 
 ByteClass range(uint8_t lo, uint8_t hi) {
     ByteClass c;
@@ -27,14 +28,16 @@ ByteClass any_of(std::string_view chars) {
     return c;
 }
 
-const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema", "$id",
-                                            "$comment", "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
-const std::set<std::string> kSupported = {"type", "properties", "required", "additionalProperties", "items", "minItems",
-                                          "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref", "minLength",
-                                          "maxLength", "pattern"};
+const std::set<std::string> kAnnotations = {"title",    "description", "default",  "examples",
+                                            "$schema",  "$id",         "$comment", "deprecated",
+                                            "readOnly", "writeOnly",   "$defs",    "definitions"};
+const std::set<std::string> kSupported = {"type",  "properties", "required",  "additionalProperties",
+                                          "items", "minItems",   "maxItems",  "enum",
+                                          "const", "anyOf",      "oneOf",     "allOf",
+                                          "$ref",  "minLength",  "maxLength", "pattern"};
 
 class Compiler {
-public:
+  public:
     explicit Compiler(const Json* root) : root_(root) {}
     Grammar g;
 
@@ -48,11 +51,14 @@ public:
         return r;
     }
 
-    int32_t repeat(int32_t x, int64_t min, int64_t max, const char* name) { return g.repeat(x, min, max, name); }
+    int32_t repeat(int32_t x, int64_t min, int64_t max, const char* name) {
+        return g.repeat(x, min, max, name);
+    }
 
     int32_t ws() {
         if (ws_ < 0) {
-            const int32_t indent = repeat(rule("indent_char", {{cls(any_of(" \t"))}}), 0, kMaxIndent, "indent");
+            const int32_t indent =
+                repeat(rule("indent_char", {{cls(any_of(" \t"))}}), 0, kMaxIndent, "indent");
             ws_ = rule("ws", {{}, lit(" "), {cls(ByteClass::of('\n')), ref(indent)}});
         }
         return ws_;
@@ -64,7 +70,9 @@ public:
             plain.bits[0x5c >> 6] &= ~(uint64_t{1} << (0x5c & 63));  // '\'
             const ByteClass cont = range(0x80, 0xbf);
             const int32_t hex = rule("hex", {{cls(any_of("0123456789abcdefABCDEF"))}});
-            const int32_t esc = rule("escape", {{cls(any_of("\"\\/bfnrt"))}, {cls(ByteClass::of('u')), ref(hex), ref(hex), ref(hex), ref(hex)}});
+            const int32_t esc =
+                rule("escape", {{cls(any_of("\"\\/bfnrt"))},
+                                {cls(ByteClass::of('u')), ref(hex), ref(hex), ref(hex), ref(hex)}});
             char_ = rule("char", {{cls(plain)},
                                   {cls(range(0xc2, 0xdf)), cls(cont)},
                                   {cls(range(0xe0, 0xef)), cls(cont), cls(cont)},
@@ -84,19 +92,24 @@ public:
         }
         return string_;
     }
-    int32_t digits(int64_t min, int64_t max) { return repeat(rule("digit", {{cls(range('0', '9'))}}), min, max, "digits"); }
+    int32_t digits(int64_t min, int64_t max) {
+        return repeat(rule("digit", {{cls(range('0', '9'))}}), min, max, "digits");
+    }
     int32_t integer() {
         if (int_ < 0) {
-            const int32_t natural = rule("natural", {lit("0"), {cls(range('1', '9')), ref(digits(0, kMaxDigits - 1))}});
+            const int32_t natural =
+                rule("natural", {lit("0"), {cls(range('1', '9')), ref(digits(0, kMaxDigits - 1))}});
             int_ = rule("integer", {{ref(natural)}, {cls(ByteClass::of('-')), ref(natural)}});
         }
         return int_;
     }
     int32_t number() {
         if (num_ < 0) {
-            const int32_t frac = rule("fraction", {{}, {cls(ByteClass::of('.')), ref(digits(1, kMaxDigits))}});
+            const int32_t frac =
+                rule("fraction", {{}, {cls(ByteClass::of('.')), ref(digits(1, kMaxDigits))}});
             const int32_t sign = rule("sign", {{}, {cls(any_of("+-"))}});
-            const int32_t exp = rule("exponent", {{}, {cls(any_of("eE")), ref(sign), ref(digits(1, kMaxExponentDigits))}});
+            const int32_t exp =
+                rule("exponent", {{}, {cls(any_of("eE")), ref(sign), ref(digits(1, kMaxExponentDigits))}});
             num_ = rule("number", {{ref(integer()), ref(frac), ref(exp)}});
         }
         return num_;
@@ -106,10 +119,13 @@ public:
         any_ = g.new_rule("value");
         const int32_t w = ws(), s = string();
         const int32_t members = g.new_rule("members");
-        g.add_alt(members, {cls(ByteClass::of(',')), ref(w), ref(s), ref(w), cls(ByteClass::of(':')), ref(w), ref(any_), ref(w), ref(members)});
+        g.add_alt(members, {cls(ByteClass::of(',')), ref(w), ref(s), ref(w), cls(ByteClass::of(':')), ref(w),
+                            ref(any_), ref(w), ref(members)});
         g.add_alt(members, lit("}"));
-        const int32_t obj = rule("object", {{cls(ByteClass::of('{')), ref(w), cls(ByteClass::of('}'))},
-                                            {cls(ByteClass::of('{')), ref(w), ref(s), ref(w), cls(ByteClass::of(':')), ref(w), ref(any_), ref(w), ref(members)}});
+        const int32_t obj =
+            rule("object", {{cls(ByteClass::of('{')), ref(w), cls(ByteClass::of('}'))},
+                            {cls(ByteClass::of('{')), ref(w), ref(s), ref(w), cls(ByteClass::of(':')), ref(w),
+                             ref(any_), ref(w), ref(members)}});
         const int32_t items = g.new_rule("items");
         g.add_alt(items, {cls(ByteClass::of(',')), ref(w), ref(any_), ref(w), ref(items)});
         g.add_alt(items, lit("]"));
@@ -130,10 +146,11 @@ public:
     // Wraps the value: leading space (the "\n\n" after </think>), the value, a little trailing space.
     void set_root(int32_t v) {
         const int32_t space = rule("space_char", {{cls(any_of(" \t\n"))}});
-        g.add_alt(g.root(), {ref(repeat(space, 0, kMaxLeadingSpace, "lead")), ref(v), ref(repeat(space, 0, kMaxTrailingSpace, "trail"))});
+        g.add_alt(g.root(), {ref(repeat(space, 0, kMaxLeadingSpace, "lead")), ref(v),
+                             ref(repeat(space, 0, kMaxTrailingSpace, "trail"))});
     }
 
-private:
+  private:
     Result<int32_t> typed(const std::string& type, const Json& schema, const std::string& path, int depth);
     Result<int32_t> object(const Json& schema, const std::string& path, int depth);
     Result<int32_t> array(const Json& schema, const std::string& path, int depth);
@@ -148,7 +165,8 @@ Result<int64_t> bound(const Json& schema, const char* key, int64_t dflt, const s
     auto it = schema.find(key);
     if (it == schema.end()) return dflt;
     if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > kMaxBounded)
-        return Status::error(strprintf("%s: '%s' must be an integer in [0, %lld]", path.c_str(), key, (long long)kMaxBounded));
+        return Status::error(
+            strprintf("%s: '%s' must be an integer in [0, %lld]", path.c_str(), key, (long long)kMaxBounded));
     return it->get<int64_t>();
 }
 
@@ -163,7 +181,8 @@ Result<const Json*> Compiler::resolve(const std::string& ref, const std::string&
         std::string key = ref.substr(i + 1, next == std::string::npos ? std::string::npos : next - i - 1);
         for (size_t p; (p = key.find("~1")) != std::string::npos;) key.replace(p, 2, "/");
         for (size_t p; (p = key.find("~0")) != std::string::npos;) key.replace(p, 2, "~");
-        if (!at->is_object() || !at->contains(key)) return Status::error(path + ": $ref '" + ref + "' does not resolve");
+        if (!at->is_object() || !at->contains(key))
+            return Status::error(path + ": $ref '" + ref + "' does not resolve");
         at = &(*at)[key];
         i = next == std::string::npos ? ref.size() : next;
     }
@@ -171,7 +190,8 @@ Result<const Json*> Compiler::resolve(const std::string& ref, const std::string&
 }
 
 Result<int32_t> Compiler::value(const Json& schema, const std::string& path, int depth) {
-    if (depth > kMaxSchemaDepth) return Status::error(path + ": the schema nests deeper than " + std::to_string(kMaxSchemaDepth));
+    if (depth > kMaxSchemaDepth)
+        return Status::error(path + ": the schema nests deeper than " + std::to_string(kMaxSchemaDepth));
     if (schema.is_boolean()) {
         if (schema.get<bool>()) return any_value();
         return Status::error(path + ": the schema false allows no value");
@@ -179,7 +199,8 @@ Result<int32_t> Compiler::value(const Json& schema, const std::string& path, int
     if (!schema.is_object()) return Status::error(path + ": a schema must be an object or a boolean");
     for (auto it = schema.begin(); it != schema.end(); ++it)
         if (!kSupported.count(it.key()) && !kAnnotations.count(it.key()))
-            return Status::error(path + ": '" + it.key() + "' is not supported by this server's structured outputs");
+            return Status::error(path + ": '" + it.key() +
+                                 "' is not supported by this server's structured outputs");
     if (auto r = schema.find("$ref"); r != schema.end()) {
         if (!r->is_string()) return Status::error(path + ": $ref must be a string");
         const std::string target = r->get<std::string>();
@@ -200,29 +221,36 @@ Result<int32_t> Compiler::value(const Json& schema, const std::string& path, int
     if (auto c = schema.find("const"); c != schema.end()) return rule("const", {lit(to_json_text(*c))});
     for (const char* key : {"anyOf", "oneOf"})
         if (auto a = schema.find(key); a != schema.end()) {
-            if (!a->is_array() || a->empty()) return Status::error(path + ": " + key + " must be a non-empty list");
+            if (!a->is_array() || a->empty())
+                return Status::error(path + ": " + key + " must be a non-empty list");
             if (schema.contains("type") || schema.contains("properties") || schema.contains("items"))
-                return Status::error(path + ": " + key + " beside type / properties / items is not supported");
+                return Status::error(path + ": " + key +
+                                     " beside type / properties / items is not supported");
             const int32_t r = g.new_rule(key);
             for (size_t i = 0; i < a->size(); ++i) {
-                GDN_ASSIGN_OR_RETURN(int32_t v, value((*a)[i], path + "/" + key + "/" + std::to_string(i), depth + 1));
+                GDN_ASSIGN_OR_RETURN(int32_t v,
+                                     value((*a)[i], path + "/" + key + "/" + std::to_string(i), depth + 1));
                 g.add_alt(r, {ref(v)});
             }
             return r;
         }
     if (auto a = schema.find("allOf"); a != schema.end()) {
-        if (!a->is_array() || a->size() != 1) return Status::error(path + ": allOf of more than one schema is not supported");
+        if (!a->is_array() || a->size() != 1)
+            return Status::error(path + ": allOf of more than one schema is not supported");
         return value((*a)[0], path + "/allOf/0", depth + 1);
     }
     std::vector<std::string> types;
     if (auto t = schema.find("type"); t != schema.end()) {
-        if (t->is_string()) types.push_back(t->get<std::string>());
+        if (t->is_string())
+            types.push_back(t->get<std::string>());
         else if (t->is_array())
             for (const Json& x : *t) {
-                if (!x.is_string()) return Status::error(path + ": type must be a string or a list of strings");
+                if (!x.is_string())
+                    return Status::error(path + ": type must be a string or a list of strings");
                 types.push_back(x.get<std::string>());
             }
-        else return Status::error(path + ": type must be a string or a list of strings");
+        else
+            return Status::error(path + ": type must be a string or a list of strings");
     } else if (schema.contains("properties")) {
         types.push_back("object");
     } else if (schema.contains("items")) {
@@ -239,7 +267,8 @@ Result<int32_t> Compiler::value(const Json& schema, const std::string& path, int
     return r;
 }
 
-Result<int32_t> Compiler::typed(const std::string& type, const Json& schema, const std::string& path, int depth) {
+Result<int32_t> Compiler::typed(const std::string& type, const Json& schema, const std::string& path,
+                                int depth) {
     if (type == "object") return object(schema, path, depth);
     if (type == "array") return array(schema, path, depth);
     if (type == "integer") return integer();
@@ -286,12 +315,16 @@ Result<int32_t> Compiler::object(const Json& schema, const std::string& path, in
     if (add == schema.end() || (add->is_boolean() && !add->get<bool>())) {
         end_first = end_rest = rule("object_end", {lit("}")});
     } else {
-        GDN_ASSIGN_OR_RETURN(int32_t v, add->is_boolean() ? Result<int32_t>(any_value())
-                                                          : value(*add, path + "/additionalProperties", depth + 1));
-        const int32_t pair = rule("extra_pair", {{comma, ref(w), ref(string()), ref(w), colon, ref(w), ref(v), ref(w)}});
+        GDN_ASSIGN_OR_RETURN(int32_t v, add->is_boolean()
+                                            ? Result<int32_t>(any_value())
+                                            : value(*add, path + "/additionalProperties", depth + 1));
+        const int32_t pair =
+            rule("extra_pair", {{comma, ref(w), ref(string()), ref(w), colon, ref(w), ref(v), ref(w)}});
         const int32_t more = repeat(pair, 0, -1, "extra_pairs");
         end_rest = rule("object_end", {{ref(more), cls(ByteClass::of('}'))}});
-        end_first = rule("object_end", {lit("}"), {ref(string()), ref(w), colon, ref(w), ref(v), ref(w), ref(more), cls(ByteClass::of('}'))}});
+        end_first = rule("object_end", {lit("}"),
+                                        {ref(string()), ref(w), colon, ref(w), ref(v), ref(w), ref(more),
+                                         cls(ByteClass::of('}'))}});
     }
     // from(i, first): properties i.. in order, each required one present, optional ones skippable.
     std::vector<std::pair<std::string, const Json*>> list;
@@ -331,7 +364,9 @@ Result<int32_t> Compiler::array(const Json& schema, const std::string& path, int
     const int32_t rest = repeat(more, lo > 0 ? lo - 1 : 0, hi < 0 ? -1 : (hi > 0 ? hi - 1 : 0), "array_rest");
     std::vector<Seq> alts;
     if (lo == 0) alts.push_back({cls(ByteClass::of('[')), ref(w), cls(ByteClass::of(']'))});
-    if (hi != 0) alts.push_back({cls(ByteClass::of('[')), ref(w), ref(item), ref(w), ref(rest), cls(ByteClass::of(']'))});
+    if (hi != 0)
+        alts.push_back(
+            {cls(ByteClass::of('[')), ref(w), ref(item), ref(w), ref(rest), cls(ByteClass::of(']'))});
     return rule("array", std::move(alts));
 }
 
@@ -352,17 +387,19 @@ std::shared_ptr<const Grammar> json_object_grammar() {
 }
 
 Result<std::shared_ptr<const Grammar>> choice_grammar(const Json& choices) {
-    if (!choices.is_array() || choices.empty()) return Status::error("choice must be a non-empty list of strings");
+    if (!choices.is_array() || choices.empty())
+        return Status::error("choice must be a non-empty list of strings");
     auto g = std::make_shared<Grammar>();
     for (const Json& c : choices) {
-        if (!c.is_string() || c.get<std::string>().empty()) return Status::error("choice must be a non-empty list of strings");
+        if (!c.is_string() || c.get<std::string>().empty())
+            return Status::error("choice must be a non-empty list of strings");
         g->add_alt(g->root(), Grammar::literal(c.get<std::string>()));
     }
     return std::shared_ptr<const Grammar>(g);
 }
 
-Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolSignature>& tools, ToolCallForm form,
-                                                         bool parallel) {
+Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolSignature>& tools,
+                                                         ToolCallForm form, bool parallel) {
     if (tools.empty()) return Status::error("no tools to call");
     Json holder = Json::object();  // $ref inside a tool's parameters resolves against that tool's schema
     Compiler c(&holder);
@@ -402,7 +439,8 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolS
             continue;
         }
         const Json empty = Json::object();
-        const Json& props = holder.contains("properties") && holder["properties"].is_object() ? holder["properties"] : empty;
+        const Json& props =
+            holder.contains("properties") && holder["properties"].is_object() ? holder["properties"] : empty;
         std::set<std::string> required;
         if (holder.contains("required") && holder["required"].is_array())
             for (const Json& n : holder["required"])
@@ -414,9 +452,11 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolS
             const std::string& name = list[k].first;  // (not a structured binding: lambdas capture it)
             const Json* sub = list[k].second;
             int32_t v;
-            const bool is_string = sub->is_object() && sub->contains("type") && (*sub)["type"] == "string" && !sub->contains("enum");
+            const bool is_string = sub->is_object() && sub->contains("type") && (*sub)["type"] == "string" &&
+                                   !sub->contains("enum");
             const bool string_enum = sub->is_object() && sub->contains("enum") && (*sub)["enum"].is_array() &&
-                                     std::all_of((*sub)["enum"].begin(), (*sub)["enum"].end(), [](const Json& x) { return x.is_string(); });
+                                     std::all_of((*sub)["enum"].begin(), (*sub)["enum"].end(),
+                                                 [](const Json& x) { return x.is_string(); });
             if (is_string) {
                 v = text;
             } else if (string_enum) {  // the template writes strings raw
@@ -438,7 +478,8 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolS
     }
     Seq root = {Compiler::ref(call)};
     if (parallel) {
-        const int32_t more = c.rule("more_calls", {{Compiler::cls(ByteClass::of('\n')), Compiler::ref(call)}});
+        const int32_t more =
+            c.rule("more_calls", {{Compiler::cls(ByteClass::of('\n')), Compiler::ref(call)}});
         root.push_back(Compiler::ref(c.repeat(more, 0, -1, "calls")));
     }
     g.add_alt(g.root(), std::move(root));

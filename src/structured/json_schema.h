@@ -40,7 +40,7 @@ struct ToolSignature {
 //   Hermes: <tool_call>\n{"name": "NAME", "arguments": {...}}\n</tool_call>
 // XML string values are free text whose lines do not start with '<' (the closing tag must be found);
 // other values are JSON by their schema.
-Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolSignature>& tools, ToolCallForm form,
-                                                         bool parallel);
+Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolSignature>& tools,
+                                                         ToolCallForm form, bool parallel);
 
 }  // namespace gdn

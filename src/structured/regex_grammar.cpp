@@ -15,8 +15,10 @@ struct CharSet {
     bool multibyte = false;
     void invert() {
         for (int b = 0; b < 128; ++b) {
-            if (ascii.has(static_cast<uint8_t>(b))) ascii.bits[b >> 6] &= ~(uint64_t{1} << (b & 63));
-            else ascii.add(static_cast<uint8_t>(b));
+            if (ascii.has(static_cast<uint8_t>(b)))
+                ascii.bits[b >> 6] &= ~(uint64_t{1} << (b & 63));
+            else
+                ascii.add(static_cast<uint8_t>(b));
         }
         multibyte = !multibyte;
     }
@@ -27,14 +29,15 @@ struct CharSet {
 };
 
 class RegexCompiler {
-public:
+  public:
     RegexCompiler(Grammar* g, std::string_view re, bool json) : g_(g), re_(re), json_(json) {}
 
     Result<int32_t> compile() {
         bool anchored_start = false, anchored_end = false;
         if (!re_.empty() && re_[0] == '^') anchored_start = true, pos_ = 1;
         size_t end = re_.size();
-        if (end > pos_ && re_[end - 1] == '$' && (end < 2 || re_[end - 2] != '\\')) anchored_end = true, --end;
+        if (end > pos_ && re_[end - 1] == '$' && (end < 2 || re_[end - 2] != '\\'))
+            anchored_end = true, --end;
         re_ = re_.substr(0, end);
         GDN_ASSIGN_OR_RETURN(int32_t body, alternation(0));
         if (pos_ != re_.size()) return error("unexpected ')'");
@@ -50,7 +53,7 @@ public:
         return r;
     }
 
-private:
+  private:
     Status error(const std::string& what) const {
         return Status::error(strprintf("regex at %zu: %s", pos_, what.c_str()));
     }
@@ -114,16 +117,20 @@ private:
         if (!more()) return a;
         int64_t lo = 1, hi = 1;
         const char c = peek();
-        if (c == '*') lo = 0, hi = -1, ++pos_;
-        else if (c == '+') lo = 1, hi = -1, ++pos_;
-        else if (c == '?') lo = 0, hi = 1, ++pos_;
+        if (c == '*')
+            lo = 0, hi = -1, ++pos_;
+        else if (c == '+')
+            lo = 1, hi = -1, ++pos_;
+        else if (c == '?')
+            lo = 0, hi = 1, ++pos_;
         else if (c == '{') {
             const size_t close = re_.find('}', pos_);
             if (close == std::string_view::npos) return error("'{' without '}'");
             const std::string inner(re_.substr(pos_ + 1, close - pos_ - 1));
             const size_t comma = inner.find(',');
             auto num = [&](const std::string& t, int64_t* out) {
-                if (t.empty() || t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+                if (t.empty() || t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos)
+                    return false;
                 *out = std::stoll(t);
                 return true;
             };
@@ -133,23 +140,29 @@ private:
             } else {
                 if (!num(inner.substr(0, comma), &lo)) return error("bad {m,n}");
                 const std::string h = inner.substr(comma + 1);
-                if (h.empty()) hi = -1;
-                else if (!num(h, &hi) || hi < lo) return error("bad {m,n}");
+                if (h.empty())
+                    hi = -1;
+                else if (!num(h, &hi) || hi < lo)
+                    return error("bad {m,n}");
             }
-            if (lo > kMaxRepeat || hi > kMaxRepeat) return error(strprintf("repetition above %lld", (long long)kMaxRepeat));
+            if (lo > kMaxRepeat || hi > kMaxRepeat)
+                return error(strprintf("repetition above %lld", (long long)kMaxRepeat));
             pos_ = close + 1;
         } else {
             return a;
         }
         if (more() && (peek() == '?' || peek() == '+')) ++pos_;  // lazy / possessive: the same strings
-        if (more() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{')) return error("a quantifier after a quantifier");
+        if (more() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{'))
+            return error("a quantifier after a quantifier");
         return g_->repeat(a, lo, hi, "regex_repeat");
     }
 
     static CharSet named_class(char e) {  // \d \w \s
         CharSet c;
         if (e == 'd') c.ascii.add_range('0', '9');
-        if (e == 'w') c.ascii.add_range('a', 'z'), c.ascii.add_range('A', 'Z'), c.ascii.add_range('0', '9'), c.ascii.add('_');
+        if (e == 'w')
+            c.ascii.add_range('a', 'z'), c.ascii.add_range('A', 'Z'), c.ascii.add_range('0', '9'),
+                c.ascii.add('_');
         if (e == 's')
             for (char x : std::string(" \t\n\r\f\v")) c.ascii.add(static_cast<uint8_t>(x));
         return c;
@@ -160,21 +173,37 @@ private:
         const char e = re_[pos_++];
         CharSet c;
         switch (e) {
-            case 'd': case 'w': case 's': return named_class(e);
-            case 'D': case 'W': case 'S': {
+            case 'd':
+            case 'w':
+            case 's':
+                return named_class(e);
+            case 'D':
+            case 'W':
+            case 'S': {
                 CharSet s = named_class(static_cast<char>(e - 'A' + 'a'));
                 s.invert();
                 return s;
             }
-            case 'n': c.ascii.add('\n'); return c;
-            case 't': c.ascii.add('\t'); return c;
-            case 'r': c.ascii.add('\r'); return c;
-            case 'f': c.ascii.add('\f'); return c;
-            case 'v': c.ascii.add('\v'); return c;
+            case 'n':
+                c.ascii.add('\n');
+                return c;
+            case 't':
+                c.ascii.add('\t');
+                return c;
+            case 'r':
+                c.ascii.add('\r');
+                return c;
+            case 'f':
+                c.ascii.add('\f');
+                return c;
+            case 'v':
+                c.ascii.add('\v');
+                return c;
             case 'x': {
                 if (pos_ + 2 > re_.size()) return error("bad \\x");
                 const std::string h(re_.substr(pos_, 2));
-                if (h.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) return error("bad \\x");
+                if (h.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+                    return error("bad \\x");
                 const int v = std::stoi(h, nullptr, 16);
                 if (v > 127) return error("\\x above 7f: write the character");
                 c.ascii.add(static_cast<uint8_t>(v));
@@ -183,7 +212,8 @@ private:
             }
             default:
                 if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
-                    return error(std::string("\\") + e + " is not supported" + (in_class ? " in a class" : ""));
+                    return error(std::string("\\") + e + " is not supported" +
+                                 (in_class ? " in a class" : ""));
                 c.ascii.add(static_cast<uint8_t>(e));
                 return c;
         }
@@ -235,8 +265,10 @@ private:
         const char c = peek();
         if (c == '(') {
             ++pos_;
-            if (re_.substr(pos_, 2) == "?:") pos_ += 2;
-            else if (more() && peek() == '?') return error("lookaround and named groups are not supported");
+            if (re_.substr(pos_, 2) == "?:")
+                pos_ += 2;
+            else if (more() && peek() == '?')
+                return error("lookaround and named groups are not supported");
             GDN_ASSIGN_OR_RETURN(int32_t inner, alternation(depth + 1));
             if (!more() || peek() != ')') return error("'(' without ')'");
             ++pos_;

@@ -25,8 +25,10 @@ bool plain_string_bytes(const std::string& b) {
         const uint8_t c = static_cast<uint8_t>(b[i]);
         int cont;
         if (c < 0x20 || c == '"' || c == '\\') return false;
-        if (c < 0x80) cont = 0;
-        else if ((cont = utf8_continuations(c)) == 0) return false;  // a continuation byte first, or never valid
+        if (c < 0x80)
+            cont = 0;
+        else if ((cont = utf8_continuations(c)) == 0)
+            return false;  // a continuation byte first, or never valid
         ++i;
         for (int k = 0; k < cont && i < b.size(); ++k, ++i)
             if ((static_cast<uint8_t>(b[i]) & 0xc0) != 0x80) return false;
@@ -34,9 +36,13 @@ bool plain_string_bytes(const std::string& b) {
     return true;
 }
 
-void set_bit(std::vector<uint64_t>& bits, int32_t t) { bits[t >> 6] |= uint64_t{1} << (t & 63); }
+void set_bit(std::vector<uint64_t>& bits, int32_t t) {
+    bits[t >> 6] |= uint64_t{1} << (t & 63);
+}
 
-bool no_newline(const std::string& b) { return b.find('\n') == std::string::npos; }
+bool no_newline(const std::string& b) {
+    return b.find('\n') == std::string::npos;
+}
 
 // The loop the state is in (on a character boundary), or -1. A state may hold other parses beside the
 // loop's: the loop's tokens are allowed whatever they do, and the walk still tries every other token.
@@ -45,7 +51,8 @@ int loop_of(const GrammarState& st) {
     if (!g) return -1;
     const int32_t body = g->string_body_rule(), chr = g->string_char_rule(), text = g->text_rule();
     for (const auto& s : st.stacks()) {
-        if (body >= 0 && s.size() >= 2 && s.back().rule == chr && s.back().pos == 0 && s[s.size() - 2] == GrammarFrame{body, 0, 1})
+        if (body >= 0 && s.size() >= 2 && s.back().rule == chr && s.back().pos == 0 &&
+            s[s.size() - 2] == GrammarFrame{body, 0, 1})
             return VocabTrie::JSON_STRING;
         if (text >= 0 && s.back() == GrammarFrame{text, 1, 0}) return VocabTrie::XML_TEXT;
     }
@@ -145,8 +152,10 @@ struct Walk {
             }
             set_tokens(nd);
             if (nd.end > f.node + 1 && st->can_continue()) {
-                if (same_state(*st, *start)) at_loop(f.node, 0);
-                else node(f.node, *st, 0);
+                if (same_state(*st, *start))
+                    at_loop(f.node, 0);
+                else
+                    node(f.node, *st, 0);
             }
         }
     }
@@ -280,8 +289,10 @@ void VocabTrie::build_frontier(LoopTable* l) const {
                 }
             } else if ((b & 0xc0) == 0x80) {
                 keeps = true;
-                if (--next.pending == 0) next.len = 0;
-                else next.partial[next.len++] = b;
+                if (--next.pending == 0)
+                    next.len = 0;
+                else
+                    next.partial[next.len++] = b;
             }
             if (!keeps) {
                 LoopTable::Frontier f{c, p.len, {}};
@@ -299,9 +310,10 @@ namespace {
 
 std::vector<std::vector<GrammarFrame>> sorted_stacks(std::vector<std::vector<GrammarFrame>> v) {
     std::sort(v.begin(), v.end(), [](const auto& a, const auto& b) {
-        return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(), [](const GrammarFrame& x, const GrammarFrame& y) {
-            return std::tie(x.rule, x.alt, x.pos) < std::tie(y.rule, y.alt, y.pos);
-        });
+        return std::lexicographical_compare(
+            a.begin(), a.end(), b.begin(), b.end(), [](const GrammarFrame& x, const GrammarFrame& y) {
+                return std::tie(x.rule, x.alt, x.pos) < std::tie(y.rule, y.alt, y.pos);
+            });
     });
     return v;
 }
@@ -309,8 +321,8 @@ std::vector<std::vector<GrammarFrame>> sorted_stacks(std::vector<std::vector<Gra
 // Every byte string c1 c2 .. cn (c_i in cls[i]) read from `st` gives back `want` (the sorted stacks of
 // the state the strings start from; can_end too). A step depends only on which parses' classes hold
 // the byte, so one byte per such signature is tried; `budget` bounds the steps.
-bool keeps_along(const GrammarState& st, const ByteClass* cls, size_t n, const std::vector<std::vector<GrammarFrame>>& want,
-                 bool want_end, int* budget) {
+bool keeps_along(const GrammarState& st, const ByteClass* cls, size_t n,
+                 const std::vector<std::vector<GrammarFrame>>& want, bool want_end, int* budget) {
     if (n == 0) return st.can_end() == want_end && sorted_stacks(st.stacks()) == want;
     const auto& stacks = st.stacks();
     if (stacks.size() > 64) return false;
@@ -321,11 +333,13 @@ bool keeps_along(const GrammarState& st, const ByteClass* cls, size_t n, const s
         uint64_t sig = 0;
         for (size_t i = 0; i < stacks.size(); ++i) {
             const GrammarFrame& top = stacks[i].back();
-            if (st.grammar()->alts(top.rule)[top.alt][top.pos].cls.has(static_cast<uint8_t>(b))) sig |= uint64_t{1} << i;
+            if (st.grammar()->alts(top.rule)[top.alt][top.pos].cls.has(static_cast<uint8_t>(b)))
+                sig |= uint64_t{1} << i;
         }
         if (std::find(tried.begin(), tried.end(), sig) != tried.end()) continue;
         tried.push_back(sig);
-        if (--*budget < 0 || !st.step_into(static_cast<uint8_t>(b), &next) || !keeps_along(next, cls + 1, n - 1, want, want_end, budget))
+        if (--*budget < 0 || !st.step_into(static_cast<uint8_t>(b), &next) ||
+            !keeps_along(next, cls + 1, n - 1, want, want_end, budget))
             return false;
     }
     return true;
@@ -344,7 +358,8 @@ bool keeps_state(const GrammarState& st, const VocabTrie::LoopTable& loop, bool*
     lead3.add_range(0xe0, 0xef);
     lead4.add_range(0xf0, 0xf4);
     const ByteClass c2[] = {lead2, cont}, c3[] = {lead3, cont, cont}, c4[] = {lead4, cont, cont, cont};
-    *chars_too = keeps_along(st, c2, 2, want, st.can_end(), &budget) && keeps_along(st, c3, 3, want, st.can_end(), &budget) &&
+    *chars_too = keeps_along(st, c2, 2, want, st.can_end(), &budget) &&
+                 keeps_along(st, c3, 3, want, st.can_end(), &budget) &&
                  keeps_along(st, c4, 4, want, st.can_end(), &budget);
     return true;
 }
@@ -367,11 +382,14 @@ void allowed_tokens(const VocabTrie& trie, const GrammarState& state, std::vecto
         return;
     }
     w.start = &state;
-    if (chars_too || !w.loop->utf8_chars) w.frontier();
-    else w.at_loop(0, 0);  // the frontier assumed complete characters keep the loop: they do not here
+    if (chars_too || !w.loop->utf8_chars)
+        w.frontier();
+    else
+        w.at_loop(0, 0);  // the frontier assumed complete characters keep the loop: they do not here
 }
 
-TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie, bool after_reasoning)
+TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie,
+                                 bool after_reasoning)
     : g_(std::move(g)), trie_(std::move(trie)), state_(g_.get()), active_(!after_reasoning) {}
 
 namespace {
@@ -404,7 +422,9 @@ bool TokenConstraint::mask(float* logits, const std::vector<int32_t>& eos) {
         if (cached_.size() < kCachedMasks) {
             entry = &cached_.emplace_back();
         } else {
-            entry = &*std::min_element(cached_.begin(), cached_.end(), [](const CachedMask& a, const CachedMask& b) { return a.used < b.used; });
+            entry =
+                &*std::min_element(cached_.begin(), cached_.end(),
+                                   [](const CachedMask& a, const CachedMask& b) { return a.used < b.used; });
         }
         entry->key = std::move(key);
         allowed_tokens(*trie_, state_, &entry->bits);

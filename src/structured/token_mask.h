@@ -24,7 +24,7 @@
 namespace gdn {
 
 class VocabTrie {
-public:
+  public:
     // Tokens [0, vocab) of `tok` (ids beyond the tokenizer's, e.g. a model's padding rows, have no
     // bytes); special and added tokens are left out: constrained output is text.
     VocabTrie(const Tokenizer& tok, int32_t vocab);
@@ -46,10 +46,10 @@ public:
 
     enum Loop { JSON_STRING = 0, XML_TEXT = 1, kLoops = 2 };
     struct LoopTable {
-        ByteClass same;                 // bytes after which the loop's state is unchanged
-        bool utf8_chars = false;        // and complete UTF-8 characters (a JSON string's loop)
-        std::vector<uint64_t> tokens;   // bitset over [0, vocab): the tokens the loop reads whole
-        std::vector<uint8_t> has_other; // per node: the subtree holds a token not in `tokens`
+        ByteClass same;                  // bytes after which the loop's state is unchanged
+        bool utf8_chars = false;         // and complete UTF-8 characters (a JSON string's loop)
+        std::vector<uint64_t> tokens;    // bitset over [0, vocab): the tokens the loop reads whole
+        std::vector<uint8_t> has_other;  // per node: the subtree holds a token not in `tokens`
         // The first node (with has_other) on each path from the root whose byte may change the loop's
         // state: reached by `same` bytes and complete characters, then `partial` (a started UTF-8
         // character, partial_len bytes) before the node's own byte. In trie order.
@@ -62,7 +62,7 @@ public:
     };
     const LoopTable& loop(Loop k) const { return loops_[k]; }
 
-private:
+  private:
     void build_frontier(LoopTable* l) const;
 
     int32_t vocab_;
@@ -79,11 +79,13 @@ void allowed_tokens(const VocabTrie& trie, const GrammarState& state, std::vecto
 // One request's constraint: the grammar, its state, and whether it has started (a constraint that
 // applies after the reasoning block waits for "</think>" in the output).
 class TokenConstraint {
-public:
-    TokenConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie, bool after_reasoning);
+  public:
+    TokenConstraint(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie,
+                    bool after_reasoning);
     bool active() const { return active_; }
     // Sets logits of the tokens the grammar rejects to -inf; `eos` are allowed exactly when the output
-    // may end here (before the constraint starts, everything but `eos` is allowed). False when nothing at all is allowed (a dead end: the caller lets eos through).
+    // may end here (before the constraint starts, everything but `eos` is allowed). False when nothing at all
+    // is allowed (a dead end: the caller lets eos through).
     bool mask(float* logits, const std::vector<int32_t>& eos);
     // The token was emitted (`text`: its decoded text): the grammar reads its bytes, or, before it
     // starts, the text is searched for "</think>" (what follows it in the same text is read).
@@ -95,7 +97,7 @@ public:
     // Masks answered from the cache of recent states (tests, benchmarks).
     uint64_t cached_masks() const { return cache_hits_; }
 
-private:
+  private:
     std::shared_ptr<const Grammar> g_;
     std::shared_ptr<const VocabTrie> trie_;
     GrammarState state_;

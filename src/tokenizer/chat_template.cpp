@@ -20,12 +20,14 @@ std::optional<Json> arguments_object(const Json& a) {
 
 Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::create(const Tokenizer& tok) {
     if (tok.chat_template().empty())
-        return Status::error("the checkpoint has no chat template (tokenizer_config.json 'chat_template' or "
-                             "chat_template.jinja)");
+        return Status::error(
+            "the checkpoint has no chat template (tokenizer_config.json 'chat_template' or "
+            "chat_template.jinja)");
     return from_source(tok.chat_template(), tok.bos_token(), tok.eos_token());
 }
 
-Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::from_source(const std::string& source, std::string bos, std::string eos) {
+Result<std::shared_ptr<const ChatTemplate>> ChatTemplate::from_source(const std::string& source,
+                                                                      std::string bos, std::string eos) {
     auto ct = std::make_shared<ChatTemplate>();
     GDN_ASSIGN_OR_RETURN(ct->tmpl_, jinja::Template::parse(source));
     ct->bos_ = std::move(bos);
@@ -43,21 +45,27 @@ Status validate_messages(const Json& messages) {
         if (!m.contains("role") || !m["role"].is_string())
             return Status::error(strprintf("messages[%zu].role must be a string", i));
         const std::string role = m["role"].get<std::string>();
-        if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer")
-            return Status::error(strprintf("messages[%zu].role '%s' is not one of system, user, assistant, tool",
-                                           i, role.c_str()));
-        if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null() && !m["content"].is_array())
+        if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
+            role != "developer")
+            return Status::error(strprintf(
+                "messages[%zu].role '%s' is not one of system, user, assistant, tool", i, role.c_str()));
+        if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null() &&
+            !m["content"].is_array())
             return Status::error(strprintf("messages[%zu].content must be a string or a list of parts", i));
         if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
-            if (!tc->is_array()) return Status::error(strprintf("messages[%zu].tool_calls must be a list", i));
+            if (!tc->is_array())
+                return Status::error(strprintf("messages[%zu].tool_calls must be a list", i));
             for (size_t k = 0; k < tc->size(); ++k) {
                 const Json& call = (*tc)[k];
                 const Json* f = call.is_object() && call.contains("function") ? &call["function"] : nullptr;
                 if (!f || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
-                    return Status::error(strprintf("messages[%zu].tool_calls[%zu].function.name must be a string", i, k));
+                    return Status::error(
+                        strprintf("messages[%zu].tool_calls[%zu].function.name must be a string", i, k));
                 if (!f->contains("arguments") || !arguments_object((*f)["arguments"]))
-                    return Status::error(strprintf("messages[%zu].tool_calls[%zu].function.arguments must be a JSON object or a "
-                                                   "string holding one", i, k));
+                    return Status::error(strprintf(
+                        "messages[%zu].tool_calls[%zu].function.arguments must be a JSON object or a "
+                        "string holding one",
+                        i, k));
             }
         }
     }
@@ -109,7 +117,8 @@ Result<std::string> render_chat_from_json(const Tokenizer& tok, const std::strin
     } else if (j.is_object() && j.contains("messages")) {
         req.messages = j["messages"];
         if (j.contains("enable_thinking")) {
-            if (!j["enable_thinking"].is_boolean()) return Status::error("'enable_thinking' must be true or false");
+            if (!j["enable_thinking"].is_boolean())
+                return Status::error("'enable_thinking' must be true or false");
             req.enable_thinking = j["enable_thinking"].get<bool>();
         }
         if (j.contains("add_generation_prompt") && j["add_generation_prompt"].is_boolean())

@@ -13,7 +13,7 @@
 namespace gdn {
 
 struct ChatRequest {
-    Json messages = Json::array();     // [{"role": ..., "content": ...}, ...]
+    Json messages = Json::array();  // [{"role": ..., "content": ...}, ...]
     bool add_generation_prompt = true;
     std::optional<bool> enable_thinking;  // unset: the template's default
     Json tools;                           // null or a list of tool definitions
@@ -21,15 +21,16 @@ struct ChatRequest {
 };
 
 class ChatTemplate {
-public:
+  public:
     // Parses the tokenizer's template; an error if the checkpoint has none or it does not parse.
     static Result<std::shared_ptr<const ChatTemplate>> create(const Tokenizer& tok);
-    static Result<std::shared_ptr<const ChatTemplate>> from_source(const std::string& source, std::string bos, std::string eos);
+    static Result<std::shared_ptr<const ChatTemplate>> from_source(const std::string& source, std::string bos,
+                                                                   std::string eos);
     // The template reads `tools` (renders tool definitions): a request's tools would be lost otherwise.
     bool renders_tools() const { return renders_tools_; }
     Result<std::string> render(const ChatRequest& req) const;
 
-private:
+  private:
     jinja::Template tmpl_;
     std::string bos_, eos_;
     bool renders_tools_ = false;

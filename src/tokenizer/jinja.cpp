@@ -50,13 +50,13 @@ using ExprPtr = std::shared_ptr<Expr>;
 
 struct Node {
     enum Kind { TEXT, OUTPUT, IF, FOR, SET, MACRO, BREAK, CONTINUE, BLOCK } kind = BLOCK;
-    std::string text;                                 // TEXT
-    ExprPtr expr;                                     // OUTPUT, SET value, FOR iterable
+    std::string text;  // TEXT
+    ExprPtr expr;      // OUTPUT, SET value, FOR iterable
     std::vector<std::pair<ExprPtr, std::vector<std::shared_ptr<Node>>>> branches;  // IF (null cond = else)
-    std::vector<std::string> targets;                 // FOR loop vars, SET target (a or ns.attr)
-    ExprPtr filter;                                   // FOR ... if cond
-    std::vector<std::shared_ptr<Node>> body, else_body;  // FOR / MACRO / BLOCK
-    std::string name;                                 // MACRO
+    std::vector<std::string> targets;                     // FOR loop vars, SET target (a or ns.attr)
+    ExprPtr filter;                                       // FOR ... if cond
+    std::vector<std::shared_ptr<Node>> body, else_body;   // FOR / MACRO / BLOCK
+    std::string name;                                     // MACRO
     std::vector<std::pair<std::string, ExprPtr>> params;  // MACRO (default may be null)
 };
 using NodePtr = std::shared_ptr<Node>;
@@ -135,7 +135,8 @@ EvalResult index_value(const Value& o, const Value& k) {
     if ((o.is_array() || o.is_string()) && k.is_number()) {
         std::vector<std::string> cps;
         if (o.is_string()) cps = code_points(o.str());
-        const int64_t n = o.is_array() ? static_cast<int64_t>(o.arr().size()) : static_cast<int64_t>(cps.size());
+        const int64_t n =
+            o.is_array() ? static_cast<int64_t>(o.arr().size()) : static_cast<int64_t>(cps.size());
         int64_t i = k.as_int();
         if (i < 0) i += n;
         if (i < 0 || i >= n) return Value();
@@ -158,14 +159,22 @@ struct Slice : Expr {
     EvalResult eval(Env& env) const override {
         GDN_ASSIGN_OR_RETURN(Value o, obj->eval(env));
         Value a, b, c;
-        if (start) { GDN_ASSIGN_OR_RETURN(a, start->eval(env)); }
-        if (stop) { GDN_ASSIGN_OR_RETURN(b, stop->eval(env)); }
-        if (step) { GDN_ASSIGN_OR_RETURN(c, step->eval(env)); }
+        if (start) {
+            GDN_ASSIGN_OR_RETURN(a, start->eval(env));
+        }
+        if (stop) {
+            GDN_ASSIGN_OR_RETURN(b, stop->eval(env));
+        }
+        if (step) {
+            GDN_ASSIGN_OR_RETURN(c, step->eval(env));
+        }
         std::vector<Value> items;
-        if (o.is_array()) items = o.arr();
+        if (o.is_array())
+            items = o.arr();
         else if (o.is_string())
             for (auto& cp : code_points(o.str())) items.push_back(Value(cp));
-        else return type_error(std::string("cannot slice a ") + kind_name(o));
+        else
+            return type_error(std::string("cannot slice a ") + kind_name(o));
         const int64_t n = static_cast<int64_t>(items.size());
         const int64_t st = c.is_number() ? c.as_int() : 1;
         if (st == 0) return type_error("slice step cannot be zero");
@@ -260,9 +269,12 @@ struct Binary : Expr {
         if (op == "~") return Value(a.to_string() + b.to_string());
         if (op == "<" || op == ">" || op == "<=" || op == ">=") {
             int c;
-            if (a.is_number() && b.is_number()) c = a.as_double() < b.as_double() ? -1 : a.as_double() > b.as_double();
-            else if (a.is_string() && b.is_string()) c = a.str().compare(b.str());
-            else return type_error(std::string("cannot compare ") + kind_name(a) + " and " + kind_name(b));
+            if (a.is_number() && b.is_number())
+                c = a.as_double() < b.as_double() ? -1 : a.as_double() > b.as_double();
+            else if (a.is_string() && b.is_string())
+                c = a.str().compare(b.str());
+            else
+                return type_error(std::string("cannot compare ") + kind_name(a) + " and " + kind_name(b));
             if (op == "<") return Value(c < 0);
             if (op == ">") return Value(c > 0);
             if (op == "<=") return Value(c <= 0);
@@ -298,9 +310,13 @@ struct Binary : Expr {
             if (op == "//" || op == "%") {
                 if (y == 0) return type_error("division by zero");
                 if (ints) {
-                    if (b.as_int() == -1 && a.as_int() == INT64_MIN) return type_error("integer overflow in " + op);
+                    if (b.as_int() == -1 && a.as_int() == INT64_MIN)
+                        return type_error("integer overflow in " + op);
                     int64_t q = a.as_int() / b.as_int(), m = a.as_int() % b.as_int();
-                    if (m != 0 && ((m < 0) != (b.as_int() < 0))) { --q; m += b.as_int(); }
+                    if (m != 0 && ((m < 0) != (b.as_int() < 0))) {
+                        --q;
+                        m += b.as_int();
+                    }
                     return op == "//" ? Value(q) : Value(m);
                 }
                 const double q = std::floor(x / y);
@@ -314,7 +330,8 @@ struct Binary : Expr {
             for (int64_t i = 0; i < b.as_int(); ++i) s += a.str();
             return Value(s);
         }
-        return type_error("unsupported operand types for " + op + ": " + kind_name(a) + " and " + kind_name(b));
+        return type_error("unsupported operand types for " + op + ": " + kind_name(a) + " and " +
+                          kind_name(b));
     }
 };
 
@@ -350,26 +367,42 @@ struct Test : Expr {
     EvalResult eval(Env& env) const override {
         GDN_ASSIGN_OR_RETURN(Value v, e->eval(env));
         bool r;
-        if (name == "defined") r = !v.is_undefined();
-        else if (name == "undefined") r = v.is_undefined();
-        else if (name == "none") r = v.is_none();
-        else if (name == "string") r = v.is_string();
-        else if (name == "number") r = v.is_number();
-        else if (name == "integer") r = v.kind() == Value::INT;
-        else if (name == "float") r = v.kind() == Value::FLOAT;
-        else if (name == "boolean") r = v.kind() == Value::BOOL;
-        else if (name == "true") r = v.kind() == Value::BOOL && v.as_bool();
-        else if (name == "false") r = v.kind() == Value::BOOL && !v.as_bool();
-        else if (name == "mapping") r = v.is_object();
-        else if (name == "sequence") r = v.is_array() || v.is_string();
-        else if (name == "iterable") r = v.is_array() || v.is_string() || v.is_object();
-        else if (name == "callable") r = v.is_function();
-        else if (name == "odd" || name == "even") r = v.kind() == Value::INT && (v.as_int() % 2 != 0) == (name == "odd");
+        if (name == "defined")
+            r = !v.is_undefined();
+        else if (name == "undefined")
+            r = v.is_undefined();
+        else if (name == "none")
+            r = v.is_none();
+        else if (name == "string")
+            r = v.is_string();
+        else if (name == "number")
+            r = v.is_number();
+        else if (name == "integer")
+            r = v.kind() == Value::INT;
+        else if (name == "float")
+            r = v.kind() == Value::FLOAT;
+        else if (name == "boolean")
+            r = v.kind() == Value::BOOL;
+        else if (name == "true")
+            r = v.kind() == Value::BOOL && v.as_bool();
+        else if (name == "false")
+            r = v.kind() == Value::BOOL && !v.as_bool();
+        else if (name == "mapping")
+            r = v.is_object();
+        else if (name == "sequence")
+            r = v.is_array() || v.is_string();
+        else if (name == "iterable")
+            r = v.is_array() || v.is_string() || v.is_object();
+        else if (name == "callable")
+            r = v.is_function();
+        else if (name == "odd" || name == "even")
+            r = v.kind() == Value::INT && (v.as_int() % 2 != 0) == (name == "odd");
         else if (name == "equalto" || name == "eq" || name == "sameas") {
             if (args.empty()) return type_error(name + " test needs an argument");
             GDN_ASSIGN_OR_RETURN(Value o, args[0]->eval(env));
             r = v.equals(o);
-        } else return type_error("unknown test '" + name + "'");
+        } else
+            return type_error("unknown test '" + name + "'");
         return Value(negate ? !r : r);
     }
 };
@@ -378,7 +411,7 @@ struct Test : Expr {
 // Parser
 
 class Parser {
-public:
+  public:
     explicit Parser(std::vector<Token> t) : t_(std::move(t)) {}
     int depth_ = 0;  // expression nesting (NestingGuard)
     Result<ExprPtr> expression() {
@@ -397,15 +430,18 @@ public:
         return false;
     }
     Status expect_op(const char* op) {
-        if (!accept_op(op)) return Status::error(std::string("chat template: expected '") + op + "' near '" + t_[p_].text + "'");
+        if (!accept_op(op))
+            return Status::error(std::string("chat template: expected '") + op + "' near '" + t_[p_].text +
+                                 "'");
         return Status::ok();
     }
     Result<std::string> ident() {
-        if (t_[p_].type != Tok::IDENT) return Status::error("chat template: expected a name near '" + t_[p_].text + "'");
+        if (t_[p_].type != Tok::IDENT)
+            return Status::error("chat template: expected a name near '" + t_[p_].text + "'");
         return t_[p_++].text;
     }
 
-private:
+  private:
     Result<ExprPtr> ternary() {
         GDN_ASSIGN_OR_RETURN(ExprPtr e, or_expr());
         if (accept_word("if")) {
@@ -463,12 +499,14 @@ private:
                     break;
                 }
             if (op.empty()) {
-                if (accept_word("in")) op = "in";
+                if (accept_word("in"))
+                    op = "in";
                 else if (peek().type == Tok::IDENT && peek().text == "not" && peek(1).type == Tok::IDENT &&
                          peek(1).text == "in") {
                     p_ += 2;
                     op = "not in";
-                } else break;
+                } else
+                    break;
             }
             GDN_ASSIGN_OR_RETURN(ExprPtr r, concat());
             e = bin(op, e, r);
@@ -496,7 +534,11 @@ private:
     Result<ExprPtr> product() {
         GDN_ASSIGN_OR_RETURN(ExprPtr e, unary());
         for (;;) {
-            std::string op = accept_op("//") ? "//" : accept_op("*") ? "*" : accept_op("/") ? "/" : accept_op("%") ? "%" : "";
+            std::string op = accept_op("//")  ? "//"
+                             : accept_op("*") ? "*"
+                             : accept_op("/") ? "/"
+                             : accept_op("%") ? "%"
+                                              : "";
             if (op.empty()) break;
             GDN_ASSIGN_OR_RETURN(ExprPtr r, unary());
             e = bin(op, e, r);
@@ -623,14 +665,18 @@ private:
                 const bool is_int = t.type == Tok::INT;
                 const long long i = is_int ? std::strtoll(t.text.c_str(), &end, 10) : 0;
                 const double f = is_int ? 0.0 : std::strtod(t.text.c_str(), &end);
-                if (errno == ERANGE) return Status::error("chat template: number out of range '" + t.text + "'");
+                if (errno == ERANGE)
+                    return Status::error("chat template: number out of range '" + t.text + "'");
                 return ExprPtr(std::make_shared<Literal>(is_int ? Value(static_cast<int64_t>(i)) : Value(f)));
             }
             case Tok::IDENT: {
                 ++p_;
-                if (t.text == "true" || t.text == "True") return ExprPtr(std::make_shared<Literal>(Value(true)));
-                if (t.text == "false" || t.text == "False") return ExprPtr(std::make_shared<Literal>(Value(false)));
-                if (t.text == "none" || t.text == "None") return ExprPtr(std::make_shared<Literal>(Value::none()));
+                if (t.text == "true" || t.text == "True")
+                    return ExprPtr(std::make_shared<Literal>(Value(true)));
+                if (t.text == "false" || t.text == "False")
+                    return ExprPtr(std::make_shared<Literal>(Value(false)));
+                if (t.text == "none" || t.text == "None")
+                    return ExprPtr(std::make_shared<Literal>(Value::none()));
                 return ExprPtr(std::make_shared<Name>(t.text));
             }
             case Tok::OP: {
@@ -677,7 +723,8 @@ private:
                 }
                 break;
             }
-            case Tok::END: break;
+            case Tok::END:
+                break;
         }
         return Status::error("chat template: unexpected '" + t.text + "' in expression");
     }
@@ -687,7 +734,7 @@ private:
 };
 
 class TreeBuilder {
-public:
+  public:
     explicit TreeBuilder(std::vector<RawPiece> p) : p_(std::move(p)) {}
     int depth_ = 0;  // block nesting (NestingGuard)
 
@@ -712,7 +759,8 @@ public:
                 auto n = std::make_shared<Node>();
                 n->kind = Node::OUTPUT;
                 GDN_ASSIGN_OR_RETURN(n->expr, ps.expression());
-                if (!ps.at_end()) return Status::error("chat template: unexpected '" + ps.peek().text + "' in {{ }}");
+                if (!ps.at_end())
+                    return Status::error("chat template: unexpected '" + ps.peek().text + "' in {{ }}");
                 out->push_back(n);
                 continue;
             }
@@ -728,7 +776,7 @@ public:
         return Status::ok();
     }
 
-private:
+  private:
     Status statement(const std::string& word, Parser& ps, std::vector<NodePtr>* out) {
         auto n = std::make_shared<Node>();
         std::string stop;
@@ -820,9 +868,12 @@ enum Control { NONE = 0, BREAK = 1, CONTINUE = 2 };
 Status render_nodes(const std::vector<NodePtr>& nodes, Env& env, int* control) {
     for (const NodePtr& n : nodes) {
         if (env.out->size() > kMaxOutputBytes)
-            return Status::error(strprintf("chat template: the rendered text exceeds %zu MiB", kMaxOutputBytes >> 20));
+            return Status::error(
+                strprintf("chat template: the rendered text exceeds %zu MiB", kMaxOutputBytes >> 20));
         switch (n->kind) {
-            case Node::TEXT: *env.out += n->text; break;
+            case Node::TEXT:
+                *env.out += n->text;
+                break;
             case Node::OUTPUT: {
                 GDN_ASSIGN_OR_RETURN(Value v, n->expr->eval(env));
                 *env.out += v.to_string();
@@ -846,7 +897,8 @@ Status render_nodes(const std::vector<NodePtr>& nodes, Env& env, int* control) {
             case Node::FOR: {
                 GDN_ASSIGN_OR_RETURN(Value it, n->expr->eval(env));
                 Array items;
-                if (it.is_array()) items = it.arr();
+                if (it.is_array())
+                    items = it.arr();
                 else if (it.is_object())
                     for (const auto& [k, v] : it.obj()) items.push_back(Value(k));
                 else if (it.is_string())
@@ -855,10 +907,12 @@ Status render_nodes(const std::vector<NodePtr>& nodes, Env& env, int* control) {
                     return type_error(std::string("cannot iterate over a ") + kind_name(it));
                 // Loop filter applies before loop.* indices are assigned.
                 auto bind = [&](const Value& item) {
-                    if (n->targets.size() == 1) env.assign(n->targets[0], item);
+                    if (n->targets.size() == 1)
+                        env.assign(n->targets[0], item);
                     else
                         for (size_t k = 0; k < n->targets.size(); ++k)
-                            env.assign(n->targets[k], item.is_array() && k < item.arr().size() ? item.arr()[k] : Value());
+                            env.assign(n->targets[k],
+                                       item.is_array() && k < item.arr().size() ? item.arr()[k] : Value());
                 };
                 if (n->filter) {
                     Array kept;
@@ -912,7 +966,8 @@ Status render_nodes(const std::vector<NodePtr>& nodes, Env& env, int* control) {
                     env.assign(t, v);
                 } else {
                     Value ns = env.lookup(t.substr(0, dot));
-                    if (!ns.is_object()) return type_error("cannot set an attribute on a " + std::string(kind_name(ns)));
+                    if (!ns.is_object())
+                        return type_error("cannot set an attribute on a " + std::string(kind_name(ns)));
                     ns.set(t.substr(dot + 1), v);  // objects are shared: namespaces update in place
                 }
                 break;
@@ -943,9 +998,15 @@ Status render_nodes(const std::vector<NodePtr>& nodes, Env& env, int* control) {
                 env.assign(n->name, Value(f));
                 break;
             }
-            case Node::BREAK: *control = BREAK; return Status::ok();
-            case Node::CONTINUE: *control = CONTINUE; return Status::ok();
-            case Node::BLOCK: GDN_RETURN_IF_ERROR(render_nodes(n->body, env, control)); break;
+            case Node::BREAK:
+                *control = BREAK;
+                return Status::ok();
+            case Node::CONTINUE:
+                *control = CONTINUE;
+                return Status::ok();
+            case Node::BLOCK:
+                GDN_RETURN_IF_ERROR(render_nodes(n->body, env, control));
+                break;
         }
     }
     return Status::ok();
@@ -973,7 +1034,8 @@ Result<std::string> Template::render(const Value& context) const {
     env.scopes.emplace_back();
     auto& globals = env.scopes.back();
     globals["raise_exception"] = Value(Function([](CallArgs& a) -> EvalResult {
-        return Status::error("chat template raised: " + (a.positional.empty() ? "" : a.positional[0].to_string()));
+        return Status::error("chat template raised: " +
+                             (a.positional.empty() ? "" : a.positional[0].to_string()));
     }));
     globals["namespace"] = Value(Function([](CallArgs& a) -> EvalResult {
         Value ns{Object{}};
@@ -982,7 +1044,8 @@ Result<std::string> Template::render(const Value& context) const {
     }));
     globals["range"] = Value(Function([](CallArgs& a) -> EvalResult {
         int64_t start = 0, stop = 0, step = 1;
-        if (a.positional.size() == 1) stop = a.positional[0].as_int();
+        if (a.positional.size() == 1)
+            stop = a.positional[0].as_int();
         else if (a.positional.size() >= 2) {
             start = a.positional[0].as_int();
             stop = a.positional[1].as_int();
@@ -991,10 +1054,13 @@ Result<std::string> Template::render(const Value& context) const {
         if (step == 0) return type_error("range() step cannot be zero");
         // The item count in 128 bits: start + k * step never overflows (no signed wrap-around).
         const __int128 span = static_cast<__int128>(stop) - start, st = step;
-        const __int128 count = st > 0 ? (span > 0 ? (span + st - 1) / st : 0) : (span < 0 ? (-span + -st - 1) / -st : 0);
-        if (count > kMaxRange) return type_error(strprintf("range() of more than %lld items", (long long)kMaxRange));
+        const __int128 count =
+            st > 0 ? (span > 0 ? (span + st - 1) / st : 0) : (span < 0 ? (-span + -st - 1) / -st : 0);
+        if (count > kMaxRange)
+            return type_error(strprintf("range() of more than %lld items", (long long)kMaxRange));
         Array r;
-        for (int64_t k = 0; k < static_cast<int64_t>(count); ++k) r.push_back(Value(static_cast<int64_t>(start + st * k)));
+        for (int64_t k = 0; k < static_cast<int64_t>(count); ++k)
+            r.push_back(Value(static_cast<int64_t>(start + st * k)));
         return Value(std::move(r));
     }));
     if (context.is_object())

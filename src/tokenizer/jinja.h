@@ -24,19 +24,19 @@ struct CallArgs;
 using Function = std::function<Result<Value>(CallArgs&)>;
 
 class Value {
-public:
+  public:
     enum Kind { UNDEFINED, NONE, BOOL, INT, FLOAT, STRING, ARRAY, OBJECT, FUNCTION };
 
     Value() = default;
     static Value none() { return Value(NONE); }
-    Value(bool b) : kind_(BOOL), b_(b) {}                 // NOLINT
-    Value(int64_t i) : kind_(INT), i_(i) {}               // NOLINT
-    Value(int i) : kind_(INT), i_(i) {}                   // NOLINT
-    Value(double f) : kind_(FLOAT), f_(f) {}              // NOLINT
-    Value(std::string s) : kind_(STRING), s_(std::move(s)) {}  // NOLINT
-    Value(const char* s) : kind_(STRING), s_(s) {}        // NOLINT
-    Value(Array a) : kind_(ARRAY), arr_(std::make_shared<Array>(std::move(a))) {}     // NOLINT
-    Value(Object o) : kind_(OBJECT), obj_(std::make_shared<Object>(std::move(o))) {}  // NOLINT
+    Value(bool b) : kind_(BOOL), b_(b) {}                                                  // NOLINT
+    Value(int64_t i) : kind_(INT), i_(i) {}                                                // NOLINT
+    Value(int i) : kind_(INT), i_(i) {}                                                    // NOLINT
+    Value(double f) : kind_(FLOAT), f_(f) {}                                               // NOLINT
+    Value(std::string s) : kind_(STRING), s_(std::move(s)) {}                              // NOLINT
+    Value(const char* s) : kind_(STRING), s_(s) {}                                         // NOLINT
+    Value(Array a) : kind_(ARRAY), arr_(std::make_shared<Array>(std::move(a))) {}          // NOLINT
+    Value(Object o) : kind_(OBJECT), obj_(std::make_shared<Object>(std::move(o))) {}       // NOLINT
     Value(Function f) : kind_(FUNCTION), fn_(std::make_shared<Function>(std::move(f))) {}  // NOLINT
     static Value from_json(const Json& j);
 
@@ -71,7 +71,7 @@ public:
     std::string to_json(int indent = -1, int depth = 0) const;
     bool equals(const Value& o) const;
 
-private:
+  private:
     explicit Value(Kind k) : kind_(k) {}
     Kind kind_ = UNDEFINED;
     bool b_ = false;
@@ -91,12 +91,12 @@ struct CallArgs {
 struct Node;
 
 class Template {
-public:
+  public:
     static Result<Template> parse(const std::string& source);
     // Renders with `context` (an object) as the global variables.
     Result<std::string> render(const Value& context) const;
 
-private:
+  private:
     std::shared_ptr<Node> root_;
 };
 

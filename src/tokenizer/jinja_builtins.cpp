@@ -9,19 +9,30 @@
 
 namespace gdn::jinja {
 
-Status type_error(const std::string& what) { return Status::error("chat template: " + what); }
+Status type_error(const std::string& what) {
+    return Status::error("chat template: " + what);
+}
 
 const char* kind_name(const Value& v) {
     switch (v.kind()) {
-        case Value::UNDEFINED: return "undefined";
-        case Value::NONE: return "none";
-        case Value::BOOL: return "boolean";
-        case Value::INT: return "integer";
-        case Value::FLOAT: return "float";
-        case Value::STRING: return "string";
-        case Value::ARRAY: return "list";
-        case Value::OBJECT: return "dict";
-        case Value::FUNCTION: return "function";
+        case Value::UNDEFINED:
+            return "undefined";
+        case Value::NONE:
+            return "none";
+        case Value::BOOL:
+            return "boolean";
+        case Value::INT:
+            return "integer";
+        case Value::FLOAT:
+            return "float";
+        case Value::STRING:
+            return "string";
+        case Value::ARRAY:
+            return "list";
+        case Value::OBJECT:
+            return "dict";
+        case Value::FUNCTION:
+            return "function";
     }
     return "?";
 }
@@ -41,7 +52,9 @@ std::vector<std::string> code_points(const std::string& s) {
 
 namespace {
 
-bool is_py_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; }
+bool is_py_space(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
 
 std::string py_strip(const std::string& s, const Value& chars, bool left, bool right) {
     auto strip_char = [&](char c) {
@@ -78,7 +91,8 @@ Value py_split(const std::string& s, const Value& sep, int64_t maxsplit) {
     size_t start = 0;
     for (;;) {
         size_t p = s.find(d, start);
-        if (p == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit)) break;
+        if (p == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit))
+            break;
         parts.push_back(Value(s.substr(start, p - start)));
         start = p + d.size();
     }
@@ -103,7 +117,8 @@ EvalResult call_method(const Value& self, const std::string& m, CallArgs& a) {
             Value p = arg(a, 0, "prefix");
             auto test = [&](const std::string& x) {
                 if (x.size() > s.size()) return false;
-                return m == "startswith" ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0;
+                return m == "startswith" ? s.compare(0, x.size(), x) == 0
+                                         : s.compare(s.size() - x.size(), x.size(), x) == 0;
             };
             if (p.is_array()) {
                 for (const auto& x : p.arr())
@@ -122,12 +137,14 @@ EvalResult call_method(const Value& self, const std::string& m, CallArgs& a) {
         }
         if (m == "upper" || m == "lower") {
             std::string r = s;
-            for (auto& c : r) c = m == "upper" ? static_cast<char>(toupper(c)) : static_cast<char>(tolower(c));
+            for (auto& c : r)
+                c = m == "upper" ? static_cast<char>(toupper(c)) : static_cast<char>(tolower(c));
             return Value(r);
         }
         if (m == "replace") {
             Value from = arg(a, 0, "old"), to = arg(a, 1, "new");
-            if (!from.is_string() || !to.is_string() || from.str().empty()) return type_error("replace() needs strings");
+            if (!from.is_string() || !to.is_string() || from.str().empty())
+                return type_error("replace() needs strings");
             std::string r;
             size_t st = 0, p;
             while ((p = s.find(from.str(), st)) != std::string::npos) {
@@ -185,7 +202,8 @@ EvalResult apply_filter(const std::string& name, const Value& v, CallArgs& a) {
         return Value(s);
     }
     if (name == "first" || name == "last") {
-        if (v.is_array()) return v.arr().empty() ? Value() : (name == "first" ? v.arr().front() : v.arr().back());
+        if (v.is_array())
+            return v.arr().empty() ? Value() : (name == "first" ? v.arr().front() : v.arr().back());
         if (v.is_string()) {
             auto cps = code_points(v.str());
             return cps.empty() ? Value() : Value(name == "first" ? cps.front() : cps.back());
@@ -226,7 +244,9 @@ EvalResult apply_filter(const std::string& name, const Value& v, CallArgs& a) {
         if (v.is_string()) return Value(static_cast<int64_t>(std::strtoll(v.str().c_str(), nullptr, 10)));
         return Value(int64_t(0));
     }
-    if (name == "abs" && v.is_number()) return v.kind() == Value::INT ? Value(static_cast<int64_t>(std::llabs(v.as_int()))) : Value(std::fabs(v.as_double()));
+    if (name == "abs" && v.is_number())
+        return v.kind() == Value::INT ? Value(static_cast<int64_t>(std::llabs(v.as_int())))
+                                      : Value(std::fabs(v.as_double()));
     return type_error("unknown filter '" + name + "'");
 }
 

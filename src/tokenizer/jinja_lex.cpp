@@ -24,8 +24,9 @@ Result<std::vector<Token>> lex_expression(const std::string& s) {
         } else if (isdigit(static_cast<unsigned char>(c))) {
             size_t j = i;
             bool flt = false;
-            while (j < s.size() && (isdigit(static_cast<unsigned char>(s[j])) ||
-                                    (s[j] == '.' && j + 1 < s.size() && isdigit(static_cast<unsigned char>(s[j + 1])))))
+            while (j < s.size() &&
+                   (isdigit(static_cast<unsigned char>(s[j])) ||
+                    (s[j] == '.' && j + 1 < s.size() && isdigit(static_cast<unsigned char>(s[j + 1])))))
                 flt |= s[j++] == '.';
             out.push_back({flt ? Tok::FLOAT : Tok::INT, s.substr(i, j - i)});
             i = j;
@@ -36,17 +37,39 @@ Result<std::vector<Token>> lex_expression(const std::string& s) {
                 if (s[j] == '\\' && j + 1 < s.size()) {
                     const char e = s[++j];
                     switch (e) {
-                        case 'n': v += '\n'; break;
-                        case 't': v += '\t'; break;
-                        case 'r': v += '\r'; break;
-                        case 'b': v += '\b'; break;
-                        case 'f': v += '\f'; break;
-                        case 'v': v += '\v'; break;
-                        case '0': v += '\0'; break;
-                        case '\\': v += '\\'; break;
-                        case '\'': v += '\''; break;
-                        case '"': v += '"'; break;
-                        default: v += '\\'; v += e;
+                        case 'n':
+                            v += '\n';
+                            break;
+                        case 't':
+                            v += '\t';
+                            break;
+                        case 'r':
+                            v += '\r';
+                            break;
+                        case 'b':
+                            v += '\b';
+                            break;
+                        case 'f':
+                            v += '\f';
+                            break;
+                        case 'v':
+                            v += '\v';
+                            break;
+                        case '0':
+                            v += '\0';
+                            break;
+                        case '\\':
+                            v += '\\';
+                            break;
+                        case '\'':
+                            v += '\'';
+                            break;
+                        case '"':
+                            v += '"';
+                            break;
+                        default:
+                            v += '\\';
+                            v += e;
                     }
                     ++j;
                 } else {
@@ -57,8 +80,8 @@ Result<std::vector<Token>> lex_expression(const std::string& s) {
             out.push_back({Tok::STRING, v});
             i = j + 1;
         } else {
-            static const char* ops[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*", "/", "%", "~",
-                                        "(", ")", "[", "]", "{", "}", ",", ":", ".", "|", "="};
+            static const char* ops[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*", "/", "%",
+                                        "~",  "(",  ")",  "[",  "]",  "{",  "}", ",", ":", ".", "|", "="};
             bool found = false;
             for (const char* op : ops) {
                 const size_t n = std::strlen(op);
@@ -69,7 +92,8 @@ Result<std::vector<Token>> lex_expression(const std::string& s) {
                     break;
                 }
             }
-            if (!found) return Status::error(strprintf("unexpected character '%c' in template expression", c));
+            if (!found)
+                return Status::error(strprintf("unexpected character '%c' in template expression", c));
         }
     }
     out.push_back({Tok::END, ""});
@@ -90,7 +114,8 @@ std::string lstrip_blocks(const std::string& src) {
         if (line_start) {
             size_t j = i;
             while (j < src.size() && (src[j] == ' ' || src[j] == '\t')) ++j;
-            if (j > i && j + 1 < src.size() && src[j] == '{' && (src[j + 1] == '#' || src[j + 1] == '%' || src[j + 1] == '-')) {
+            if (j > i && j + 1 < src.size() && src[j] == '{' &&
+                (src[j + 1] == '#' || src[j + 1] == '%' || src[j + 1] == '-')) {
                 out += src.substr(j, 2);
                 i = j + 2;
                 continue;
@@ -107,7 +132,8 @@ std::string trim_blocks(const std::string& src) {
     out.reserve(src.size());
     for (size_t i = 0; i < src.size(); ++i) {
         out += src[i];
-        if ((src[i] == '#' || src[i] == '%' || src[i] == '-') && i + 2 < src.size() && src[i + 1] == '}' && src[i + 2] == '\n') {
+        if ((src[i] == '#' || src[i] == '%' || src[i] == '-') && i + 2 < src.size() && src[i + 1] == '}' &&
+            src[i + 2] == '\n') {
             out += '}';
             i += 2;
         }
@@ -126,11 +152,13 @@ Result<std::vector<RawPiece>> split_source(std::string src) {
     std::vector<RawPiece> out;
     size_t i = 0;
     bool trim_next = false;
-    auto is_ws = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'; };
+    auto is_ws = [](char c) {
+        return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    };
     while (i <= src.size()) {
         size_t open = src.find('{', i);
-        while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' && src[open + 1] != '%' &&
-               src[open + 1] != '#')
+        while (open != std::string::npos && open + 1 < src.size() && src[open + 1] != '{' &&
+               src[open + 1] != '%' && src[open + 1] != '#')
             open = src.find('{', open + 1);
         if (open + 1 >= src.size()) open = std::string::npos;
         std::string text = src.substr(i, open == std::string::npos ? std::string::npos : open - i);
@@ -156,21 +184,25 @@ Result<std::vector<RawPiece>> split_source(std::string src) {
         char quote = 0;
         for (; j + 1 < src.size(); ++j) {
             if (quote) {
-                if (src[j] == '\\') ++j;
-                else if (src[j] == quote) quote = 0;
+                if (src[j] == '\\')
+                    ++j;
+                else if (src[j] == quote)
+                    quote = 0;
             } else if (kind != '#' && (src[j] == '\'' || src[j] == '"')) {
                 quote = src[j];
             } else if (src.compare(j, 2, close) == 0) {
                 break;
             }
         }
-        if (j + 1 >= src.size()) return Status::error("chat template: unclosed '{" + std::string(1, kind) + "'");
+        if (j + 1 >= src.size())
+            return Status::error("chat template: unclosed '{" + std::string(1, kind) + "'");
         size_t end = j;
         if (end > body && src[end - 1] == '-') {
             trim_next = true;
             --end;
         }
-        if (kind != '#') out.push_back({kind == '{' ? RawPiece::EXPR : RawPiece::STMT, src.substr(body, end - body)});
+        if (kind != '#')
+            out.push_back({kind == '{' ? RawPiece::EXPR : RawPiece::STMT, src.substr(body, end - body)});
         i = j + 2;
     }
     return out;

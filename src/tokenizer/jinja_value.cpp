@@ -10,12 +10,17 @@ namespace gdn::jinja {
 
 Value Value::from_json(const Json& j) {
     switch (j.type()) {
-        case Json::value_t::null: return none();
-        case Json::value_t::boolean: return Value(j.get<bool>());
+        case Json::value_t::null:
+            return none();
+        case Json::value_t::boolean:
+            return Value(j.get<bool>());
         case Json::value_t::number_integer:
-        case Json::value_t::number_unsigned: return Value(j.get<int64_t>());
-        case Json::value_t::number_float: return Value(j.get<double>());
-        case Json::value_t::string: return Value(j.get<std::string>());
+        case Json::value_t::number_unsigned:
+            return Value(j.get<int64_t>());
+        case Json::value_t::number_float:
+            return Value(j.get<double>());
+        case Json::value_t::string:
+            return Value(j.get<std::string>());
         case Json::value_t::array: {
             Array a;
             for (const auto& e : j) a.push_back(from_json(e));
@@ -26,21 +31,30 @@ Value Value::from_json(const Json& j) {
             for (auto it = j.begin(); it != j.end(); ++it) o.emplace_back(it.key(), from_json(it.value()));
             return Value(std::move(o));
         }
-        default: return Value();
+        default:
+            return Value();
     }
 }
 
 bool Value::truthy() const {
     switch (kind_) {
         case UNDEFINED:
-        case NONE: return false;
-        case BOOL: return b_;
-        case INT: return i_ != 0;
-        case FLOAT: return f_ != 0.0;
-        case STRING: return !s_.empty();
-        case ARRAY: return !arr_->empty();
-        case OBJECT: return !obj_->empty();
-        case FUNCTION: return true;
+        case NONE:
+            return false;
+        case BOOL:
+            return b_;
+        case INT:
+            return i_ != 0;
+        case FLOAT:
+            return f_ != 0.0;
+        case STRING:
+            return !s_.empty();
+        case ARRAY:
+            return !arr_->empty();
+        case OBJECT:
+            return !obj_->empty();
+        case FUNCTION:
+            return true;
     }
     return false;
 }
@@ -80,15 +94,23 @@ std::string format_double(double f) {
 
 std::string Value::to_string() const {
     switch (kind_) {
-        case UNDEFINED: return "";
-        case NONE: return "None";
-        case BOOL: return b_ ? "true" : "false";
-        case INT: return std::to_string(i_);
-        case FLOAT: return format_double(f_);
-        case STRING: return s_;
+        case UNDEFINED:
+            return "";
+        case NONE:
+            return "None";
+        case BOOL:
+            return b_ ? "true" : "false";
+        case INT:
+            return std::to_string(i_);
+        case FLOAT:
+            return format_double(f_);
+        case STRING:
+            return s_;
         case ARRAY:
-        case OBJECT: return to_json();
-        case FUNCTION: return "<function>";
+        case OBJECT:
+            return to_json();
+        case FUNCTION:
+            return "<function>";
     }
     return "";
 }
@@ -96,12 +118,18 @@ std::string Value::to_string() const {
 std::string Value::to_json(int indent, int depth) const {
     switch (kind_) {
         case UNDEFINED:
-        case NONE: return "null";
-        case BOOL: return b_ ? "true" : "false";
-        case INT: return std::to_string(i_);
-        case FLOAT: return Json(f_).dump();
-        case STRING: return Json(s_).dump(-1, ' ', false, Json::error_handler_t::replace);
-        case FUNCTION: return "null";
+        case NONE:
+            return "null";
+        case BOOL:
+            return b_ ? "true" : "false";
+        case INT:
+            return std::to_string(i_);
+        case FLOAT:
+            return Json(f_).dump();
+        case STRING:
+            return Json(s_).dump(-1, ' ', false, Json::error_handler_t::replace);
+        case FUNCTION:
+            return "null";
         case ARRAY:
         case OBJECT: {
             // Python json.dumps separators: ", " and ": " (or "," with an indent).
@@ -133,11 +161,14 @@ std::string Value::to_json(int indent, int depth) const {
 
 bool Value::equals(const Value& o) const {
     if (is_number() && o.is_number()) return as_double() == o.as_double();
-    if ((kind_ == UNDEFINED || kind_ == NONE) && (o.kind_ == UNDEFINED || o.kind_ == NONE)) return kind_ == o.kind_;
+    if ((kind_ == UNDEFINED || kind_ == NONE) && (o.kind_ == UNDEFINED || o.kind_ == NONE))
+        return kind_ == o.kind_;
     if (kind_ != o.kind_) return false;
     switch (kind_) {
-        case BOOL: return b_ == o.b_;
-        case STRING: return s_ == o.s_;
+        case BOOL:
+            return b_ == o.b_;
+        case STRING:
+            return s_ == o.s_;
         case ARRAY: {
             if (arr_->size() != o.arr_->size()) return false;
             for (size_t i = 0; i < arr_->size(); ++i)
@@ -150,8 +181,10 @@ bool Value::equals(const Value& o) const {
                 if (!v.equals(o.get(k))) return false;
             return true;
         }
-        case FUNCTION: return fn_ == o.fn_;
-        default: return true;
+        case FUNCTION:
+            return fn_ == o.fn_;
+        default:
+            return true;
     }
 }
 

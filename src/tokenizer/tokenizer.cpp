@@ -28,9 +28,12 @@ std::string widen_whitespace(const std::string& p) {
         const char c = p[i];
         if (c == '\\' && i + 1 < p.size()) {
             const char e = p[i + 1];
-            if (e == 's') out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
-            else if (e == 'S' && !in_class) out += "[^\\s\\x{85}]";
-            else out += p.substr(i, 2);
+            if (e == 's')
+                out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+            else if (e == 'S' && !in_class)
+                out += "[^\\s\\x{85}]";
+            else
+                out += p.substr(i, 2);
             ++i;
             continue;
         }
@@ -54,7 +57,8 @@ struct Regex {
     }
 };
 
-Result<std::shared_ptr<Regex>> compile_regex(const std::string& pattern, bool literal, const std::string& origin) {
+Result<std::shared_ptr<Regex>> compile_regex(const std::string& pattern, bool literal,
+                                             const std::string& origin) {
     auto r = std::make_shared<Regex>();
     int err = 0;
     PCRE2_SIZE off = 0;
@@ -64,8 +68,9 @@ Result<std::shared_ptr<Regex>> compile_regex(const std::string& pattern, bool li
     if (!r->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof(msg));
-        return Status::error(strprintf("%s: cannot compile pre-tokenizer regex at offset %zu: %s", origin.c_str(),
-                                       static_cast<size_t>(off), reinterpret_cast<char*>(msg)));
+        return Status::error(strprintf("%s: cannot compile pre-tokenizer regex at offset %zu: %s",
+                                       origin.c_str(), static_cast<size_t>(off),
+                                       reinterpret_cast<char*>(msg)));
     }
     pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
     return r;
@@ -73,7 +78,7 @@ Result<std::shared_ptr<Regex>> compile_regex(const std::string& pattern, bool li
 
 // Leftmost-longest matcher over a set of strings (the added tokens), as a byte trie.
 class Trie {
-public:
+  public:
     void add(const std::string& s, int32_t token_index) {
         int node = 0;
         for (unsigned char c : s) {
@@ -98,7 +103,7 @@ public:
     }
     bool empty() const { return nodes_.size() == 1; }
 
-private:
+  private:
     struct Node {
         std::array<int, 256> next{};
         int32_t token = -1;
@@ -173,7 +178,7 @@ std::string_view trim_end(std::string_view s) {
 struct Tokenizer::Impl {
     std::unordered_map<std::string, int32_t> token_to_id;
     std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (left, right) -> (rank, merged id)
-    std::array<int32_t, 256> byte_id{};                                 // id of each byte's symbol
+    std::array<int32_t, 256> byte_id{};                                // id of each byte's symbol
     std::vector<AddedToken> added;
     Trie raw_trie, normalized_trie;
     bool nfc = false;
@@ -217,7 +222,8 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>* out) con
             if (s >= 0) result.push_back(s);
     } else {
         auto rank_of = [&](int32_t a, int32_t b) -> const std::pair<int32_t, int32_t>* {
-            auto it = merges.find(static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b));
+            auto it =
+                merges.find(static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32 | static_cast<uint32_t>(b));
             return it == merges.end() ? nullptr : &it->second;
         };
         const size_t n = sym.size();
@@ -251,7 +257,8 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<int32_t>* out) con
             std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
             auto push = [&](int i) {
                 if (i < 0 || next[i] < 0) return;
-                if (const auto* m = rank_of(sym[i], sym[next[i]])) heap.emplace(m->first, i, sym[i], sym[next[i]]);
+                if (const auto* m = rank_of(sym[i], sym[next[i]]))
+                    heap.emplace(m->first, i, sym[i], sym[next[i]]);
             };
             for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int>(i));
             while (!heap.empty()) {
@@ -326,11 +333,14 @@ void Tokenizer::Impl::encode_normalized_section(std::string_view raw, std::vecto
         if (secs[i].added < 0) continue;
         const AddedToken& t = added[secs[i].added];
         if (t.lstrip && i > 0 && secs[i - 1].added < 0) secs[i - 1].text = trim_end(secs[i - 1].text);
-        if (t.rstrip && i + 1 < secs.size() && secs[i + 1].added < 0) secs[i + 1].text = trim_start(secs[i + 1].text);
+        if (t.rstrip && i + 1 < secs.size() && secs[i + 1].added < 0)
+            secs[i + 1].text = trim_start(secs[i + 1].text);
     }
     for (const Section& s : secs) {
-        if (s.added >= 0) out->push_back(added[s.added].id);
-        else if (!s.text.empty()) pretokenize_and_bpe(s.text, out);
+        if (s.added >= 0)
+            out->push_back(added[s.added].id);
+        else if (!s.text.empty())
+            pretokenize_and_bpe(s.text, out);
     }
 }
 
@@ -346,11 +356,14 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input) const {
         if (secs[i].added < 0) continue;
         const AddedToken& t = impl_->added[secs[i].added];
         if (t.lstrip && i > 0 && secs[i - 1].added < 0) secs[i - 1].text = trim_end(secs[i - 1].text);
-        if (t.rstrip && i + 1 < secs.size() && secs[i + 1].added < 0) secs[i + 1].text = trim_start(secs[i + 1].text);
+        if (t.rstrip && i + 1 < secs.size() && secs[i + 1].added < 0)
+            secs[i + 1].text = trim_start(secs[i + 1].text);
     }
     for (const Section& s : secs) {
-        if (s.added >= 0) out.push_back(impl_->added[s.added].id);
-        else if (!s.text.empty()) impl_->encode_normalized_section(s.text, &out);
+        if (s.added >= 0)
+            out.push_back(impl_->added[s.added].id);
+        else if (!s.text.empty())
+            impl_->encode_normalized_section(s.text, &out);
     }
     return out;
 }
@@ -371,7 +384,8 @@ void Tokenizer::append_token_bytes(int32_t id, std::string* bytes) const {
 }
 
 Result<std::string> Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special) const {
-    StreamDecoder sd(std::shared_ptr<const Tokenizer>(std::shared_ptr<const Tokenizer>{}, this), skip_special);
+    StreamDecoder sd(std::shared_ptr<const Tokenizer>(std::shared_ptr<const Tokenizer>{}, this),
+                     skip_special);
     std::string out;
     for (int32_t id : ids) {
         GDN_ASSIGN_OR_RETURN(std::string piece, sd.add(id));
@@ -386,8 +400,12 @@ std::optional<int32_t> Tokenizer::token_id(std::string_view token) const {
     return it->second;
 }
 
-bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < vocab_size() && kind_[id] == 2; }
-bool Tokenizer::is_added(int32_t id) const { return id >= 0 && id < vocab_size() && kind_[id] >= 1; }
+bool Tokenizer::is_special(int32_t id) const {
+    return id >= 0 && id < vocab_size() && kind_[id] == 2;
+}
+bool Tokenizer::is_added(int32_t id) const {
+    return id >= 0 && id < vocab_size() && kind_[id] >= 1;
+}
 
 StreamDecoder::StreamDecoder(std::shared_ptr<const Tokenizer> tok, bool skip_special)
     : tok_(std::move(tok)), skip_special_(skip_special) {}
@@ -395,7 +413,8 @@ StreamDecoder::StreamDecoder(std::shared_ptr<const Tokenizer> tok, bool skip_spe
 Result<std::string> StreamDecoder::add(int32_t id) {
     if (id < 0 || id >= tok_->vocab_size())
         return Status::error(strprintf("token id %d is out of range [0, %d)", id, tok_->vocab_size()));
-    if (tok_->kind_[id] == 2 && skip_special_) return std::string();  // dropped before decoding, as the reference
+    if (tok_->kind_[id] == 2 && skip_special_)
+        return std::string();  // dropped before decoding, as the reference
     if (tok_->kind_[id] >= 1) {
         // Added tokens end the current byte run and are emitted verbatim.
         std::string out = utf8_lossy(pending_);
@@ -422,13 +441,15 @@ namespace {
 
 std::string token_content(const SortedJson& v) {
     if (v.is_string()) return v.get<std::string>();
-    if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+    if (v.is_object() && v.contains("content") && v["content"].is_string())
+        return v["content"].get<std::string>();
     return "";
 }
 
 }  // namespace
 
-Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& dir, const std::string& chat_template) {
+Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& dir,
+                                                         const std::string& chat_template) {
     const std::string path = dir + "/tokenizer.json";
     GDN_ASSIGN_OR_RETURN(std::string tj, read_text_file(path));
     std::string cj;
@@ -445,8 +466,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::string& dir,
 }
 
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string& tokenizer_json,
-                                                             const std::string& config_json,
-                                                             const std::string& origin) {
+                                                              const std::string& config_json,
+                                                              const std::string& origin) {
     // Every typed read below checks its type first; this catches the ones a hostile file still finds
     // (nlohmann's type_error / out_of_range), so a corrupt tokenizer is an error, never an abort.
     try {
@@ -456,8 +477,9 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
     }
 }
 
-Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tokenizer_json, const std::string& config_json,
-                                                         const std::string& origin) {
+Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tokenizer_json,
+                                                          const std::string& config_json,
+                                                          const std::string& origin) {
     GDN_ASSIGN_OR_RETURN(SortedJson j, parse_json_sorted(tokenizer_json, origin));
     auto fail = [&](const std::string& what) { return Status::error(origin + ": " + what); };
     if (!j.is_object()) return fail("not a JSON object");
@@ -479,7 +501,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     if (!m.contains("vocab") || !m["vocab"].is_object()) return fail("missing 'model.vocab'");
     int32_t max_id = -1;
     for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
-        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > (1 << 30))
+        if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+            it.value().get<int64_t>() > (1 << 30))
             return fail("vocab entry '" + it.key() + "' has an invalid id");
         const int32_t id = it.value().get<int32_t>();
         im.token_to_id[it.key()] = id;
@@ -489,17 +512,20 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
         for (const SortedJson& a : j["added_tokens"]) {
             AddedToken t;
-            if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") || !a["content"].is_string())
+            if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+                !a["content"].is_string())
                 return fail("added_tokens entries need 'id' and 'content'");
             if (a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() > (1 << 30))
-                return fail("added token '" + printable(a["content"].get<std::string>()) + "' has an invalid id");
+                return fail("added token '" + printable(a["content"].get<std::string>()) +
+                            "' has an invalid id");
             t.id = a["id"].get<int32_t>();
             t.content = a["content"].get<std::string>();
             t.special = a.value("special", false);
             t.lstrip = a.value("lstrip", false);
             t.rstrip = a.value("rstrip", false);
             t.normalized = a.value("normalized", false);
-            if (t.id < 0 || t.id > (1 << 30) || t.content.empty()) return fail("invalid added token '" + t.content + "'");
+            if (t.id < 0 || t.id > (1 << 30) || t.content.empty())
+                return fail("invalid added token '" + t.content + "'");
             im.token_to_id[t.content] = t.id;
             max_id = std::max(max_id, t.id);
             im.added.push_back(t);
@@ -509,8 +535,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     // largest id, so an id far beyond the file's own entry count (10^9) would allocate gigabytes.
     const int64_t n_entries = static_cast<int64_t>(im.token_to_id.size());  // vocabulary + added tokens
     if (max_id >= 2 * n_entries + 1024)
-        return fail(strprintf("token id %d is implausible for a file of %lld tokens (ids must be < %lld)", max_id,
-                              (long long)n_entries, (long long)(2 * n_entries + 1024)));
+        return fail(strprintf("token id %d is implausible for a file of %lld tokens (ids must be < %lld)",
+                              max_id, (long long)n_entries, (long long)(2 * n_entries + 1024)));
     tok->id_to_token_.assign(max_id + 1, std::string());
     tok->kind_.assign(max_id + 1, 0);
     for (const auto& [s, id] : im.token_to_id) tok->id_to_token_[id] = s;
@@ -555,7 +581,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
             return Status::ok();
         }
         if (t == "Sequence") {
-            for (const SortedJson& s : n.value("normalizers", SortedJson::array())) GDN_RETURN_IF_ERROR(parse_norm(s));
+            for (const SortedJson& s : n.value("normalizers", SortedJson::array()))
+                GDN_RETURN_IF_ERROR(parse_norm(s));
             return Status::ok();
         }
         return Status::error(origin + ": unsupported normalizer '" + t + "' (supported: NFC, Sequence)");
@@ -567,16 +594,22 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
         if (p.is_null()) return Status::ok();
         const std::string t = p.value("type", "");
         if (t == "Sequence") {
-            for (const SortedJson& s : p.value("pretokenizers", SortedJson::array())) GDN_RETURN_IF_ERROR(parse_pre(s));
+            for (const SortedJson& s : p.value("pretokenizers", SortedJson::array()))
+                GDN_RETURN_IF_ERROR(parse_pre(s));
             return Status::ok();
         }
         if (t == "Split") {
-            if (p.value("invert", false)) return Status::error(origin + ": unsupported Split option invert=true");
+            if (p.value("invert", false))
+                return Status::error(origin + ": unsupported Split option invert=true");
             const std::string beh = p.value("behavior", "");
             PreStep st;
-            if (beh == "Isolated") st.kind = PreStep::SPLIT_ISOLATED;
-            else if (beh == "Removed") st.kind = PreStep::SPLIT_REMOVED;
-            else return Status::error(origin + ": unsupported Split behavior '" + beh + "' (supported: Isolated, Removed)");
+            if (beh == "Isolated")
+                st.kind = PreStep::SPLIT_ISOLATED;
+            else if (beh == "Removed")
+                st.kind = PreStep::SPLIT_REMOVED;
+            else
+                return Status::error(origin + ": unsupported Split behavior '" + beh +
+                                     "' (supported: Isolated, Removed)");
             const SortedJson& pat = p.value("pattern", SortedJson());
             if (pat.contains("Regex")) {
                 GDN_ASSIGN_OR_RETURN(st.regex, compile_regex(pat["Regex"].get<std::string>(), false, origin));
@@ -599,10 +632,12 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
             im.steps.push_back(std::move(st));
             return Status::ok();
         }
-        return Status::error(origin + ": unsupported pre-tokenizer '" + t + "' (supported: Split, ByteLevel, Sequence)");
+        return Status::error(origin + ": unsupported pre-tokenizer '" + t +
+                             "' (supported: Split, ByteLevel, Sequence)");
     };
     GDN_RETURN_IF_ERROR(parse_pre(j.value("pre_tokenizer", SortedJson())));
-    if (!has_byte_level) return fail("unsupported tokenizer: no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
+    if (!has_byte_level)
+        return fail("unsupported tokenizer: no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
     const SortedJson& dec = j.value("decoder", SortedJson());
     const std::string dtype = dec.is_object() ? dec.value("type", "") : "";
     if (dtype != "ByteLevel") return fail("unsupported decoder '" + dtype + "' (supported: ByteLevel)");
@@ -610,14 +645,17 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     // tokenizer_config.json: extra special tokens, eos/bos, chat template.
     std::vector<std::string> extra_special;
     if (!config_json.empty()) {
-        GDN_ASSIGN_OR_RETURN(SortedJson c, parse_json_sorted(config_json, origin + " (tokenizer_config.json)"));
+        GDN_ASSIGN_OR_RETURN(SortedJson c,
+                             parse_json_sorted(config_json, origin + " (tokenizer_config.json)"));
         if (c.contains("additional_special_tokens") && c["additional_special_tokens"].is_array())
-            for (const SortedJson& s : c["additional_special_tokens"]) extra_special.push_back(token_content(s));
+            for (const SortedJson& s : c["additional_special_tokens"])
+                extra_special.push_back(token_content(s));
         if (c.contains("eos_token")) tok->eos_token_ = token_content(c["eos_token"]);
         if (c.contains("bos_token")) tok->bos_token_ = token_content(c["bos_token"]);
         if (c.contains("chat_template")) {
             const SortedJson& ct = c["chat_template"];
-            if (ct.is_string()) tok->chat_template_ = ct.get<std::string>();
+            if (ct.is_string())
+                tok->chat_template_ = ct.get<std::string>();
             else if (ct.is_array())
                 for (const SortedJson& e : ct)
                     if (e.value("name", "") == "default" && e.contains("template"))
@@ -635,8 +673,10 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     // Matchers for added tokens, in the raw text (normalized=false) or after normalisation.
     for (size_t i = 0; i < im.added.size(); ++i) {
         const AddedToken& t = im.added[i];
-        if (t.normalized && im.nfc) im.normalized_trie.add(gdn::nfc(t.content), static_cast<int32_t>(i));
-        else im.raw_trie.add(t.content, static_cast<int32_t>(i));
+        if (t.normalized && im.nfc)
+            im.normalized_trie.add(gdn::nfc(t.content), static_cast<int32_t>(i));
+        else
+            im.raw_trie.add(t.content, static_cast<int32_t>(i));
     }
     return std::shared_ptr<const Tokenizer>(std::move(tok));
 }

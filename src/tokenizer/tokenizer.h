@@ -28,14 +28,15 @@ struct AddedToken {
 };
 
 class Tokenizer {
-public:
+  public:
     // Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json and DIR/chat_template.jinja.
     // A non-empty chat_template replaces the checkpoint's (serve --chat-template).
-    static Result<std::shared_ptr<const Tokenizer>> load(const std::string& dir, const std::string& chat_template = "");
+    static Result<std::shared_ptr<const Tokenizer>> load(const std::string& dir,
+                                                         const std::string& chat_template = "");
     // From file contents; config_json may be empty. `origin` names the source in error messages.
     static Result<std::shared_ptr<const Tokenizer>> from_json(const std::string& tokenizer_json,
-                                                             const std::string& config_json,
-                                                             const std::string& origin);
+                                                              const std::string& config_json,
+                                                              const std::string& origin);
     ~Tokenizer();
 
     std::vector<int32_t> encode(std::string_view text) const;
@@ -63,8 +64,9 @@ public:
 
     struct Impl;
 
-private:
-    static Result<std::shared_ptr<const Tokenizer>> parse(const std::string& tokenizer_json, const std::string& config_json,
+  private:
+    static Result<std::shared_ptr<const Tokenizer>> parse(const std::string& tokenizer_json,
+                                                          const std::string& config_json,
                                                           const std::string& origin);
     Tokenizer();
     friend class StreamDecoder;
@@ -82,14 +84,14 @@ private:
 // Incremental detokenizer: feed ids one at a time; it never emits half a UTF-8 character, and the
 // concatenation of everything it returns equals Tokenizer::decode of all ids at once.
 class StreamDecoder {
-public:
+  public:
     StreamDecoder(std::shared_ptr<const Tokenizer> tok, bool skip_special);
     // Text that became final with this token (may be empty).
     Result<std::string> add(int32_t id);
     // Flushes held-back bytes (an incomplete character becomes U+FFFD, as in one-shot decoding).
     std::string finish();
 
-private:
+  private:
     std::shared_ptr<const Tokenizer> tok_;
     bool skip_special_;
     std::string pending_;  // bytes of the current run of BPE tokens not yet emitted

@@ -19,24 +19,49 @@ size_t utf8_scan(std::string_view s, size_t i, bool* ok, bool* truncated) {
     const auto b = [&](size_t k) { return static_cast<uint8_t>(s[k]); };
     const uint8_t c = b(i);
     *truncated = false;
-    if (c < 0x80) { *ok = true; return 1; }
+    if (c < 0x80) {
+        *ok = true;
+        return 1;
+    }
     int need;
     uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 1;
-    else if (c == 0xE0) { need = 2; lo = 0xA0; }
-    else if (c >= 0xE1 && c <= 0xEC) need = 2;
-    else if (c == 0xED) { need = 2; hi = 0x9F; }
-    else if (c >= 0xEE && c <= 0xEF) need = 2;
-    else if (c == 0xF0) { need = 3; lo = 0x90; }
-    else if (c >= 0xF1 && c <= 0xF3) need = 3;
-    else if (c == 0xF4) { need = 3; hi = 0x8F; }
-    else { *ok = false; return 1; }
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 1;
+    else if (c == 0xE0) {
+        need = 2;
+        lo = 0xA0;
+    } else if (c >= 0xE1 && c <= 0xEC)
+        need = 2;
+    else if (c == 0xED) {
+        need = 2;
+        hi = 0x9F;
+    } else if (c >= 0xEE && c <= 0xEF)
+        need = 2;
+    else if (c == 0xF0) {
+        need = 3;
+        lo = 0x90;
+    } else if (c >= 0xF1 && c <= 0xF3)
+        need = 3;
+    else if (c == 0xF4) {
+        need = 3;
+        hi = 0x8F;
+    } else {
+        *ok = false;
+        return 1;
+    }
     size_t k = 1;
     for (int j = 0; j < need; ++j, ++k) {
-        if (i + k >= s.size()) { *ok = false; *truncated = true; return k; }
+        if (i + k >= s.size()) {
+            *ok = false;
+            *truncated = true;
+            return k;
+        }
         const uint8_t x = b(i + k);
         const uint8_t l = j == 0 ? lo : 0x80, h = j == 0 ? hi : 0xBF;
-        if (x < l || x > h) { *ok = false; return k; }
+        if (x < l || x > h) {
+            *ok = false;
+            return k;
+        }
     }
     *ok = true;
     return k;
@@ -51,8 +76,10 @@ std::string utf8_lossy(std::string_view s) {
     while (i < s.size()) {
         bool ok, trunc;
         size_t n = utf8_scan(s, i, &ok, &trunc);
-        if (ok) out.append(s.substr(i, n));
-        else out.append("\xEF\xBF\xBD");
+        if (ok)
+            out.append(s.substr(i, n));
+        else
+            out.append("\xEF\xBF\xBD");
         i += n;
     }
     return out;
@@ -100,7 +127,10 @@ void utf8_append(std::string* out, uint32_t cp) {
 
 uint32_t utf8_next(std::string_view s, size_t* i) {
     const uint8_t c = static_cast<uint8_t>(s[*i]);
-    if (c < 0x80) { ++*i; return c; }
+    if (c < 0x80) {
+        ++*i;
+        return c;
+    }
     int n = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
     uint32_t cp = c & (0x3F >> n);
     for (int k = 1; k <= n; ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[*i + k]) & 0x3F);
@@ -149,7 +179,8 @@ struct ByteTables {
         // Printable bytes map to themselves; the rest to 256, 257, ... in byte order (GPT-2).
         uint32_t next = 256;
         for (int b = 0; b < 256; ++b) {
-            const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+            const bool printable =
+                (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
             to_cp[b] = printable ? b : next++;
             from_cp[to_cp[b]] = b;
             utf8_append(&symbol[b], to_cp[b]);
@@ -162,8 +193,14 @@ const ByteTables& tables() {
 }
 }  // namespace
 
-uint32_t byte_to_codepoint(uint8_t b) { return tables().to_cp[b]; }
-int codepoint_to_byte(uint32_t cp) { return cp < tables().from_cp.size() ? tables().from_cp[cp] : -1; }
-const std::string& byte_symbol(uint8_t b) { return tables().symbol[b]; }
+uint32_t byte_to_codepoint(uint8_t b) {
+    return tables().to_cp[b];
+}
+int codepoint_to_byte(uint32_t cp) {
+    return cp < tables().from_cp.size() ? tables().from_cp[cp] : -1;
+}
+const std::string& byte_symbol(uint8_t b) {
+    return tables().symbol[b];
+}
 
 }  // namespace gdn

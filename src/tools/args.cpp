@@ -14,7 +14,8 @@ Result<Args> Args::parse(int argc, char** argv, const std::set<std::string>& opt
     for (int i = 0; i < argc; ++i) {
         std::string k = argv[i];
         if (flags.count(k)) {
-            a.values_.insert_or_assign(k, std::string(1, '1'));  // (not = "1": GCC 12 -Wrestrict false positive)
+            a.values_.insert_or_assign(k,
+                                       std::string(1, '1'));  // (not = "1": GCC 12 -Wrestrict false positive)
         } else if (options.count(k)) {
             if (i + 1 >= argc) return Status::error("option " + k + " needs a value");
             a.values_[k] = argv[++i];
@@ -63,7 +64,8 @@ Result<std::vector<int>> parse_id_list(const std::string& s) {
         errno = 0;
         long v = std::strtol(tok.c_str(), &end, 10);
         if (tok.empty() || errno || *end || v < 0 || v > 0x7fffffff)
-            return Status::error("invalid token id '" + tok + "' in '" + s + "' (expected comma-separated ids)");
+            return Status::error("invalid token id '" + tok + "' in '" + s +
+                                 "' (expected comma-separated ids)");
         ids.push_back(static_cast<int>(v));
         i = j + 1;
     }

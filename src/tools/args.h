@@ -12,7 +12,7 @@
 namespace gdn {
 
 class Args {
-public:
+  public:
     // `flags` take no value; every other option takes exactly one value.
     static Result<Args> parse(int argc, char** argv, const std::set<std::string>& options,
                               const std::set<std::string>& flags);
@@ -24,7 +24,7 @@ public:
     Result<long long> get_int(const std::string& k, long long def) const;
     Result<double> get_double(const std::string& k, double def) const;
 
-private:
+  private:
     std::map<std::string, std::string> values_;
 };
 

@@ -29,11 +29,13 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     t->model_name = a.get("--served-model-name");
     t->api_key = a.get("--api-key");
     if (a.has("--base-url")) {
-        for (const char* f : {"--quantization", "--speculative-config", "--prefix-cache-memory", "--prefix-snapshot-interval",
-                              "--enable-prefix-caching", "--no-enable-prefix-caching"})
+        for (const char* f :
+             {"--quantization", "--speculative-config", "--prefix-cache-memory", "--prefix-snapshot-interval",
+              "--enable-prefix-caching", "--no-enable-prefix-caching"})
             if (a.has(f))
-                return Status::error(std::string(f) +
-                                     " applies to a local --model; the server at --base-url chose it when it started");
+                return Status::error(
+                    std::string(f) +
+                    " applies to a local --model; the server at --base-url chose it when it started");
         std::string url = a.get("--base-url");
         const std::string scheme = "http://";
         if (url.rfind(scheme, 0) != 0) return Status::error("--base-url must start with http://");
@@ -73,7 +75,8 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     ec.prefault_memory = true;  // as gdn serve
     GDN_ASSIGN_OR_RETURN(ec.speculative, speculative_config(a));
     GDN_RETURN_IF_ERROR(apply_prefix_cache_options(a, &ec));
-    GDN_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::shared_ptr<const Model>(std::move(model)), tok, ec));
+    GDN_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine,
+                         Engine::create(std::shared_ptr<const Model>(std::move(model)), tok, ec));
     ServerConfig sc;
     sc.port = 0;
     sc.served_model_name = t->model_name = "bench";
@@ -82,7 +85,8 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     t->server = std::make_unique<OpenAIServer>(std::move(engine), tok, sc);
     OpenAIServer* s = t->server.get();
     t->server_thread = std::thread([s] { s->run(); });
-    for (int i = 0; i < 500 && s->bound_port() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 500 && s->bound_port() == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
     t->port = s->bound_port();
     if (t->port == 0) return Status::error("the in-process server did not start");
     return t;
@@ -122,10 +126,12 @@ StreamOutcome post_stream(const BenchTarget& t, const std::string& path, const J
     };
     auto res = c.send(req);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!res) out.error = "connection failed: " + httplib::to_string(res.error());
+    if (!res)
+        out.error = "connection failed: " + httplib::to_string(res.error());
     else if (res->status != 200 && out.error.empty())
         out.error = strprintf("HTTP %d: %s", res->status, (res->body.empty() ? head : res->body).c_str());
-    else if (out.error.empty() && !done) out.error = "the stream ended without [DONE]";
+    else if (out.error.empty() && !done)
+        out.error = "the stream ended without [DONE]";
     return out;
 }
 

@@ -18,17 +18,16 @@
 #include "model/model.h"
 #include "ops/argmax_screen.h"
 #include "ops/dispatch.h"
+#include "tokenizer/chat_template.h"
 #include "tools/args.h"
-#include "tools/model_loading.h"
 #include "tools/commands.h"
 #include "tools/machine_limits.h"
-#include "tokenizer/chat_template.h"
+#include "tools/model_loading.h"
 #include "util/json_file.h"
 
 namespace gdn {
 
 namespace {
-
 
 struct Stats {
     double mean = 0, sd = 0;
@@ -89,14 +88,38 @@ void weight_traffic(const Model& m, double* bytes, double* flops, double* lm_flo
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-    std::set<std::string> options = {"--model", "--pp", "--tg", "-r", "--threads", "--json", "--dtype",
-                                     "--kv-cache-dtype", "--concurrency", "--base-url", "--num-prompts", "--input-len",
-                                     "--output-len", "--range-ratio", "--max-concurrency", "--request-rate",
-                                     "--num-warmups", "--plot", "--api-key", "--served-model-name", "--seed",
-                                     "--cache-memory", "--quantization", "--speculative-config", "--prompts-file",
-                                     "--conversations", "--turns", "--turn-tokens", "--system-tokens", "--depth"};
-    std::set<std::string> flags = {"--help", "--no-limits", "--limits", "--profile", "--no-ignore-eos",
-                                   "--speculation-ab", "--multi-turn", "--shared-prefix"};
+    std::set<std::string> options = {"--model",
+                                     "--pp",
+                                     "--tg",
+                                     "-r",
+                                     "--threads",
+                                     "--json",
+                                     "--dtype",
+                                     "--kv-cache-dtype",
+                                     "--concurrency",
+                                     "--base-url",
+                                     "--num-prompts",
+                                     "--input-len",
+                                     "--output-len",
+                                     "--range-ratio",
+                                     "--max-concurrency",
+                                     "--request-rate",
+                                     "--num-warmups",
+                                     "--plot",
+                                     "--api-key",
+                                     "--served-model-name",
+                                     "--seed",
+                                     "--cache-memory",
+                                     "--quantization",
+                                     "--speculative-config",
+                                     "--prompts-file",
+                                     "--conversations",
+                                     "--turns",
+                                     "--turn-tokens",
+                                     "--system-tokens",
+                                     "--depth"};
+    std::set<std::string> flags = {"--help",          "--no-limits",      "--limits",     "--profile",
+                                   "--no-ignore-eos", "--speculation-ab", "--multi-turn", "--shared-prefix"};
     options.insert(kPrefixCacheOptions.begin(), kPrefixCacheOptions.end());
     flags.insert(kPrefixCacheFlags.begin(), kPrefixCacheFlags.end());
     auto args = Args::parse(argc, argv, options, flags);
@@ -104,32 +127,41 @@ int cmd_bench(int argc, char** argv) {
                  args->has("--request-rate") || args->has("--multi-turn") || args->has("--shared-prefix")))
         return cmd_bench_serve(*args);
     if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) {
-        std::fprintf(stderr,
-                     "usage: gdn bench --model DIR [--pp 512] [--tg 128] [-r 5] [--threads N] [--dtype bf16|f32]\n"
-                     "                 [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym] [--json FILE] [--no-limits]\n"
-                     "       gdn bench --limits [--threads N]     (the machine's own limits only)\n"
-                     "       gdn bench --model DIR --concurrency 1,4,8,16 [--tg 64]   (engine decode throughput per\n"
-                     "                 concurrency and the host time per step outside the forward)\n"
-                     "                 [--speculative-config JSON] [--prompts-file FILE]: with drafts (acceptance per\n"
-                     "                 position, forward ms per step = the verify cost); FILE: one chat message per line,\n"
-                     "                 greedy until end of turn (or --tg tokens), C requests at a time\n"
-                     "                 [--speculation-ab]: plain and speculative engines on the same prompts, steps\n"
-                     "                 interleaved A B B A, and the tokens/s ratio\n"
-                     "  pp: prefill of a random prompt of that many tokens; tg: that many single-token decode steps.\n"
-                     "  [--depth D]: both after a D-token prompt is already in the cache (llama-bench -d; not timed);\n"
-                     "  tg's roofline then counts the K/V bytes each step reads too.\n"
-                     "serving mode (vllm bench serve style):\n"
-                     "       gdn bench (--base-url http://127.0.0.1:8000/v1 | --model DIR) [--num-prompts 64]\n"
-                     "                 [--input-len 256] [--output-len 64] [--range-ratio 0] [--max-concurrency 1,4,8]\n"
-                     "                 [--request-rate inf|R] [--num-warmups 2] [--json FILE] [--plot FILE.svg]\n"
-                     "conversations (prefix caching), through the chat API:\n"
-                     "       gdn bench (--base-url URL | --model DIR) --multi-turn [--conversations 4] [--turns 8]\n"
-                     "                 [--turn-tokens 300] [--output-len 64] [--system-tokens 0]: TTFT per turn, prompt\n"
-                     "                 tokens computed vs sent\n"
-                     "       gdn bench (--base-url URL | --model DIR) --shared-prefix [--system-tokens 2000]\n"
-                     "                 [--num-prompts 8] [--input-len 64] [--max-concurrency 1]: the first request's TTFT\n"
-                     "                 against the others'\n"
-                     "  with --model: [--no-enable-prefix-caching] [--prefix-cache-memory MiB] [--prefix-snapshot-interval N]\n");
+        std::fprintf(
+            stderr,
+            "usage: gdn bench --model DIR [--pp 512] [--tg 128] [-r 5] [--threads N] [--dtype bf16|f32]\n"
+            "                 [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym] [--json FILE] "
+            "[--no-limits]\n"
+            "       gdn bench --limits [--threads N]     (the machine's own limits only)\n"
+            "       gdn bench --model DIR --concurrency 1,4,8,16 [--tg 64]   (engine decode throughput per\n"
+            "                 concurrency and the host time per step outside the forward)\n"
+            "                 [--speculative-config JSON] [--prompts-file FILE]: with drafts (acceptance "
+            "per\n"
+            "                 position, forward ms per step = the verify cost); FILE: one chat message per "
+            "line,\n"
+            "                 greedy until end of turn (or --tg tokens), C requests at a time\n"
+            "                 [--speculation-ab]: plain and speculative engines on the same prompts, steps\n"
+            "                 interleaved A B B A, and the tokens/s ratio\n"
+            "  pp: prefill of a random prompt of that many tokens; tg: that many single-token decode steps.\n"
+            "  [--depth D]: both after a D-token prompt is already in the cache (llama-bench -d; not "
+            "timed);\n"
+            "  tg's roofline then counts the K/V bytes each step reads too.\n"
+            "serving mode (vllm bench serve style):\n"
+            "       gdn bench (--base-url http://127.0.0.1:8000/v1 | --model DIR) [--num-prompts 64]\n"
+            "                 [--input-len 256] [--output-len 64] [--range-ratio 0] [--max-concurrency "
+            "1,4,8]\n"
+            "                 [--request-rate inf|R] [--num-warmups 2] [--json FILE] [--plot FILE.svg]\n"
+            "conversations (prefix caching), through the chat API:\n"
+            "       gdn bench (--base-url URL | --model DIR) --multi-turn [--conversations 4] [--turns 8]\n"
+            "                 [--turn-tokens 300] [--output-len 64] [--system-tokens 0]: TTFT per turn, "
+            "prompt\n"
+            "                 tokens computed vs sent\n"
+            "       gdn bench (--base-url URL | --model DIR) --shared-prefix [--system-tokens 2000]\n"
+            "                 [--num-prompts 8] [--input-len 64] [--max-concurrency 1]: the first request's "
+            "TTFT\n"
+            "                 against the others'\n"
+            "  with --model: [--no-enable-prefix-caching] [--prefix-cache-memory MiB] "
+            "[--prefix-snapshot-interval N]\n");
         if (!args) std::fprintf(stderr, "gdn bench: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
     }
@@ -194,11 +226,12 @@ int cmd_bench(int argc, char** argv) {
     for (auto& t : context) t = static_cast<int32_t>(rng() % V);
     // K/V bytes a decode step reads at n keys (every attention layer, K and V).
     const ModelConfig& mc = m.config();
-    const double kv_bytes_per_key = 2.0 * mc.n_attention_layers() * mc.attn_kv_heads * mc.head_dim * dtype_size(kv_dtype);
+    const double kv_bytes_per_key =
+        2.0 * mc.n_attention_layers() * mc.attn_kv_heads * mc.head_dim * dtype_size(kv_dtype);
     // A decode step also reads every GDN layer's conv window and recurrent state and writes them back
     // in place (f32; 37.7 MB at the 0.8B shape, ~5% of its int8 weights): bytes streamed like the weights.
-    const double state_bytes =
-        2.0 * StateSlots::bytes_per_slot(mc.n_gdn_layers(), mc.gdn_conv_state_floats(), mc.gdn_ssm_state_floats());
+    const double state_bytes = 2.0 * StateSlots::bytes_per_slot(mc.n_gdn_layers(), mc.gdn_conv_state_floats(),
+                                                                mc.gdn_ssm_state_floats());
     std::vector<float> logits;
     logits.reserve(V * 2);
     // The --depth context, prefilled (not timed) into a fresh state before each test.
@@ -262,7 +295,8 @@ int cmd_bench(int argc, char** argv) {
                 gen_s += now_seconds() - t0;
                 if (probe) {
                     const double after = probe->measure_gbps(2);
-                    // weights, and the K/V of keys depth + i0 + 1 ... depth + i0 + n (their mean: + (n + 1) / 2)
+                    // weights, and the K/V of keys depth + i0 + 1 ... depth + i0 + n (their mean: + (n + 1) /
+                    // 2)
                     const double kv = kv_bytes_per_key * (*depth + i0 + 0.5 * (n + 1));
                     roof_s += n * (bytes + kv + state_bytes) / (0.5 * (gbps + after) * 1e9);
                     gbps_sum += 0.5 * (gbps + after);
@@ -334,9 +368,11 @@ int cmd_bench(int argc, char** argv) {
             }
         }
         std::printf("speculation: %s\n", spec->describe().c_str());
-        std::printf("| concurrency | decode t/s | per-sequence t/s | step ms | forward ms | host ms outside forward | "
-                    "host share | mean acceptance length | acceptance per position |\n"
-                    "|---|---|---|---|---|---|---|---|---|\n");
+        std::printf(
+            "| concurrency | decode t/s | per-sequence t/s | step ms | forward ms | host ms outside forward "
+            "| "
+            "host share | mean acceptance length | acceptance per position |\n"
+            "|---|---|---|---|---|---|---|---|---|\n");
         Json rows = Json::array();
         double single = 0;
         // One engine at one concurrency: its requests, and what its timed steps produced.
@@ -349,7 +385,8 @@ int cmd_bench(int argc, char** argv) {
         };
         const bool ab = args->has("--speculation-ab");
         if (ab && !spec->enabled()) {
-            std::fprintf(stderr, "gdn bench: --speculation-ab compares against --speculative-config: give one\n");
+            std::fprintf(stderr,
+                         "gdn bench: --speculation-ab compares against --speculative-config: give one\n");
             return 2;
         }
         for (int C : *levels) {
@@ -364,7 +401,8 @@ int cmd_bench(int argc, char** argv) {
                 ec.bf16 = fo.bf16_activations;
                 ec.kv_dtype = kv_dtype;
                 ec.max_num_seqs = C;
-                ec.max_num_batched_tokens = std::max(512, C * (1 + sc.num_speculative_tokens) + kPrefillChunkAlign);
+                ec.max_num_batched_tokens =
+                    std::max(512, C * (1 + sc.num_speculative_tokens) + kPrefillChunkAlign);
                 int64_t longest = 32;
                 for (const auto& p : chat_prompts) longest = std::max<int64_t>(longest, p.size());
                 ec.max_model_len = static_cast<int>(longest + sp.max_tokens + 2 + sc.num_speculative_tokens);
@@ -388,7 +426,8 @@ int cmd_bench(int argc, char** argv) {
                 }
             };
             auto start = [&](Run& r) {
-                const uint32_t seed = static_cast<uint32_t>(C);  // both runs of an A/B pair get the same prompts
+                const uint32_t seed =
+                    static_cast<uint32_t>(C);  // both runs of an A/B pair get the same prompts
                 rng.seed(seed);
                 for (int i = 0; i < C; ++i) add(r);
                 for (int i = 0; i < 3; ++i) r.engine->step();  // prefills (32 tokens each) + first decodes
@@ -423,14 +462,22 @@ int cmd_bench(int argc, char** argv) {
                     per += strprintf("%s%.2f", per.empty() ? "" : " ", dr ? double(ac) / dr : 0.0);
                 }
                 const double tps = r.tokens / r.total;
-                std::printf("| %d%s | %.1f | %.1f | %.2f | %.2f | %.3f | %.2f%% | %.2f | %s |\n", C, label, tps, tps / C,
-                            1e3 * r.total / r.steps, 1e3 * r.fwd / r.steps, 1e3 * r.host / r.steps,
-                            100.0 * r.host / r.total, d.mean_acceptance_length(), per.empty() ? "-" : per.c_str());
-                if (!after.spec_cost_model.empty()) std::printf("cost model: %s\n", after.spec_cost_model.c_str());
-                return Json{{"concurrency", C}, {"decode_tps", tps}, {"step_ms", 1e3 * r.total / r.steps},
-                            {"forward_ms", 1e3 * r.fwd / r.steps}, {"host_ms_per_step", 1e3 * r.host / r.steps},
-                            {"host_share", r.host / r.total}, {"tokens", r.tokens}, {"drafted", d.drafted},
-                            {"accepted", d.accepted}, {"mean_acceptance_length", d.mean_acceptance_length()}};
+                std::printf("| %d%s | %.1f | %.1f | %.2f | %.2f | %.3f | %.2f%% | %.2f | %s |\n", C, label,
+                            tps, tps / C, 1e3 * r.total / r.steps, 1e3 * r.fwd / r.steps,
+                            1e3 * r.host / r.steps, 100.0 * r.host / r.total, d.mean_acceptance_length(),
+                            per.empty() ? "-" : per.c_str());
+                if (!after.spec_cost_model.empty())
+                    std::printf("cost model: %s\n", after.spec_cost_model.c_str());
+                return Json{{"concurrency", C},
+                            {"decode_tps", tps},
+                            {"step_ms", 1e3 * r.total / r.steps},
+                            {"forward_ms", 1e3 * r.fwd / r.steps},
+                            {"host_ms_per_step", 1e3 * r.host / r.steps},
+                            {"host_share", r.host / r.total},
+                            {"tokens", r.tokens},
+                            {"drafted", d.drafted},
+                            {"accepted", d.accepted},
+                            {"mean_acceptance_length", d.mean_acceptance_length()}};
             };
             if (args->has("--profile")) {
                 Profiler::get().clear();
@@ -483,8 +530,11 @@ int cmd_bench(int argc, char** argv) {
         }
         return 0;
     }
-    std::printf("| model | threads | dtype | weights | test | t/s | roofline t/s | ratio |\n|---|---|---|---|---|---|---|---|\n");
-    const char* weights_label = m.weights().quantization ? quantization_name(*m.weights().quantization) : "as stored";
+    std::printf(
+        "| model | threads | dtype | weights | test | t/s | roofline t/s | ratio "
+        "|\n|---|---|---|---|---|---|---|---|\n");
+    const char* weights_label =
+        m.weights().quantization ? quantization_name(*m.weights().quantization) : "as stored";
     out["model"] = name;
     out["weights"] = weights_label;
     out["threads"] = *threads;
@@ -492,67 +542,85 @@ int cmd_bench(int argc, char** argv) {
     out["weights_bytes_per_token"] = bytes;
     out["flops_per_token"] = flops;
     if (lim.read_gbps > 0)
-        out["machine"] = {{"read_gbps", lim.read_gbps}, {"fp32_gflops", lim.fp32_gflops}, {"bf16_gflops", lim.bf16_gflops},
+        out["machine"] = {{"read_gbps", lim.read_gbps},
+                          {"fp32_gflops", lim.fp32_gflops},
+                          {"bf16_gflops", lim.bf16_gflops},
                           {"amx_gflops", lim.amx_gflops}};
-    auto row = [&](const char* test, long long n, const std::vector<double>& v, double roof, const char* key) {
+    auto row = [&](const char* test, long long n, const std::vector<double>& v, double roof,
+                   const char* key) {
         if (v.empty()) return;
         Stats s = stats(v);
         const std::string at = *depth > 0 ? strprintf(" @ d%lld", *depth) : "";
-        std::printf("| %s | %lld | %s | %s | %s%lld%s | %.2f ± %.2f | %.1f | %.2f |\n", name.c_str(), *threads,
-                    fo.bf16_activations ? "bf16" : "f32", weights_label, test, n, at.c_str(), s.mean, s.sd, roof,
-                    roof > 0 ? s.mean / roof : 0.0);
-        out[key] = {{"n_tokens", n}, {"depth", *depth}, {"mean_tps", s.mean}, {"sd_tps", s.sd}, {"samples", v},
-                    {"roofline_tps", roof}, {"roofline_ratio", roof > 0 ? s.mean / roof : 0.0}};
+        std::printf("| %s | %lld | %s | %s | %s%lld%s | %.2f ± %.2f | %.1f | %.2f |\n", name.c_str(),
+                    *threads, fo.bf16_activations ? "bf16" : "f32", weights_label, test, n, at.c_str(),
+                    s.mean, s.sd, roof, roof > 0 ? s.mean / roof : 0.0);
+        out[key] = {{"n_tokens", n},
+                    {"depth", *depth},
+                    {"mean_tps", s.mean},
+                    {"sd_tps", s.sd},
+                    {"samples", v},
+                    {"roofline_tps", roof},
+                    {"roofline_ratio", roof > 0 ? s.mean / roof : 0.0}};
     };
     // The matmuls' peak in this mode: AMX tiles where they run the bf16 linears, else vdpbf16ps, else FMA.
-    const double peak = !fo.bf16_activations ? lim.fp32_gflops
-                        : lim.amx_gflops > 0 ? lim.amx_gflops
+    const double peak = !fo.bf16_activations  ? lim.fp32_gflops
+                        : lim.amx_gflops > 0  ? lim.amx_gflops
                         : lim.bf16_gflops > 0 ? lim.bf16_gflops
                                               : lim.fp32_gflops;
     // Prefill: every layer matmul per token, the lm_head once per prompt (attention/GDN FLOPs not counted).
     const double pp_flops = *pp > 0 ? flops - lm_flops + lm_flops / *pp : flops;
     row("pp", *pp, pp_tps, peak > 0 ? peak * 1e9 / pp_flops : 0.0, "pp");
     const double tg_kv = kv_bytes_per_key * (*depth + 0.5 * (*tg + 1));  // per step, on average
-    row("tg", *tg, tg_tps, lim.read_gbps > 0 ? lim.read_gbps * 1e9 / (bytes + tg_kv + state_bytes) : 0.0, "tg");
+    row("tg", *tg, tg_tps, lim.read_gbps > 0 ? lim.read_gbps * 1e9 / (bytes + tg_kv + state_bytes) : 0.0,
+        "tg");
     if (*tg > 0 && state_bytes > 0) {
-        std::printf("tg%lld reads and writes %.1f MB of GDN state per step (conv windows and recurrent states, f32) "
-                    "beside the weights: the rooflines count it\n",
-                    *tg, state_bytes / 1e6);
+        std::printf(
+            "tg%lld reads and writes %.1f MB of GDN state per step (conv windows and recurrent states, f32) "
+            "beside the weights: the rooflines count it\n",
+            *tg, state_bytes / 1e6);
         out["tg"]["state_bytes_per_token"] = state_bytes;
     }
     if (*depth > 0 && *tg > 0) {
-        std::printf("tg%lld @ d%lld reads %.3f GB of K/V per step on average (%s cache) beside %.3f GB of weights: the "
-                    "rooflines count both\n",
-                    *tg, *depth, tg_kv / 1e9, dtype_name(kv_dtype), bytes / 1e9);
+        std::printf(
+            "tg%lld @ d%lld reads %.3f GB of K/V per step on average (%s cache) beside %.3f GB of weights: "
+            "the "
+            "rooflines count both\n",
+            *tg, *depth, tg_kv / 1e9, dtype_name(kv_dtype), bytes / 1e9);
         out["tg"]["kv_bytes_per_token"] = tg_kv;
     }
     if (!tg_ratio.empty()) {
         const Stats r = stats(tg_ratio), g = stats(tg_gbps);
-        std::printf("tg%lld against the read bandwidth measured around every %lld steps (%.1f ± %.1f GB/s): "
-                    "ratio %.3f ± %.3f (per repetition:", *tg, kTgSegment, g.mean, g.sd, r.mean, r.sd);
+        std::printf(
+            "tg%lld against the read bandwidth measured around every %lld steps (%.1f ± %.1f GB/s): "
+            "ratio %.3f ± %.3f (per repetition:",
+            *tg, kTgSegment, g.mean, g.sd, r.mean, r.sd);
         for (double x : tg_ratio) std::printf(" %.3f", x);
         std::printf(")\n");
         out["tg"]["adjacent_read_gbps"] = tg_gbps;
         out["tg"]["adjacent_roofline_ratio"] = tg_ratio;
         out["tg"]["adjacent_roofline_ratio_mean"] = r.mean;
         const Stats rw = stats(tg_weights_ratio), gw = stats(tg_weights_gbps);
-        std::printf("tg%lld against the read bandwidth of the streamed weights' own memory (%.3f GB), measured the "
-                    "same way (%.1f ± %.1f GB/s): ratio %.3f ± %.3f (per repetition:",
-                    *tg, weights_probe->bytes() / 1e9, gw.mean, gw.sd, rw.mean, rw.sd);
+        std::printf(
+            "tg%lld against the read bandwidth of the streamed weights' own memory (%.3f GB), measured the "
+            "same way (%.1f ± %.1f GB/s): ratio %.3f ± %.3f (per repetition:",
+            *tg, weights_probe->bytes() / 1e9, gw.mean, gw.sd, rw.mean, rw.sd);
         for (double x : tg_weights_ratio) std::printf(" %.3f", x);
         std::printf(")\n");
         out["tg"]["weights_memory_read_gbps"] = tg_weights_gbps;
         out["tg"]["weights_memory_roofline_ratio"] = tg_weights_ratio;
         out["tg"]["weights_memory_roofline_ratio_mean"] = rw.mean;
     }
-    std::printf("weights read per decode token: %.3f GB; matmul FLOPs per prefill token: %.3f G\n", bytes / 1e9,
-                pp_flops / 1e9);
+    std::printf("weights read per decode token: %.3f GB; matmul FLOPs per prefill token: %.3f G\n",
+                bytes / 1e9, pp_flops / 1e9);
     // The roofline above counts the model's bf16 weights. Greedy decode streams fewer bytes where the
     // lm_head's int8 screen runs (ops/argmax_screen.h): say so, with the ratio against those bytes.
     if (screened) {
-        std::printf("greedy decode streams %.3f GB per token: the lm_head's int8 screen (%.3f GB) instead of its bf16 "
-                    "copy (%.3f GB), plus the rechecked panels",
-                    streamed / 1e9, (lm.screen->q.size() + lm.screen->meta.size()) / 1e9, lm.packed.data.size() / 1e9);
+        std::printf(
+            "greedy decode streams %.3f GB per token: the lm_head's int8 screen (%.3f GB) instead of its "
+            "bf16 "
+            "copy (%.3f GB), plus the rechecked panels",
+            streamed / 1e9, (lm.screen->q.size() + lm.screen->meta.size()) / 1e9,
+            lm.packed.data.size() / 1e9);
         out["tg"]["streamed_bytes_per_token"] = streamed;
         if (!tg_ratio.empty()) {
             const double r = stats(tg_ratio).mean * streamed / bytes;

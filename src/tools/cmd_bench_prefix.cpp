@@ -32,7 +32,6 @@ namespace gdn {
 
 namespace {
 
-
 struct ChatResult {
     bool ok = false;
     double ttft = 0, e2e = 0;
@@ -51,8 +50,13 @@ httplib::Headers auth(const BenchTarget& t) {
 // multi-turn and shared-prefix reports compare TTFTs of one run with each other, so either serves.
 ChatResult send_chat(const BenchTarget& t, const Json& messages, int max_tokens, bool ignore_eos) {
     ChatResult r;
-    Json body = {{"model", t.model_name}, {"messages", messages}, {"max_tokens", max_tokens}, {"stream", true},
-                 {"stream_options", {{"include_usage", true}}}, {"ignore_eos", ignore_eos}, {"temperature", 0}};
+    Json body = {{"model", t.model_name},
+                 {"messages", messages},
+                 {"max_tokens", max_tokens},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}},
+                 {"ignore_eos", ignore_eos},
+                 {"temperature", 0}};
     const double t0 = now_seconds();
     StreamOutcome o = post_stream(t, "/chat/completions", body, [&](const Json& j) {
         if (j.contains("usage") && j["usage"].is_object()) {
@@ -78,7 +82,8 @@ ChatResult send_chat(const BenchTarget& t, const Json& messages, int max_tokens,
 Result<int64_t> count_tokens(const BenchTarget& t, const std::string& text) {
     httplib::Client c(t.host, t.port);
     auto res = c.Post("/tokenize", auth(t), Json{{"prompt", text}}.dump(), "application/json");
-    if (!res || res->status != 200) return Status::error("POST /tokenize failed (the conversation modes size messages with it)");
+    if (!res || res->status != 200)
+        return Status::error("POST /tokenize failed (the conversation modes size messages with it)");
     auto j = parse_json(res->body, "tokenize");
     if (!j || !j->contains("count")) return Status::error("POST /tokenize: no 'count' in the reply");
     return (*j)["count"].get<int64_t>();
@@ -87,21 +92,28 @@ Result<int64_t> count_tokens(const BenchTarget& t, const std::string& text) {
 // Random English words, about n tokens of them (within a few per cent).
 Result<std::string> random_text(const BenchTarget& t, int64_t n, std::mt19937& rng) {
     static const char* kWords[] = {
-        "the", "of", "and", "a", "to", "in", "is", "you", "that", "it", "he", "was", "for", "on", "are", "as",
-        "with", "his", "they", "at", "be", "this", "have", "from", "or", "one", "had", "by", "word", "but", "not",
-        "what", "all", "were", "we", "when", "your", "can", "said", "there", "use", "an", "each", "which", "she",
-        "do", "how", "their", "if", "will", "up", "other", "about", "out", "many", "then", "them", "these", "so",
-        "some", "her", "would", "make", "like", "him", "into", "time", "has", "look", "two", "more", "write", "go",
-        "see", "number", "no", "way", "could", "people", "my", "than", "first", "water", "been", "call", "who",
-        "oil", "its", "now", "find", "long", "down", "day", "did", "get", "come", "made", "may", "part", "over",
-        "new", "sound", "take", "only", "little", "work", "know", "place", "year", "live", "me", "back", "give",
-        "most", "very", "after", "thing", "our", "just", "name", "good", "sentence", "man", "think", "say",
-        "great", "where", "help", "through", "much", "before", "line", "right", "too", "mean", "old", "any",
-        "same", "tell", "boy", "follow", "came", "want", "show", "also", "around", "form", "three", "small",
-        "set", "put", "end", "does", "another", "well", "large", "must", "big", "even", "such", "because", "turn",
-        "here", "why", "ask", "went", "men", "read", "need", "land", "different", "home", "us", "move", "try",
-        "kind", "hand", "picture", "again", "change", "off", "play", "spell", "air", "away", "animal", "house",
-        "point", "page", "letter", "mother", "answer", "found", "study", "still", "learn", "should", "world"};
+        "the",     "of",     "and",     "a",     "to",       "in",     "is",      "you",     "that",
+        "it",      "he",     "was",     "for",   "on",       "are",    "as",      "with",    "his",
+        "they",    "at",     "be",      "this",  "have",     "from",   "or",      "one",     "had",
+        "by",      "word",   "but",     "not",   "what",     "all",    "were",    "we",      "when",
+        "your",    "can",    "said",    "there", "use",      "an",     "each",    "which",   "she",
+        "do",      "how",    "their",   "if",    "will",     "up",     "other",   "about",   "out",
+        "many",    "then",   "them",    "these", "so",       "some",   "her",     "would",   "make",
+        "like",    "him",    "into",    "time",  "has",      "look",   "two",     "more",    "write",
+        "go",      "see",    "number",  "no",    "way",      "could",  "people",  "my",      "than",
+        "first",   "water",  "been",    "call",  "who",      "oil",    "its",     "now",     "find",
+        "long",    "down",   "day",     "did",   "get",      "come",   "made",    "may",     "part",
+        "over",    "new",    "sound",   "take",  "only",     "little", "work",    "know",    "place",
+        "year",    "live",   "me",      "back",  "give",     "most",   "very",    "after",   "thing",
+        "our",     "just",   "name",    "good",  "sentence", "man",    "think",   "say",     "great",
+        "where",   "help",   "through", "much",  "before",   "line",   "right",   "too",     "mean",
+        "old",     "any",    "same",    "tell",  "boy",      "follow", "came",    "want",    "show",
+        "also",    "around", "form",    "three", "small",    "set",    "put",     "end",     "does",
+        "another", "well",   "large",   "must",  "big",      "even",   "such",    "because", "turn",
+        "here",    "why",    "ask",     "went",  "men",      "read",   "need",    "land",    "different",
+        "home",    "us",     "move",    "try",   "kind",     "hand",   "picture", "again",   "change",
+        "off",     "play",   "spell",   "air",   "away",     "animal", "house",   "point",   "page",
+        "letter",  "mother", "answer",  "found", "study",    "still",  "learn",   "should",  "world"};
     constexpr size_t kN = sizeof(kWords) / sizeof(kWords[0]);
     std::vector<std::string> words;
     auto text_of = [&](size_t k) {
@@ -117,7 +129,8 @@ Result<std::string> random_text(const BenchTarget& t, int64_t n, std::mt19937& r
         GDN_ASSIGN_OR_RETURN(int64_t have, count_tokens(t, text_of(k)));
         if (std::abs(have - n) <= std::max<int64_t>(2, n / 50)) break;
         const double per_word = double(have) / k;
-        k = std::clamp<size_t>(static_cast<size_t>(k + (n - have) / std::max(0.5, per_word)), 1, words.size());
+        k = std::clamp<size_t>(static_cast<size_t>(k + (n - have) / std::max(0.5, per_word)), 1,
+                               words.size());
     }
     return text_of(k);
 }
@@ -139,7 +152,8 @@ CacheCounters read_cache_counters(const BenchTarget& t) {
         *v = std::atof(res->body.c_str() + p + name.size() + 2);
         return true;
     };
-    c.present = value("gdn_prefix_cache_queries_total", &c.queries) && value("gdn_prefix_cache_hits_total", &c.hits);
+    c.present =
+        value("gdn_prefix_cache_queries_total", &c.queries) && value("gdn_prefix_cache_hits_total", &c.hits);
     return c;
 }
 
@@ -158,19 +172,25 @@ int fail(const std::string& m) {
 
 int cmd_bench_prefix(Args& a) {
     const bool multi = a.has("--multi-turn");
-    if (multi && a.has("--shared-prefix")) return fail("--multi-turn and --shared-prefix are separate runs: pick one");
-    auto convs = a.get_int("--conversations", 4), turns = a.get_int("--turns", 8), turn_tokens = a.get_int("--turn-tokens", 300),
+    if (multi && a.has("--shared-prefix"))
+        return fail("--multi-turn and --shared-prefix are separate runs: pick one");
+    auto convs = a.get_int("--conversations", 4), turns = a.get_int("--turns", 8),
+         turn_tokens = a.get_int("--turn-tokens", 300),
          sys_tokens = a.get_int("--system-tokens", multi ? 0 : 2000), out_len = a.get_int("--output-len", 64),
-         n_prompts = a.get_int("--num-prompts", 8), in_len = a.get_int("--input-len", 64), seed = a.get_int("--seed", 0);
+         n_prompts = a.get_int("--num-prompts", 8), in_len = a.get_int("--input-len", 64),
+         seed = a.get_int("--seed", 0);
     for (auto* r : {&convs, &turns, &turn_tokens, &sys_tokens, &out_len, &n_prompts, &in_len, &seed})
         if (!*r) return fail(r->message());
-    if (*convs < 1 || *turns < 1 || *turn_tokens < 1 || *sys_tokens < 0 || *out_len < 1 || *n_prompts < 2 || *in_len < 1)
-        return fail("--conversations, --turns, --turn-tokens, --output-len and --input-len must be >= 1, "
-                    "--system-tokens >= 0, --num-prompts >= 2");
+    if (*convs < 1 || *turns < 1 || *turn_tokens < 1 || *sys_tokens < 0 || *out_len < 1 || *n_prompts < 2 ||
+        *in_len < 1)
+        return fail(
+            "--conversations, --turns, --turn-tokens, --output-len and --input-len must be >= 1, "
+            "--system-tokens >= 0, --num-prompts >= 2");
     int concurrency = 1;
     if (a.has("--max-concurrency")) {
         auto l = parse_id_list(a.get("--max-concurrency"));
-        if (!l || l->size() != 1 || (*l)[0] < 1) return fail("--max-concurrency: one positive number in this mode");
+        if (!l || l->size() != 1 || (*l)[0] < 1)
+            return fail("--max-concurrency: one positive number in this mode");
         concurrency = (*l)[0];
     }
     const bool ignore_eos = !a.has("--no-ignore-eos");
@@ -215,14 +235,17 @@ int cmd_bench_prefix(Args& a) {
                     res[ci][ti] = send_chat(t, msgs, static_cast<int>(*out_len), ignore_eos);
                     if (!res[ci][ti].ok) return;
                     msgs.push_back({{"role", "assistant"}, {"content", res[ci][ti].text}});
-                    if (isatty(2)) std::fprintf(stderr, "\rconversation %lld: turn %lld/%lld ", ci + 1, ti + 1, (long long)*turns);
+                    if (isatty(2))
+                        std::fprintf(stderr, "\rconversation %lld: turn %lld/%lld ", ci + 1, ti + 1,
+                                     (long long)*turns);
                 }
             });
         for (auto& x : th) x.join();
         if (isatty(2)) std::fprintf(stderr, "\n");
         const double duration = now_seconds() - t0;
         const CacheCounters after = read_cache_counters(t);
-        std::printf("| turn | prompt tokens (mean) | TTFT mean ms | TTFT min / max ms |\n|---|---|---|---|\n");
+        std::printf(
+            "| turn | prompt tokens (mean) | TTFT mean ms | TTFT min / max ms |\n|---|---|---|---|\n");
         Json per_turn_json = Json::array();
         int64_t prompt_total = 0;
         std::vector<double> ttft_of_turn(*turns);
@@ -233,7 +256,9 @@ int cmd_bench_prefix(Args& a) {
                 const ChatResult& r = res[ci][ti];
                 if (!r.ok) {
                     ++failed;
-                    if (!r.error.empty()) std::fprintf(stderr, "conversation %lld turn %lld: %s\n", ci + 1, ti + 1, r.error.c_str());
+                    if (!r.error.empty())
+                        std::fprintf(stderr, "conversation %lld turn %lld: %s\n", ci + 1, ti + 1,
+                                     r.error.c_str());
                     continue;
                 }
                 tt.push_back(1e3 * r.ttft);
@@ -243,22 +268,35 @@ int cmd_bench_prefix(Args& a) {
             ttft_of_turn[ti] = mean(tt);
             const double mn = tt.empty() ? 0 : *std::min_element(tt.begin(), tt.end());
             const double mx = tt.empty() ? 0 : *std::max_element(tt.begin(), tt.end());
-            std::printf("| %lld | %.0f | %.1f | %.1f / %.1f |\n", ti + 1, tt.empty() ? 0.0 : ptok / tt.size(), ttft_of_turn[ti], mn, mx);
-            per_turn_json.push_back({{"turn", ti + 1}, {"mean_prompt_tokens", tt.empty() ? 0.0 : ptok / tt.size()},
-                                     {"mean_ttft_ms", ttft_of_turn[ti]}, {"min_ttft_ms", mn}, {"max_ttft_ms", mx}});
+            std::printf("| %lld | %.0f | %.1f | %.1f / %.1f |\n", ti + 1, tt.empty() ? 0.0 : ptok / tt.size(),
+                        ttft_of_turn[ti], mn, mx);
+            per_turn_json.push_back({{"turn", ti + 1},
+                                     {"mean_prompt_tokens", tt.empty() ? 0.0 : ptok / tt.size()},
+                                     {"mean_ttft_ms", ttft_of_turn[ti]},
+                                     {"min_ttft_ms", mn},
+                                     {"max_ttft_ms", mx}});
         }
-        report = {{"mode", "multi-turn"}, {"conversations", *convs}, {"turns", *turns}, {"turn_tokens", *turn_tokens},
-                  {"system_tokens", *sys_tokens}, {"output_len", *out_len}, {"duration_s", duration},
-                  {"per_turn", per_turn_json}, {"prompt_tokens", prompt_total},
-                  {"ttft_last_over_first", ttft_of_turn[0] > 0 ? ttft_of_turn.back() / ttft_of_turn[0] : 0.0}};
-        std::printf("\nTTFT of turn %lld / turn 1: %.2f; %lld prompt tokens sent in %.1f s", (long long)*turns,
-                    report["ttft_last_over_first"].get<double>(), (long long)prompt_total, duration);
+        report = {
+            {"mode", "multi-turn"},
+            {"conversations", *convs},
+            {"turns", *turns},
+            {"turn_tokens", *turn_tokens},
+            {"system_tokens", *sys_tokens},
+            {"output_len", *out_len},
+            {"duration_s", duration},
+            {"per_turn", per_turn_json},
+            {"prompt_tokens", prompt_total},
+            {"ttft_last_over_first", ttft_of_turn[0] > 0 ? ttft_of_turn.back() / ttft_of_turn[0] : 0.0}};
+        std::printf("\nTTFT of turn %lld / turn 1: %.2f; %lld prompt tokens sent in %.1f s",
+                    (long long)*turns, report["ttft_last_over_first"].get<double>(), (long long)prompt_total,
+                    duration);
         if (after.present && before.present) {
             const double q = after.queries - before.queries, h = after.hits - before.hits;
             report["prefix_cache_queried_tokens"] = q;
             report["prefix_cache_hit_tokens"] = h;
             report["prefill_computed_over_prompt"] = q > 0 ? (q - h) / q : 0.0;
-            std::printf("; prefill computed %.0f of %.0f prompt tokens (%.1f%%)", q - h, q, q > 0 ? 100 * (q - h) / q : 0.0);
+            std::printf("; prefill computed %.0f of %.0f prompt tokens (%.1f%%)", q - h, q,
+                        q > 0 ? 100 * (q - h) / q : 0.0);
         } else {
             std::printf("; the server reports no gdn prefix-cache counters");
         }
@@ -282,7 +320,8 @@ int cmd_bench_prefix(Args& a) {
         std::vector<std::thread> th;
         for (int w = 0; w < concurrency; ++w)
             th.emplace_back([&] {
-                for (size_t i; (i = next++) < questions.size();) res[i] = send_chat(t, msgs_of(i), static_cast<int>(*out_len), ignore_eos);
+                for (size_t i; (i = next++) < questions.size();)
+                    res[i] = send_chat(t, msgs_of(i), static_cast<int>(*out_len), ignore_eos);
             });
         for (auto& x : th) x.join();
         const CacheCounters after = read_cache_counters(t);
@@ -290,7 +329,8 @@ int cmd_bench_prefix(Args& a) {
         for (size_t i = 0; i < res.size(); ++i) {
             if (!res[i].ok) {
                 ++failed;
-                if (!res[i].error.empty()) std::fprintf(stderr, "request %zu: %s\n", i + 1, res[i].error.c_str());
+                if (!res[i].error.empty())
+                    std::fprintf(stderr, "request %zu: %s\n", i + 1, res[i].error.c_str());
             } else if (i > 0) {
                 rest.push_back(1e3 * res[i].ttft);
             }
@@ -298,20 +338,29 @@ int cmd_bench_prefix(Args& a) {
         const double first = 1e3 * res[0].ttft;
         std::sort(rest.begin(), rest.end());
         const double med = rest.empty() ? 0 : rest[rest.size() / 2];
-        std::printf("| requests | prompt tokens (first) | TTFT first ms | TTFT others mean / median / max ms | others / first |\n"
-                    "|---|---|---|---|---|\n| %zu | %lld | %.1f | %.1f / %.1f / %.1f | %.3f |\n",
-                    res.size(), (long long)res[0].prompt_tokens, first, mean(rest), med, rest.empty() ? 0.0 : rest.back(),
-                    first > 0 ? mean(rest) / first : 0.0);
-        report = {{"mode", "shared-prefix"}, {"requests", res.size()}, {"system_tokens", *sys_tokens},
-                  {"input_len", *in_len}, {"output_len", *out_len}, {"max_concurrency", concurrency},
-                  {"first_prompt_tokens", res[0].prompt_tokens}, {"first_ttft_ms", first},
-                  {"others_mean_ttft_ms", mean(rest)}, {"others_median_ttft_ms", med},
+        std::printf(
+            "| requests | prompt tokens (first) | TTFT first ms | TTFT others mean / median / max ms | "
+            "others / first |\n"
+            "|---|---|---|---|---|\n| %zu | %lld | %.1f | %.1f / %.1f / %.1f | %.3f |\n",
+            res.size(), (long long)res[0].prompt_tokens, first, mean(rest), med,
+            rest.empty() ? 0.0 : rest.back(), first > 0 ? mean(rest) / first : 0.0);
+        report = {{"mode", "shared-prefix"},
+                  {"requests", res.size()},
+                  {"system_tokens", *sys_tokens},
+                  {"input_len", *in_len},
+                  {"output_len", *out_len},
+                  {"max_concurrency", concurrency},
+                  {"first_prompt_tokens", res[0].prompt_tokens},
+                  {"first_ttft_ms", first},
+                  {"others_mean_ttft_ms", mean(rest)},
+                  {"others_median_ttft_ms", med},
                   {"others_over_first", first > 0 ? mean(rest) / first : 0.0}};
         if (after.present && before.present) {
             const double q = after.queries - before.queries, h = after.hits - before.hits;
             report["prefix_cache_queried_tokens"] = q;
             report["prefix_cache_hit_tokens"] = h;
-            std::printf("prefill computed %.0f of %.0f prompt tokens (%.1f%%)\n", q - h, q, q > 0 ? 100 * (q - h) / q : 0.0);
+            std::printf("prefill computed %.0f of %.0f prompt tokens (%.1f%%)\n", q - h, q,
+                        q > 0 ? 100 * (q - h) / q : 0.0);
         }
     }
     if (a.has("--json")) {

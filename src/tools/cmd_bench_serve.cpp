@@ -24,16 +24,15 @@
 #include "ops/dispatch.h"
 #include "server/openai_server.h"
 #include "server/sse_reader.h"
-#include "tools/bench_target.h"
 #include "tools/args.h"
-#include "tools/model_loading.h"
+#include "tools/bench_target.h"
 #include "tools/commands.h"
+#include "tools/model_loading.h"
 #include "util/json_file.h"
 
 namespace gdn {
 
 namespace {
-
 
 struct RequestResult {
     bool ok = false;
@@ -67,19 +66,28 @@ double mean(const std::vector<double>& v) {
 // One streaming completion; measures TTFT, ITL (between token chunks) and end to end. As vLLM's
 // benchmark_serving: the TTFT is the first chunk with a choice, whether or not its tokens completed any
 // text yet (a partial UTF-8 character, a token the tokenizer has no text for); the first text is kept too.
-RequestResult send_one(const BenchTarget& t, const std::vector<int32_t>& prompt, int max_tokens, bool ignore_eos) {
+RequestResult send_one(const BenchTarget& t, const std::vector<int32_t>& prompt, int max_tokens,
+                       bool ignore_eos) {
     RequestResult r;
     r.input_tokens = static_cast<int64_t>(prompt.size());
-    Json body = {{"model", t.model_name}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"stream", true},
-                 {"stream_options", {{"include_usage", true}}}, {"ignore_eos", ignore_eos}, {"temperature", 0}};
+    Json body = {{"model", t.model_name},
+                 {"prompt", prompt},
+                 {"max_tokens", max_tokens},
+                 {"stream", true},
+                 {"stream_options", {{"include_usage", true}}},
+                 {"ignore_eos", ignore_eos},
+                 {"temperature", 0}};
     const double t0 = now_seconds();
     double last = 0;
     StreamOutcome o = post_stream(t, "/completions", body, [&](const Json& j) {
-        if (j.contains("usage") && j["usage"].is_object()) r.output_tokens = j["usage"].value("completion_tokens", int64_t(0));
+        if (j.contains("usage") && j["usage"].is_object())
+            r.output_tokens = j["usage"].value("completion_tokens", int64_t(0));
         if (j.contains("choices") && j["choices"].is_array() && !j["choices"].empty()) {
             const double now = now_seconds();
-            if (r.ttft == 0) r.ttft = now - t0;
-            else r.itl.push_back(now - last);
+            if (r.ttft == 0)
+                r.ttft = now - t0;
+            else
+                r.itl.push_back(now - last);
             last = now;
             if (r.ttft_text == 0 && j["choices"][0].value("text", "") != "") r.ttft_text = now - t0;
         }
@@ -116,7 +124,10 @@ Json summarize(int concurrency, double rate, const std::vector<RequestResult>& r
               {"request_throughput", ok / duration},
               {"output_throughput", out / duration},
               {"total_token_throughput", (in + out) / duration}};
-    for (auto [name, v] : {std::pair<const char*, std::vector<double>*>{"ttft", &ttft}, {"ttft_text", &ttft_text}, {"tpot", &tpot}, {"itl", &itl},
+    for (auto [name, v] : {std::pair<const char*, std::vector<double>*>{"ttft", &ttft},
+                           {"ttft_text", &ttft_text},
+                           {"tpot", &tpot},
+                           {"itl", &itl},
                            {"e2el", &e2e}}) {
         j[std::string("mean_") + name + "_ms"] = mean(*v);
         j[std::string("median_") + name + "_ms"] = percentile(*v, 50);
@@ -141,9 +152,10 @@ Json summarize(int concurrency, double rate, const std::vector<RequestResult>& r
 // Throughput and latency against concurrency, as a two-panel SVG.
 std::string plot_svg(const std::vector<Json>& runs) {
     const int W = 900, H = 360, pad = 60, pw = (W - 3 * pad) / 2, ph = H - 2 * pad;
-    std::string s = strprintf("<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' "
-                              "font-size='12'><rect width='100%%' height='100%%' fill='white'/>\n",
-                              W, H);
+    std::string s = strprintf(
+        "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%d' font-family='sans-serif' "
+        "font-size='12'><rect width='100%%' height='100%%' fill='white'/>\n",
+        W, H);
     double cmax = 1, tmax = 1, lmax = 1;
     for (const Json& r : runs) {
         cmax = std::max(cmax, r["max_concurrency"].get<double>());
@@ -153,13 +165,14 @@ std::string plot_svg(const std::vector<Json>& runs) {
     auto panel = [&](int x0, const char* title, const char* ylabel, double ymax,
                      std::vector<std::pair<std::string, std::string>> series) {
         s += strprintf("<text x='%d' y='%d' font-weight='bold'>%s</text>\n", x0, pad - 20, title);
-        s += strprintf("<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>", x0, pad + ph, x0 + pw, pad + ph);
+        s += strprintf("<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>", x0, pad + ph, x0 + pw,
+                       pad + ph);
         s += strprintf("<line x1='%d' y1='%d' x2='%d' y2='%d' stroke='black'/>\n", x0, pad, x0, pad + ph);
-        s += strprintf("<text x='%d' y='%d'>concurrency</text><text x='%d' y='%d'>%s</text>\n", x0 + pw / 2 - 30,
-                       pad + ph + 35, x0 - 50, pad - 5, ylabel);
+        s += strprintf("<text x='%d' y='%d'>concurrency</text><text x='%d' y='%d'>%s</text>\n",
+                       x0 + pw / 2 - 30, pad + ph + 35, x0 - 50, pad - 5, ylabel);
         for (int i = 0; i <= 4; ++i)
-            s += strprintf("<text x='%d' y='%d' text-anchor='end'>%.0f</text>", x0 - 4, pad + ph - i * ph / 4 + 4,
-                           ymax * i / 4);
+            s += strprintf("<text x='%d' y='%d' text-anchor='end'>%.0f</text>", x0 - 4,
+                           pad + ph - i * ph / 4 + 4, ymax * i / 4);
         const char* colors[] = {"#1f77b4", "#d62728", "#2ca02c"};
         int ci = 0;
         for (auto& [key, label] : series) {
@@ -169,12 +182,13 @@ std::string plot_svg(const std::vector<Json>& runs) {
                 const double y = pad + ph - ph * r[key].get<double>() / ymax;
                 pts += strprintf("%.1f,%.1f ", x, y);
                 s += strprintf("<circle cx='%.1f' cy='%.1f' r='3' fill='%s'/>", x, y, colors[ci]);
-                s += strprintf("<text x='%.1f' y='%d' font-size='10' text-anchor='middle'>%g</text>", x, pad + ph + 14,
-                               r["max_concurrency"].get<double>());
+                s += strprintf("<text x='%.1f' y='%d' font-size='10' text-anchor='middle'>%g</text>", x,
+                               pad + ph + 14, r["max_concurrency"].get<double>());
             }
-            s += strprintf("<polyline points='%s' fill='none' stroke='%s' stroke-width='2'/>\n", pts.c_str(), colors[ci]);
-            s += strprintf("<text x='%d' y='%d' fill='%s'>%s</text>\n", x0 + 10, pad + 15 + 15 * ci, colors[ci],
-                           label.c_str());
+            s += strprintf("<polyline points='%s' fill='none' stroke='%s' stroke-width='2'/>\n", pts.c_str(),
+                           colors[ci]);
+            s += strprintf("<text x='%d' y='%d' fill='%s'>%s</text>\n", x0 + 10, pad + 15 + 15 * ci,
+                           colors[ci], label.c_str());
             ++ci;
         }
     };
@@ -198,7 +212,8 @@ int cmd_bench_serve(Args& a) {
             return 2;
         }
     if (!ratio || *ratio < 0 || *ratio >= 1 || *num_prompts < 1 || *in_len < 1 || *out_len < 1) {
-        std::fprintf(stderr, "gdn bench: --range-ratio in [0, 1), --num-prompts/--input-len/--output-len >= 1\n");
+        std::fprintf(stderr,
+                     "gdn bench: --range-ratio in [0, 1), --num-prompts/--input-len/--output-len >= 1\n");
         return 2;
     }
     std::vector<int> levels = {1};
@@ -237,12 +252,16 @@ int cmd_bench_serve(Args& a) {
         return p;
     };
     auto rand_len = [&](int64_t base) {
-        const int64_t lo = static_cast<int64_t>(base * (1 - *ratio)), hi = static_cast<int64_t>(base * (1 + *ratio));
+        const int64_t lo = static_cast<int64_t>(base * (1 - *ratio)),
+                      hi = static_cast<int64_t>(base * (1 + *ratio));
         return lo + static_cast<int64_t>(rng() % (hi - lo + 1));
     };
     std::vector<Json> runs;
-    std::printf("| concurrency | ok / failed | duration s | req/s | output tok/s | total tok/s | TTFT mean / p50 / p99 ms | "
-                "first text p50 ms | TPOT mean / p50 / p99 ms | ITL mean / p50 / p99 ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "| concurrency | ok / failed | duration s | req/s | output tok/s | total tok/s | TTFT mean / p50 / "
+        "p99 ms | "
+        "first text p50 ms | TPOT mean / p50 / p99 ms | ITL mean / p50 / p99 ms "
+        "|\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (int C : levels) {
         // Warm-up requests (not measured).
         for (long long w = 0; w < *warmups; ++w) send_one(tgt, make_prompt(16), 4, true);
@@ -268,10 +287,12 @@ int cmd_bench_serve(Args& a) {
                     const double wait = t0 + items[i].at - now_seconds();
                     if (wait > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait));
                     const double sent = now_seconds() - t0;
-                    results[i] = send_one(tgt, items[i].prompt, items[i].max_tokens, !a.has("--no-ignore-eos"));
+                    results[i] =
+                        send_one(tgt, items[i].prompt, items[i].max_tokens, !a.has("--no-ignore-eos"));
                     results[i].start = sent;
                     const size_t f = ++finished;
-                    if (isatty(2)) std::fprintf(stderr, "\rconcurrency %d: %zu/%zu requests", C, f, items.size());
+                    if (isatty(2))
+                        std::fprintf(stderr, "\rconcurrency %d: %zu/%zu requests", C, f, items.size());
                     else if (f % std::max<size_t>(1, items.size() / 4) == 0)
                         std::fprintf(stderr, "concurrency %d: %zu/%zu requests\n", C, f, items.size());
                 }
@@ -284,15 +305,17 @@ int cmd_bench_serve(Args& a) {
                 std::fprintf(stderr, "first failure: %s\n", r.error.c_str());
                 break;
             }
-        std::printf("| %d | %lld / %lld | %.2f | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %.1f / %.1f / %.1f | %.1f / "
-                    "%.1f / %.1f |\n",
-                    C, (long long)j["completed"], (long long)j["failed"], j["duration"].get<double>(),
-                    j["request_throughput"].get<double>(), j["output_throughput"].get<double>(),
-                    j["total_token_throughput"].get<double>(), j["mean_ttft_ms"].get<double>(),
-                    j["median_ttft_ms"].get<double>(), j["p99_ttft_ms"].get<double>(), j["median_ttft_text_ms"].get<double>(),
-                    j["mean_tpot_ms"].get<double>(),
-                    j["median_tpot_ms"].get<double>(), j["p99_tpot_ms"].get<double>(), j["mean_itl_ms"].get<double>(),
-                    j["median_itl_ms"].get<double>(), j["p99_itl_ms"].get<double>());
+        std::printf(
+            "| %d | %lld / %lld | %.2f | %.2f | %.1f | %.1f | %.1f / %.1f / %.1f | %.1f | %.1f / %.1f / %.1f "
+            "| %.1f / "
+            "%.1f / %.1f |\n",
+            C, (long long)j["completed"], (long long)j["failed"], j["duration"].get<double>(),
+            j["request_throughput"].get<double>(), j["output_throughput"].get<double>(),
+            j["total_token_throughput"].get<double>(), j["mean_ttft_ms"].get<double>(),
+            j["median_ttft_ms"].get<double>(), j["p99_ttft_ms"].get<double>(),
+            j["median_ttft_text_ms"].get<double>(), j["mean_tpot_ms"].get<double>(),
+            j["median_tpot_ms"].get<double>(), j["p99_tpot_ms"].get<double>(), j["mean_itl_ms"].get<double>(),
+            j["median_itl_ms"].get<double>(), j["p99_itl_ms"].get<double>());
         std::fflush(stdout);
         runs.push_back(j);
     }

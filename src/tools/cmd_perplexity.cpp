@@ -23,26 +23,30 @@ namespace gdn {
 namespace {
 
 void usage() {
-    std::fprintf(stderr,
-                 "usage: gdn perplexity --model DIR --file TEXT [--ctx 512] [--batch N] [--chunks N] [--dtype f32|bf16]\n"
-                 "                      [--quantization int8|int4|int4-sym] [--threads N]\n"
-                 "                      [--kl-divergence-base FILE | --kl-divergence FILE] [--decode]\n"
-                 "  Windows of --ctx tokens (a shorter tail is dropped), each scored on its second half.\n"
-                 "  --kl-divergence-base FILE  also write this run's log-probabilities (the base, e.g. --dtype f32)\n"
-                 "  --kl-divergence FILE       compare with a base: mean KLD, its 99th percentile, same top-1 %%\n"
-                 "  --batch N                  windows per forward (default: as many as fit 512 MB of logits, <= 8)\n"
-                 "  --chunks N                 score only the first N windows\n"
-                 "  --decode                   prefill each window's first half, then score the second half one\n"
-                 "                             token per forward (decode steps, teacher-forced), as generation runs\n");
+    std::fprintf(
+        stderr,
+        "usage: gdn perplexity --model DIR --file TEXT [--ctx 512] [--batch N] [--chunks N] [--dtype "
+        "f32|bf16]\n"
+        "                      [--quantization int8|int4|int4-sym] [--threads N]\n"
+        "                      [--kl-divergence-base FILE | --kl-divergence FILE] [--decode]\n"
+        "  Windows of --ctx tokens (a shorter tail is dropped), each scored on its second half.\n"
+        "  --kl-divergence-base FILE  also write this run's log-probabilities (the base, e.g. --dtype f32)\n"
+        "  --kl-divergence FILE       compare with a base: mean KLD, its 99th percentile, same top-1 %%\n"
+        "  --batch N                  windows per forward (default: as many as fit 512 MB of logits, <= 8)\n"
+        "  --chunks N                 score only the first N windows\n"
+        "  --decode                   prefill each window's first half, then score the second half one\n"
+        "                             token per forward (decode steps, teacher-forced), as generation "
+        "runs\n");
 }
 
 }  // namespace
 
 int cmd_perplexity(int argc, char** argv) {
-    auto args = Args::parse(argc, argv,
-                            {"--model", "--file", "--ctx", "--batch", "--chunks", "--dtype", "--kv-cache-dtype",
-                             "--quantization", "--threads", "--kl-divergence-base", "--kl-divergence"},
-                            {"--help", "--decode"});
+    auto args =
+        Args::parse(argc, argv,
+                    {"--model", "--file", "--ctx", "--batch", "--chunks", "--dtype", "--kv-cache-dtype",
+                     "--quantization", "--threads", "--kl-divergence-base", "--kl-divergence"},
+                    {"--help", "--decode"});
     if (!args || args->has("--help") || !args->has("--model") || !args->has("--file")) {
         usage();
         if (!args) std::fprintf(stderr, "gdn perplexity: %s\n", args.message().c_str());
@@ -52,8 +56,8 @@ int cmd_perplexity(int argc, char** argv) {
         std::fprintf(stderr, "gdn perplexity: %s\n", m.c_str());
         return code;
     };
-    auto ctx = args->get_int("--ctx", 512), batch = args->get_int("--batch", 0), chunks = args->get_int("--chunks", 0),
-         threads = args->get_int("--threads", default_thread_count());
+    auto ctx = args->get_int("--ctx", 512), batch = args->get_int("--batch", 0),
+         chunks = args->get_int("--chunks", 0), threads = args->get_int("--threads", default_thread_count());
     if (!ctx || *ctx < 4 || *ctx > (1 << 20)) return fail("--ctx must be an integer in [4, 1048576]", 2);
     if (!batch || *batch < 0 || *batch > 256) return fail("--batch must be an integer in [1, 256]", 2);
     if (!chunks || *chunks < 0) return fail("--chunks must be a positive integer", 2);
@@ -63,8 +67,10 @@ int cmd_perplexity(int argc, char** argv) {
     const bool decode = args->has("--decode");
     ForwardOptions fo;
     const std::string dt = args->get("--dtype", "f32");
-    if (dt == "bf16") fo.bf16_activations = true;
-    else if (dt != "f32") return fail("--dtype must be f32 or bf16, got '" + dt + "'", 2);
+    if (dt == "bf16")
+        fo.bf16_activations = true;
+    else if (dt != "f32")
+        return fail("--dtype must be f32 or bf16, got '" + dt + "'", 2);
     auto kv = kv_cache_dtype(*args, fo.bf16_activations);
     if (!kv) return fail(kv.message(), 2);
     if (Status ks = configure_kernels_from_env(); !ks) return fail(ks.message(), 2);
@@ -86,14 +92,14 @@ int cmd_perplexity(int argc, char** argv) {
     int64_t n_windows = static_cast<int64_t>(tokens.size()) / C;
     if (*chunks > 0) n_windows = std::min<int64_t>(n_windows, *chunks);
     if (n_windows == 0)
-        return fail(strprintf("%s has %zu tokens: fewer than one window of --ctx %lld", args->get("--file").c_str(),
-                              tokens.size(), (long long)C),
+        return fail(strprintf("%s has %zu tokens: fewer than one window of --ctx %lld",
+                              args->get("--file").c_str(), tokens.size(), (long long)C),
                     1);
-    const int64_t B = *batch > 0 ? *batch
-                                 : std::clamp<int64_t>((int64_t{512} << 20) / (C * V * 4), 1, 8);
-    GDN_LOG_INFO("%zu tokens, %lld windows of %lld (scoring %lld per window%s), %lld windows per forward, %s KV cache",
-                 tokens.size(), (long long)n_windows, (long long)C, (long long)per_window,
-                 decode ? " by decode steps" : "", (long long)B, dtype_name(*kv));
+    const int64_t B = *batch > 0 ? *batch : std::clamp<int64_t>((int64_t{512} << 20) / (C * V * 4), 1, 8);
+    GDN_LOG_INFO(
+        "%zu tokens, %lld windows of %lld (scoring %lld per window%s), %lld windows per forward, %s KV cache",
+        tokens.size(), (long long)n_windows, (long long)C, (long long)per_window,
+        decode ? " by decode steps" : "", (long long)B, dtype_name(*kv));
 
     std::unique_ptr<perplexity::BaseWriter> writer;
     std::unique_ptr<perplexity::BaseReader> reader;
@@ -103,7 +109,8 @@ int cmd_perplexity(int argc, char** argv) {
         writer = std::move(*w);
     }
     if (args->has("--kl-divergence")) {
-        auto r = perplexity::BaseReader::open(args->get("--kl-divergence"), V, C, tokens, n_windows * per_window);
+        auto r =
+            perplexity::BaseReader::open(args->get("--kl-divergence"), V, C, tokens, n_windows * per_window);
         if (!r) return fail(r.message(), 1);
         reader = std::move(*r);
     }
@@ -133,8 +140,8 @@ int cmd_perplexity(int argc, char** argv) {
                 int64_t base_top = 0;
                 for (int64_t v = 1; v < V; ++v)
                     if (base[v] > base[base_top]) base_top = v;
-                acc.add_base(-static_cast<double>(base[next]), perplexity::kl_divergence(base.data(), logp.data(), V),
-                             base_top == top);
+                acc.add_base(-static_cast<double>(base[next]),
+                             perplexity::kl_divergence(base.data(), logp.data(), V), base_top == top);
             }
             return Status::ok();
         };
@@ -143,12 +150,14 @@ int cmd_perplexity(int argc, char** argv) {
         if (!decode) {
             for (int64_t b = 0; b < nb; ++b)
                 for (int64_t j = first; j < C - 1; ++j)
-                    if (Status s = score(b, j, logits.data() + (b * C + j) * V); !s) return fail(s.message(), 1);
+                    if (Status s = score(b, j, logits.data() + (b * C + j) * V); !s)
+                        return fail(s.message(), 1);
         } else {
             // Rows are scored window by window (the base file's order): keep each window's rows.
             std::vector<float> rows(static_cast<size_t>(nb * per_window * V));
             for (int64_t j = first; j < C - 1; ++j) {
-                for (int64_t b = 0; b < nb; ++b) batch_in[b] = {&states[b], tokens.data() + (w0 + b) * C + j, 1, false};
+                for (int64_t b = 0; b < nb; ++b)
+                    batch_in[b] = {&states[b], tokens.data() + (w0 + b) * C + j, 1, false};
                 logits.clear();
                 if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
                 for (int64_t b = 0; b < nb; ++b)
@@ -163,14 +172,15 @@ int cmd_perplexity(int argc, char** argv) {
         const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const perplexity::Summary s = acc.summary();
         print_progress("windows", done, n_windows,
-                       strprintf(", PPL %.4f, %.0f tok/s, ETA %.0f s ", s.ppl, done * C / el, el / done * (n_windows - done)));
+                       strprintf(", PPL %.4f, %.0f tok/s, ETA %.0f s ", s.ppl, done * C / el,
+                                 el / done * (n_windows - done)));
     }
     if (writer)
         if (Status s = writer->close(); !s) return fail(s.message(), 1);
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const perplexity::Summary s = acc.summary();
-    std::printf("tokens scored: %lld (%lld windows of %lld), %.1f s, %.0f tok/s\n", (long long)s.n, (long long)n_windows,
-                (long long)C, el, n_windows * C / el);
+    std::printf("tokens scored: %lld (%lld windows of %lld), %.1f s, %.0f tok/s\n", (long long)s.n,
+                (long long)n_windows, (long long)C, el, n_windows * C / el);
     std::printf("PPL = %.4f +/- %.4f\n", s.ppl, s.ppl_err);
     if (s.has_base) {
         std::printf("base PPL = %.4f, PPL ratio %.5f (%+.2f%%)\n", s.base_ppl, s.ppl / s.base_ppl,

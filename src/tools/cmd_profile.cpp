@@ -8,31 +8,36 @@
 #include "model/model.h"
 #include "ops/dispatch.h"
 #include "tools/args.h"
-#include "tools/model_loading.h"
 #include "tools/commands.h"
+#include "tools/model_loading.h"
 
 namespace gdn {
 
 int cmd_profile(int argc, char** argv) {
-    auto args = Args::parse(argc, argv, {"--model", "--prompt-len", "--gen-len", "--batch", "--threads", "--trace",
-                                                "--dtype", "--kv-cache-dtype", "--quantization"},
+    auto args = Args::parse(argc, argv,
+                            {"--model", "--prompt-len", "--gen-len", "--batch", "--threads", "--trace",
+                             "--dtype", "--kv-cache-dtype", "--quantization"},
                             {"--help"});
     if (!args || args->has("--help") || !args->has("--model")) {
-        std::fprintf(stderr,
-                     "usage: gdn profile --model DIR [--prompt-len 512] [--gen-len 32] [--batch 1] [--threads N]\n"
-                     "                   [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization int8|int4|int4-sym]\n"
-                     "                   [--trace FILE.json]\n"
-                     "  Prints per-op tables (calls, total, mean, share of step time) for prefill and decode, and\n"
-                     "  writes a Chrome trace (chrome://tracing, ui.perfetto.dev) of one decode step. --batch N:\n"
-                     "  N sequences of --prompt-len random tokens, prefilled in one forward, then decoding together\n"
-                     "  (every decode step a batch of N rows, as the engine's steps at N concurrent requests).\n");
+        std::fprintf(
+            stderr,
+            "usage: gdn profile --model DIR [--prompt-len 512] [--gen-len 32] [--batch 1] [--threads N]\n"
+            "                   [--dtype bf16|f32] [--kv-cache-dtype f32|bf16] [--quantization "
+            "int8|int4|int4-sym]\n"
+            "                   [--trace FILE.json]\n"
+            "  Prints per-op tables (calls, total, mean, share of step time) for prefill and decode, and\n"
+            "  writes a Chrome trace (chrome://tracing, ui.perfetto.dev) of one decode step. --batch N:\n"
+            "  N sequences of --prompt-len random tokens, prefilled in one forward, then decoding together\n"
+            "  (every decode step a batch of N rows, as the engine's steps at N concurrent requests).\n");
         if (!args) std::fprintf(stderr, "gdn profile: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
     }
     auto plen = args->get_int("--prompt-len", 512), glen = args->get_int("--gen-len", 32),
          batch = args->get_int("--batch", 1), threads = args->get_int("--threads", default_thread_count());
     if (!plen || !glen || !batch || !threads || *plen < 1 || *glen < 1 || *batch < 1 || *threads < 1) {
-        std::fprintf(stderr, "gdn profile: --prompt-len, --gen-len, --batch and --threads must be positive integers\n");
+        std::fprintf(
+            stderr,
+            "gdn profile: --prompt-len, --gen-len, --batch and --threads must be positive integers\n");
         return 2;
     }
     if (*batch > 256) {
@@ -107,13 +112,15 @@ int cmd_profile(int argc, char** argv) {
     }
     std::ofstream fp(trace + ".prefill.json");
     fp << prof.chrome_trace("prefill", 0);
-    std::printf("chrome traces: %s (one decode step), %s.prefill.json (the prefill)\n", trace.c_str(), trace.c_str());
+    std::printf("chrome traces: %s (one decode step), %s.prefill.json (the prefill)\n", trace.c_str(),
+                trace.c_str());
     // Non-zero on a shared machine: decode GEMV claims the caller took over from a descheduled worker,
     // and workers that slept inside a forward (they shared the caller's CPU, or it was away > 20 ms).
-    std::printf("thread pool: %lld claims stolen from descheduled workers, %lld worker sleeps inside "
-                "forwards\n",
-                static_cast<long long>(global_pool().steals()),
-                static_cast<long long>(global_pool().sleeps_in_forward()));
+    std::printf(
+        "thread pool: %lld claims stolen from descheduled workers, %lld worker sleeps inside "
+        "forwards\n",
+        static_cast<long long>(global_pool().steals()),
+        static_cast<long long>(global_pool().sleeps_in_forward()));
     if (std::string fb = fallback_report(); !fb.empty()) std::printf("fallbacks: %s\n", fb.c_str());
     return 0;
 }

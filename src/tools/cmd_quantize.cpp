@@ -21,13 +21,14 @@ namespace fs = std::filesystem;
 namespace {
 
 void usage() {
-    std::fprintf(stderr,
-                 "usage: gdn quantize --model DIR --out DIR --quantization int8|int4|int4-sym [--threads N]\n"
-                 "  Quantizes DIR's weights (bf16 / f16 / f32) as --quantization does at load and writes a\n"
-                 "  checkpoint folder that loads in that format without quantizing again: model.safetensors with\n"
-                 "  the packed weights (tensors gdn.packed.*, u8) and the float tensors, plus DIR's other files\n"
-                 "  (config, tokenizer, templates). The MTP layer is kept when DIR has one. --out must be a new\n"
-                 "  or empty folder.\n");
+    std::fprintf(
+        stderr,
+        "usage: gdn quantize --model DIR --out DIR --quantization int8|int4|int4-sym [--threads N]\n"
+        "  Quantizes DIR's weights (bf16 / f16 / f32) as --quantization does at load and writes a\n"
+        "  checkpoint folder that loads in that format without quantizing again: model.safetensors with\n"
+        "  the packed weights (tensors gdn.packed.*, u8) and the float tensors, plus DIR's other files\n"
+        "  (config, tokenizer, templates). The MTP layer is kept when DIR has one. --out must be a new\n"
+        "  or empty folder.\n");
 }
 
 // DIR's files beside the weights, copied as they are.
@@ -40,7 +41,8 @@ bool is_weights_file(const fs::path& p) {
 
 int cmd_quantize(int argc, char** argv) {
     auto args = Args::parse(argc, argv, {"--model", "--out", "--quantization", "--threads"}, {"--help"});
-    if (!args || args->has("--help") || !args->has("--model") || !args->has("--out") || !args->has("--quantization")) {
+    if (!args || args->has("--help") || !args->has("--model") || !args->has("--out") ||
+        !args->has("--quantization")) {
         usage();
         if (!args) std::fprintf(stderr, "gdn quantize: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
@@ -53,7 +55,8 @@ int cmd_quantize(int argc, char** argv) {
     if (!threads || *threads < 1) return fail("--threads must be a positive integer", 2);
     auto opt = load_options(*args);
     if (!opt) return fail(opt.message(), 2);
-    if (!opt->quantization) return fail("--quantization must be int8, int4 or int4-sym (none has nothing to write)", 2);
+    if (!opt->quantization)
+        return fail("--quantization must be int8, int4 or int4-sym (none has nothing to write)", 2);
     const fs::path in = args->get("--model"), out = args->get("--out");
     std::error_code ec;
     if (!fs::is_directory(in, ec)) return fail("--model " + in.string() + " is not a folder", 1);
@@ -70,8 +73,10 @@ int cmd_quantize(int argc, char** argv) {
         opt->mtp = ck->find("mtp.fc.weight") || ck->find(std::string(kPackedPrefix) + "mtp.fc");
     }
     const auto t0 = std::chrono::steady_clock::now();
-    const std::string label = std::string("quantizing to ") + quantization_name(*opt->quantization) + " " + in.string();
-    auto model = Model::load(in.string(), [&](int done, int total) { print_progress(label, done, total); }, *opt);
+    const std::string label =
+        std::string("quantizing to ") + quantization_name(*opt->quantization) + " " + in.string();
+    auto model = Model::load(
+        in.string(), [&](int done, int total) { print_progress(label, done, total); }, *opt);
     if (!model) return fail(model.message(), 1);
     const ModelWeights& w = (*model)->weights();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -83,7 +88,8 @@ int cmd_quantize(int argc, char** argv) {
         return fail("cannot create " + out.string() + ": " + ec.message(), 1);
     auto undo = [&](const std::string& m) {
         std::error_code e2;
-        if (made_dir) fs::remove_all(out, e2);
+        if (made_dir)
+            fs::remove_all(out, e2);
         else
             for (const auto& f : fs::directory_iterator(out, e2)) fs::remove_all(f.path(), e2);
         return fail(m, 1);
@@ -96,11 +102,14 @@ int cmd_quantize(int argc, char** argv) {
     if (ec) return undo("cannot list " + in.string() + ": " + ec.message());
     const auto t1 = std::chrono::steady_clock::now();
     const fs::path st = out / "model.safetensors";
-    if (Status s = write_packed_checkpoint(w, *w.checkpoint, w.float_tensors, st.string()); !s) return undo(s.message());
+    if (Status s = write_packed_checkpoint(w, *w.checkpoint, w.float_tensors, st.string()); !s)
+        return undo(s.message());
     const double write_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-    std::fprintf(stderr, "gdn quantize: wrote %s (%s, %.1f MB%s) in %.2f s; quantizing took %.2f s, peak RSS %.1f MB\n",
-                 out.string().c_str(), quantization_name(*opt->quantization), fs::file_size(st, ec) / 1e6,
-                 opt->mtp ? ", with the MTP layer" : "", write_s, load_s, peak_rss_bytes() / 1e6);
+    std::fprintf(
+        stderr,
+        "gdn quantize: wrote %s (%s, %.1f MB%s) in %.2f s; quantizing took %.2f s, peak RSS %.1f MB\n",
+        out.string().c_str(), quantization_name(*opt->quantization), fs::file_size(st, ec) / 1e6,
+        opt->mtp ? ", with the MTP layer" : "", write_s, load_s, peak_rss_bytes() / 1e6);
     return 0;
 }
 

@@ -17,35 +17,41 @@
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
-#include "tools/model_loading.h"
 #include "tools/commands.h"
+#include "tools/model_loading.h"
 
 namespace gdn {
 
 namespace {
 
 void usage() {
-    std::fprintf(stderr,
-                 "usage: gdn run --model DIR (--chat MESSAGE | -p TEXT | --prompt-ids 1,2,3) [-n N] [--dtype f32|bf16]\n"
-                 "               [--threads N] [--dump-logits FILE] [--ignore-eos]\n"
-                 "  --chat          a user message, rendered with the checkpoint's chat template\n"
-                 "  --system        a system message to put before it\n"
-                 "  --enable-thinking true|false   passed to the chat template (Qwen3.5: default true)\n"
-                 "  -p              raw prompt text (no template)\n"
-                 "  --prompt-ids    prompt as comma-separated token ids (output is printed as ids)\n"
-                 "  --print-ids     print generated token ids instead of text\n"
-                 "  --temperature T --top-p P --top-k K --seed S   sampling (default: greedy)\n"
-                 "  -n              new tokens to generate (default 32)\n"
-                 "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
-                 "  --kv-cache-dtype f32|bf16   K/V cache elements (bf16, the default with --dtype bf16: half the memory,\n"
-                 "                              K/V rounded as HF's bf16 forward does; f32: as computed)\n"
-                 "  --quantization int8|int4|int4-sym   quantize the weight matrices at load (int8: 8.5 bits/weight;\n"
-                 "                  int4: 4.5-bit int4-k, int6-k where 4 bits hurt most, ~5 overall; int4-sym: 4.5, int8 lm_head)\n"
-                 "  --speculative-config JSON  speculative decoding, vLLM's JSON: '{\"method\": \"mtp\", \"num_speculative_tokens\": 2}'\n"
-                 "                  or '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_max\": 4}'\n"
-                 "  --threads       worker threads (default: all cores)\n"
-                 "  --dump-logits   write logits of every prompt position, raw little-endian f32 [n_prompt, vocab]\n"
-                 "  --ignore-eos    keep generating past an end-of-sequence token\n");
+    std::fprintf(
+        stderr,
+        "usage: gdn run --model DIR (--chat MESSAGE | -p TEXT | --prompt-ids 1,2,3) [-n N] [--dtype "
+        "f32|bf16]\n"
+        "               [--threads N] [--dump-logits FILE] [--ignore-eos]\n"
+        "  --chat          a user message, rendered with the checkpoint's chat template\n"
+        "  --system        a system message to put before it\n"
+        "  --enable-thinking true|false   passed to the chat template (Qwen3.5: default true)\n"
+        "  -p              raw prompt text (no template)\n"
+        "  --prompt-ids    prompt as comma-separated token ids (output is printed as ids)\n"
+        "  --print-ids     print generated token ids instead of text\n"
+        "  --temperature T --top-p P --top-k K --seed S   sampling (default: greedy)\n"
+        "  -n              new tokens to generate (default 32)\n"
+        "  --dtype         activation precision: f32 (comparison mode, default) or bf16\n"
+        "  --kv-cache-dtype f32|bf16   K/V cache elements (bf16, the default with --dtype bf16: half the "
+        "memory,\n"
+        "                              K/V rounded as HF's bf16 forward does; f32: as computed)\n"
+        "  --quantization int8|int4|int4-sym   quantize the weight matrices at load (int8: 8.5 bits/weight;\n"
+        "                  int4: 4.5-bit int4-k, int6-k where 4 bits hurt most, ~5 overall; int4-sym: 4.5, "
+        "int8 lm_head)\n"
+        "  --speculative-config JSON  speculative decoding, vLLM's JSON: '{\"method\": \"mtp\", "
+        "\"num_speculative_tokens\": 2}'\n"
+        "                  or '{\"method\": \"ngram\", \"num_speculative_tokens\": 3, \"prompt_lookup_max\": "
+        "4}'\n"
+        "  --threads       worker threads (default: all cores)\n"
+        "  --dump-logits   write logits of every prompt position, raw little-endian f32 [n_prompt, vocab]\n"
+        "  --ignore-eos    keep generating past an end-of-sequence token\n");
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
@@ -56,9 +62,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 int cmd_run(int argc, char** argv) {
     auto args = Args::parse(argc, argv,
-                            {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n", "--dtype", "--kv-cache-dtype",
-                             "--threads", "--dump-logits", "--temperature", "--top-p", "--top-k", "--seed", "--quantization",
-                             "--speculative-config"},
+                            {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n",
+                             "--dtype", "--kv-cache-dtype", "--threads", "--dump-logits", "--temperature",
+                             "--top-p", "--top-k", "--seed", "--quantization", "--speculative-config"},
                             {"--help", "--ignore-eos", "--print-ids"});
     if (!args) {
         std::fprintf(stderr, "gdn run: %s\n", args.message().c_str());
@@ -106,7 +112,8 @@ int cmd_run(int argc, char** argv) {
     }
     ForwardOptions fo;
     std::string dt = args->get("--dtype", "f32");
-    if (dt == "bf16") fo.bf16_activations = true;
+    if (dt == "bf16")
+        fo.bf16_activations = true;
     else if (dt != "f32") {
         std::fprintf(stderr, "gdn run: --dtype must be f32 or bf16, got '%s'\n", dt.c_str());
         return 2;
@@ -156,7 +163,8 @@ int cmd_run(int argc, char** argv) {
             return 1;
         }
         ChatRequest req;
-        if (args->has("--system")) req.messages.push_back({{"role", "system"}, {"content", args->get("--system")}});
+        if (args->has("--system"))
+            req.messages.push_back({{"role", "system"}, {"content", args->get("--system")}});
         req.messages.push_back({{"role", "user"}, {"content", args->get("--chat")}});
         req.enable_thinking = thinking;
         auto text = (*ct)->render(req);
@@ -176,14 +184,16 @@ int cmd_run(int argc, char** argv) {
     if (dump) {
         // All prompt positions' logits, from one prefill on a standalone sequence state.
         SequenceState st = (*model)->new_state(*kv_dtype);
-        Status s = (*model)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), true}}, fo, &logits);
+        Status s =
+            (*model)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), true}}, fo, &logits);
         if (!s) {
             std::fprintf(stderr, "gdn run: %s\n", s.message().c_str());
             return 1;
         }
         std::string path = args->get("--dump-logits");
         FILE* f = std::fopen(path.c_str(), "wb");
-        if (!f || std::fwrite(logits.data(), sizeof(float), logits.size(), f) != logits.size() || std::fclose(f) != 0) {
+        if (!f || std::fwrite(logits.data(), sizeof(float), logits.size(), f) != logits.size() ||
+            std::fclose(f) != 0) {
             std::fprintf(stderr, "gdn run: cannot write %s\n", path.c_str());
             return 1;
         }
@@ -240,9 +250,11 @@ int cmd_run(int argc, char** argv) {
     std::printf("\n");
     std::fflush(stdout);
     const double t_gen = seconds_since(t1);
-    std::fprintf(stderr, "prompt %zu tokens, time to first token %.3f s; generated %zu tokens in %.3f s (%.1f tok/s)\n",
-                 prompt.size(), ttft < 0 ? 0.0 : ttft, out.size(), t_gen,
-                 out.size() > 1 ? (out.size() - 1) / std::max(t_gen - first_gen, 1e-9) : 0.0);
+    std::fprintf(
+        stderr,
+        "prompt %zu tokens, time to first token %.3f s; generated %zu tokens in %.3f s (%.1f tok/s)\n",
+        prompt.size(), ttft < 0 ? 0.0 : ttft, out.size(), t_gen,
+        out.size() > 1 ? (out.size() - 1) / std::max(t_gen - first_gen, 1e-9) : 0.0);
     if (const std::string sp_line = speculation_summary((*engine)->stats()); !sp_line.empty())
         std::fprintf(stderr, "%s\n", sp_line.c_str());
     return 0;

@@ -12,7 +12,9 @@
 namespace gdn {
 
 namespace {
-std::string read_stdin() { return std::string(std::istreambuf_iterator<char>(std::cin), {}); }
+std::string read_stdin() {
+    return std::string(std::istreambuf_iterator<char>(std::cin), {});
+}
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
@@ -21,7 +23,8 @@ int cmd_tokenize(int argc, char** argv) {
         std::fprintf(stderr,
                      "usage: gdn tokenize --model DIR [--chat] < input\n"
                      "  text on stdin -> token ids as a JSON array on stdout\n"
-                     "  --chat: stdin holds a JSON list of messages, or {\"messages\": [...], \"enable_thinking\": bool},\n"
+                     "  --chat: stdin holds a JSON list of messages, or {\"messages\": [...], "
+                     "\"enable_thinking\": bool},\n"
                      "          rendered through the chat template with the generation prompt first\n");
         if (!args) std::fprintf(stderr, "gdn tokenize: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
@@ -48,8 +51,9 @@ int cmd_tokenize(int argc, char** argv) {
 int cmd_detokenize(int argc, char** argv) {
     auto args = Args::parse(argc, argv, {"--model"}, {"--help", "--skip-special"});
     if (!args || args->has("--help") || !args->has("--model")) {
-        std::fprintf(stderr, "usage: gdn detokenize --model DIR [--skip-special] < ids.json\n"
-                             "  a JSON array of token ids on stdin -> text on stdout\n");
+        std::fprintf(stderr,
+                     "usage: gdn detokenize --model DIR [--skip-special] < ids.json\n"
+                     "  a JSON array of token ids on stdin -> text on stdout\n");
         if (!args) std::fprintf(stderr, "gdn detokenize: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
     }

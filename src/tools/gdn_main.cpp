@@ -8,22 +8,23 @@
 namespace {
 
 void usage() {
-    std::fprintf(stderr,
-                 "usage: gdn <command> [options]\n"
-                 "\n"
-                 "commands:\n"
-                 "  run          generate from a checkpoint folder (--model DIR --prompt-ids 1,2,3 -n 32)\n"
-                 "  tokenize     text (or --chat messages) on stdin -> token ids (--model DIR)\n"
-                 "  detokenize   JSON token ids on stdin -> text (--model DIR)\n"
-                 "  serve        OpenAI-compatible HTTP server (--model DIR --port 8000)\n"
-                 "  bench        throughput, llama-bench style (--model DIR --pp 512 --tg 128 -r 5)\n"
-                 "  profile      per-op statistics and a Chrome trace (--model DIR --prompt-len N --gen-len M)\n"
-                 "  perplexity   PPL and KL divergence on a text file (--model DIR --file TEXT [--ctx 512])\n"
-                 "  quantize     write an int8 / int4 copy that loads without quantizing (--model DIR --out DIR\n"
-                 "               --quantization int8|int4|int4-sym)\n"
-                 "  make-model   write a random-weight checkpoint in Hugging Face layout (--preset NAME --out DIR)\n"
-                 "\n"
-                 "Run 'gdn <command> --help' for its options.\n");
+    std::fprintf(
+        stderr,
+        "usage: gdn <command> [options]\n"
+        "\n"
+        "commands:\n"
+        "  run          generate from a checkpoint folder (--model DIR --prompt-ids 1,2,3 -n 32)\n"
+        "  tokenize     text (or --chat messages) on stdin -> token ids (--model DIR)\n"
+        "  detokenize   JSON token ids on stdin -> text (--model DIR)\n"
+        "  serve        OpenAI-compatible HTTP server (--model DIR --port 8000)\n"
+        "  bench        throughput, llama-bench style (--model DIR --pp 512 --tg 128 -r 5)\n"
+        "  profile      per-op statistics and a Chrome trace (--model DIR --prompt-len N --gen-len M)\n"
+        "  perplexity   PPL and KL divergence on a text file (--model DIR --file TEXT [--ctx 512])\n"
+        "  quantize     write an int8 / int4 copy that loads without quantizing (--model DIR --out DIR\n"
+        "               --quantization int8|int4|int4-sym)\n"
+        "  make-model   write a random-weight checkpoint in Hugging Face layout (--preset NAME --out DIR)\n"
+        "\n"
+        "Run 'gdn <command> --help' for its options.\n");
 }
 
 }  // namespace

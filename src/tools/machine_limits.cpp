@@ -14,17 +14,21 @@
 namespace gdn {
 
 std::string MachineLimits::summary() const {
-    std::string s = strprintf("%d threads: streaming read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s",
-                              threads, read_gbps, fp32_gflops, bf16_gflops);
+    std::string s =
+        strprintf("%d threads: streaming read %.1f GB/s, fp32 FMA %.0f GFLOP/s, bf16 dot %.0f GFLOP/s",
+                  threads, read_gbps, fp32_gflops, bf16_gflops);
     if (amx_gflops > 0) s += strprintf(", AMX bf16 %.0f GFLOP/s", amx_gflops);
     return s;
 }
 
 namespace {
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
-ReadBandwidthProbe::ReadBandwidthProbe(size_t buffer_bytes) : bytes_(buffer_bytes), buf_(buffer_bytes, false) {
+ReadBandwidthProbe::ReadBandwidthProbe(size_t buffer_bytes)
+    : bytes_(buffer_bytes), buf_(buffer_bytes, false) {
     const int64_t n = static_cast<int64_t>(bytes_ / sizeof(float));
     float* p = buf_.as<float>();
     global_pool().parallel_for(n, [&](int64_t b, int64_t e) {  // first touch by the thread that reads it
@@ -57,11 +61,14 @@ double ReadBandwidthProbe::measure_gbps(int reps) {
         // Balanced like the decode GEMVs (the vCPUs do not stream at the same rate), 32 KiB smallest claims.
         pool.parallel_for_balanced(n, int64_t{8} << 10, [&](int ith, int64_t b, int64_t e) {
             // The ranges [b, e) crosses, read as one stream each.
-            size_t k = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), b) - starts_.begin()) - 1;
+            size_t k =
+                static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), b) - starts_.begin()) -
+                1;
             for (; b < e; ++k) {
                 const int64_t end = std::min(e, starts_[k + 1]);
                 const float* p = ranges_[k] + (b - starts_[k]);
-                sink[ith * 8] += avx512 ? cpu::avx512::stream_read(p, end - b) : cpu::avx2::stream_read(p, end - b);
+                sink[ith * 8] +=
+                    avx512 ? cpu::avx512::stream_read(p, end - b) : cpu::avx2::stream_read(p, end - b);
                 b = end;
             }
         });

@@ -11,10 +11,10 @@ namespace gdn {
 
 struct MachineLimits {
     int threads = 1;
-    double read_gbps = 0;      // streaming DRAM read, all threads
-    double fp32_gflops = 0;    // FMA chains, all threads
-    double bf16_gflops = 0;    // vdpbf16ps chains, all threads (0 without AVX-512 BF16)
-    double amx_gflops = 0;     // tdpbf16ps on tile-resident operands, all threads (0 where AMX is off)
+    double read_gbps = 0;    // streaming DRAM read, all threads
+    double fp32_gflops = 0;  // FMA chains, all threads
+    double bf16_gflops = 0;  // vdpbf16ps chains, all threads (0 without AVX-512 BF16)
+    double amx_gflops = 0;   // tdpbf16ps on tile-resident operands, all threads (0 where AMX is off)
     std::string summary() const;
 };
 
@@ -27,13 +27,13 @@ struct MachineLimits {
 // tell), so a decode step is also compared with the bandwidth of the memory it streams: the second
 // form reads existing memory (the weights).
 class ReadBandwidthProbe {
-public:
+  public:
     explicit ReadBandwidthProbe(size_t buffer_bytes = 1ull << 30);  // a buffer of its own, touched
     explicit ReadBandwidthProbe(const std::vector<std::pair<const void*, size_t>>& ranges);  // not owned
     double measure_gbps(int repetitions = 3);  // the best of the repetitions
     size_t bytes() const { return bytes_; }
 
-private:
+  private:
     size_t bytes_ = 0;
     Buffer buf_;
     std::vector<const float*> ranges_;

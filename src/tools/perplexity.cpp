@@ -116,23 +116,29 @@ Result<std::unique_ptr<BaseReader>> BaseReader::open(const std::string& path, ui
     uint64_t n = 0;
     if (std::fread(magic, 1, 8, r->f_) != 8 || std::memcmp(magic, kMagic, 8) != 0)
         return Status::error(path + ": not a gdn perplexity base file (written by --kl-divergence-base)");
-    if (std::fread(&v, 4, 1, r->f_) != 1 || std::fread(&c, 4, 1, r->f_) != 1 || std::fread(&n, 8, 1, r->f_) != 1)
+    if (std::fread(&v, 4, 1, r->f_) != 1 || std::fread(&c, 4, 1, r->f_) != 1 ||
+        std::fread(&n, 8, 1, r->f_) != 1)
         return Status::error(path + ": truncated header");
-    if (v != vocab) return Status::error(strprintf("%s: vocabulary %u, this model has %u", path.c_str(), v, vocab));
-    if (c != ctx) return Status::error(strprintf("%s: written with --ctx %u, this run uses %u", path.c_str(), c, ctx));
+    if (v != vocab)
+        return Status::error(strprintf("%s: vocabulary %u, this model has %u", path.c_str(), v, vocab));
+    if (c != ctx)
+        return Status::error(strprintf("%s: written with --ctx %u, this run uses %u", path.c_str(), c, ctx));
     if (n != tokens.size())
-        return Status::error(strprintf("%s: %llu tokens, this text has %zu (another file or tokenizer)", path.c_str(),
-                                       (unsigned long long)n, tokens.size()));
+        return Status::error(strprintf("%s: %llu tokens, this text has %zu (another file or tokenizer)",
+                                       path.c_str(), (unsigned long long)n, tokens.size()));
     std::vector<int32_t> t(n);
     if (std::fread(t.data(), 4, n, r->f_) != n) return Status::error(path + ": truncated token list");
-    if (t != tokens) return Status::error(path + ": its token stream differs from this text's (another file or tokenizer)");
+    if (t != tokens)
+        return Status::error(path +
+                             ": its token stream differs from this text's (another file or tokenizer)");
     const long here = std::ftell(r->f_);
     std::fseek(r->f_, 0, SEEK_END);
     const long end = std::ftell(r->f_);
     std::fseek(r->f_, here, SEEK_SET);
     if (end - here != static_cast<long>(scored * vocab * 4))
-        return Status::error(strprintf("%s: holds %ld bytes of log-probabilities, expected %lld (%lld rows of %u)",
-                                       path.c_str(), end - here, (long long)(scored * vocab * 4), (long long)scored, vocab));
+        return Status::error(
+            strprintf("%s: holds %ld bytes of log-probabilities, expected %lld (%lld rows of %u)",
+                      path.c_str(), end - here, (long long)(scored * vocab * 4), (long long)scored, vocab));
     return r;
 }
 

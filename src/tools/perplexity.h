@@ -28,15 +28,15 @@ double kl_divergence(const float* logp, const float* logq, int64_t V);
 
 struct Summary {
     int64_t n = 0;
-    double ppl = 0, ppl_err = 0;            // exp(mean NLL), and its standard error (delta method)
-    double base_ppl = 0;                    // with a base: the base model's PPL on the same tokens
+    double ppl = 0, ppl_err = 0;  // exp(mean NLL), and its standard error (delta method)
+    double base_ppl = 0;          // with a base: the base model's PPL on the same tokens
     double kld_mean = 0, kld_err = 0, kld_p99 = 0;
     double same_top = 0, same_top_err = 0;  // fraction of tokens whose argmax equals the base's
     bool has_base = false;
 };
 
 class Accumulator {
-public:
+  public:
     void add(double nll) { nll_.push_back(nll); }
     void add_base(double base_nll, double kld, bool same_top) {
         base_nll_.push_back(base_nll);
@@ -45,27 +45,27 @@ public:
     }
     Summary summary() const;
 
-private:
+  private:
     std::vector<double> nll_, base_nll_, kld_;
     int64_t same_ = 0;
 };
 
 class BaseWriter {
-public:
+  public:
     static Result<std::unique_ptr<BaseWriter>> create(const std::string& path, uint32_t vocab, uint32_t ctx,
                                                       const std::vector<int32_t>& tokens);
     Status write_row(const float* logp);
     Status close();
     ~BaseWriter();
 
-private:
+  private:
     std::string path_;
     FILE* f_ = nullptr;
     uint32_t vocab_ = 0;
 };
 
 class BaseReader {
-public:
+  public:
     // Checks the header against this run: same vocabulary, ctx and token stream, and a size that holds
     // exactly `scored` rows. Every mismatch is an error naming it.
     static Result<std::unique_ptr<BaseReader>> open(const std::string& path, uint32_t vocab, uint32_t ctx,
@@ -73,7 +73,7 @@ public:
     Status read_row(float* logp);
     ~BaseReader();
 
-private:
+  private:
     std::string path_;
     FILE* f_ = nullptr;
     uint32_t vocab_ = 0;

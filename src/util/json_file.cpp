@@ -28,13 +28,17 @@ std::string printable(std::string_view s) {
     std::string r;
     r.reserve(s.size());
     for (unsigned char c : s) {
-        if (c >= 0x20 && c < 0x7f) r += static_cast<char>(c);
-        else r += strprintf("\\x%02x", c);
+        if (c >= 0x20 && c < 0x7f)
+            r += static_cast<char>(c);
+        else
+            r += strprintf("\\x%02x", c);
     }
     return r;
 }
 
-std::string to_json_text(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string to_json_text(const Json& j) {
+    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 namespace {
 
@@ -47,12 +51,16 @@ size_t too_deep_at(const std::string& text, int max_depth) {
     for (size_t i = 0; i < text.size(); ++i) {
         const char c = text[i];
         if (in_string) {
-            if (escaped) escaped = false;
-            else if (c == '\\') escaped = true;
-            else if (c == '"') in_string = false;
+            if (escaped)
+                escaped = false;
+            else if (c == '\\')
+                escaped = true;
+            else if (c == '"')
+                in_string = false;
             continue;
         }
-        if (c == '"') in_string = true;
+        if (c == '"')
+            in_string = true;
         else if (c == '[' || c == '{') {
             if (++depth > max_depth) return i;
         } else if (c == ']' || c == '}') {
@@ -69,7 +77,8 @@ namespace {
 template <class J>
 Result<J> parse_as(const std::string& text, const std::string& what, int max_depth) {
     if (const size_t at = too_deep_at(text, max_depth); at != std::string::npos)
-        return Status::error(strprintf("%s: JSON nested deeper than %d levels (at byte %zu)", what.c_str(), max_depth, at));
+        return Status::error(
+            strprintf("%s: JSON nested deeper than %d levels (at byte %zu)", what.c_str(), max_depth, at));
     try {
         return J::parse(text);
     } catch (const typename J::parse_error& e) {

@@ -32,7 +32,8 @@ std::string to_json_text(const Json& j);
 // `s` with every byte outside printable ASCII written as \xNN (safe inside any message).
 std::string printable(std::string_view s);
 Result<Json> read_json_file(const std::string& path);
-Result<SortedJson> parse_json_sorted(const std::string& text, const std::string& what, int max_depth = kMaxJsonDepth);
+Result<SortedJson> parse_json_sorted(const std::string& text, const std::string& what,
+                                     int max_depth = kMaxJsonDepth);
 Result<SortedJson> read_json_file_sorted(const std::string& path);
 bool file_exists(const std::string& path);
 

@@ -45,11 +45,11 @@ void attention_bf16_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_ke
 // Query tokens [tb, tb + ntok) of one sequence (token t of head h of the group at q + t ldq + h D; gate
 // alike, or null), ntok * group <= 32, causal over keys [0, n_past + t + 1): out + t ldo + h D gets the
 // sigmoid-gated attention output. The AMX engine, then the vdpbf16ps one.
-void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D, int64_t n_past,
-                         int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp, int64_t nk, float scale,
-                         float* out, int64_t ldo);
-void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D, int64_t n_past,
-                         int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp, int64_t nk, float scale,
-                         float* out, int64_t ldo);
+void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D,
+                         int64_t n_past, int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp,
+                         int64_t nk, float scale, float* out, int64_t ldo);
+void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D,
+                         int64_t n_past, int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp,
+                         int64_t nk, float scale, float* out, int64_t ldo);
 
 }  // namespace gdn::cpu::avx512

@@ -32,19 +32,19 @@ auto with_rows(int M, const F& f) {
 // round_out: round the outputs to bf16 as they are stored (bf16 activation mode).
 namespace avx512 {
 // x f32 [M, ldx]; y [M, ldy]
-void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1,
-                bool round_out);
+void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, float* y, int64_t ldy,
+                int64_t p0, int64_t p1, bool round_out);
 // xp: x as bf16 pairs (uint32 per k-pair) [M, ldp]; BF16 weights only
-void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                    int64_t p1, bool round_out);
+void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
+                    int64_t p0, int64_t p1, bool round_out);
 // Row-wise argmax of the products without storing them: for each row m, the largest output over panels
 // [p0, p1) and its column (the first on ties) go to best_val[m] / best_idx[m].
-void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
-                           float* best_val, int64_t* best_idx);
+void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0,
+                           int64_t p1, float* best_val, int64_t* best_idx);
 // Fused SwiGLU epilogue: panels hold 16 gate then 16 up columns; y [M, ldy] gets silu(gate) * up, 16
 // columns per panel. Whole K in one pass (K2 <= the kernel's k block).
-void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
-                           int64_t p0, int64_t p1);
+void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y,
+                           int64_t ldy, int64_t p0, int64_t p1);
 // AMX tiles (linear_amx.cpp; only where dispatch.h has_amx_bf16()). amx_panel_block computes
 // c [rows x 32 columns] (row stride 32; rows <= 32) = rows [0, rows) of xp [., ldp] times the panel B over
 // k-pairs [0, kk_end), kk_end a multiple of 16, configuring the thread's tiles for that many rows;
@@ -67,8 +67,8 @@ void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* 
 }  // namespace avx512
 
 namespace avx2 {
-void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1,
-                bool round_out);
+void linear_f32(const float* x, int64_t M, int64_t ldx, const PackedWeight& w, float* y, int64_t ldy,
+                int64_t p0, int64_t p1, bool round_out);
 void round_bf16_inplace(float* x, int64_t n);
 void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
                float* bounds, int64_t ld);

@@ -11,8 +11,8 @@
 
 namespace gdn::cpu {
 
-using QuantGemmKernel = void(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                             int64_t p1);
+using QuantGemmKernel = void(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                             int64_t p0, int64_t p1);
 
 }  // namespace gdn::cpu
 
@@ -35,8 +35,8 @@ void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int6
 
 // The same kernels built for AVX-VNNI (256-bit vpdpbusd; quant_tiles_avx2.h): bitwise the AVX2 results.
 namespace gdn::cpu::avxvnni {
-QuantGemmKernel linear_q8, linear_q8_swiglu, linear_q4, linear_q4_swiglu, linear_q4k, linear_q4k_swiglu, linear_q6k,
-    linear_q6k_swiglu;
+QuantGemmKernel linear_q8, linear_q8_swiglu, linear_q4, linear_q4_swiglu, linear_q4k, linear_q4k_swiglu,
+    linear_q6k, linear_q6k_swiglu;
 }  // namespace gdn::cpu::avxvnni
 
 namespace gdn::cpu::avx512 {

@@ -24,7 +24,9 @@ inline void prefetch_128_ahead(const void* p, int64_t ahead) {
     _mm_prefetch(c, _MM_HINT_T0);
     _mm_prefetch(c + 64, _MM_HINT_T0);
 }
-inline void stream_ahead_128(const void* p) { prefetch_128_ahead(p, kStreamAheadBytes); }
+inline void stream_ahead_128(const void* p) {
+    prefetch_128_ahead(p, kStreamAheadBytes);
+}
 
 // Decode batches on AVX-512 (2-12 rows over each weight panel at once; not one row): every 128 bytes of
 // a bf16 panel cost 2 x rows vdpbf16ps (of an int8 one 2 x rows vpdpbusd and its scales), so at 4-8
@@ -33,7 +35,9 @@ inline void stream_ahead_128(const void* p) { prefetch_128_ahead(p, kStreamAhead
 // `gdn bench --concurrency 2,4,8` (ABBA): steps 29-33 / 38 / 42-45 ms without, 25-27 / 27-29 / 31-36
 // with; 2, 4, 8 and 16 KB measured alike.
 constexpr int64_t kStreamAheadBatchBytes = 4096;
-inline void stream_ahead_batch_128(const void* p) { prefetch_128_ahead(p, kStreamAheadBatchBytes); }
+inline void stream_ahead_batch_128(const void* p) {
+    prefetch_128_ahead(p, kStreamAheadBatchBytes);
+}
 
 // The AVX-512 quantized kernels' one-row tiles on CPUs whose DRAM is far (quant_tiles_avx512.h
 // streams_far). The AMX VM (Xeon, 2 threads), c = 1 decode of the 0.8B shape, alternated: int4 (int4-k /

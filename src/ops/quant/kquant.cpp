@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/log.h"
@@ -63,8 +63,8 @@ FitRange fit_range(const float* x, const float* w, int n) {
 // alone enables no FMA, so no product is contracted and every clone gives the same bits.
 #define GDN_FIT_CLONES __attribute__((target_clones("avx2", "default")))
 
-GDN_FIT_CLONES float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float rmin, float rdelta,
-                                       int nstep, uint8_t* L, float* neg_min) {
+GDN_FIT_CLONES float fit_scale_and_min(const float* x, const float* w, int n, int nmax, float rmin,
+                                       float rdelta, int nstep, uint8_t* L, float* neg_min) {
     GDN_CHECK(nstep + 1 <= kMaxGrids, "fit_scale_and_min: at most kMaxGrids grids");
     const FitRange r = fit_range(x, w, n);
     if (r.flat(n, L, neg_min)) return 0.0f;

@@ -15,9 +15,15 @@ namespace gdn::quant {
 namespace {
 
 // Where (column c, k = kg within the group) lives inside a block: quant_format.h's layout, in one place.
-inline int64_t q8_byte(int64_t c, int64_t kg) { return ((kg / 4) * kCols + c) * 4 + kg % 4; }
-inline int64_t nib_byte(int64_t c, int64_t kg) { return ((kg / 8) * kCols + c) * 4 + kg % 4; }
-inline bool nib_high(int64_t kg) { return (kg % 8) / 4 != 0; }
+inline int64_t q8_byte(int64_t c, int64_t kg) {
+    return ((kg / 4) * kCols + c) * 4 + kg % 4;
+}
+inline int64_t nib_byte(int64_t c, int64_t kg) {
+    return ((kg / 8) * kCols + c) * 4 + kg % 4;
+}
+inline bool nib_high(int64_t kg) {
+    return (kg % 8) / 4 != 0;
+}
 // Q6K: the byte (in the group record) and bit shift of the high bit pair of (c, kg).
 inline int64_t q6_high_byte(int64_t c, int64_t kg) {
     const int64_t r = nib_byte(c, kg), v = (r % 128) / 32;
@@ -34,7 +40,8 @@ inline int64_t record_offset(WeightFormat f, int64_t g) {
 }
 inline void set_nibble(uint8_t* rec, int64_t c, int64_t kg, uint8_t v) {
     uint8_t& b = rec[nib_byte(c, kg)];
-    b = nib_high(kg) ? static_cast<uint8_t>((b & 0x0F) | (v << 4)) : static_cast<uint8_t>((b & 0xF0) | (v & 0x0F));
+    b = nib_high(kg) ? static_cast<uint8_t>((b & 0x0F) | (v << 4))
+                     : static_cast<uint8_t>((b & 0xF0) | (v & 0x0F));
 }
 inline int get_nibble(const uint8_t* rec, int64_t c, int64_t kg) {
     const uint8_t b = rec[nib_byte(c, kg)];
@@ -47,7 +54,9 @@ inline uint16_t load_f16(const uint8_t* p) {
 }
 
 // f16 round trip of a scale: the value the kernels multiply by.
-inline float f16_round(float s) { return f16_to_f32(f32_to_f16(s)); }
+inline float f16_round(float s) {
+    return f16_to_f32(f32_to_f16(s));
+}
 
 // Round to nearest even of v clamped to [lo, hi], without a libm call (so the loops vectorise on the
 // baseline ISA): adding 1.5 * 2^23 leaves the integer part in the mantissa under the default rounding.
@@ -59,8 +68,10 @@ inline float round_clamped(float v, float lo, float hi) {
 // Squared error of w ~= d * q with q = round(w / d) clamped to [lo, hi] over one zero-padded group of
 // 32 (padding adds nothing); q written out, and sum w q, sum q q for a least-squares refit. Eight
 // partial sums, so the loops vectorise.
-float group_error(const float* w, float d, float lo, float hi, int8_t* q, float* wq = nullptr, float* qq = nullptr) {
-    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, pwq[8] = {0, 0, 0, 0, 0, 0, 0, 0}, pqq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+float group_error(const float* w, float d, float lo, float hi, int8_t* q, float* wq = nullptr,
+                  float* qq = nullptr) {
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, pwq[8] = {0, 0, 0, 0, 0, 0, 0, 0},
+          pqq[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     const float inv = d != 0.0f ? 1.0f / d : 0.0f;
     float r[kQuantGroup];
     for (int i = 0; i < kQuantGroup; ++i) r[i] = round_clamped(w[i] * inv, lo, hi);
@@ -72,7 +83,9 @@ float group_error(const float* w, float d, float lo, float hi, int8_t* q, float*
             pqq[j] += r[i + j] * r[i + j];
         }
     for (int i = 0; i < kQuantGroup; ++i) q[i] = static_cast<int8_t>(r[i]);
-    auto sum8 = [](const float* p) { return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7])); };
+    auto sum8 = [](const float* p) {
+        return ((p[0] + p[1]) + (p[2] + p[3])) + ((p[4] + p[5]) + (p[6] + p[7]));
+    };
     if (wq) *wq = sum8(pwq);
     if (qq) *qq = sum8(pqq);
     return sum8(part);
@@ -104,7 +117,8 @@ uint16_t quantize_group(WeightFormat f, const float* w_in, int n, int8_t* q, boo
         std::copy(full, full + n, q);
         return f32_to_f16(d);
     }
-    GDN_CHECK(f == WeightFormat::Q4, "quantize_group: %s is not a format of 32-k blocks", weight_format_name(f));
+    GDN_CHECK(f == WeightFormat::Q4, "quantize_group: %s is not a format of 32-k blocks",
+              weight_format_name(f));
     // int4 levels are [-8, 7]: the largest magnitude may map to -8 (a scale of -smax / 8 puts it there)
     // or to +-7, or between when clipping a lone outlier lowers the error of the other 31. Candidates:
     // -smax / t for t in {7, 7.75, 8.5} (both signs of the level set), each refined once by least
@@ -155,8 +169,10 @@ bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uin
         const uint16_t s = quantize_group(f, x, len, q, &bad);
         std::memcpy(blk + f16_offset(f) + c * 2, &s, 2);
         for (int k = 0; k < kQuantGroup; ++k) {
-            if (f == WeightFormat::Q8) blk[q8_byte(c, k)] = static_cast<uint8_t>(q[k]);
-            else set_nibble(blk, c, k, static_cast<uint8_t>(q[k] + 8));
+            if (f == WeightFormat::Q8)
+                blk[q8_byte(c, k)] = static_cast<uint8_t>(q[k]);
+            else
+                set_nibble(blk, c, k, static_cast<uint8_t>(q[k] + 8));
         }
         return bad;
     }
@@ -170,7 +186,8 @@ bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uin
             uint8_t* lv = rec + kQ4KLevelsOffset;
             lv[c] = static_cast<uint8_t>(q.sc[j] | (q.m[j] >> 4) << 6);
             uint8_t& lo = lv[32 + c % 16];
-            lo = c < 16 ? static_cast<uint8_t>((lo & 0xF0) | (q.m[j] & 15)) : static_cast<uint8_t>((lo & 0x0F) | (q.m[j] & 15) << 4);
+            lo = c < 16 ? static_cast<uint8_t>((lo & 0xF0) | (q.m[j] & 15))
+                        : static_cast<uint8_t>((lo & 0x0F) | (q.m[j] & 15) << 4);
         }
         return bad;
     }
@@ -192,8 +209,9 @@ bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uin
 
 }  // namespace
 
-void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<void(int64_t n, float* out)>& row,
-                    PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
+void pack_quantized(WeightFormat f, int64_t N, int64_t K,
+                    const std::function<void(int64_t n, float* out)>& row, PackedWeight* w,
+                    const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
     GDN_CHECK(is_quantized(f), "pack_quantized: %s is not a quantized format", weight_format_name(f));
     set_quantized_shape(f, N, K, w);
     // Padding columns are zero bytes: q = 0 with scale 0 for int8, level 0 with scale 0 for int4-k, and
@@ -216,7 +234,8 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<vo
                 std::fill(src.begin() + K, src.end(), 0.0f);
                 for (int64_t b = 0; b < w->n_blocks; ++b) {
                     uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, b));
-                    if (write_column(f, src.data() + b * bk, K - b * bk, c, blk)) nonfinite.fetch_add(1, std::memory_order_relaxed);
+                    if (write_column(f, src.data() + b * bk, K - b * bk, c, blk))
+                        nonfinite.fetch_add(1, std::memory_order_relaxed);
                 }
             }
             const bool chunk_end = (p - p0 + 1) % kChunkPanels == 0 || p + 1 == p1;
@@ -250,10 +269,15 @@ namespace {
 // q of column c, k kg of the group record rec.
 inline int record_q(WeightFormat f, const uint8_t* rec, int64_t c, int64_t kg) {
     switch (f) {
-        case WeightFormat::Q8: return static_cast<int8_t>(rec[q8_byte(c, kg)]);
-        case WeightFormat::Q4: return get_nibble(rec, c, kg) - 8;
-        case WeightFormat::Q4K: return get_nibble(rec, c, kg);
-        default: return (get_nibble(rec, c, kg) | ((rec[q6_high_byte(c, kg)] >> q6_high_shift(c, kg)) & 3) << 4) - 32;
+        case WeightFormat::Q8:
+            return static_cast<int8_t>(rec[q8_byte(c, kg)]);
+        case WeightFormat::Q4:
+            return get_nibble(rec, c, kg) - 8;
+        case WeightFormat::Q4K:
+            return get_nibble(rec, c, kg);
+        default:
+            return (get_nibble(rec, c, kg) | ((rec[q6_high_byte(c, kg)] >> q6_high_shift(c, kg)) & 3) << 4) -
+                   32;
     }
 }
 
@@ -283,7 +307,9 @@ void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* 
     const float d = f16_to_f32(load_f16(blk + f16_offset(w.format) + c * 2));
     switch (w.format) {
         case WeightFormat::Q8:
-        case WeightFormat::Q4: *a = d; break;
+        case WeightFormat::Q4:
+            *a = d;
+            break;
         case WeightFormat::Q4K: {
             const uint8_t* lv = rec + kQ4KLevelsOffset;
             const int sc = lv[c] & 63;
@@ -313,10 +339,18 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
         group_affine(w, n, g, &a, &b);
         const uint8_t* rec = group_record(w, n, g);
         switch (w.format) {
-            case WeightFormat::Q8: group_q_values<WeightFormat::Q8>(rec, c, q); break;
-            case WeightFormat::Q4: group_q_values<WeightFormat::Q4>(rec, c, q); break;
-            case WeightFormat::Q4K: group_q_values<WeightFormat::Q4K>(rec, c, q); break;
-            default: group_q_values<WeightFormat::Q6K>(rec, c, q); break;
+            case WeightFormat::Q8:
+                group_q_values<WeightFormat::Q8>(rec, c, q);
+                break;
+            case WeightFormat::Q4:
+                group_q_values<WeightFormat::Q4>(rec, c, q);
+                break;
+            case WeightFormat::Q4K:
+                group_q_values<WeightFormat::Q4K>(rec, c, q);
+                break;
+            default:
+                group_q_values<WeightFormat::Q6K>(rec, c, q);
+                break;
         }
         const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, w.K - k0);
         for (int64_t kg = 0; kg < len; ++kg) out[k0 + kg] = a * static_cast<float>(q[kg]) - b;

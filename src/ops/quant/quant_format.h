@@ -32,7 +32,8 @@
 //
 // Activations: each row x_m is quantized per group of 32 k the same way as Q8 weights (xs_mg =
 // max|x| / 127, xq in [-127, 127]; one function for every path: quantize_activations), and
-//   y_mn = sum_g xs_mg * (a_ng * D_mng - b_ng * S_mg),  D_mng = sum_{k in g} q_nk xq_mk,  S_mg = sum_{k in g} xq_mk
+//   y_mn = sum_g xs_mg * (a_ng * D_mng - b_ng * S_mg),  D_mng = sum_{k in g} q_nk xq_mk,  S_mg = sum_{k in g}
+//   xq_mk
 // (D and S exact in int32) summed over g in f32. Fast kernels may sum and scale in another order (f32
 // rounding only).
 #pragma once
@@ -77,9 +78,15 @@ constexpr int64_t f16_offset(WeightFormat f) {
                                     : 8 * kQ6KRecordBytes;
 }
 // f16 fields per block and column (1, or 2 for Q4K's d and dmin).
-constexpr int64_t f16_fields(WeightFormat f) { return f == WeightFormat::Q4K ? 2 : 1; }
-inline int64_t n_groups(int64_t K) { return (K + kQuantGroup - 1) / kQuantGroup; }
-inline int64_t n_blocks(WeightFormat f, int64_t K) { return (K + weight_block_k(f) - 1) / weight_block_k(f); }
+constexpr int64_t f16_fields(WeightFormat f) {
+    return f == WeightFormat::Q4K ? 2 : 1;
+}
+inline int64_t n_groups(int64_t K) {
+    return (K + kQuantGroup - 1) / kQuantGroup;
+}
+inline int64_t n_blocks(WeightFormat f, int64_t K) {
+    return (K + weight_block_k(f) - 1) / weight_block_k(f);
+}
 
 // Q8 / Q4: chooses one group's scale and values (n <= 32 real values; the rest of the group is zero padding).
 // Returns the f16 bits of the scale; q gets n values. A group holding a NaN or an infinity becomes
@@ -98,8 +105,9 @@ void set_quantized_shape(WeightFormat f, int64_t N, int64_t K, PackedWeight* w);
 // K f32 values of row n (the caller's source: a checkpoint tensor of any dtype, or several stacked).
 // rows_done(n0, n1), if set, is called once rows [n0, n1) have been read (in chunks of 256 rows, from
 // the worker threads), so a caller can drop the source rows while the rest is still being packed.
-void pack_quantized(WeightFormat f, int64_t N, int64_t K, const std::function<void(int64_t n, float* out)>& row,
-                    PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
+void pack_quantized(WeightFormat f, int64_t N, int64_t K,
+                    const std::function<void(int64_t n, float* out)>& row, PackedWeight* w,
+                    const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
 
 // Element access for the reference and for gathering rows (embedding) out of the packed layout.
 int q_value(const PackedWeight& w, int64_t n, int64_t k);  // 0 for padding

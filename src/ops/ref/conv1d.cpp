@@ -22,8 +22,8 @@ void causal_conv1d(const float* x, int64_t T, int64_t C, const float* w, int64_t
     std::memcpy(state, win.data() + T * C, (K - 1) * C * sizeof(float));
 }
 
-void gdn_gating(const float* a, const float* b, int64_t T, int64_t Hv, const float* neg_exp_A, const float* dt_bias,
-                float* g, float* beta) {
+void gdn_gating(const float* a, const float* b, int64_t T, int64_t Hv, const float* neg_exp_A,
+                const float* dt_bias, float* g, float* beta) {
     for (int64_t t = 0; t < T; ++t)
         for (int64_t h = 0; h < Hv; ++h) {
             g[t * Hv + h] = neg_exp_A[h] * softplus(a[t * Hv + h] + dt_bias[h]);

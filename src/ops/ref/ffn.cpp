@@ -8,7 +8,8 @@ namespace gdn::ref {
 
 namespace {
 // y = round?(round?(x) @ W^T)
-std::vector<float> linear_rounded(const float* x, int64_t N, const TensorView& W, bool bf16_in, bool round_out) {
+std::vector<float> linear_rounded(const float* x, int64_t N, const TensorView& W, bool bf16_in,
+                                  bool round_out) {
     std::vector<float> y(N * W.shape[0]);
     if (bf16_in) {
         std::vector<float> xr(x, x + N * W.shape[1]);
@@ -31,8 +32,8 @@ void swiglu_mlp(const MlpWeights& w, const float* x, int64_t N, float* out, bool
     std::copy(y.begin(), y.end(), out);
 }
 
-void moe(const MoeWeights& w, const float* x, int64_t N, int64_t k, bool renormalize, float* out, bool bf16_in,
-         bool hf) {
+void moe(const MoeWeights& w, const float* x, int64_t N, int64_t k, bool renormalize, float* out,
+         bool bf16_in, bool hf) {
     const int64_t H = w.router.shape[1], E = w.router.shape[0];
     std::vector<float> logits = linear_rounded(x, N, w.router, bf16_in, hf);  // [N, E]
     std::vector<int32_t> idx(N * k);

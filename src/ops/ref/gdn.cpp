@@ -10,13 +10,13 @@
 
 namespace gdn::ref {
 
-void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                                int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, float* state,
-                                float* out) {
+void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g,
+                                const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
+                                float* state, float* out) {
     const int64_t r = Hv / Hk;
     std::vector<float> kv(Dv), dlt(Dv);
     for (int64_t h = 0; h < Hv; ++h) {
-        const int64_t hk = h / r;  // repeat_interleave head mapping
+        const int64_t hk = h / r;        // repeat_interleave head mapping
         float* S = state + h * Dk * Dv;  // [Dk, Dv]
         for (int64_t t = 0; t < T; ++t) {
             const float* qt = q + (t * Hk + hk) * Dk;
@@ -43,8 +43,9 @@ void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, 
     }
 }
 
-void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                              int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv, float* state, float* out) {
+void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g,
+                              const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
+                              float* state, float* out) {
     constexpr int64_t C = 64;
     const int64_t r = Hv / Hk;
     std::vector<float> Q(C * Dk), K(C * Dk), V(C * Dv);  // chunk rows, zero-padded
@@ -98,7 +99,8 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
                 }
                 for (int64_t d = 0; d < Dk; ++d) {
                     float s = 0.0f;
-                    for (int64_t m = 0; m <= i; ++m) s += L[i * C + m] * Bt[m] * std::exp(G[m]) * K[m * Dk + d];
+                    for (int64_t m = 0; m <= i; ++m)
+                        s += L[i * C + m] * Bt[m] * std::exp(G[m]) * K[m * Dk + d];
                     W[i * Dk + d] = s;
                 }
             }
@@ -132,7 +134,8 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
             for (int64_t d = 0; d < Dk; ++d)
                 for (int64_t j = 0; j < Dv; ++j) {
                     float s = 0.0f;
-                    for (int64_t m = 0; m < C; ++m) s += std::exp(g_last - G[m]) * K[m * Dk + d] * Unew[m * Dv + j];
+                    for (int64_t m = 0; m < C; ++m)
+                        s += std::exp(g_last - G[m]) * K[m * Dk + d] * Unew[m * Dv + j];
                     S[d * Dv + j] = e_last * S[d * Dv + j] + s;
                 }
         }

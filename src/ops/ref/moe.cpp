@@ -6,7 +6,8 @@
 
 namespace gdn::ref {
 
-void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx, float* w) {
+void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx,
+               float* w) {
     thread_local std::vector<float> p;  // grow-only: no allocation per call once warm
     thread_local std::vector<int32_t> top;
     p.resize(E);

@@ -15,8 +15,8 @@ void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps
     }
 }
 
-void gated_rms_norm(const float* x, const float* z, int64_t rows, int64_t n, const float* w, float eps, float* y,
-                    bool bf16) {
+void gated_rms_norm(const float* x, const float* z, int64_t rows, int64_t n, const float* w, float eps,
+                    float* y, bool bf16) {
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x + r * n;
         const float* zr = z + r * n;
@@ -26,8 +26,10 @@ void gated_rms_norm(const float* x, const float* z, int64_t rows, int64_t n, con
         const float inv = 1.0f / std::sqrt(static_cast<float>(ss / n) + eps);
         for (int64_t i = 0; i < n; ++i) {
             float t = xr[i] * inv;
-            if (bf16) t = round_bf16(round_bf16(t) * w[i]);
-            else t *= w[i];
+            if (bf16)
+                t = round_bf16(round_bf16(t) * w[i]);
+            else
+                t *= w[i];
             yr[i] = t * silu(zr[i]);
         }
     }

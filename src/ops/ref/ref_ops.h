@@ -84,7 +84,8 @@ void silu_mul(const float* gate, const float* up, int64_t n, float* out, bool bf
 
 // MoE routing: softmax over all E logits in f32 -> top-k (ties: lower index first) -> optional
 // renormalisation. logits [T, E]; idx, w [T, k]
-void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx, float* w);
+void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx,
+               float* w);
 
 // Weights of one SwiGLU MLP: down(silu(gate(x)) * up(x)).
 struct MlpWeights {
@@ -109,8 +110,8 @@ void swiglu_mlp(const MlpWeights& w, const float* x, int64_t N, float* out, bool
 // MoE: softmax(router) over all experts in f32 -> top-k -> renormalise (if asked) -> weighted sum of
 // the chosen experts (tokens grouped per expert, one batched MLP per active expert) + sigmoid(x Wsg^T) *
 // shared expert. x, out [N, H].
-void moe(const MoeWeights& w, const float* x, int64_t N, int64_t top_k, bool renormalize, float* out, bool bf16_in,
-         bool hf);
+void moe(const MoeWeights& w, const float* x, int64_t N, int64_t top_k, bool renormalize, float* out,
+         bool bf16_in, bool hf);
 
 // Rounds n values to bf16 in place when bf16 is set (the activation-precision helper of the ref path).
 inline void round_activations(float* x, int64_t n, bool bf16) {
@@ -121,8 +122,14 @@ inline void round_activations(float* x, int64_t n, bool bf16) {
 // Index of the largest value (the first one on ties).
 int64_t argmax(const float* x, int64_t n);
 
-inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
-inline float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+inline float sigmoid(float x) {
+    return 1.0f / (1.0f + std::exp(-x));
+}
+inline float silu(float x) {
+    return x / (1.0f + std::exp(-x));
+}
+inline float softplus(float x) {
+    return x > 20.0f ? x : std::log1p(std::exp(x));
+}
 
 }  // namespace gdn::ref

@@ -10,5 +10,7 @@
 
 namespace gdn::cpu::avx2 {
 #include "ops/cpu/kernels.inc"
+
+// The chunked delta rule uses kernels.inc's helpers: it comes after them.
 #include "ops/cpu/gdn_chunked.inc"
 }  // namespace gdn::cpu::avx2

@@ -33,8 +33,8 @@ inline void for_each_step(const uint8_t* blk, const Step& step) {
 }
 
 template <int MR, bool kSwiglu = false>
-void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
-             int ncols) {
+void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y,
+             int64_t ldy, int ncols) {
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
@@ -50,8 +50,10 @@ void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
                 xa[m] = _mm256_abs_epi8(xs[m]);
             }
             for (int v = 0; v < kNV; ++v) {
-                const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 128 + v * 32));
-                for (int m = 0; m < MR; ++m) acc[m][v] = quad_dot_add(acc[m][v], xa[m], _mm256_sign_epi8(wv, xs[m]));
+                const __m256i wv =
+                    _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + j * 128 + v * 32));
+                for (int m = 0; m < MR; ++m)
+                    acc[m][v] = quad_dot_add(acc[m][v], xa[m], _mm256_sign_epi8(wv, xs[m]));
             }
         };
         for_each_step<MR, 8>(blk, quad);
@@ -68,8 +70,8 @@ void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
 }
 
 template <int MR, bool kSwiglu = false>
-void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
-             int ncols) {
+void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y,
+             int64_t ldy, int ncols) {
     __m256 sum[MR][kNV];
     for (int m = 0; m < MR; ++m)
         for (int v = 0; v < kNV; ++v) sum[m][v] = _mm256_setzero_ps();
@@ -84,7 +86,8 @@ void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
             const __m256 ws = f16x8(sc + v * 16);
             for (int m = 0; m < MR; ++m) {
                 const int64_t i = (m0 + m) * x.G + g;
-                const __m256i d = _mm256_sub_epi32(group_sums_widen(acc[m][v]), _mm256_set1_epi32(8 * x.xsum[i]));
+                const __m256i d =
+                    _mm256_sub_epi32(group_sums_widen(acc[m][v]), _mm256_set1_epi32(8 * x.xsum[i]));
                 const __m256 s = _mm256_mul_ps(ws, _mm256_set1_ps(x.xs[i]));
                 sum[m][v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, sum[m][v]);
             }
@@ -95,11 +98,13 @@ void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
 
 }  // namespace
 
-void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+               int64_t p1) {
     run_panels<tile_q8<1>, tile_q8<kMR>>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+               int64_t p1) {
     run_panels<tile_q4<1>, tile_q4<kMR>>(x, w, y, ldy, p0, p1);
 }
 

@@ -161,13 +161,14 @@ inline void nibble_group_dots(const quant::QuantRowsView& x, int64_t m0, int64_t
     }
 }
 
-using QuantTileFn = void (*)(const quant::QuantRowsView&, int64_t m0, const PackedWeight&, int64_t p, float* y,
-                             int64_t ldy, int ncols);
+using QuantTileFn = void (*)(const quant::QuantRowsView&, int64_t m0, const PackedWeight&, int64_t p,
+                             float* y, int64_t ldy, int ncols);
 
 // Columns of panels [p0, p1) for all rows: kMR-row tiles, then single rows. kSwiglu: the tiles store
 // each panel's 16 activations, at column p * 16 of y.
 template <QuantTileFn Tile1, QuantTileFn TileMR, bool kSwiglu = false>
-void run_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
+void run_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
         const int ncols = static_cast<int>(std::min<int64_t>(quant::kCols, w.N - p * quant::kCols));
         float* yp = y + p * (kSwiglu ? quant::kCols / 2 : quant::kCols);
@@ -247,12 +248,14 @@ inline void for_each_q6k_vector(const uint8_t* rec, int s, const Fn& fn) {
 // unsigned bytes vpmaddubsw takes, then multiplied by every row (linear_kquant_unpacked_avx2.cpp).
 // From kUnpackRows rows on; fewer run the packed tiles, which unpack per tile of kMR rows.
 constexpr int64_t kUnpackRows = 4;
-void unpacked_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
-void unpacked_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1);
+void unpacked_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                  int64_t p1);
+void unpacked_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                  int64_t p1);
 // The same with the SwiGLU epilogue (store_swiglu_row).
-void unpacked_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                         int64_t p1);
-void unpacked_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                         int64_t p1);
+void unpacked_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                         int64_t p0, int64_t p1);
+void unpacked_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                         int64_t p0, int64_t p1);
 
 }  // namespace gdn::cpu::GDN_AVX2_KERNELS

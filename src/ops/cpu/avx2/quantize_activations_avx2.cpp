@@ -10,7 +10,6 @@
 
 namespace gdn::cpu::avx2 {
 
-
 namespace {
 
 inline __m256 group_abs_max(const float* src) {

@@ -38,14 +38,15 @@ void dot_panel(const uint32_t* xs, const uint32_t* xa, int64_t K4, const int8_t*
             const __m256i sg = _mm256_set1_epi32(static_cast<int>(xs[m * K4 + kk]));
             const __m256i ab = _mm256_set1_epi32(static_cast<int>(xa[m * K4 + kk]));
             for (int v = 0; v < 4; ++v)
-                acc[m][v] = _mm256_add_epi32(acc[m][v], _mm256_madd_epi16(_mm256_maddubs_epi16(ab, _mm256_sign_epi8(w[v], sg)), ones));
+                acc[m][v] = _mm256_add_epi32(
+                    acc[m][v], _mm256_madd_epi16(_mm256_maddubs_epi16(ab, _mm256_sign_epi8(w[v], sg)), ones));
         }
     }
 }
 
 template <int MR>
-void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* bounds,
-                 int64_t ld) {
+void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+                 float* bounds, int64_t ld) {
     using namespace gdn::simd;
     const __m256 eight_u = _mm256_set1_ps(8.0f * 0x1p-24f), inflate = _mm256_set1_ps(1.001f);
     const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -71,8 +72,10 @@ void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
         for (int g0 = 0; g0 < MR; g0 += 2) {
             const int rows = std::min(2, MR - g0);
             __m256i acc[2][4];
-            if (rows == 2) dot_panel<2>(xs + g0 * K4, xa + g0 * K4, K4, s.panel(p), acc);
-            else dot_panel<1>(xs + g0 * K4, xa + g0 * K4, K4, s.panel(p), acc);
+            if (rows == 2)
+                dot_panel<2>(xs + g0 * K4, xa + g0 * K4, K4, s.panel(p), acc);
+            else
+                dot_panel<1>(xs + g0 * K4, xa + g0 * K4, K4, s.panel(p), acc);
             for (int m = g0; m < g0 + rows; ++m) {
                 const ScreenRow& rm = r[m];
                 __m256 lo_p = _mm256_set1_ps(-INFINITY), hi_p = lo_p;
@@ -81,8 +84,9 @@ void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
                     if (n0 >= s.N) break;
                     const int nvalid = static_cast<int>(std::min<int64_t>(8, s.N - n0));
                     const __m256 valid = _mm256_castsi256_ps(tail_mask(nvalid));
-                    const __m256 A = _mm256_mul_ps(_mm256_cvtepi32_ps(acc[m - g0][v]),
-                                                   _mm256_mul_ps(_mm256_loadu_ps(s.scale() + n0), _mm256_set1_ps(rm.sx)));
+                    const __m256 A =
+                        _mm256_mul_ps(_mm256_cvtepi32_ps(acc[m - g0][v]),
+                                      _mm256_mul_ps(_mm256_loadu_ps(s.scale() + n0), _mm256_set1_ps(rm.sx)));
                     __m256 B = _mm256_mul_ps(_mm256_and_ps(A, abs_mask), eight_u);
                     B = _mm256_fmadd_ps(_mm256_loadu_ps(s.wmax() + n0), _mm256_set1_ps(rm.c_wmax), B);
                     B = _mm256_fmadd_ps(_mm256_loadu_ps(s.wq_norm() + n0), _mm256_set1_ps(rm.c_wq), B);
@@ -103,7 +107,8 @@ void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
 void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
                float* bounds, int64_t ld) {
     GDN_CHECK(M >= 1 && M <= kScreenRows, "screen_i8: %d rows (1 to %d)", M, kScreenRows);
-    with_rows<kScreenRows>(M, [&](auto rows) { screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld); });
+    with_rows<kScreenRows>(
+        M, [&](auto rows) { screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld); });
 }
 
 }  // namespace gdn::cpu::avx2

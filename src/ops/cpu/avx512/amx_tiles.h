@@ -27,7 +27,9 @@ constexpr int64_t kStreamPrefetchBytes = 6144;
 // Loads a tile configuration. Not _tile_loadconfig: GCC 12 declares its asm as reading only the first 8
 // bytes of the configuration, so the compiler may drop the stores to the rest as dead (seen: a tile's
 // rows left 0 and a SIGILL at its first load); this operand is the whole 64-byte struct.
-inline void ldtilecfg(const TileConfig& c) { __asm__ volatile("ldtilecfg %0" ::"m"(c)); }
+inline void ldtilecfg(const TileConfig& c) {
+    __asm__ volatile("ldtilecfg %0" ::"m"(c));
+}
 
 // The rows the calling thread's configuration is for (0: none loaded, -1: another shape, load_config).
 inline thread_local int t_config_rows = 0;
@@ -65,8 +67,8 @@ inline void release() {
 // reads a's pairs [16 s, 16 s + 16) and b's 16 rows from b + s * b_step (uint32 units; row stride ldb,
 // columns 0-15 at the row start, 16-31 at +16). Loads the configuration for `rows`. prefetch_bytes > 0:
 // each step also prefetches the b_step words that far ahead of its own b (an operand streaming from DRAM).
-inline void gemm_block(const uint32_t* a, int64_t lda, int rows, const uint32_t* b, int64_t ldb, int64_t b_step,
-                       int64_t steps, float* c, int64_t ldc, int64_t prefetch_bytes = 0) {
+inline void gemm_block(const uint32_t* a, int64_t lda, int rows, const uint32_t* b, int64_t ldb,
+                       int64_t b_step, int64_t steps, float* c, int64_t ldc, int64_t prefetch_bytes = 0) {
     configure(rows);
     const bool two = rows > 16;
     _tile_zero(0);

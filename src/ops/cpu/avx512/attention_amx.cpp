@@ -34,12 +34,12 @@ struct BlockScratch {
 
 }  // namespace
 
-void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D, int64_t n_past,
-                         int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp, int64_t nk, float scale,
-                         float* out, int64_t ldo) {
+void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D,
+                         int64_t n_past, int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp,
+                         int64_t nk, float scale, float* out, int64_t ldo) {
     const int rows = static_cast<int>(ntok * group);
-    const int64_t nkb = n_past + tb + ntok;            // keys the block's last token sees
-    const int64_t nkb32 = (nkb + 31) / 32 * 32;         // <= nk
+    const int64_t nkb = n_past + tb + ntok;      // keys the block's last token sees
+    const int64_t nkb32 = (nkb + 31) / 32 * 32;  // <= nk
     const int64_t D2 = D / 2;
     thread_local BlockScratch b;
     if (b.qa.size() < static_cast<size_t>(32 * D2)) b.qa.resize(32 * D2);
@@ -73,8 +73,10 @@ void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t
         uint32_t* pr = b.pa.data() + r * (nkb32 / 2);
         for (int64_t j = 0; j < nkb32; j += 32) {
             // Keys past the row's limit are exact zeros (vexp clamps: it never returns 0 by itself).
-            const __m512 p0 = _mm512_maskz_mov_ps(valid(j), simd::vexp(_mm512_sub_ps(_mm512_loadu_ps(sr + j), mx)));
-            const __m512 p1 = _mm512_maskz_mov_ps(valid(j + 16), simd::vexp(_mm512_sub_ps(_mm512_loadu_ps(sr + j + 16), mx)));
+            const __m512 p0 =
+                _mm512_maskz_mov_ps(valid(j), simd::vexp(_mm512_sub_ps(_mm512_loadu_ps(sr + j), mx)));
+            const __m512 p1 = _mm512_maskz_mov_ps(
+                valid(j + 16), simd::vexp(_mm512_sub_ps(_mm512_loadu_ps(sr + j + 16), mx)));
             vsum = _mm512_add_ps(vsum, _mm512_add_ps(p0, p1));
             _mm512_storeu_si512(pr + j / 2, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
         }
@@ -88,8 +90,8 @@ void attention_amx_block(const float* q, const float* gate, int64_t ldq, int64_t
 
     for (int r = 0; r < rows; ++r) {
         const int64_t at = (r % group) * D;  // row r: token tb + r / group, head r % group of the group
-        write_gated_row(b.o.data() + r * D, b.inv_sum[r], gate ? gate + (tb + r / group) * ldq + at : nullptr, D,
-                        out + (tb + r / group) * ldo + at);
+        write_gated_row(b.o.data() + r * D, b.inv_sum[r], gate ? gate + (tb + r / group) * ldq + at : nullptr,
+                        D, out + (tb + r / group) * ldo + at);
     }
 }
 

@@ -36,11 +36,13 @@ namespace gdn::cpu::avx512 {
 namespace {
 
 constexpr int kChunk = kDotKeyChunk;  // keys per packed K chunk: one score tile's 4 vectors
-constexpr int kStep = 2 * kChunk;     // keys per online-softmax step: <= 8 vectors of S, 64 key pairs of P . V
-constexpr int kTileRows = 6;   // rows per register tile: 6 x 4 f32 accumulators + 4 operand vectors
+constexpr int kStep = 2 * kChunk;  // keys per online-softmax step: <= 8 vectors of S, 64 key pairs of P . V
+constexpr int kTileRows = 6;       // rows per register tile: 6 x 4 f32 accumulators + 4 operand vectors
 constexpr int kMaxRows = 32;
 
-inline __m512bh as_pairs(__m512i v) { return (__m512bh)v; }
+inline __m512bh as_pairs(__m512i v) {
+    return (__m512bh)v;
+}
 
 // 2^x for x <= 0 (scores minus their running maximum), to ~4.5e-5 relative (the first dropped Taylor
 // term, (ln2 / 2)^5 / 5!), far inside the bf16 rounding of P (up to 2^-9) that follows: x = n + f with
@@ -49,7 +51,7 @@ inline __m512bh as_pairs(__m512i v) { return (__m512bh)v; }
 inline __m512 exp2_nonpositive(__m512 x) {
     const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(9.6181291076e-3f);                // ln2^4 / 4!
+    __m512 p = _mm512_set1_ps(9.6181291076e-3f);                  // ln2^4 / 4!
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));  // ln2^3 / 3!
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));  // ln2^2 / 2!
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));  // ln2
@@ -110,7 +112,8 @@ struct Score {
 };
 template <int R, int NV>
 struct Value {
-    static void run(const uint32_t* pa, int npairs, const uint32_t* vp, int64_t D, const float* corr, float* o) {
+    static void run(const uint32_t* pa, int npairs, const uint32_t* vp, int64_t D, const float* corr,
+                    float* o) {
         value_tile<R, NV>(pa, npairs, vp, D, corr, o);
     }
 };
@@ -137,14 +140,14 @@ struct alignas(64) DotScratch {
     float s[kMaxRows * kStep];
     uint32_t pa[kMaxRows * kStep / 2];
     float m[kMaxRows], corr[kMaxRows];  // m in units of log2(e)
-    __m512 l[kMaxRows];                  // per row, 16 lane sums of P
+    __m512 l[kMaxRows];                 // per row, 16 lane sums of P
 };
 
 }  // namespace
 
-void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D, int64_t n_past,
-                         int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp, int64_t nk, float scale,
-                         float* out, int64_t ldo) {
+void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t group, int64_t D,
+                         int64_t n_past, int64_t tb, int64_t ntok, const uint32_t* kt, const uint32_t* vp,
+                         int64_t nk, float scale, float* out, int64_t ldo) {
     const int rows = static_cast<int>(ntok * group);
     const int64_t D2 = D / 2;
     const int64_t nkb = n_past + tb + ntok;  // keys the block's last token sees
@@ -221,7 +224,9 @@ void attention_dot_block(const float* q, const float* gate, int64_t ldq, int64_t
 
 // What both engines use (attention_bf16.h) lives here, in the file built without the AMX flags.
 
-bool attention_bf16_supported(int64_t D, int64_t group) { return D % 32 == 0 && D <= 512 && group >= 1 && group <= 32; }
+bool attention_bf16_supported(int64_t D, int64_t group) {
+    return D % 32 == 0 && D <= 512 && group >= 1 && group <= 32;
+}
 
 namespace {
 
@@ -229,13 +234,15 @@ namespace {
 // it flushes f32 denormals, which vdpbf16ps and tdpbf16ps read as zero anyway), bf16 rows as stored.
 template <typename E>
 inline __m256i bf16x16(const E* p) {
-    if constexpr (sizeof(E) == 2) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    else return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p));
+    if constexpr (sizeof(E) == 2)
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    else
+        return (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(p));
 }
 
 template <typename E>
-void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1, uint32_t* kt,
-               uint32_t* vp, int64_t nk, int64_t key_chunk) {
+void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1,
+               uint32_t* kt, uint32_t* vp, int64_t nk, int64_t key_chunk) {
     // kt: key j's dims as pairs in its chunk's [D/2][width] array; vp [nk/2][D]: row jp holds keys 2jp,
     // 2jp+1 per dim.
     const int64_t D2 = D / 2;
@@ -269,8 +276,10 @@ void pack_keys(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_
 
 void attention_bf16_pack(const KvRows& kv, int64_t hoff, int64_t D, int64_t n_keys, int64_t j0, int64_t j1,
                          uint32_t* kt, uint32_t* vp, int64_t nk, int64_t key_chunk) {
-    if (kv.bf16) pack_keys<uint16_t>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk, key_chunk);
-    else pack_keys<float>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk, key_chunk);
+    if (kv.bf16)
+        pack_keys<uint16_t>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk, key_chunk);
+    else
+        pack_keys<float>(kv, hoff, D, n_keys, j0, j1, kt, vp, nk, key_chunk);
 }
 
 }  // namespace gdn::cpu::avx512

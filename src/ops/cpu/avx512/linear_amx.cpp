@@ -18,13 +18,15 @@
 
 namespace gdn::cpu::avx512 {
 
-void amx_end() { amx::release(); }
+void amx_end() {
+    amx::release();
+}
 
 void amx_panel_block(const uint32_t* xp, int64_t ldp, int rows, const uint16_t* B, int64_t kk_end, float* c,
                      bool prefetch) {
     // B as uint32 words: a k-pair row of the panel is 32 words, a k-step 16 rows.
-    amx::gemm_block(xp, ldp, rows, reinterpret_cast<const uint32_t*>(B), kPanelCols, 16 * kPanelCols, kk_end / 16, c,
-                    kPanelCols, prefetch ? amx::kStreamPrefetchBytes : 0);
+    amx::gemm_block(xp, ldp, rows, reinterpret_cast<const uint32_t*>(B), kPanelCols, 16 * kPanelCols,
+                    kk_end / 16, c, kPanelCols, prefetch ? amx::kStreamPrefetchBytes : 0);
 }
 
 double amx_dot_chains(int64_t iters, float* sink) {

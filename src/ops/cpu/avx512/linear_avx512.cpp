@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/dtype.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/cpu/row_slabs.h"
-#include "core/dtype.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
 #include "ops/dispatch.h"
@@ -17,9 +17,9 @@ namespace gdn::cpu::avx512 {
 
 namespace {
 
-constexpr int kMRdot = 12;       // 12 rows x 2 vectors = 24 accumulators
-constexpr int64_t kKcPairs = 2048;  // k-pairs per block: a weight panel block streams from L2 (measured: C reloads cost more)
-
+constexpr int kMRdot = 12;  // 12 rows x 2 vectors = 24 accumulators
+constexpr int64_t kKcPairs =
+    2048;  // k-pairs per block: a weight panel block streams from L2 (measured: C reloads cost more)
 
 // The lines of the next weight panel that one prefill tile asks for while it computes (PanelAhead below):
 // `lines` cache lines from `p`, one every `every` k-pairs.
@@ -33,8 +33,8 @@ struct LinesAhead {
 // (a decode batch), which streams from memory: 2+ rows ask for its lines ahead (ops/cpu/stream_ahead.h).
 // ahead: a prefill tile's share of the next panel's lines (nothing for decode batches).
 template <int MR, bool kSwiglu = false, bool kStream = false>
-void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y, int64_t ldy,
-              int ncols, bool accumulate, bool round_out, LinesAhead ahead = {}) {
+void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y,
+              int64_t ldy, int ncols, bool accumulate, bool round_out, LinesAhead ahead = {}) {
     __m512 acc[MR][2];
     const __mmask16 m0 = simd::lanes_mask(ncols), m1 = simd::lanes_mask(ncols - 16);
     for (int m = 0; m < MR; ++m) {
@@ -63,7 +63,8 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
         }
     }
     if constexpr (kSwiglu) {
-        for (int m = 0; m < MR; ++m) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(simd::vsilu(acc[m][0]), acc[m][1]));
+        for (int m = 0; m < MR; ++m)
+            _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(simd::vsilu(acc[m][0]), acc[m][1]));
         return;
     }
     for (int m = 0; m < MR; ++m) {
@@ -73,8 +74,8 @@ void tile_dot(const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, i
 }
 
 template <int MR, bool kStream = false>
-void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1, float* y,
-                       int64_t ldy, int ncols, bool acc, bool round_out, LinesAhead ahead = {}) {
+void tile_dot_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_t* B, int64_t kk0, int64_t kk1,
+                       float* y, int64_t ldy, int ncols, bool acc, bool round_out, LinesAhead ahead = {}) {
     if constexpr (MR > 0) {
         if (mr == MR)
             return tile_dot<MR, false, kStream>(xp, ldp, B, kk0, kk1, y, ldy, ncols, acc, round_out, ahead);
@@ -103,7 +104,7 @@ void tile_swiglu_dispatch(int mr, const uint32_t* xp, int64_t ldp, const uint16_
 // twenty-ninth session): K = 1024 products at M = 128-256 0.83-0.93 of the time, M = 1056 0.93-0.99;
 // N = 1024, K = 2048 / 3584 at M = 135 0.95-0.97, at M = 288-4096 0.99-1.05.
 class PanelAhead {
-public:
+  public:
     // For the row tiles of rows [s0, s1) on panel p's k-pairs [kk0, kk1).
     PanelAhead(const PackedWeight& w, int64_t p, int64_t kk0, int64_t kk1, int64_t s0, int64_t s1)
         : p_(reinterpret_cast<const char*>(w.bf16_panel(std::min(p + 1, w.n_panels - 1)) +
@@ -118,15 +119,15 @@ public:
         return a;
     }
 
-private:
+  private:
     static int64_t tiles(int64_t s0, int64_t s1) { return (s1 - s0 + kMRdot - 1) / kMRdot; }
     const char* p_;
     int64_t lines_, per_tile_, every_, done_ = 0;
 };
 
 // The AMX form of the three entry points below, for every M (decode too: a row's sums must not depend on
-// the batch it is in). Rows go in blocks of up to 32 through amx_panel_block over the k-pairs [0, kk_end), kk_end
-// the largest multiple of 16; the remaining k-pairs, in order, and the epilogue run on vdpbf16ps:
+// the batch it is in). Rows go in blocks of up to 32 through amx_panel_block over the k-pairs [0, kk_end),
+// kk_end the largest multiple of 16; the remaining k-pairs, in order, and the epilogue run on vdpbf16ps:
 // finish(m, p, v0, v1) gets row m's 32 sums of panel p (columns 0-15, 16-31).
 template <class Finish>
 void amx_panels(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
@@ -149,7 +150,8 @@ void amx_panels(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& 
                     for (int64_t kk = kk_end; kk < w.K2; ++kk) {
                         const __m512bh a = (__m512bh)_mm512_set1_epi32(static_cast<int>(xr[kk]));
                         v0 = _mm512_dpbf16_ps(v0, a, (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols));
-                        v1 = _mm512_dpbf16_ps(v1, a, (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols + 32));
+                        v1 = _mm512_dpbf16_ps(v1, a,
+                                              (__m512bh)_mm512_loadu_si512(B + kk * 2 * kPanelCols + 32));
                     }
                     finish(m0 + r, p, v0, v1);
                 }
@@ -161,8 +163,8 @@ void amx_panels(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& 
 
 }  // namespace
 
-void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
-                           int64_t p0, int64_t p1) {
+void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y,
+                           int64_t ldy, int64_t p0, int64_t p1) {
     if (has_amx_bf16()) {
         amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 gate, __m512 up) {
             _mm512_storeu_ps(y + m * ldy + p * 16, _mm512_mul_ps(simd::vsilu(gate), up));
@@ -171,7 +173,8 @@ void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
     }
     if (M <= kMRdot) {  // a decode batch: one tile per panel, streamed
         for (int64_t p = p0; p < p1; ++p)
-            tile_swiglu_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), w.K2, y + p * 16, ldy);
+            tile_swiglu_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), w.K2,
+                                               y + p * 16, ldy);
         return;
     }
     const int64_t slab = slab_rows(w.K2 * 4, kMRdot);  // ops/cpu/row_slabs.h
@@ -188,8 +191,8 @@ void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
     }
 }
 
-void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0, int64_t p1,
-                           float* best_val, int64_t* best_idx) {
+void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0,
+                           int64_t p1, float* best_val, int64_t* best_idx) {
     // The same tiles as linear_bf16dot (so the values are bitwise those of the materialised logits), stored
     // into a 12 x 32 buffer that stays in L1 instead of an [M, N] output.
     alignas(64) float tile[kMRdot * kPanelCols];
@@ -218,11 +221,11 @@ void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
         for (int64_t m0 = 0; m0 < M; m0 += kMRdot) {
             const int mr = static_cast<int>(std::min<int64_t>(kMRdot, M - m0));
             if (M <= kMRdot)  // one tile per panel: streamed
-                tile_dot_dispatch<kMRdot, true>(mr, xp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols, ncols, false,
-                                                false);
+                tile_dot_dispatch<kMRdot, true>(mr, xp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols,
+                                                ncols, false, false);
             else
-                tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols, ncols,
-                                          false, false);
+                tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, w.bf16_panel(p), 0, w.K2, tile, kPanelCols,
+                                          ncols, false, false);
             for (int r = 0; r < mr; ++r) scan(m0 + r, p, tile + r * kPanelCols, ncols);
         }
     }
@@ -246,14 +249,15 @@ void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t
     }
 }
 
-void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                    int64_t p1, bool round_out) {
+void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
+                    int64_t p0, int64_t p1, bool round_out) {
     if (has_amx_bf16()) {
         amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
             const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
             float* yr = y + m * ldy + p * kPanelCols;
             _mm512_mask_storeu_ps(yr, simd::lanes_mask(ncols), round_out ? simd::vround_bf16(v0) : v0);
-            _mm512_mask_storeu_ps(yr + 16, simd::lanes_mask(ncols - 16), round_out ? simd::vround_bf16(v1) : v1);
+            _mm512_mask_storeu_ps(yr + 16, simd::lanes_mask(ncols - 16),
+                                  round_out ? simd::vround_bf16(v1) : v1);
         });
         return;
     }
@@ -261,8 +265,8 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
         // Decode / small batches: one pass over each weight panel, all rows at once (bandwidth bound).
         for (int64_t p = p0; p < p1; ++p) {
             const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
-            tile_dot_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), 0, w.K2, y + p * kPanelCols,
-                                            ldy, ncols, false, round_out);
+            tile_dot_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), 0, w.K2,
+                                            y + p * kPanelCols, ldy, ncols, false, round_out);
         }
         return;
     }
@@ -279,8 +283,9 @@ void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeig
                 PanelAhead ahead(w, p, kk0, kk1, s0, s1);
                 for (int64_t m0 = s0; m0 < s1; m0 += kMRdot) {
                     const int mr = static_cast<int>(std::min<int64_t>(kMRdot, s1 - m0));
-                    tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, B, kk0, kk1, y + m0 * ldy + p * kPanelCols, ldy,
-                                              ncols, kk0 > 0, round_out && kk1 == w.K2, ahead.take());
+                    tile_dot_dispatch<kMRdot>(mr, xp + m0 * ldp, ldp, B, kk0, kk1,
+                                              y + m0 * ldy + p * kPanelCols, ldy, ncols, kk0 > 0,
+                                              round_out && kk1 == w.K2, ahead.take());
                 }
             }
         }

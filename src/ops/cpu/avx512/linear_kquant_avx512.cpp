@@ -25,7 +25,8 @@ constexpr int64_t kGroupsPerBlock = kSuperBlock / kQuantGroup;
 // Calls fn(g, rec, f16) for each group g of panel p that the rows have (x_groups of them), in order: rec
 // its group record (record_bytes each), f16 its super-block's f16 fields.
 template <typename Fn>
-inline void for_each_group(const PackedWeight& w, int64_t p, int64_t x_groups, int64_t record_bytes, const Fn& fn) {
+inline void for_each_group(const PackedWeight& w, int64_t p, int64_t x_groups, int64_t record_bytes,
+                           const Fn& fn) {
     for (int64_t b = 0; b < w.n_blocks; ++b) {
         const uint8_t* blk = w.quant_block(p, b);
         const uint8_t* f16 = blk + quant::f16_offset(w.format);
@@ -35,8 +36,8 @@ inline void for_each_group(const PackedWeight& w, int64_t p, int64_t x_groups, i
 }
 
 template <int MR, bool kSwiglu, bool kFar>
-void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
-              int ncols) {
+void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y,
+              int64_t ldy, int ncols) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
     // A decode row multiplies the high nibbles in place, as 16 q, into accumulators of their own, exactly
     // divided by 16 after the group (as linear_quant_avx512.cpp's int4 tile: one AND, not shift + AND).
@@ -80,14 +81,15 @@ void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
             }
         __m512 ds[2], dm[2];
         for (int v = 0; v < 2; ++v)
-            q4k_group_scales(rec + quant::kQ4KLevelsOffset, v, f16x16(f16 + 32 * v), f16x16(f16 + 64 + 32 * v),
-                             &ds[v], &dm[v]);
+            q4k_group_scales(rec + quant::kQ4KLevelsOffset, v, f16x16(f16 + 32 * v),
+                             f16x16(f16 + 64 + 32 * v), &ds[v], &dm[v]);
         for (int m = 0; m < MR; ++m) {
             const int64_t i = (m0 + m) * x.G + g;
             const __m512 xs = _mm512_set1_ps(x.xs[i]);
             const __m512 xs_sum = _mm512_set1_ps(x.xs[i] * static_cast<float>(x.xsum[i]));
             for (int v = 0; v < 2; ++v) {
-                const __m512 r = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
+                const __m512 r =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
                 sum[m][v] = _mm512_fnmadd_ps(dm[v], xs_sum, r);
             }
         }
@@ -96,13 +98,14 @@ void tile_q4k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
 }
 
 template <int MR, bool kSwiglu, bool kFar>
-void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
-              int ncols) {
+void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y,
+              int64_t ldy, int ncols) {
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
     for_each_group(w, p, x.G, quant::kQ6KRecordBytes, [&](int64_t g, const uint8_t* rec, const uint8_t* f16) {
         __m512i acc[MR][2];  // starts at -32 S: after the group, exactly D = sum q x
-        for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-32 * x.xsum[(m0 + m) * x.G + g]);
+        for (int m = 0; m < MR; ++m)
+            acc[m][0] = acc[m][1] = _mm512_set1_epi32(-32 * x.xsum[(m0 + m) * x.G + g]);
         for (int s = 0; s < 4; ++s) {
             if constexpr (MR == 1) record_ahead<kFar>(rec, s, 4, quant::kQ6KRecordBytes);
             __m512i lo0, hi0, lo1, hi1;
@@ -119,7 +122,8 @@ void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
         for (int m = 0; m < MR; ++m) {
             const __m512 xs = _mm512_set1_ps(x.xs[(m0 + m) * x.G + g]);
             for (int v = 0; v < 2; ++v)
-                sum[m][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
+                sum[m][v] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[m][v]), _mm512_mul_ps(ds[v], xs), sum[m][v]);
         }
     });
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
@@ -143,23 +147,29 @@ struct TileQ6K {
 
 }  // namespace
 
-void linear_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q4K)) return amx_quant_panels<WeightFormat::Q4K, false>(x, w, y, ldy, p0, p1);
+void linear_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q4K))
+        return amx_quant_panels<WeightFormat::Q4K, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ4K, false>(x, w, y, ldy, p0, p1);
 }
-void linear_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                      int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q4K)) return amx_quant_panels<WeightFormat::Q4K, true>(x, w, y, ldy, p0, p1);
+void linear_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                       int64_t p0, int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q4K))
+        return amx_quant_panels<WeightFormat::Q4K, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ4K, true>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q6K)) return amx_quant_panels<WeightFormat::Q6K, false>(x, w, y, ldy, p0, p1);
+void linear_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q6K))
+        return amx_quant_panels<WeightFormat::Q6K, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ6K, false>(x, w, y, ldy, p0, p1);
 }
-void linear_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                      int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q6K)) return amx_quant_panels<WeightFormat::Q6K, true>(x, w, y, ldy, p0, p1);
+void linear_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                       int64_t p0, int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q6K))
+        return amx_quant_panels<WeightFormat::Q6K, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ6K, true>(x, w, y, ldy, p0, p1);
 }
 

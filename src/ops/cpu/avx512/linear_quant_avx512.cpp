@@ -22,8 +22,8 @@ namespace {
 
 // The group epilogue: sum += float(acc) * (scale_w * scale_x) for each row and vector.
 template <int MR>
-inline void scale_group(const quant::QuantRowsView& x, int64_t m0, int64_t g, const uint8_t* scales, __m512i (&acc)[MR][2],
-                        __m512 (&sum)[MR][2]) {
+inline void scale_group(const quant::QuantRowsView& x, int64_t m0, int64_t g, const uint8_t* scales,
+                        __m512i (&acc)[MR][2], __m512 (&sum)[MR][2]) {
     const __m512 ws0 = f16x16(scales), ws1 = f16x16(scales + 32);
     for (int m = 0; m < MR; ++m) {
         const __m512 xs = _mm512_set1_ps(x.xs[(m0 + m) * x.G + g]);
@@ -38,15 +38,16 @@ template <int MR>
 constexpr int64_t kStreamAhead = MR == 1 ? kStreamAheadFarBytes : kStreamAheadBatchBytes;
 
 template <int MR, bool kSwiglu, bool kStream>
-void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
-             int ncols) {
+void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y,
+             int64_t ldy, int ncols) {
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     __m512 sum[MR][2];
     for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
     for (int64_t g = 0; g < w.n_blocks; ++g) {
         const uint8_t* blk = w.quant_block(p, g);
         __m512i acc[MR][2];
-        for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-128 * x.xsum[(m0 + m) * x.G + g]);
+        for (int m = 0; m < MR; ++m)
+            acc[m][0] = acc[m][1] = _mm512_set1_epi32(-128 * x.xsum[(m0 + m) * x.G + g]);
 #pragma GCC unroll 8  // as without the prefetch: GCC stops unrolling it, and the accumulators then shuffle
         for (int j = 0; j < 8; ++j) {
             if constexpr (kStream) prefetch_128_ahead(blk + j * 128, kStreamAhead<MR>);
@@ -64,8 +65,8 @@ void tile_q8(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
 }
 
 template <int MR, bool kSwiglu, bool kStream>
-void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y, int64_t ldy,
-             int ncols) {
+void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y,
+             int64_t ldy, int ncols) {
     const __m512i low4 = _mm512_set1_epi8(0x0F), high4 = _mm512_set1_epi8(static_cast<char>(0xF0));
     // A decode row (MR = 1) multiplies the high nibbles in place, as 16 (q + 8): one AND instead of a
     // shift and an AND, into accumulators of their own, divided by 16 exactly at the end of the group
@@ -79,7 +80,8 @@ void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
     for (int64_t g = 0; g < w.n_blocks; ++g) {
         const uint8_t* blk = w.quant_block(p, g);
         __m512i acc[MR][2], acc16[kInPlaceHigh ? MR : 1][2];
-        for (int m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_set1_epi32(-8 * x.xsum[(m0 + m) * x.G + g]);
+        for (int m = 0; m < MR; ++m)
+            acc[m][0] = acc[m][1] = _mm512_set1_epi32(-8 * x.xsum[(m0 + m) * x.G + g]);
         if constexpr (kInPlaceHigh)
             for (int m = 0; m < MR; ++m) acc16[m][0] = acc16[m][1] = _mm512_setzero_si512();
 #pragma GCC unroll 4
@@ -135,29 +137,37 @@ struct TileQ4 {
 
 }  // namespace
 
-bool streams_far() { return cpu_has_amx_bf16(); }
+bool streams_far() {
+    return cpu_has_amx_bf16();
+}
 
 bool quant_on_tiles(const quant::QuantRowsView& x, WeightFormat f) {
     return x.M >= amx_min_rows(f) && has_amx_int8();
 }
 
-void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q8)) return amx_quant_panels<WeightFormat::Q8, false>(x, w, y, ldy, p0, p1);
+void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+               int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q8))
+        return amx_quant_panels<WeightFormat::Q8, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ8, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q8_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q8)) return amx_quant_panels<WeightFormat::Q8, true>(x, w, y, ldy, p0, p1);
+    if (quant_on_tiles(x, WeightFormat::Q8))
+        return amx_quant_panels<WeightFormat::Q8, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ8, true>(x, w, y, ldy, p0, p1);
 }
 
-void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0, int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q4)) return amx_quant_panels<WeightFormat::Q4, false>(x, w, y, ldy, p0, p1);
+void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+               int64_t p1) {
+    if (quant_on_tiles(x, WeightFormat::Q4))
+        return amx_quant_panels<WeightFormat::Q4, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ4, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q4_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q4)) return amx_quant_panels<WeightFormat::Q4, true>(x, w, y, ldy, p0, p1);
+    if (quant_on_tiles(x, WeightFormat::Q4))
+        return amx_quant_panels<WeightFormat::Q4, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ4, true>(x, w, y, ldy, p0, p1);
 }
 

@@ -56,7 +56,9 @@ bool streams_far();
 // 0.8B shape in int8, `gdn bench --concurrency 2,4,8` (ABBA): steps 18.4-20.5 / 24.7-26.1 / 36.6-40.9 ms
 // without, 18.8-19.7 / 21.3-22.1 / 27.8-31.8 with. One row (M = 1) and prefill tiles (cache-resident
 // panels) do without.
-inline bool streams_batch(const quant::QuantRowsView& x) { return x.M >= 2 && x.M <= 2 * kMR; }
+inline bool streams_batch(const quant::QuantRowsView& x) {
+    return x.M >= 2 && x.M <= 2 * kMR;
+}
 
 // 16 f16 values (16 columns' scales) as f32.
 inline __m512 f16x16(const uint8_t* p) {
@@ -64,14 +66,17 @@ inline __m512 f16x16(const uint8_t* p) {
 }
 
 // The first n of 16 lanes (n clamped to [0, 16]): a partial panel's columns.
-inline __mmask16 first_lanes(int n) { return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1); }
+inline __mmask16 first_lanes(int n) {
+    return n >= 16 ? 0xffff : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
 
 // The products of rows m0.. (y + m0 ldy, ncols of the panel's 32) or, kSwiglu, the panel's 16
 // activations silu(sum[m][0]) x sum[m][1] (y: the activation block's first column).
 template <int MR, bool kSwiglu>
 inline void store_tile(__m512 (&sum)[MR][2], float* y, int64_t ldy, int ncols) {
     if constexpr (kSwiglu) {
-        for (int m = 0; m < MR; ++m) _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(simd::vsilu(sum[m][0]), sum[m][1]));
+        for (int m = 0; m < MR; ++m)
+            _mm512_storeu_ps(y + m * ldy, _mm512_mul_ps(simd::vsilu(sum[m][0]), sum[m][1]));
         return;
     }
     const __mmask16 m0 = first_lanes(ncols), m1 = first_lanes(ncols - 16);
@@ -88,7 +93,8 @@ inline void q4k_group_scales(const uint8_t* lv, int v, __m512 d, __m512 dmin, __
     const __m512i a = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 16 * v)));
     const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lv + 32)));
     const __m512i m_low = v == 0 ? _mm512_and_si512(b, _mm512_set1_epi32(15)) : _mm512_srli_epi32(b, 4);
-    const __m512i m = _mm512_or_si512(m_low, _mm512_and_si512(_mm512_srli_epi32(a, 2), _mm512_set1_epi32(0x30)));
+    const __m512i m =
+        _mm512_or_si512(m_low, _mm512_and_si512(_mm512_srli_epi32(a, 2), _mm512_set1_epi32(0x30)));
     *ds = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(a, _mm512_set1_epi32(0x3F))));
     *dm = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(m));
 }
@@ -103,7 +109,8 @@ inline void q6k_quads(const uint8_t* rec, int s, int v, __m512i* lo, __m512i* hi
     const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     const uint8_t* pairs = rec + quant::kQ6KHighOffset + s * 64 + v * 32;
     const __m256i half = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs));
-    const __m512i hb = _mm512_srlv_epi64(_mm512_broadcast_i64x4(half), _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
+    const __m512i hb =
+        _mm512_srlv_epi64(_mm512_broadcast_i64x4(half), _mm512_set_epi64(4, 4, 4, 4, 0, 0, 0, 0));
     const __m512i b = _mm512_loadu_si512(rec + s * 128 + v * 64);
     *lo = _mm512_or_si512(_mm512_and_si512(b, low4), _mm512_and_si512(_mm512_slli_epi16(hb, 4), bits45));
     *hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b, 4), low4),
@@ -113,17 +120,19 @@ inline void q6k_quads(const uint8_t* rec, int s, int v, __m512i* lo, __m512i* hi
 // d sc of an int6-k group record's columns 16v..16v+15 (f16: its super-block's d).
 inline __m512 q6k_group_scale(const uint8_t* rec, const uint8_t* f16, int v) {
     const uint8_t* sc = rec + quant::kQ6KScalesOffset;
-    const __m512i level = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * v)));
+    const __m512i level =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + 16 * v)));
     return _mm512_mul_ps(f16x16(f16 + 32 * v), _mm512_cvtepi32_ps(level));
 }
 
-using TileFn = void (*)(const quant::QuantRowsView&, int64_t, const PackedWeight&, int64_t, float*, int64_t, int);
+using TileFn = void (*)(const quant::QuantRowsView&, int64_t, const PackedWeight&, int64_t, float*, int64_t,
+                        int);
 
 // tiles[mr - 1] = tile<mr>: the last row block of a batch is one tile too. kSwiglu: y is the
 // activation [M, ldy], panel p's 16 columns at p * 16.
 template <bool kSwiglu>
-inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantRowsView& x, const PackedWeight& w, float* y,
-                       int64_t ldy, int64_t p0, int64_t p1) {
+inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantRowsView& x, const PackedWeight& w,
+                       float* y, int64_t ldy, int64_t p0, int64_t p1) {
     // Rows in L2-sized slabs of int8 activations (ops/cpu/row_slabs.h).
     const int64_t slab = slab_rows(x.Kp, kMR);
     for (int64_t s0 = 0; s0 < x.M; s0 += slab) {
@@ -144,14 +153,15 @@ inline void run_panels(const TileFn (&tiles)[kMR], const quant::QuantRowsView& x
 // CPU that streams_far() (separate instantiations, so that the prefetch is decided at compile time: a
 // run-time test in the tile's loop kept GCC from unrolling it).
 template <template <int, bool> class Tile, bool kSwiglu>
-inline void run_format(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
-                       int64_t p1) {
+inline void run_format(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                       int64_t p0, int64_t p1) {
     if (x.M == 1 && streams_far()) {
         static constexpr TileFn far[kMR] = {Tile<1, kSwiglu>::far};  // one row: only the first is used
         return run_panels<kSwiglu>(far, x, w, y, ldy, p0, p1);
     }
-    static constexpr TileFn tiles[kMR] = {Tile<1, kSwiglu>::run, Tile<2, kSwiglu>::run, Tile<3, kSwiglu>::run,
-                                          Tile<4, kSwiglu>::run, Tile<5, kSwiglu>::run, Tile<6, kSwiglu>::run};
+    static constexpr TileFn tiles[kMR] = {Tile<1, kSwiglu>::run, Tile<2, kSwiglu>::run,
+                                          Tile<3, kSwiglu>::run, Tile<4, kSwiglu>::run,
+                                          Tile<5, kSwiglu>::run, Tile<6, kSwiglu>::run};
     static constexpr TileFn streamed[kMR] = {Tile<1, kSwiglu>::streamed, Tile<2, kSwiglu>::streamed,
                                              Tile<3, kSwiglu>::streamed, Tile<4, kSwiglu>::streamed,
                                              Tile<5, kSwiglu>::streamed, Tile<6, kSwiglu>::streamed};

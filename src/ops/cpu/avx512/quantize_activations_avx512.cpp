@@ -10,11 +10,11 @@
 
 namespace gdn::cpu::avx512 {
 
-
 namespace {
 
 inline __m256 group_abs_max(const float* src) {
-    const __m512 m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src)), _mm512_abs_ps(_mm512_loadu_ps(src + 16)));
+    const __m512 m =
+        _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(src)), _mm512_abs_ps(_mm512_loadu_ps(src + 16)));
     return _mm256_max_ps(_mm512_castps512_ps256(m), _mm512_extractf32x8_ps(m, 1));
 }
 
@@ -23,7 +23,8 @@ inline __m256i quantize_group(const float* src, float inv, int8_t* q) {
     const __m512 vi = _mm512_set1_ps(inv);
     const __m512i floor = _mm512_set1_epi32(-127);
     const __m512i a = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(src), vi)), floor);
-    const __m512i b = _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(src + 16), vi)), floor);
+    const __m512i b =
+        _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(src + 16), vi)), floor);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(a));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(b));
     const __m512i s = _mm512_add_epi32(a, b);

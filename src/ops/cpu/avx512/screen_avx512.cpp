@@ -23,8 +23,8 @@ namespace {
 // amx: the k-quads up to the last multiple of 16 on AMX-INT8 tiles (amx_screen_block: the same integer
 // sums), the rest here.
 template <int MR>
-void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1, float* bounds,
-                 int64_t ld, bool amx) {
+void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+                 float* bounds, int64_t ld, bool amx) {
     constexpr bool kSplitK = MR <= 4;
     // 2+ rows spend 2 x MR vpdpbusd per 128 weight bytes, about the memory's time for them: their lines
     // are asked for ahead so the two overlap (ops/cpu/stream_ahead.h); one row is bound by the stream.
@@ -81,8 +81,9 @@ void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
         }
         for (int m = 0; m < MR; ++m) {
             const ScreenRow& rm = r[m];
-            const __m512 sx = _mm512_set1_ps(rm.sx), c_err = _mm512_set1_ps(rm.c_err), c_wq = _mm512_set1_ps(rm.c_wq),
-                         c_wmax = _mm512_set1_ps(rm.c_wmax), c_abs = _mm512_set1_ps(rm.c_abs);
+            const __m512 sx = _mm512_set1_ps(rm.sx), c_err = _mm512_set1_ps(rm.c_err),
+                         c_wq = _mm512_set1_ps(rm.c_wq), c_wmax = _mm512_set1_ps(rm.c_wmax),
+                         c_abs = _mm512_set1_ps(rm.c_abs);
             const __m512i acc[2] = {a0[m], a1[m]};
             __m512 lo_p = _mm512_set1_ps(-INFINITY), hi_p = lo_p;
             for (int h = 0; h < 2; ++h) {
@@ -90,8 +91,10 @@ void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
                 if (n0 >= s.N) break;
                 const __mmask16 valid = simd::lanes_mask(s.N - n0);
                 // x is stored as xq + 128 (vpdpbusd's unsigned operand): I = acc - 128 sum_k q_nk, exactly.
-                const __m512i I = _mm512_sub_epi32(acc[h], _mm512_slli_epi32(_mm512_loadu_si512(s.qsum() + n0), 7));
-                const __m512 A = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_loadu_ps(s.scale() + n0), sx));
+                const __m512i I =
+                    _mm512_sub_epi32(acc[h], _mm512_slli_epi32(_mm512_loadu_si512(s.qsum() + n0), 7));
+                const __m512 A =
+                    _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(_mm512_loadu_ps(s.scale() + n0), sx));
                 __m512 B = _mm512_mul_ps(_mm512_abs_ps(A), eight_u);
                 B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wmax() + n0), c_wmax, B);
                 B = _mm512_fmadd_ps(_mm512_loadu_ps(s.wq_norm() + n0), c_wq, B);
@@ -116,9 +119,8 @@ void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* 
     // rows), 4 and more by the vector unit (this Xeon VM, the 0.8B lm_head: 13.2 ms at 4 rows, 12.0 at 8,
     // against 9.3 and 9.8 on AMX; 9.4 at one row).
     const bool amx = M >= kScreenAmxRows && has_amx_int8();
-    with_rows<kScreenRows>(M, [&](auto rows) {
-        screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld, amx);
-    });
+    with_rows<kScreenRows>(
+        M, [&](auto rows) { screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld, amx); });
 }
 
 }  // namespace gdn::cpu::avx512
