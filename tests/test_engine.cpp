@@ -48,7 +48,6 @@ std::map<int64_t, std::vector<int32_t>> run_all(Engine& e, int64_t max_steps = 1
             v.insert(v.end(), o.new_tokens.begin(), o.new_tokens.end());
             EXPECT_EQ(o.completion_tokens, static_cast<int64_t>(v.size()));
         }
-        EXPECT_EQ(e.last_step_reads_during_forward(), 0u);
     }
     EXPECT_FALSE(e.has_unfinished());
     return out;
@@ -93,20 +92,12 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
             if (preempt && step % 7 == 3 && en.stats().running > 1)
                 forced += en.force_preempt(ids[(step / 7) % ids.size()]);
         });
-        // A preempted request is recomputed by a prefill, whose f32 sums differ from the decode steps' in
-        // the last ulps. Quantized formats round every linear's input to int8, which turns such ulps into
-        // visible logit changes now and then, enough to flip a near-tie of these random-weight models; so
-        // with quantized weights and preemption, up to 2 of the 32 (16 sanitized) requests may diverge (the
-        // rest, and every request without preemption, must be identical).
-        const bool recomputes = preempt || expect_auto_preemption;
-        const size_t allowed = q && recomputes ? 2 : 0;
-        size_t diverged = 0;
-        for (size_t i = 0; i < ids.size(); ++i) {
-            if (got[ids[i]] == alone[i]) continue;
-            ++diverged;
-            EXPECT_EQ(got[ids[i]].size(), alone[i].size()) << what << " request " << i;
-            EXPECT_LE(diverged, allowed) << what << " request " << i;
-        }
+        // A preempted request is recomputed by a prefill of its prompt and its tokens so far. Every
+        // request must come out identical, quantized formats included: the linears' rows do not depend
+        // on the batch (OpsLinear.QuantizedRowsDoNotDependOnTheBatch), and on every path (AVX-512 with and
+        // without AMX, AVX2 with and without AVX-VNNI, the reference) no request diverged. The 2 of 32
+        // that this test once let pass date from before that invariant.
+        for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got[ids[i]], alone[i]) << what << " request " << i;
         const EngineStats st = e->stats();
         EXPECT_EQ(st.kv_blocks_free, st.kv_blocks_total) << what;
         EXPECT_EQ(st.state_slots_free, st.state_slots_total) << what;

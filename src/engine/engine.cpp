@@ -2,7 +2,6 @@
 #include "structured/token_mask.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -14,17 +13,6 @@
 #include "engine/engine_request.h"
 
 namespace gdn {
-
-namespace {
-std::atomic<uint64_t> g_d2h_reads{0};
-}  // namespace
-
-uint64_t device_to_host_reads() {
-    return g_d2h_reads.load();
-}
-void count_device_to_host_read() {
-    g_d2h_reads.fetch_add(1);
-}
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
@@ -581,7 +569,6 @@ std::span<const RequestOutput> Engine::step() {
                           static_cast<int>(r.output.size()) >= r.params.min_tokens;
         }
         const bool mtp = cfg_.speculative.uses_mtp();
-        const uint64_t reads_before = device_to_host_reads();  // plan "uploaded"
         const double tf = now_seconds();
         Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_, all_greedy ? &greedy_ids_ : nullptr,
                                     mtp ? &hidden_ : nullptr);
@@ -592,8 +579,6 @@ std::span<const RequestOutput> Engine::step() {
         pacer_.observe(prefill_tokens, forward_seconds_, kPrefillChunkAlign);
         scheduler_->set_prefill_room(
             static_cast<int>(std::min<int64_t>(pacer_.room(), cfg_.max_num_batched_tokens)));
-        reads_during_forward_ = device_to_host_reads() - reads_before;
-        count_device_to_host_read();  // the download of the logits / sampled tokens
         GDN_CHECK(st.is_ok(), "forward failed on a plan the engine built: %s", st.message().c_str());
         // Verifications: the verdicts first, then one commit of every verified sequence's accepted
         // tokens into its GDN state (the forward left the states as they were), then the bookkeeping.

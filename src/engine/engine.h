@@ -158,9 +158,6 @@ class Engine {
     const EngineConfig& config() const { return cfg_; }
     std::string memory_plan() const { return memory_plan_; }
     EngineStats stats() const;
-    // Device-to-host reads performed between plan upload and sampled-token download in the last step
-    // (must be 0: the forward never reads back to decide anything).
-    uint64_t last_step_reads_during_forward() const { return reads_during_forward_; }
     // Test hook: after each step's drafting, may replace a request's drafts (at most k of them) given its
     // tokens so far: drives verification through chosen accept / reject patterns.
     using DraftHook = std::function<void(int64_t id, const std::vector<int32_t>& tokens, int k,
@@ -278,15 +275,9 @@ class Engine {
     std::vector<float> mtp_in_, mtp_out_;
     std::vector<int32_t> mtp_ids_;
     DraftHook draft_hook_;
-    uint64_t reads_during_forward_ = 0;
     double host_seconds_ = 0, forward_seconds_ = 0;
     double draft_seconds_ = 0;  // propose_drafts() at the end of the last step: the coming step's drafting
     int64_t prompt_tokens_total_ = 0, generation_tokens_total_ = 0, finished_total_ = 0;
 };
-
-// Device->host read counter of the backend. On the CPU backend nothing is on a device, but the
-// counter exists so the invariant is tested now and holds when a GPU backend comes.
-uint64_t device_to_host_reads();
-void count_device_to_host_read();
 
 }  // namespace gdn
