@@ -13,6 +13,7 @@
 #include "cache/state_slots.h"
 #include "core/buffer.h"
 #include "core/dtype.h"
+#include "core/exec_context.h"
 #include "core/thread_pool.h"
 #include "ops/cpu/kernels.h"
 #include "ops/dispatch.h"
@@ -23,6 +24,11 @@
 #include "tools/machine_limits.h"
 
 namespace {
+
+// The process's pool (sized from GDN_BENCH_THREADS in main) and profiler.
+gdn::ExecContext ctx() {
+    return gdn::ExecContext::process();
+}
 
 gdn::MachineLimits& limits() {
     static gdn::MachineLimits L = gdn::measure_machine_limits();
@@ -44,10 +50,10 @@ void BM_Linear(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
     auto w = random_bf16(N * K);
     gdn::LinearWeight lw =
-        gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
+        gdn::make_linear(ctx(), {gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
     std::vector<float> x(M * K, 0.01f), y(M * N);
     const bool bf16_act = state.range(3) != 0;
-    for (auto _ : state) gdn::linear(x.data(), M, lw, y.data(), bf16_act);
+    for (auto _ : state) gdn::linear(ctx(), x.data(), M, lw, y.data(), bf16_act);
     state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["GFLOP/s"] =
         benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
@@ -82,10 +88,11 @@ void BM_LinearStream(benchmark::State& state) {
     std::vector<gdn::LinearWeight> ws;
     auto w = random_bf16(N * K);
     for (int64_t c = 0; c < copies; ++c)
-        ws.push_back(gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})}));
+        ws.push_back(
+            gdn::make_linear(ctx(), {gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})}));
     std::vector<float> x(M * K, 0.01f), y(M * N);
     size_t i = 0;
-    for (auto _ : state) gdn::linear(x.data(), M, ws[i++ % ws.size()], y.data(), true);
+    for (auto _ : state) gdn::linear(ctx(), x.data(), M, ws[i++ % ws.size()], y.data(), true);
     state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
@@ -112,9 +119,9 @@ void BM_LinearResident(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
     auto w = random_bf16(N * K);
     const gdn::LinearWeight lw =
-        gdn::make_linear({gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
+        gdn::make_linear(ctx(), {gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K})});
     std::vector<float> x(M * K, 0.01f), y(M * N);
-    for (auto _ : state) gdn::linear(x.data(), M, lw, y.data(), true);
+    for (auto _ : state) gdn::linear(ctx(), x.data(), M, lw, y.data(), true);
     state.counters["GB/s"] = benchmark::Counter(2.0 * N * K, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["GFLOP/s"] =
         benchmark::Counter(2.0 * M * N * K, benchmark::Counter::kIsIterationInvariantRate);
@@ -140,7 +147,7 @@ void BM_LinearQuant(benchmark::State& state) {
     const bool resident = state.range(4) != 0;
     auto w = random_bf16(N * K);
     const gdn::TensorView v = gdn::TensorView::contiguous(w.data(), gdn::DType::BF16, {N, K});
-    gdn::LinearWeight first = gdn::make_linear({v}, f);
+    gdn::LinearWeight first = gdn::make_linear(ctx(), {v}, f);
     const int64_t bytes = first.packed.bytes(),
                   copies = resident ? 1 : std::max<int64_t>(1, (512ll << 20) / bytes);
     std::vector<gdn::LinearWeight> ws;
@@ -159,7 +166,7 @@ void BM_LinearQuant(benchmark::State& state) {
     }
     std::vector<float> x(M * K, 0.01f), y(M * N);
     size_t i = 0;
-    for (auto _ : state) gdn::linear(x.data(), M, ws[i++ % ws.size()], y.data(), true);
+    for (auto _ : state) gdn::linear(ctx(), x.data(), M, ws[i++ % ws.size()], y.data(), true);
     state.counters["GB/s"] =
         benchmark::Counter(static_cast<double>(bytes), benchmark::Counter::kIsIterationInvariantRate);
     state.counters["GOP/s"] =
@@ -196,7 +203,7 @@ void BM_QuantizeActivations(benchmark::State& state) {
     uint32_t s = 3;
     for (auto& v : x) v = ((s = s * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
     gdn::quant::QuantizedRows xq;
-    xq.resize(M, K);
+    xq.resize(M, K, nullptr);
     for (auto _ : state)
         for (int64_t m = 0; m < M; ++m) quantize(x.data() + m * K, &xq, m);
     state.counters["floats/s"] =
@@ -263,7 +270,7 @@ void BM_GdnMixer(benchmark::State& state) {
     std::vector<float> conv((G::K - 1) * G::CD, 0.0f), ssm(G::Hv * G::Dk * G::Dv, 0.0f), out(T * G::VD);
     gdn::ops::Scratch sc;
     for (auto _ : state)
-        gdn::ops::gdn_mixer(layer.proj.data(), G::ldp, {{0, T, conv.data(), ssm.data()}}, layer.params,
+        gdn::ops::gdn_mixer(ctx(), layer.proj.data(), G::ldp, {{0, T, conv.data(), ssm.data()}}, layer.params,
                             out.data(), sc, false);
     state.counters["tokens/s"] =
         benchmark::Counter(static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
@@ -300,17 +307,18 @@ void BM_GdnDecodeStream(benchmark::State& state) {
     if (with_gemv) {
         wsrc = random_bf16(8224 * 1024);
         for (int c = 0; c < 8; ++c)
-            ws.push_back(
-                gdn::make_linear({gdn::TensorView::contiguous(wsrc.data(), gdn::DType::BF16, {8224, 1024})}));
+            ws.push_back(gdn::make_linear(
+                ctx(), {gdn::TensorView::contiguous(wsrc.data(), gdn::DType::BF16, {8224, 1024})}));
     }
     std::vector<float> gx(1024, 0.01f), gy(8224);
     int64_t it = 0;
     for (auto _ : state) {
-        if (with_gemv) gdn::linear(gx.data(), 1, ws[it++ % ws.size()], gy.data(), true);
+        if (with_gemv) gdn::linear(ctx(), gx.data(), 1, ws[it++ % ws.size()], gy.data(), true);
         const auto t0 = std::chrono::steady_clock::now();
         float* ssm = huge ? ssm_huge.as<float>() + l * state_n : small[l].data();
-        gdn::ops::gdn_mixer(layer.proj.data(), G::ldp, {{0, 1, conv.data() + l * (G::K - 1) * G::CD, ssm}},
-                            layer.params, out.data(), sc, false);
+        gdn::ops::gdn_mixer(ctx(), layer.proj.data(), G::ldp,
+                            {{0, 1, conv.data() + l * (G::K - 1) * G::CD, ssm}}, layer.params, out.data(), sc,
+                            false);
         state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         l = (l + 23) % L;  // not the next layer: a model does not read the states in address order
     }
@@ -356,14 +364,14 @@ void BM_LinearSwiglu(benchmark::State& state) {
     const auto vg = gdn::TensorView::contiguous(g.data(), gdn::DType::BF16, {I, K});
     const auto vu = gdn::TensorView::contiguous(u.data(), gdn::DType::BF16, {I, K});
     const bool fused = state.range(1) != 0;
-    gdn::LinearWeight lw = fused ? gdn::make_swiglu_linear(vg, vu) : gdn::make_linear({vg, vu});
+    gdn::LinearWeight lw = fused ? gdn::make_swiglu_linear(ctx(), vg, vu) : gdn::make_linear(ctx(), {vg, vu});
     std::vector<float> x(M * K, 0.01f), gu(M * 2 * I), act(M * I);
     for (auto _ : state) {
         if (fused) {
-            gdn::linear_swiglu(x.data(), M, lw, act.data(), true);
+            gdn::linear_swiglu(ctx(), x.data(), M, lw, act.data(), true);
         } else {
-            gdn::linear(x.data(), M, lw, gu.data(), true);
-            gdn::ops::swiglu(gu.data(), M, I, act.data(), false);
+            gdn::linear(ctx(), x.data(), M, lw, gu.data(), true);
+            gdn::ops::swiglu(ctx(), gu.data(), M, I, act.data(), false);
         }
     }
     state.counters["GFLOP/s"] =
@@ -410,7 +418,8 @@ void BM_AttentionPrefill(benchmark::State& state) {
     const std::vector<gdn::ops::AttnSeq> seqs = {{0, T, 0, kv.rows(Hkv * D, state.range(1) != 0)}};
     const bool bf16_mode = state.range(2) != 0;  // AMX tiles where the CPU has them, else vdpbf16ps
     for (auto _ : state)
-        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, bf16_mode);
+        gdn::ops::attention(ctx(), q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc,
+                            bf16_mode);
     state.counters["GFLOP/s"] =
         benchmark::Counter(4.0 * D * Hq * T * (T + 1) / 2.0, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["fp32_peak_GFLOP/s"] = limits().fp32_gflops;
@@ -433,7 +442,7 @@ void BM_AttentionPrefillAtDepth(benchmark::State& state) {
     gdn::ops::Scratch sc;
     const std::vector<gdn::ops::AttnSeq> seqs = {{0, T, n_past, kv.rows(Hkv * D, state.range(1) != 0)}};
     for (auto _ : state)
-        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, true);
+        gdn::ops::attention(ctx(), q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, true);
     state.counters["GFLOP/s"] = benchmark::Counter(4.0 * D * Hq * T * (n_past + (T + 1) / 2.0),
                                                    benchmark::Counter::kIsIterationInvariantRate);
     state.counters["bf16_peak_GFLOP/s"] = limits().bf16_gflops;
@@ -470,7 +479,7 @@ void attention_decode_bench(benchmark::State& state, int n_layers, int64_t block
             rows.block_size = block;
         }
         const std::vector<gdn::ops::AttnSeq> seqs = {{0, 1, n - 1, rows}};
-        gdn::ops::attention(q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, false);
+        gdn::ops::attention(ctx(), q.data(), q.data() + Hq * D, ldq, seqs, Hq, Hkv, D, out.data(), sc, false);
     }
     state.counters["KV_GB/s"] =
         benchmark::Counter(2.0 * n * Hkv * D * (bf16 ? 2 : 4), benchmark::Counter::kIsIterationInvariantRate);

@@ -55,7 +55,7 @@ bool is_main_matrix(const std::string& name, const TensorView& t) {
 void round_trip_ours(WeightFormat f, const float* x, int64_t K, float* out) {
     PackedWeight w;
     quant::pack_quantized(
-        f, 1, K, [&](int64_t, float* dst) { std::copy(x, x + K, dst); }, &w);
+        ExecContext::process(), f, 1, K, [&](int64_t, float* dst) { std::copy(x, x + K, dst); }, &w);
     quant::dequantize_row(w, 0, out);
 }
 

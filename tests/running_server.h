@@ -44,7 +44,7 @@ inline std::unique_ptr<RunningServer> demo_server(const EngineConfig& ec, Server
                                                   const LoadOptions& lo = {},
                                                   const std::string& chat_template = "",
                                                   std::shared_ptr<const Tokenizer>* tok = nullptr) {
-    auto m = Model::load(demo_model_dir(), nullptr, lo);
+    auto m = Model::load(ExecContext::process(), demo_model_dir(), nullptr, lo);
     EXPECT_TRUE(m.is_ok()) << m.message();
     auto t = Tokenizer::load(demo_model_dir(), chat_template);
     EXPECT_TRUE(t.is_ok()) << t.message();

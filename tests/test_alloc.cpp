@@ -92,7 +92,7 @@ class NoAlloc : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NoAlloc, DecodeStepsDoNotAllocateAfterWarmUp) {
     auto dir = make_preset(GetParam(), 9);
-    auto m = Model::load(dir->path());
+    auto m = Model::load(ExecContext::process(), dir->path());
     ASSERT_TRUE(m.is_ok()) << m.message();
     FreshWorkersForCounting workers;
     for (bool bf16 : {false, true}) {
@@ -130,7 +130,7 @@ TEST_P(NoAlloc, DecodeStepsDoNotAllocateAfterWarmUp) {
 // The whole engine step (schedule, plan, forward, sample, outputs) does not allocate while decoding.
 TEST(NoAllocEngine, EngineDecodeStepsDoNotAllocate) {
     auto dir = make_preset("qwen3_5-tiny", 3);
-    auto m = Model::load(dir->path());
+    auto m = Model::load(ExecContext::process(), dir->path());
     ASSERT_TRUE(m.is_ok()) << m.message();
     EngineConfig cfg;
     cfg.cache_memory = 16ull << 20;

@@ -25,15 +25,15 @@ struct Screened {
     LinearWeight screened;  // the same packed weight with the screen
     Screened(const std::vector<float>& wf, int64_t N, int64_t K) : wb(N * K) {
         convert_from_f32(wf.data(), DType::BF16, wb.data(), N * K);
-        full = make_linear({TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
-        screened = make_linear({TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
-        screened.screen = make_int8_screen(screened.packed);
+        full = make_linear(ctx(), {TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
+        screened = make_linear(ctx(), {TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
+        screened.screen = make_int8_screen(ctx(), screened.packed);
     }
 };
 
 int32_t argmax_of(const float* x, const LinearWeight& w) {
     int32_t id = -7;
-    linear_argmax(x, 1, w, &id, true);
+    linear_argmax(ctx(), x, 1, w, &id, true);
     return id;
 }
 
@@ -72,7 +72,7 @@ TEST(ArgmaxScreen, RandomOutputsGiveTheFullPassIds) {
                 // x is quantised with one scale: an outlier channel widens the bounds, and the candidates may
                 // overflow (then the full pass runs, counted); otherwise the screen must run.
                 int32_t got = -7;
-                const bool ran = screened_argmax(xp.data(), 1, w.screened, &got);
+                const bool ran = screened_argmax(ctx(), xp.data(), 1, w.screened, &got);
                 if (trial % 4 != 1) {
                     ASSERT_TRUE(ran) << "N=" << N << " K=" << K << " trial=" << trial;
                 }
@@ -114,7 +114,7 @@ TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
                         for (int64_t k = 0; k < K; ++k)
                             xp[m * K2 + k / 2] |= static_cast<uint32_t>(f32_to_bf16(x[m * K + k]))
                                                   << (16 * (k & 1));
-                    const bool ran = screened_argmax(xp.data(), M, w.screened, got.data());
+                    const bool ran = screened_argmax(ctx(), xp.data(), M, w.screened, got.data());
                     // A zero row's outputs are all equal: beyond the candidate capacity the full pass runs.
                     const bool flat_row = M > 1 && trial % 3 == 1;
                     if (!flat_row || N <= 4096) {
@@ -126,7 +126,7 @@ TEST(ArgmaxScreen, SeveralRowsGiveTheFullPassIds) {
                         EXPECT_EQ(got, std::vector<int32_t>(M, -7))
                             << "N=" << N << " M=" << M << " trial=" << trial;
                     }
-                    linear_argmax(x.data(), M, w.screened, through.data(), true);
+                    linear_argmax(ctx(), x.data(), M, w.screened, through.data(), true);
                     EXPECT_EQ(through, want) << "N=" << N << " M=" << M << " trial=" << trial;
                 }
             }
@@ -200,7 +200,7 @@ TEST(ArgmaxScreen, StolenClaimsGiveTheFullPassIds) {
                     ThreadPool::StealScope scope(pool);
                     pool.run([](int, int) {});  // the worker awake: it claims in the screen's stream
                     pool.delay_next_claim_for_test(1, 30);
-                    ASSERT_TRUE(screened_argmax(xp.data(), M, w.screened, got.data())) << "M=" << M;
+                    ASSERT_TRUE(screened_argmax(ctx(), xp.data(), M, w.screened, got.data())) << "M=" << M;
                 }
                 EXPECT_EQ(got, want) << "M=" << M << " trial=" << trial;
             }
@@ -262,7 +262,7 @@ TEST(ArgmaxScreen, FlatZeroAndNonFiniteRowsStillGiveTheFullPassIds) {
         uint32_t xp[8];
         for (int64_t k = 0; k < K; k += 2)
             xp[k / 2] = f32_to_bf16(bad[k]) | static_cast<uint32_t>(f32_to_bf16(bad[k + 1])) << 16;
-        EXPECT_FALSE(screened_argmax(xp, 1, r.screened, &id));
+        EXPECT_FALSE(screened_argmax(ctx(), xp, 1, r.screened, &id));
         EXPECT_EQ(id, -7);
     });
 }
@@ -272,8 +272,8 @@ TEST(ArgmaxScreen, NotBuiltForNonFiniteWeightsAndOffWhenForcedToTheReference) {
     wf[5] = NAN;
     std::vector<uint16_t> wb(64 * 8);
     convert_from_f32(wf.data(), DType::BF16, wb.data(), wb.size());
-    const LinearWeight lw = make_linear({TensorView::contiguous(wb.data(), DType::BF16, {64, 8})});
-    EXPECT_EQ(make_int8_screen(lw.packed), nullptr);
+    const LinearWeight lw = make_linear(ctx(), {TensorView::contiguous(wb.data(), DType::BF16, {64, 8})});
+    EXPECT_EQ(make_int8_screen(ctx(), lw.packed), nullptr);
     force_reference(OpId::ARGMAX, true);
     EXPECT_FALSE(argmax_screen_available());
     force_reference(OpId::ARGMAX, false);

@@ -23,7 +23,7 @@ struct Loaded {
 Loaded load(const std::string& dir, std::optional<WeightFormat> quantization = std::nullopt) {
     LoadOptions lo;
     lo.quantization = quantization;
-    auto m = Model::load(dir, nullptr, lo);
+    auto m = Model::load(ExecContext::process(), dir, nullptr, lo);
     EXPECT_TRUE(m.is_ok()) << m.message();
     auto t = Tokenizer::load(dir);
     EXPECT_TRUE(t.is_ok()) << t.message();

@@ -75,7 +75,7 @@ void run_golden(const Model& m, const Expected& e, const ForwardOptions& fo) {
 // each form of the delta rule.
 TEST_P(Golden, F32LogitsAndGreedyMatch) {
     const auto& p = GetParam();
-    auto m = Model::load(golden_dir(p.family));
+    auto m = Model::load(ExecContext::process(), golden_dir(p.family));
     ASSERT_TRUE(m.is_ok()) << m.message();
     Expected e = load_expected(golden_dir(p.family), p.prompt);
     {
@@ -101,7 +101,7 @@ TEST_P(Golden, F32LogitsAndGreedyMatch) {
 // Fast path == GDN_FORCE_REFERENCE=all: identical greedy tokens (32 of them) in f32.
 TEST_P(Golden, FastAndReferenceGreedyIdentical) {
     const auto& p = GetParam();
-    auto m = Model::load(golden_dir(p.family));
+    auto m = Model::load(ExecContext::process(), golden_dir(p.family));
     ASSERT_TRUE(m.is_ok()) << m.message();
     Expected e = load_expected(golden_dir(p.family), p.prompt);
     auto greedy = [&] {
@@ -130,7 +130,7 @@ TEST_P(Golden, FastAndReferenceGreedyIdentical) {
 // A split prefill (first part, then the rest on the same sequence) reproduces the one-shot rows.
 TEST_P(Golden, SplitPrefillMatches) {
     const auto& p = GetParam();
-    auto m = Model::load(golden_dir(p.family));
+    auto m = Model::load(ExecContext::process(), golden_dir(p.family));
     ASSERT_TRUE(m.is_ok()) << m.message();
     Expected e = load_expected(golden_dir(p.family), p.prompt);
     const int64_t V = (*m)->config().vocab, n = static_cast<int64_t>(e.prompt.size());
@@ -153,7 +153,7 @@ TEST_P(Golden, Bf16WithinEnvelope) {
             SCOPED_TRACE(std::string(hf ? "hf rounding" : "bf16 matmul inputs") + ", " + dtype_name(kv) +
                          " KV cache");
             const auto& p = GetParam();
-            auto m = Model::load(golden_dir(p.family));
+            auto m = Model::load(ExecContext::process(), golden_dir(p.family));
             ASSERT_TRUE(m.is_ok()) << m.message();
             Expected e = load_expected(golden_dir(p.family), p.prompt);
             const int64_t V = (*m)->config().vocab, n = static_cast<int64_t>(e.prompt.size());
@@ -200,7 +200,7 @@ TEST_P(Golden, QuantizedLogitsReport) {
     for (WeightFormat fmt : {WeightFormat::Q8, WeightFormat::Q4K, WeightFormat::Q4}) {
         LoadOptions lo;
         lo.quantization = fmt;
-        auto m = Model::load(golden_dir(p.family), nullptr, lo);
+        auto m = Model::load(ExecContext::process(), golden_dir(p.family), nullptr, lo);
         ASSERT_TRUE(m.is_ok()) << m.message();
         const int64_t V = (*m)->config().vocab;
         auto prompt_logits = [&] {
@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(AllFamilies, Golden,
 // On the Zen 5 machine 18 of 20 were identical with either cache dtype (2026-12-05).
 TEST(DemoModel, Bf16FastMatchesF32ReferenceOnChatPrompts) {
     OneThread one_thread;  // test_util.h: logic, not speed
-    auto m = Model::load(demo_model_dir());
+    auto m = Model::load(ExecContext::process(), demo_model_dir());
     ASSERT_TRUE(m.is_ok()) << m.message();
     auto tok = Tokenizer::load(demo_model_dir());
     auto ct = ChatTemplate::create(**tok);
@@ -310,7 +310,7 @@ TEST(DemoModel, Bf16FastMatchesF32ReferenceOnChatPrompts) {
 
 // The trained demo model against its float64 reference (models/demo/reference_logits.json).
 TEST(DemoModel, MatchesReferenceLogits) {
-    auto m = Model::load(demo_model_dir());
+    auto m = Model::load(ExecContext::process(), demo_model_dir());
     ASSERT_TRUE(m.is_ok()) << m.message();
     auto j = read_json_file(demo_model_dir() + "/reference_logits.json");
     ASSERT_TRUE(j.is_ok()) << j.message();
@@ -334,7 +334,7 @@ TEST(DemoModel, MatchesReferenceLogits) {
 // steps equal those of the full bf16 argmax pass (the screen off via GDN_FORCE_REFERENCE=argmax) and the
 // argmax of the materialised logits, on every prompt.
 TEST(DemoModel, GreedyLmHeadScreenGivesTheFullPassTokens) {
-    auto m = Model::load(demo_model_dir());
+    auto m = Model::load(ExecContext::process(), demo_model_dir());
     ASSERT_TRUE(m.is_ok()) << m.message();
     if (!argmax_screen_available()) GTEST_SKIP() << "no AVX-512 VNNI here";
     ASSERT_TRUE((*m)->weights().lm_head_packed.screen);

@@ -101,7 +101,7 @@ TEST(Loader, RejectsMissingTensor) {
     f->reset();
     std::string bytes = safetensors_bytes(header.dump(), 0) + data;
     write_bytes(dir->path() + "/model.safetensors", bytes);
-    auto m = Model::load(dir->path());
+    auto m = Model::load(ExecContext::process(), dir->path());
     ASSERT_FALSE(m.is_ok());
     EXPECT_HAS(m.message(), "missing tensor 'layers.1.linear_attn.A_log'");
 }
@@ -109,7 +109,7 @@ TEST(Loader, RejectsMissingTensor) {
 TEST(Loader, RejectsTensorShapeThatDisagreesWithConfig) {
     auto dir = make_preset("qwen3_5-tiny", 1);
     ASSERT_TRUE(edit_config(dir->path(), "\"intermediate_size\": 128", "\"intermediate_size\": 96"));
-    auto m = Model::load(dir->path());
+    auto m = Model::load(ExecContext::process(), dir->path());
     ASSERT_FALSE(m.is_ok());
     EXPECT_HAS(m.message(), "has shape [128, 64], expected [96, 64]");
 }
@@ -151,13 +151,13 @@ TEST(Loader, RejectsInconsistentConfig) {
 TEST(Loader, RejectsShardMissingFromIndex) {
     auto dir = make_preset("qwen3_5_moe-tiny", 1, 2);
     std::remove((dir->path() + "/model-00002-of-00002.safetensors").c_str());
-    auto m = Model::load(dir->path());
+    auto m = Model::load(ExecContext::process(), dir->path());
     ASSERT_FALSE(m.is_ok());
     EXPECT_HAS(m.message(), "model-00002-of-00002.safetensors");
 }
 
 TEST(Loader, MissingFolderSaysSo) {
-    auto m = Model::load("/nonexistent/model");
+    auto m = Model::load(ExecContext::process(), "/nonexistent/model");
     ASSERT_FALSE(m.is_ok());
     EXPECT_HAS(m.message(), "/nonexistent/model/config.json");
 }

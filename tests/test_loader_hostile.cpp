@@ -54,7 +54,7 @@ TEST(LoaderHostile, WrongJsonTypesAreErrorsNotExceptions) {
 TEST(LoaderHostile, UnsupportedActivationIsRefusedByName) {
     auto dir = make_preset("qwen3_5-tiny", 1);
     ASSERT_TRUE(edit_config(dir->path(), "\"silu\"", "\"gelu\""));
-    auto m = Model::load(dir->path());
+    auto m = Model::load(ExecContext::process(), dir->path());
     ASSERT_FALSE(m.is_ok());
     EXPECT_HAS(m.message(), "unsupported 'text_config.hidden_act' 'gelu' (implemented: silu)");
 }
@@ -65,7 +65,7 @@ TEST(LoaderHostile, MisalignedTensorsLoadThroughAlignedCopies) {
     auto dir = make_preset("qwen3_5-tiny", 1);
     const std::string path = dir->path() + "/model.safetensors";
     const std::string orig = read_bytes(path);
-    auto ref = Model::load(dir->path());
+    auto ref = Model::load(ExecContext::process(), dir->path());
     ASSERT_TRUE(ref.is_ok()) << ref.message();
     uint64_t n = 0;
     std::memcpy(&n, orig.data(), 8);
@@ -83,7 +83,7 @@ TEST(LoaderHostile, MisalignedTensorsLoadThroughAlignedCopies) {
     ASSERT_TRUE(file.is_ok()) << file.message();
     for (const auto& e : (*file)->entries())
         EXPECT_EQ(reinterpret_cast<uintptr_t>(e.view.data) % dtype_size(e.view.dtype), 0u) << e.name;
-    auto m = Model::load(odd.path());
+    auto m = Model::load(ExecContext::process(), odd.path());
     ASSERT_TRUE(m.is_ok()) << m.message();
     const std::vector<int32_t> prompt = {1, 7, 42, 3};
     std::vector<float> a, b;
@@ -94,7 +94,8 @@ TEST(LoaderHostile, MisalignedTensorsLoadThroughAlignedCopies) {
     // Quantized at load, the copies are read the same way (and not released like mapped pages).
     LoadOptions lo;
     lo.quantization = WeightFormat::Q8;
-    auto qa = Model::load(dir->path(), nullptr, lo), qb = Model::load(odd.path(), nullptr, lo);
+    auto qa = Model::load(ExecContext::process(), dir->path(), nullptr, lo),
+         qb = Model::load(ExecContext::process(), odd.path(), nullptr, lo);
     ASSERT_TRUE(qa.is_ok() && qb.is_ok());
     SequenceState qsa = (*qa)->new_state(), qsb = (*qb)->new_state();
     a.clear();
@@ -127,13 +128,14 @@ TEST(LoaderHostile, NonFiniteWeightsAreRefusedWhenQuantizing) {
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K}) {
         LoadOptions lo;
         lo.quantization = f;
-        auto m = Model::load(dir->path(), nullptr, lo);
+        auto m = Model::load(ExecContext::process(), dir->path(), nullptr, lo);
         ASSERT_FALSE(m.is_ok());
         EXPECT_HAS(m.message(),
                    "cannot quantize: non-finite weights (NaN or infinity) in layers.1.mlp.down (in 1 "
                    "quantization block)");
     }
-    EXPECT_TRUE(Model::load(dir->path()).is_ok());  // the float path loads it as it is
+    EXPECT_TRUE(
+        Model::load(ExecContext::process(), dir->path()).is_ok());  // the float path loads it as it is
 }
 
 }  // namespace

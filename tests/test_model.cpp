@@ -22,7 +22,7 @@ class Presets : public ::testing::TestWithParam<std::string> {
     void SetUp() override {
         // The MoE preset is written as two shards to exercise the index path.
         dir_ = make_preset(GetParam(), 42, GetParam() == "qwen3_5_moe-tiny" ? 2 : 1);
-        auto m = Model::load(dir_->path());
+        auto m = Model::load(ExecContext::process(), dir_->path());
         ASSERT_TRUE(m.is_ok()) << m.message();
         model_ = std::move(*m);
     }

@@ -42,14 +42,14 @@ TEST(OpsCpu, NormsSwigluArgmax) {
             compare_paths(
                 [&] {
                     std::vector<float> y(3 * n);
-                    ops::rms_norm(x.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
+                    ops::rms_norm(ctx(), x.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
                     return y;
                 },
                 1e-6f, rt, "rms_norm");
             compare_paths(
                 [&] {
                     std::vector<float> xx = x, y(3 * n);
-                    ops::add_rms_norm(xx.data(), d.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
+                    ops::add_rms_norm(ctx(), xx.data(), d.data(), 3, n, w.data(), 1e-6f, y.data(), bf16);
                     y.insert(y.end(), xx.begin(), xx.end());
                     return y;
                 },
@@ -57,15 +57,15 @@ TEST(OpsCpu, NormsSwigluArgmax) {
             compare_paths(
                 [&] {
                     std::vector<float> y(2 * n);
-                    ops::swiglu(x.data(), 1, n, y.data(), bf16);  // gate = x[:n], up = x[n:2n]
-                    ops::swiglu(x.data() + n, 1, n, y.data() + n, bf16);
+                    ops::swiglu(ctx(), x.data(), 1, n, y.data(), bf16);  // gate = x[:n], up = x[n:2n]
+                    ops::swiglu(ctx(), x.data() + n, 1, n, y.data() + n, bf16);
                     return y;
                 },
                 1e-6f, rt, "swiglu");
         }
         auto v = random_vec(n, 5 * n);
-        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(v.data(), n))}; }, 0, 0,
-                      "argmax");
+        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(ctx(), v.data(), n))}; },
+                      0, 0, "argmax");
     }
 }
 
@@ -74,9 +74,9 @@ TEST(OpsCpu, ArgmaxOfAVocabularyRowSplitOverThreads) {
         auto v = random_vec(n, static_cast<uint32_t>(n));
         v[n - 3] = 5.0f;  // a tie between the two thread ranges: the lowest index wins
         v[11] = 5.0f;
-        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(v.data(), n))}; }, 0, 0,
-                      "argmax");
-        EXPECT_EQ(ops::argmax(v.data(), n), 11);
+        compare_paths([&] { return std::vector<float>{static_cast<float>(ops::argmax(ctx(), v.data(), n))}; },
+                      0, 0, "argmax");
+        EXPECT_EQ(ops::argmax(ctx(), v.data(), n), 11);
     }
 }
 
@@ -89,8 +89,8 @@ TEST(OpsCpu, QkNormRope) {
             compare_paths(
                 [&] {
                     std::vector<float> y = x;
-                    ops::qk_norm_rope(y.data(), H * D, N, {{0, H, D, w.data()}}, D, 1e-6f, rot, 1e7f, pos,
-                                      bf16);
+                    ops::qk_norm_rope(ctx(), y.data(), H * D, N, {{0, H, D, w.data()}}, D, 1e-6f, rot, 1e7f,
+                                      pos, bf16);
                     return y;
                 },
                 2e-6f, bf16 ? 8e-3f : 2e-5f, "qk_norm_rope");
@@ -108,8 +108,9 @@ TEST(OpsCpu, QkNormRopeOfTwoHeadSets) {
         compare_paths(
             [&] {
                 std::vector<float> y = x;
-                ops::qk_norm_rope(y.data(), ld, N, {{0, H, 2 * D, wq.data()}, {H * 2 * D, Hkv, D, wk.data()}},
-                                  D, 1e-6f, rot, 1e7f, pos, bf16);
+                ops::qk_norm_rope(ctx(), y.data(), ld, N,
+                                  {{0, H, 2 * D, wq.data()}, {H * 2 * D, Hkv, D, wk.data()}}, D, 1e-6f, rot,
+                                  1e7f, pos, bf16);
                 for (int64_t t = 0; t < N; ++t)
                     for (int64_t h = 0; h < H; ++h)  // the gates stay as they were
                         for (int64_t d = 0; d < D; ++d)
@@ -159,7 +160,7 @@ struct GdnInputs {
                          conv_wT.data(), negA.data(), dtb.data(), nw.data(), false};
         ops::Scratch sc;
         sc.gdn_staged_decode = staged_decode;
-        ops::gdn_mixer(proj.data(), ldp, seqs, p, out.data(), sc, bf16);
+        ops::gdn_mixer(ctx(), proj.data(), ldp, seqs, p, out.data(), sc, bf16);
         out.insert(out.end(), conv.begin(), conv.end());
         out.insert(out.end(), ssm.begin(), ssm.end());
         return out;
@@ -248,7 +249,7 @@ TEST(OpsCpu, GdnVerifyKeepsTheStateAndCommitEqualsDecodeSteps) {
                 for (size_t i = 0; i < S; ++i)
                     for (int64_t t = 0; t < c.lens[i]; ++t) {
                         std::vector<ops::GdnSeq> one{{t0[i] + t, 1, conv_of(conv, i), ssm_of(ssm, i)}};
-                        ops::gdn_mixer(in.proj.data(), in.ldp, one, p, want_out.data(), sc, bf16);
+                        ops::gdn_mixer(ctx(), in.proj.data(), in.ldp, one, p, want_out.data(), sc, bf16);
                         conv_after[t0[i] + t].assign(conv_of(conv, i), conv_of(conv, i) + conv_n);
                         ssm_after[t0[i] + t].assign(ssm_of(ssm, i), ssm_of(ssm, i) + ssm_n);
                     }
@@ -259,7 +260,7 @@ TEST(OpsCpu, GdnVerifyKeepsTheStateAndCommitEqualsDecodeSteps) {
                     seqs.push_back({t0[i], c.lens[i], conv_of(vconv, i), ssm_of(vssm, i)});
                     seqs.back().keep_state = true;
                 }
-                ops::gdn_mixer(in.proj.data(), in.ldp, seqs, p, got_out.data(), sc, bf16);
+                ops::gdn_mixer(ctx(), in.proj.data(), in.ldp, seqs, p, got_out.data(), sc, bf16);
                 EXPECT_EQ(got_out, want_out);
                 EXPECT_EQ(vconv, in.conv0);
                 EXPECT_EQ(vssm, in.ssm0);
@@ -296,8 +297,8 @@ TEST(OpsCpu, GdnVerifyKeepsTheStateAndCommitEqualsDecodeSteps) {
                     g.ssm_out = outs2.data() + o + n;
                     cs2.push_back(g);
                 }
-                ops::gdn_commit({{in.proj.data(), in.ldp, &cs, &p}, {in.proj.data(), in.ldp, &cs2, &p}}, sc,
-                                bf16);
+                ops::gdn_commit(
+                    ctx(), {{in.proj.data(), in.ldp, &cs, &p}, {in.proj.data(), in.ldp, &cs2, &p}}, sc, bf16);
                 for (size_t i = 0; i < S; ++i) {
                     const int64_t last = t0[i] + cs[i].T - 1;
                     float* cv = i == 0 ? conv_of(vconv, i) : conv_of(fconv, i);
@@ -417,7 +418,7 @@ TEST(OpsCpu, AttentionCausalGqaPaged) {
             ops::Scratch sc;
             const cpu::KvRows rows = paged.rows(bf16_kv);
             // q and gate interleaved per token: [q (Hq*D) | gate (Hq*D)]
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D,
+            ops::attention(ctx(), q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, rows}}, Hq, Hkv, D,
                            out.data(), sc, false);
             return out;
         };
@@ -476,8 +477,8 @@ TEST(OpsCpu, AttentionPrefillBf16) {
                 for (const auto& pt : parts) seqs.push_back({pt[0], pt[1], pt[2], rows});
                 std::vector<float> out(T * Hq * D, NAN);
                 ops::Scratch sc;
-                ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc,
-                               true);
+                ops::attention(ctx(), q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(),
+                               sc, true);
                 return out;
             };
             force_reference(OpId::ATTENTION, true);
@@ -512,8 +513,8 @@ TEST(OpsCpu, AttentionPrefillBf16) {
     std::vector<float> out(T * Hq * D);
     ops::Scratch sc;
     const uint64_t before = fallback_count(OpId::ATTENTION);
-    ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, paged.rows(false)}}, Hq, Hkv, D,
-                   out.data(), sc, true);
+    ops::attention(ctx(), q.data(), q.data() + Hq * D, 2 * Hq * D, {{0, T, n_past, paged.rows(false)}}, Hq,
+                   Hkv, D, out.data(), sc, true);
     EXPECT_EQ(fallback_count(OpId::ATTENTION), before + 1);
 }
 
@@ -552,8 +553,8 @@ TEST(OpsCpu, AttentionDecodeBatch) {
                                  : cpu::KvRows{kf.data(), vf.data(), row, tables[i].data(), bs, false}});
                 std::vector<float> out(N * Hq * D);
                 ops::Scratch sc;
-                ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(), sc,
-                               false);
+                ops::attention(ctx(), q.data(), q.data() + Hq * D, 2 * Hq * D, seqs, Hq, Hkv, D, out.data(),
+                               sc, false);
                 return out;
             },
             2e-5f, 2e-4f, bf16_kv ? "decode batch, bf16 KV" : "decode batch");
@@ -578,7 +579,7 @@ TEST(OpsCpu, AttentionScoreOfAKeyDoesNotDependOnItsNeighbours) {
             std::vector<float> v(kv.begin() + n_big * row, kv.begin() + (n_big + n) * row);
             std::vector<float> out(Hq * D);
             ops::Scratch sc;
-            ops::attention(q.data(), q.data() + Hq * D, 2 * Hq * D,
+            ops::attention(ctx(), q.data(), q.data() + Hq * D, 2 * Hq * D,
                            {{0, 1, n - 1, cpu::KvRows{k.data(), v.data(), row, nullptr, 0, false}}}, Hq, Hkv,
                            D, out.data(), sc, false);
             return out;

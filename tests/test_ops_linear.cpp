@@ -31,7 +31,7 @@ TEST(OpsLinear, EveryIsaMatchesReference) {
             std::vector<uint8_t> wb(s.N * s.K * dtype_size(dt));
             convert_from_f32(wf.data(), dt, wb.data(), s.N * s.K);
             TensorView view = TensorView::contiguous(wb.data(), dt, {s.N, s.K});
-            LinearWeight lw = make_linear({view});
+            LinearWeight lw = make_linear(ctx(), {view});
             auto x = random_vec(s.M * s.K, 7 + s.M);
             for (bool bf16_act : {false, true}) {
                 // Reference: rounded input (bf16 mode), plain weight, f32 accumulation.
@@ -39,12 +39,12 @@ TEST(OpsLinear, EveryIsaMatchesReference) {
                 if (bf16_act)
                     for (auto& v : xr) v = round_bf16(v);
                 std::vector<float> want(s.M * s.N);
-                ref::linear(xr.data(), s.M, view, want.data());
+                ref::linear(ctx(), xr.data(), s.M, view, want.data());
                 // (bf16 mode also rounds the outputs: round_out = true below)
                 for (const FastPath& path : fast_paths()) {
                     path.use();
                     std::vector<float> got(s.M * s.N, NAN);
-                    linear(x.data(), s.M, lw, got.data(), bf16_act, bf16_act);
+                    linear(ctx(), x.data(), s.M, lw, got.data(), bf16_act, bf16_act);
                     // f32: summation order only (K <= 515 terms of O(0.5)); bf16 mode: output rounding to
                     // bf16.
                     for (int64_t i = 0; i < s.M * s.N; ++i) {
@@ -72,7 +72,7 @@ TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
             auto wf = random_vec(N * K, static_cast<uint32_t>(K), -0.5f, 0.5f);
             std::vector<uint8_t> wb(N * K * dtype_size(dt));
             convert_from_f32(wf.data(), dt, wb.data(), N * K);
-            const LinearWeight lw = make_linear({TensorView::contiguous(wb.data(), dt, {N, K})});
+            const LinearWeight lw = make_linear(ctx(), {TensorView::contiguous(wb.data(), dt, {N, K})});
             auto x = random_vec(Mmax * K, 9);
             for (const FastPath& path : fast_paths()) {
                 path.use();
@@ -80,12 +80,12 @@ TEST(OpsLinear, RowsDoNotDependOnTheBatch) {
                 // outputs also show order changes that bf16 rounding hides.
                 for (bool bf16 : {true, false}) {
                     std::vector<float> all(Mmax * N);
-                    linear(x.data(), Mmax, lw, all.data(), bf16, bf16);
+                    linear(ctx(), x.data(), Mmax, lw, all.data(), bf16, bf16);
                     for (int64_t M : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{5}, int64_t{12},
                                       int64_t{33}}) {
                         for (int64_t m0 : {int64_t{0}, Mmax - M}) {
                             std::vector<float> part(M * N);
-                            linear(x.data() + m0 * K, M, lw, part.data(), bf16, bf16);
+                            linear(ctx(), x.data() + m0 * K, M, lw, part.data(), bf16, bf16);
                             for (int64_t i = 0; i < M * N; ++i)
                                 ASSERT_EQ(part[i], all[m0 * N + i])
                                     << path.name() << " " << dtype_name(dt) << " K=" << K << " M=" << M
@@ -111,20 +111,20 @@ TEST(OpsLinear, RowsDoNotDependOnTheRowChunk) {
     convert_from_f32(u.data(), DType::BF16, ub.data(), ub.size());
     const TensorView vg = TensorView::contiguous(gb.data(), DType::BF16, {I, K});
     const TensorView vu = TensorView::contiguous(ub.data(), DType::BF16, {I, K});
-    const LinearWeight plain = make_linear({vg, vu});  // N = 2I: the two parts stacked
-    const LinearWeight gate_up = make_swiglu_linear(vg, vu);
+    const LinearWeight plain = make_linear(ctx(), {vg, vu});  // N = 2I: the two parts stacked
+    const LinearWeight gate_up = make_swiglu_linear(ctx(), vg, vu);
     auto x = random_vec(M * K, 23);
     for (const FastPath& path : fast_paths()) {
         path.use();
         std::vector<float> all(M * 2 * I), all_swiglu(M * I);
-        linear(x.data(), M, plain, all.data(), true, true);
-        linear_swiglu(x.data(), M, gate_up, all_swiglu.data(), true);
+        linear(ctx(), x.data(), M, plain, all.data(), true, true);
+        linear_swiglu(ctx(), x.data(), M, gate_up, all_swiglu.data(), true);
         const std::vector<std::pair<int64_t, int64_t>> batches = {{856, 16},  {863, 1},   {864, 1},
                                                                   {1720, 16}, {M - 1, 1}, {M - 30, 30}};
         for (auto [m0, rows] : batches) {
             std::vector<float> part(rows * 2 * I), part_swiglu(rows * I);
-            linear(x.data() + m0 * K, rows, plain, part.data(), true, true);
-            linear_swiglu(x.data() + m0 * K, rows, gate_up, part_swiglu.data(), true);
+            linear(ctx(), x.data() + m0 * K, rows, plain, part.data(), true, true);
+            linear_swiglu(ctx(), x.data() + m0 * K, rows, gate_up, part_swiglu.data(), true);
             for (int64_t i = 0; i < rows * 2 * I; ++i)
                 ASSERT_EQ(part[i], all[m0 * 2 * I + i]) << path.name() << " m0=" << m0 << " i=" << i;
             for (int64_t i = 0; i < rows * I; ++i)
@@ -146,19 +146,20 @@ TEST(OpsLinear, QuantizedRowsDoNotDependOnTheBatch) {
     const TensorView vg = TensorView::contiguous(wg.data(), DType::F32, {I, K});
     const TensorView vu = TensorView::contiguous(wg.data() + I * K, DType::F32, {I, K});
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
-        const LinearWeight lw = make_linear({TensorView::contiguous(wf.data(), DType::F32, {N, K})}, f);
-        const LinearWeight gate_up = make_swiglu_linear(vg, vu, f);
+        const LinearWeight lw =
+            make_linear(ctx(), {TensorView::contiguous(wf.data(), DType::F32, {N, K})}, f);
+        const LinearWeight gate_up = make_swiglu_linear(ctx(), vg, vu, f);
         for (const QuantPath& path : quant_paths()) {
             path.use();
             std::vector<float> all(Mmax * N), all_swiglu(Mmax * I);
-            linear(x.data(), Mmax, lw, all.data(), true);
-            linear_swiglu(x.data(), Mmax, gate_up, all_swiglu.data(), true);
+            linear(ctx(), x.data(), Mmax, lw, all.data(), true);
+            linear_swiglu(ctx(), x.data(), Mmax, gate_up, all_swiglu.data(), true);
             for (int64_t M :
                  {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}, int64_t{7}, int64_t{16}, int64_t{33}})
                 for (int64_t m0 : {int64_t{0}, Mmax - M}) {
                     std::vector<float> part(M * N), part_swiglu(M * I);
-                    linear(x.data() + m0 * K, M, lw, part.data(), true);
-                    linear_swiglu(x.data() + m0 * K, M, gate_up, part_swiglu.data(), true);
+                    linear(ctx(), x.data() + m0 * K, M, lw, part.data(), true);
+                    linear_swiglu(ctx(), x.data() + m0 * K, M, gate_up, part_swiglu.data(), true);
                     for (int64_t i = 0; i < M * N; ++i)
                         ASSERT_EQ(part[i], all[m0 * N + i]) << path.name() << " " << weight_format_name(f)
                                                             << " M=" << M << " m0=" << m0 << " i=" << i;
@@ -180,12 +181,13 @@ TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
     convert_from_f32(b.data(), DType::BF16, bb.data(), bb.size());
     TensorView va = TensorView::contiguous(ab.data(), DType::BF16, {33, K});
     TensorView vb = TensorView::contiguous(bb.data(), DType::BF16, {5, K});
-    LinearWeight fused = make_linear({va, vb}), la = make_linear({va}), lb = make_linear({vb});
+    LinearWeight fused = make_linear(ctx(), {va, vb}), la = make_linear(ctx(), {va}),
+                 lb = make_linear(ctx(), {vb});
     auto x = random_vec(3 * K, 3);
     std::vector<float> yf(3 * 38), ya(3 * 33), yb(3 * 5);
-    linear(x.data(), 3, fused, yf.data(), true, true);
-    linear(x.data(), 3, la, ya.data(), true, true);
-    linear(x.data(), 3, lb, yb.data(), true, true);
+    linear(ctx(), x.data(), 3, fused, yf.data(), true, true);
+    linear(ctx(), x.data(), 3, la, ya.data(), true, true);
+    linear(ctx(), x.data(), 3, lb, yb.data(), true, true);
     for (int m = 0; m < 3; ++m) {
         for (int n = 0; n < 33; ++n) EXPECT_EQ(yf[m * 38 + n], ya[m * 33 + n]);
         for (int n = 0; n < 5; ++n) EXPECT_EQ(yf[m * 38 + 33 + n], yb[m * 5 + n]);
@@ -193,7 +195,7 @@ TEST(OpsLinear, FusedPartsEqualSeparateProjections) {
     // The reference path of a fused weight (no plain view kept) agrees too.
     force_reference(OpId::LINEAR, true);
     std::vector<float> yr(3 * 38);
-    linear(x.data(), 3, fused, yr.data(), true, true);
+    linear(ctx(), x.data(), 3, fused, yr.data(), true, true);
     force_reference(OpId::LINEAR, false);
     for (size_t i = 0; i < yr.size(); ++i) EXPECT_NEAR(yr[i], yf[i], 1e-5f + std::abs(yf[i]) * 8e-3f);
 }
@@ -207,15 +209,15 @@ TEST(OpsLinear, ArgmaxWithoutMaterialisingEqualsArgmaxOfTheProducts) {
         for (int64_t k = 0; k < K; ++k) wf[(N - 5) * K + k] = wf[7 * K + k] = 3.0f;
         std::vector<uint16_t> wb(N * K);
         convert_from_f32(wf.data(), DType::BF16, wb.data(), N * K);
-        LinearWeight lw = make_linear({TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
+        LinearWeight lw = make_linear(ctx(), {TensorView::contiguous(wb.data(), DType::BF16, {N, K})});
         auto x = random_vec(M * K, static_cast<uint32_t>(M), 0.0f, 1.0f);
         for (bool bf16 : {true, false})
             for (const FastPath& path : fast_paths()) {
                 path.use();
                 std::vector<float> y(M * N);
-                linear(x.data(), M, lw, y.data(), bf16);
+                linear(ctx(), x.data(), M, lw, y.data(), bf16);
                 std::vector<int32_t> ids(M);
-                linear_argmax(x.data(), M, lw, ids.data(), bf16);
+                linear_argmax(ctx(), x.data(), M, lw, ids.data(), bf16);
                 for (int64_t m = 0; m < M; ++m)
                     EXPECT_EQ(ids[m], ref::argmax(&y[m * N], N)) << path.name() << " m=" << m;
             }
@@ -235,19 +237,19 @@ TEST(OpsLinear, FusedSwigluEqualsSiluOfGateTimesUp) {
         convert_from_f32(u.data(), DType::BF16, ub.data(), ub.size());
         const TensorView vg = TensorView::contiguous(gb.data(), DType::BF16, {I, K});
         const TensorView vu = TensorView::contiguous(ub.data(), DType::BF16, {I, K});
-        const LinearWeight lw = make_swiglu_linear(vg, vu);
+        const LinearWeight lw = make_swiglu_linear(ctx(), vg, vu);
         auto x = random_vec(M * K, static_cast<uint32_t>(M));
         for (bool bf16_act : {false, true}) {
             std::vector<float> xr = x;
             if (bf16_act)
                 for (auto& v : xr) v = round_bf16(v);
             std::vector<float> yg(M * I), yu(M * I), want(M * I);
-            ref::linear(xr.data(), M, vg, yg.data());
-            ref::linear(xr.data(), M, vu, yu.data());
+            ref::linear(ctx(), xr.data(), M, vg, yg.data());
+            ref::linear(ctx(), xr.data(), M, vu, yu.data());
             for (int64_t i = 0; i < M * I; ++i) want[i] = ref::silu(yg[i]) * yu[i];
             auto check = [&](const char* path) {
                 std::vector<float> got(M * I, NAN);
-                linear_swiglu(x.data(), M, lw, got.data(), bf16_act);
+                linear_swiglu(ctx(), x.data(), M, lw, got.data(), bf16_act);
                 for (int64_t i = 0; i < M * I; ++i)
                     ASSERT_NEAR(got[i], want[i], 1e-5f + std::abs(want[i]) * 2e-3f)
                         << path << " M=" << M << " I=" << I << " K=" << K << " bf16_act=" << bf16_act
@@ -285,10 +287,10 @@ TEST(OpsLinear, EmbeddingFromPackedTableEqualsTheStoredRows) {
         std::vector<uint8_t> wb(V * H * dtype_size(dt));
         convert_from_f32(wf.data(), dt, wb.data(), V * H);
         const TensorView table = TensorView::contiguous(wb.data(), dt, {V, H});
-        const LinearWeight packed = make_linear({table});
+        const LinearWeight packed = make_linear(ctx(), {table});
         std::vector<float> want(n * H), got(n * H, NAN);
         ref::embedding(table, ids.data(), n, want.data());
-        ops::embedding(table, &packed.packed, ids.data(), n, got.data(), false);
+        ops::embedding(ctx(), table, &packed.packed, ids.data(), n, got.data(), false);
         for (int64_t i = 0; i < n * H; ++i) ASSERT_EQ(got[i], want[i]) << dtype_name(dt) << " i=" << i;
     }
 }
@@ -314,8 +316,8 @@ TEST(OpsLinear, GroupEqualsEachLinearAlone) {
     std::vector<std::vector<uint16_t>> bf16_store;
     for (size_t e = 0; e < formats.size() + 1; ++e) {
         if (e == formats.size()) {
-            gate_up.push_back(make_swiglu_linear(view(gate[e], I, K), view(up[e], I, K)));
-            down_w.push_back(make_linear({view(down[e], K, I)}));
+            gate_up.push_back(make_swiglu_linear(ctx(), view(gate[e], I, K), view(up[e], I, K)));
+            down_w.push_back(make_linear(ctx(), {view(down[e], K, I)}));
         } else if (!formats[e]) {  // bf16 weights
             for (auto* v : {&gate[e], &up[e], &down[e]}) {
                 bf16_store.emplace_back(v->size());
@@ -325,11 +327,11 @@ TEST(OpsLinear, GroupEqualsEachLinearAlone) {
             auto bview = [&](size_t i, int64_t n, int64_t k) {
                 return TensorView::contiguous(bf16_store[b + i].data(), DType::BF16, {n, k});
             };
-            gate_up.push_back(make_swiglu_linear(bview(0, I, K), bview(1, I, K)));
-            down_w.push_back(make_linear({bview(2, K, I)}));
+            gate_up.push_back(make_swiglu_linear(ctx(), bview(0, I, K), bview(1, I, K)));
+            down_w.push_back(make_linear(ctx(), {bview(2, K, I)}));
         } else {
-            gate_up.push_back(make_swiglu_linear(view(gate[e], I, K), view(up[e], I, K), formats[e]));
-            down_w.push_back(make_linear({view(down[e], K, I)}, formats[e]));
+            gate_up.push_back(make_swiglu_linear(ctx(), view(gate[e], I, K), view(up[e], I, K), formats[e]));
+            down_w.push_back(make_linear(ctx(), {view(down[e], K, I)}, formats[e]));
         }
     }
     std::vector<int64_t>
@@ -354,8 +356,8 @@ TEST(OpsLinear, GroupEqualsEachLinearAlone) {
                 std::vector<float> xe(n * K);
                 for (int64_t i = 0; i < n; ++i)
                     std::copy_n(h.data() + rows[at + i] * K, K, xe.data() + i * K);
-                linear_swiglu(xe.data(), n, gate_up[e], want_act.data() + at * I, bf16_act);
-                linear(want_act.data() + at * I, n, down_w[e], want_y.data() + at * K, bf16_act);
+                linear_swiglu(ctx(), xe.data(), n, gate_up[e], want_act.data() + at * I, bf16_act);
+                linear(ctx(), want_act.data() + at * I, n, down_w[e], want_y.data() + at * K, bf16_act);
                 if (in_place)
                     gu_jobs.push_back({h.data(), n, &gate_up[e], act.data() + at * I, rows.data() + at});
                 else
@@ -369,8 +371,8 @@ TEST(OpsLinear, GroupEqualsEachLinearAlone) {
                     gu_jobs.push_back(
                         {h.data(), n - 1, &gate_up[e], act.data() + (at + 1) * I, rows.data() + at + 1});
             }
-            linear_group(gu_jobs, true, bf16_act);
-            linear_group(down_jobs, false, bf16_act);
+            linear_group(ctx(), gu_jobs, true, bf16_act);
+            linear_group(ctx(), down_jobs, false, bf16_act);
             for (int64_t i = 0; i < total * I; ++i)
                 ASSERT_EQ(act[i], want_act[i]) << path.name() << " bf16=" << bf16_act << " i=" << i;
             for (int64_t i = 0; i < total * K; ++i)
@@ -400,11 +402,12 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
         LinearWeight gu, w;
     };
     std::vector<Case> cases;
-    cases.push_back({"bf16", make_swiglu_linear(b16(gate16), b16(up16)), make_linear({b16(plain16)})});
-    cases.push_back({"f32", make_swiglu_linear(f32(gate), f32(up)), make_linear({f32(plain)})});
+    cases.push_back(
+        {"bf16", make_swiglu_linear(ctx(), b16(gate16), b16(up16)), make_linear(ctx(), {b16(plain16)})});
+    cases.push_back({"f32", make_swiglu_linear(ctx(), f32(gate), f32(up)), make_linear(ctx(), {f32(plain)})});
     for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K})
-        cases.push_back(
-            {weight_format_name(f), make_swiglu_linear(f32(gate), f32(up), f), make_linear({f32(plain)}, f)});
+        cases.push_back({weight_format_name(f), make_swiglu_linear(ctx(), f32(gate), f32(up), f),
+                         make_linear(ctx(), {f32(plain)}, f)});
     const std::vector<int64_t> rows = {4, 0, 8, 4, 2};  // a routed expert's tokens (a repeat included)
     const int64_t n = static_cast<int64_t>(rows.size());
     std::vector<float> gathered(n * K);
@@ -419,19 +422,20 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
                 const std::string what = path.name() + " " + c.name + (bf16_act ? " bf16" : " f32");
                 std::vector<float> want_y(R * I), want_act(R * I), want_rows(n * I), want2(R * I),
                     want_rounded(R * I);
-                linear(h.data(), R, c.w, want_y.data(), bf16_act);
-                linear(h.data(), R, c.w, want_rounded.data(), bf16_act, true);
-                linear_swiglu(h.data(), R, c.gu, want_act.data(), bf16_act);
-                linear_swiglu(gathered.data(), n, c.gu, want_rows.data(), bf16_act);
-                linear(h2.data(), R, c.w, want2.data(), bf16_act);
+                linear(ctx(), h.data(), R, c.w, want_y.data(), bf16_act);
+                linear(ctx(), h.data(), R, c.w, want_rounded.data(), bf16_act, true);
+                linear_swiglu(ctx(), h.data(), R, c.gu, want_act.data(), bf16_act);
+                linear_swiglu(ctx(), gathered.data(), n, c.gu, want_rows.data(), bf16_act);
+                linear(ctx(), h2.data(), R, c.w, want2.data(), bf16_act);
                 in.reset(h.data(), R, K);
                 std::vector<float> y(R * I, NAN), act(R * I, NAN), act_rows(n * I, NAN),
                     act_group(R * I, NAN), rounded(R * I, NAN);
-                linear(in, c.w, y.data(), bf16_act);
-                linear(in, c.w, rounded.data(), bf16_act, true);  // outputs rounded where HF rounds
-                linear_swiglu(in, c.gu, act.data(), bf16_act);
+                linear(ctx(), in, c.w, y.data(), bf16_act);
+                linear(ctx(), in, c.w, rounded.data(), bf16_act, true);  // outputs rounded where HF rounds
+                linear_swiglu(ctx(), in, c.gu, act.data(), bf16_act);
                 // One group: a job on rows of the shared input, and one on all of it in place.
-                linear_group({{nullptr, n, &c.gu, act_rows.data(), rows.data(), &in},
+                linear_group(ctx(),
+                             {{nullptr, n, &c.gu, act_rows.data(), rows.data(), &in},
                               {nullptr, R, &c.gu, act_group.data(), nullptr, &in}},
                              true, bf16_act);
                 for (int64_t i = 0; i < R * I; ++i) {
@@ -443,7 +447,7 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
                 for (int64_t i = 0; i < n * I; ++i)
                     ASSERT_EQ(act_rows[i], want_rows[i]) << what << " i=" << i;
                 in.reset(h2.data(), R, K);  // another matrix at once: nothing of h may be reused
-                linear(in, c.w, y.data(), bf16_act);
+                linear(ctx(), in, c.w, y.data(), bf16_act);
                 for (int64_t i = 0; i < R * I; ++i)
                     ASSERT_EQ(y[i], want2[i]) << what << " (after reset) i=" << i;
             }

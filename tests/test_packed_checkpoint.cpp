@@ -29,7 +29,7 @@ void write_packed(const std::string& src, WeightFormat f, const std::string& out
     LoadOptions lo;
     lo.quantization = f;
     lo.mtp = true;
-    auto m = Model::load(src, nullptr, lo);
+    auto m = Model::load(ExecContext::process(), src, nullptr, lo);
     ASSERT_TRUE(m.is_ok()) << m.message();
     write_bytes(out + "/config.json", read_bytes(src + "/config.json"));
     const ModelWeights& w = (*m)->weights();
@@ -62,8 +62,9 @@ TEST_P(PackedCheckpoint, LoadsAsTheModelQuantizedAtLoad) {
         LoadOptions lo, lq;
         lo.mtp = lq.mtp = mtp;
         lq.quantization = f;
-        auto a = Model::load(src->path(), nullptr, lq);
-        auto b = Model::load(out.path(), nullptr, lo);  // no --quantization: the file says it
+        auto a = Model::load(ExecContext::process(), src->path(), nullptr, lq);
+        auto b = Model::load(ExecContext::process(), out.path(), nullptr,
+                             lo);  // no --quantization: the file says it
         ASSERT_TRUE(a.is_ok()) << a.message();
         ASSERT_TRUE(b.is_ok()) << b.message();
         EXPECT_EQ((*b)->weights().quantization, f);
@@ -86,11 +87,11 @@ TEST_P(PackedCheckpoint, LoadsAsTheModelQuantizedAtLoad) {
     // Asking for the other format is refused by name; asking for the same one is fine.
     LoadOptions other;
     other.quantization = f == WeightFormat::Q8 ? WeightFormat::Q4 : WeightFormat::Q8;
-    auto bad = Model::load(out.path(), nullptr, other);
+    auto bad = Model::load(ExecContext::process(), out.path(), nullptr, other);
     ASSERT_FALSE(bad.is_ok());
     EXPECT_HAS(bad.message(), std::string("was quantized to ") + quantization_name(f) + " by gdn quantize");
     other.quantization = f;
-    EXPECT_TRUE(Model::load(out.path(), nullptr, other).is_ok());
+    EXPECT_TRUE(Model::load(ExecContext::process(), out.path(), nullptr, other).is_ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -121,7 +122,7 @@ TEST(PackedCheckpoint, CorruptFilesAreErrorsNamingTheTensor) {
     write_packed(src->path(), WeightFormat::Q8, out.path());
     const std::string path = out.path() + "/model.safetensors", pristine = read_bytes(path);
     auto load_error = [&]() {
-        auto m = Model::load(out.path());
+        auto m = Model::load(ExecContext::process(), out.path());
         EXPECT_FALSE(m.is_ok());
         return m.is_ok() ? std::string() : m.message();
     };
@@ -169,7 +170,7 @@ TEST(PackedCheckpoint, CorruptFilesAreErrorsNamingTheTensor) {
     EXPECT_HAS(load_error(),
                "'gdn.packed.layers.2.linear_attn.out': a non-finite scale (f16 0x7c00) in panel 0, block 0");
     write_bytes(path, pristine);
-    EXPECT_TRUE(Model::load(out.path()).is_ok());
+    EXPECT_TRUE(Model::load(ExecContext::process(), out.path()).is_ok());
 }
 
 }  // namespace

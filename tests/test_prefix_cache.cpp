@@ -255,7 +255,7 @@ struct Loaded {
 };
 
 Loaded load(const std::string& dir) {
-    auto m = Model::load(dir, nullptr, {});
+    auto m = Model::load(ExecContext::process(), dir, nullptr, {});
     EXPECT_TRUE(m.is_ok()) << m.message();
     auto t = Tokenizer::load(dir);
     EXPECT_TRUE(t.is_ok()) << t.message();
@@ -564,7 +564,7 @@ TEST(PrefixCache, MtpSpeculationSharesTheMtpCacheAndStaysExact) {
     OneThread one_thread;
     LoadOptions lo;
     lo.mtp = true;
-    auto m = Model::load(demo_model_dir(), nullptr, lo);
+    auto m = Model::load(ExecContext::process(), demo_model_dir(), nullptr, lo);
     ASSERT_TRUE(m.is_ok()) << m.message();
     auto t = Tokenizer::load(demo_model_dir());
     ASSERT_TRUE(t.is_ok());

@@ -26,7 +26,7 @@ const Shape kShapes[] = {{1, 1, 1},    {1, 31, 33},  {1, 33, 64},   {2, 32, 31},
                          {1, 257, 96}, {17, 45, 99}, {64, 70, 130}, {65, 33, 515}, {7, 96, 1024}};
 
 LinearWeight quantized(WeightFormat f, const std::vector<float>& w, int64_t N, int64_t K) {
-    return make_linear({TensorView::contiguous(const_cast<float*>(w.data()), DType::F32, {N, K})}, f);
+    return make_linear(ctx(), {TensorView::contiguous(const_cast<float*>(w.data()), DType::F32, {N, K})}, f);
 }
 
 TEST(Quant, ReferenceEqualsFloat64DequantizedProduct) {
@@ -67,13 +67,13 @@ TEST(Quant, EveryIsaMatchesReference) {
             EXPECT_FALSE(lw.view.data);
             set_active_isa(Isa::REF);
             std::vector<float> want(s.M * s.N);
-            linear(x.data(), s.M, lw, want.data(), false);
+            linear(ctx(), x.data(), s.M, lw, want.data(), false);
             std::vector<float> avx2_out;  // the vpmaddubsw build's products (unrounded)
             for (const QuantPath& path : quant_paths()) {
                 path.use();
                 for (bool round_out : {false, true}) {
                     std::vector<float> got(s.M * s.N, NAN);
-                    linear(x.data(), s.M, lw, got.data(), true, round_out);
+                    linear(ctx(), x.data(), s.M, lw, got.data(), true, round_out);
                     for (int64_t i = 0; i < s.M * s.N; ++i) {
                         // Same integer dots; only the order of the f32 group sums differs (and bf16 output
                         // rounding when asked).
@@ -106,23 +106,23 @@ TEST(Quant, SwigluAndArgmaxOverQuantizedWeights) {
     for (int64_t M : {1, 3, 7})
         for (WeightFormat f : kFormats) {
             auto g = random_vec(I * K, 1), u = random_vec(I * K, 2), x = random_vec(M * K, 3);
-            LinearWeight sw = make_swiglu_linear(TensorView::contiguous(g.data(), DType::F32, {I, K}),
+            LinearWeight sw = make_swiglu_linear(ctx(), TensorView::contiguous(g.data(), DType::F32, {I, K}),
                                                  TensorView::contiguous(u.data(), DType::F32, {I, K}), f);
             LinearWeight lg = quantized(f, g, I, K), lu = quantized(f, u, I, K);
             for (const QuantPath& path : quant_paths()) {
                 path.use();
                 std::vector<float> act(M * I), yg(M * I), yu(M * I);
-                linear_swiglu(x.data(), M, sw, act.data(), true);
-                linear(x.data(), M, lg, yg.data(), true);
-                linear(x.data(), M, lu, yu.data(), true);
+                linear_swiglu(ctx(), x.data(), M, sw, act.data(), true);
+                linear(ctx(), x.data(), M, lg, yg.data(), true);
+                linear(ctx(), x.data(), M, lu, yu.data(), true);
                 for (int64_t i = 0; i < M * I; ++i) {
                     const float want = yg[i] / (1.0f + std::exp(-yg[i])) * yu[i];
                     ASSERT_NEAR(act[i], want, 1e-4f * (1 + std::abs(want)))
                         << weight_format_name(f) << " " << path.name() << " M=" << M;
                 }
                 std::vector<int32_t> ids(M);
-                linear_argmax(x.data(), M, lg, ids.data(), true);
-                for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ops::argmax(yg.data() + m * I, I));
+                linear_argmax(ctx(), x.data(), M, lg, ids.data(), true);
+                for (int64_t m = 0; m < M; ++m) EXPECT_EQ(ids[m], ops::argmax(ctx(), yg.data() + m * I, I));
             }
         }
     restore_default_kernels();
@@ -226,7 +226,7 @@ TEST(Quant, ActivationQuantizersAreBitwiseTheReference) {
             for (WeightFormat f : kFormats) {
                 const QuantKernelRow& k = quant_kernel(isa, f);
                 quant::QuantizedRows got;
-                got.resize(3, K);
+                got.resize(3, K, nullptr);
                 for (int64_t m = 0; m < 3; ++m) k.quantize(x.data() + m * K, &got, m);
                 for (int64_t i = 0; i < 3 * want.Kp; ++i)
                     ASSERT_EQ(got.xq[i], want.xq[i]) << isa_name(isa) << " K=" << K << " " << i;

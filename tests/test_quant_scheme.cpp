@@ -45,7 +45,7 @@ TEST(QuantScheme, UseMoreBitsIsLlamaQuantsRule) {
 TEST(QuantScheme, LoadedDemoModelCarriesTheSchemesFormats) {
     LoadOptions lo;
     lo.quantization = WeightFormat::Q4K;
-    auto m = Model::load(demo_model_dir(), nullptr, lo);
+    auto m = Model::load(ExecContext::process(), demo_model_dir(), nullptr, lo);
     ASSERT_TRUE(m.is_ok()) << m.message();
     const ModelWeights& w = (*m)->weights();
     EXPECT_EQ(w.lm_head_packed.packed.format, WeightFormat::Q6K);  // tied: the embedding rows too

@@ -23,9 +23,9 @@ TEST(RefOps, LinearAllWeightDtypesAndThreadCounts) {
         TensorView W = TensorView::contiguous(wb.data(), dt, {N, K});
         std::vector<float> y1(M * N), y2(M * N);
         set_global_threads(1);
-        ref::linear(x.data(), M, W, y1.data());
+        ref::linear(ctx(), x.data(), M, W, y1.data());
         set_global_threads(3);
-        ref::linear(x.data(), M, W, y2.data());
+        ref::linear(ctx(), x.data(), M, W, y2.data());
         EXPECT_EQ(y1, y2) << "thread count changed the result";
         for (int64_t m = 0; m < M; ++m)
             for (int64_t n = 0; n < N; ++n) {

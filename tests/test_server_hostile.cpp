@@ -39,7 +39,7 @@ struct LoopbackServer {
     std::thread thread;
     int port = 0;
     LoopbackServer(EngineConfig ec, ServerConfig sc) {
-        auto m = Model::load(demo_model_dir());
+        auto m = Model::load(ExecContext::process(), demo_model_dir());
         auto t = Tokenizer::load(demo_model_dir());
         EXPECT_TRUE(m.is_ok() && t.is_ok());
         auto e = Engine::create(std::shared_ptr<const Model>(std::move(*m)), *t, ec);

@@ -29,7 +29,7 @@ namespace {
 std::shared_ptr<const Model> load_mtp(const std::string& dir) {
     LoadOptions lo;
     lo.mtp = true;
-    auto m = Model::load(dir, nullptr, lo);
+    auto m = Model::load(ExecContext::process(), dir, nullptr, lo);
     EXPECT_TRUE(m.is_ok()) << m.message();
     return m.is_ok() ? std::shared_ptr<const Model>(std::move(*m)) : nullptr;
 }
@@ -85,7 +85,7 @@ TEST(Mtp, DemoModelMatchesReferenceTop5) {
 TEST(Mtp, LoadingWithoutMtpTensorsIsAClearError) {
     LoadOptions lo;
     lo.mtp = true;
-    auto m = Model::load(golden_dir("qwen3_5"), nullptr, lo);
+    auto m = Model::load(ExecContext::process(), golden_dir("qwen3_5"), nullptr, lo);
     ASSERT_FALSE(m.is_ok());
     EXPECT_NE(m.message().find("no MTP layer"), std::string::npos) << m.message();
 }
@@ -100,7 +100,7 @@ struct Loaded {
 Loaded load_with_mtp(const std::string& dir, bool mtp) {
     LoadOptions lo;
     lo.mtp = mtp;
-    auto m = Model::load(dir, nullptr, lo);
+    auto m = Model::load(ExecContext::process(), dir, nullptr, lo);
     EXPECT_TRUE(m.is_ok()) << m.message();
     std::shared_ptr<const Tokenizer> tok;  // presets have none: token ids only
     if (file_exists(dir + "/tokenizer.json")) {
@@ -257,7 +257,7 @@ TEST(Speculative, DraftLayerInInt8OrInt4KeepsGreedyExact) {
         LoadOptions lo;
         lo.mtp = true;
         lo.mtp_layer = f;
-        auto m = Model::load(demo_model_dir(), nullptr, lo);
+        auto m = Model::load(ExecContext::process(), demo_model_dir(), nullptr, lo);
         ASSERT_TRUE(m.is_ok()) << m.message();
         const ModelWeights& w = (*m)->weights();
         EXPECT_EQ(w.mtp->fc.packed.format, f);
@@ -407,7 +407,7 @@ TEST(Speculative, Int8DraftLayerOfAMoeModelRunsOnTheReferencePath) {
         LoadOptions lo;
         lo.mtp = true;
         lo.mtp_layer = WeightFormat::Q8;
-        auto m = Model::load(dir->path(), nullptr, lo);
+        auto m = Model::load(ExecContext::process(), dir->path(), nullptr, lo);
         ASSERT_TRUE(m.is_ok()) << m.message();
         const ModelWeights& w = (*m)->weights();
         ASSERT_TRUE(w.mtp->layer.is_moe) << preset;

@@ -32,7 +32,7 @@ void expect_stolen_steps_match_plain(std::optional<WeightFormat> quantization) {
     ASSERT_TRUE(make_model(o).is_ok());
     LoadOptions lo;
     lo.quantization = quantization;
-    auto m = Model::load(dir.path(), nullptr, lo);
+    auto m = Model::load(ExecContext::process(), dir.path(), nullptr, lo);
     ASSERT_TRUE(m.is_ok()) << m.message();
     set_global_threads(2);
     ForwardOptions fo;

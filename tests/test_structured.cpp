@@ -410,7 +410,7 @@ namespace {
 // validates, and the engine met no dead end.
 TEST(StructuredSampling, EverySampleValidates) {
     OneThread one;
-    auto m = Model::load(demo_model_dir());
+    auto m = Model::load(ExecContext::process(), demo_model_dir());
     ASSERT_TRUE(m.is_ok());
     auto tok = Tokenizer::load(demo_model_dir());
     ASSERT_TRUE(tok.is_ok());
@@ -474,7 +474,7 @@ TEST(StructuredSampling, EverySampleValidates) {
 // Raw-text regexes on the demo model: every sample matches (checked with std::regex).
 TEST(StructuredSampling, RegexSamplesMatch) {
     OneThread one;
-    auto m = Model::load(demo_model_dir());
+    auto m = Model::load(ExecContext::process(), demo_model_dir());
     auto tok = Tokenizer::load(demo_model_dir());
     ASSERT_TRUE(m.is_ok() && tok.is_ok());
     EngineConfig ec;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exec_context.h"
 #include "core/thread_pool.h"
 #include "engine/sampling.h"
 #include "model/make_model.h"
@@ -139,6 +140,11 @@ inline std::unique_ptr<TempDir> make_preset(const std::string& preset, uint64_t 
     Status st = make_model(o);
     EXPECT_TRUE(st.is_ok()) << st.message();
     return dir;
+}
+
+// The context the tests run ops and models on: the process's pool (OneThread resizes it) and profiler.
+inline ExecContext ctx() {
+    return ExecContext::process();
 }
 
 // Marks the running test skipped (once per test), with the reason: the paths it compares are run, but a

@@ -12,6 +12,8 @@ namespace gdn {
 
 class Profiler {
   public:
+    // The process's profiler (ExecContext::process() hands it to ops; `gdn profile` enables it). Ops and the
+    // model reach a profiler only through their ExecContext.
     static Profiler& get();
 
     void enable(bool on) { enabled_ = on; }
@@ -56,20 +58,40 @@ class Profiler {
     int current_ = -1;
 };
 
-// Times the enclosing scope as op `name` when the profiler is enabled.
+// One forward as a step of `profiler` (null: nothing): begin_step on construction, end_step at scope end.
+class ProfiledStep {
+  public:
+    ProfiledStep(Profiler* profiler, const char* phase) : profiler_(profiler) {
+        if (profiler_) profiler_->begin_step(phase);
+    }
+    ~ProfiledStep() {
+        if (profiler_) profiler_->end_step();
+    }
+    ProfiledStep(const ProfiledStep&) = delete;
+    ProfiledStep& operator=(const ProfiledStep&) = delete;
+
+  private:
+    Profiler* profiler_;
+};
+
+// Times the enclosing scope as op `name` on `profiler` when it is not null and enabled.
 class ProfileScope {
   public:
-    explicit ProfileScope(const char* name) : name_(Profiler::get().enabled() ? name : nullptr) {
-        if (name_) {
+    ProfileScope(Profiler* profiler, const char* name)
+        : profiler_(profiler && profiler->enabled() ? profiler : nullptr), name_(name) {
+        if (profiler_) {
             t0_ = Profiler::now_ns();
             ++Profiler::depth();
         }
     }
     ~ProfileScope() {
-        if (name_) Profiler::get().record(name_, t0_, Profiler::now_ns(), --Profiler::depth());
+        if (profiler_) profiler_->record(name_, t0_, Profiler::now_ns(), --Profiler::depth());
     }
+    ProfileScope(const ProfileScope&) = delete;
+    ProfileScope& operator=(const ProfileScope&) = delete;
 
   private:
+    Profiler* profiler_;
     const char* name_;
     int64_t t0_ = 0;
 };
@@ -78,4 +100,6 @@ class ProfileScope {
 
 #define GDN_PROFILE_CONCAT2(a, b) a##b
 #define GDN_PROFILE_CONCAT(a, b) GDN_PROFILE_CONCAT2(a, b)
-#define GDN_PROFILE(name) ::gdn::ProfileScope GDN_PROFILE_CONCAT(_gdn_prof_, __LINE__)(name)
+// GDN_PROFILE(ctx, "op"): times the enclosing scope on the profiler of ExecContext ctx.
+#define GDN_PROFILE(ctx, name) \
+    ::gdn::ProfileScope GDN_PROFILE_CONCAT(_gdn_prof_, __LINE__)((ctx).profiler(), name)

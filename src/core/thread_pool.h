@@ -223,15 +223,16 @@ inline int64_t row_grain(int64_t floats_per_row) {
                : kMinFloatsPerThread / (floats_per_row > 0 ? floats_per_row : 1);
 }
 
-// The process-wide pool used by ops (set once at start-up from --threads).
+// The process's pool (sized once at start-up from --threads): what ExecContext::process() hands to ops.
+// Ops and the model never call it: they use the pool of the context they were given.
 ThreadPool& global_pool();
-// Grows v to at least n elements, first waiting out the global pool's late workers when the storage
-// moves: a buffer that a stealable job reads (a linear's input) may still be read by a worker whose claim
-// was stolen. Every grow-only buffer of the forward that feeds a linear grows through it.
+// Grows v to at least n elements, first waiting out pool's late workers when the storage moves: a
+// buffer that a stealable job reads (a linear's input) may still be read by a worker whose claim was
+// stolen. Every grow-only buffer of the forward that feeds a linear grows through it.
 template <class Vec>
-void grow_read_buffer(Vec& v, size_t n) {
+void grow_read_buffer(ThreadPool& pool, Vec& v, size_t n) {
     if (v.size() >= n) return;
-    if (v.capacity() < n) global_pool().wait_for_late_workers();
+    if (v.capacity() < n) pool.wait_for_late_workers();
     v.resize(n);
 }
 void set_global_threads(int n_threads);

@@ -67,6 +67,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
                       "always fits beside the decodes",
                       cfg.max_num_batched_tokens, kPrefillChunkAlign, cfg.max_num_seqs + kPrefillChunkAlign));
     auto e = std::unique_ptr<Engine>(new Engine());
+    e->sampler_ = Sampler(model->context());
     // Memory plan: state slots first (one per running request), the rest KV blocks.
     const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
     const DType kv_dtype = cfg.kv_cache_dtype();
@@ -181,8 +182,8 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
         std::vector<Buffer*> bufs = e->kv_->buffers();
         for (Buffer* b : e->slots_->buffers()) bufs.push_back(b);
         for (Buffer* b : bufs) {
-            global_pool().parallel_for(static_cast<int64_t>(b->pages()),
-                                       [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
+            e->model_->context().pool().parallel_for(static_cast<int64_t>(b->pages()),
+                                                     [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
             bytes += b->size();
         }
         GDN_LOG_INFO("cache memory touched at start-up: %.1f MiB in %.2f s", bytes / 1048576.0,

@@ -54,7 +54,8 @@ void Sampler::prepare(float* logits, int32_t V, const SamplingParams& p, Sampler
 
     greedy_id_ = -1;
     if (p.greedy()) {
-        greedy_id_ = static_cast<int32_t>(ops::argmax(logits, V));  // no softmax, no copy of the vocabulary
+        greedy_id_ =
+            static_cast<int32_t>(ops::argmax(ctx_, logits, V));  // no softmax, no copy of the vocabulary
     } else {
         // temperature -> top-k -> top-p -> min-p, then one draw from the request's RNG. Candidates are
         // sorted only as far as the filters need (a partial sort that widens), never the whole vocabulary

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exec_context.h"
 #include "core/status.h"
 #include "structured/grammar.h"
 
@@ -68,6 +69,9 @@ struct SamplerState {
 
 class Sampler {
   public:
+    // ctx: where the greedy argmax over the vocabulary runs (the engine's model's context).
+    explicit Sampler(const ExecContext& ctx = ExecContext::process()) : ctx_(ctx) {}
+
     // Samples from `logits` ([V], modified in place by penalties and masks). `prompt` and `output` are
     // the request's tokens so far; `eos` are the ids masked while output.size() < min_tokens.
     // Fills `lp` (when params.logprobs >= 0) with the sampled token first, then the top-n.
@@ -98,6 +102,7 @@ class Sampler {
     const float* logits_ = nullptr;
     int32_t V_ = 0, n_ = 0, greedy_id_ = -1, logprobs_n_ = -1;
     double total_ = 0;
+    ExecContext ctx_;
 };
 
 }  // namespace gdn

@@ -24,13 +24,14 @@ namespace gdn {
 
 using enum ops::ScratchSlot;  // the forward's buffers in the ops' Scratch, by name
 
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const LoadProgress& progress,
-                                           const LoadOptions& options) {
-    auto m = std::unique_ptr<Model>(new Model());
+Result<std::unique_ptr<Model>> Model::load(const ExecContext& ctx, const std::string& dir,
+                                           const LoadProgress& progress, const LoadOptions& options) {
+    auto m = std::unique_ptr<Model>(new Model(ctx));
     GDN_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
     GDN_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open(dir));
-    GDN_ASSIGN_OR_RETURN(m->weights_, load_weights(m->config_, std::make_shared<Checkpoint>(std::move(ck)),
-                                                   progress, options));
+    GDN_ASSIGN_OR_RETURN(
+        m->weights_,
+        load_weights(ctx, m->config_, std::make_shared<Checkpoint>(std::move(ck)), progress, options));
     m->ws_ = std::make_unique<ForwardWorkspace>();
     return m;
 }
@@ -168,6 +169,7 @@ struct ForwardWorkspace {
     ops::MoeWorkspace moe;
 };
 
+Model::Model(const ExecContext& ctx) : ctx_(ctx) {}
 Model::~Model() = default;
 
 namespace {
@@ -204,9 +206,10 @@ const std::vector<int64_t>& first_rows(ForwardWorkspace& ws, int64_t n) {
 
 class ForwardPass {
   public:
-    ForwardPass(const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o, ForwardWorkspace& ws,
-                CacheAccess& cache)
-        : c_(c),
+    ForwardPass(const ExecContext& ctx, const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o,
+                ForwardWorkspace& ws, CacheAccess& cache)
+        : ctx_(ctx),
+          c_(c),
           w_(w),
           bf16_(o.bf16_activations),
           hf_(o.bf16_activations && o.hf_rounding),
@@ -217,7 +220,7 @@ class ForwardPass {
 
     // Weight matmul: bf16 inputs in bf16 mode; outputs rounded only when emulating HF.
     void lin(const float* x, int64_t M, const LinearWeight& w, float* y) const {
-        linear(x, M, w, y, bf16_, hf_);
+        linear(ctx_, x, M, w, y, bf16_, hf_);
     }
 
     // A mixer over the batch's N rows (caches and states advance for all of them); out [N, H], or with
@@ -231,6 +234,7 @@ class ForwardPass {
     void ffn(const LayerWeights& L, const float* h, int64_t N, float* out);
 
   private:
+    const ExecContext& ctx_;
     const ModelConfig& c_;
     const ModelWeights& w_;
     const bool bf16_;
@@ -247,7 +251,7 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
     const int64_t VD = c_.gdn_value_dim();
     const int64_t ldp = g.in_proj.N();  // q|k|v (CD) | z (VD) | b (Hv) | a (Hv)
     GDN_CHECK(ldp == c_.gdn_in_proj_floats(), "GDN in_proj width %lld", (long long)ldp);
-    float* proj = sc_.f32(PROJ, N * ldp);
+    float* proj = sc_.f32(ctx_, PROJ, N * ldp);
     lin(h, N, g.in_proj, proj);
     std::vector<ops::GdnSeq>& gs = ws_.gdn_seqs;
     gs.clear();
@@ -275,8 +279,8 @@ void ForwardPass::gdn_block(const LayerWeights& L, int gi, const float* h, int64
         gs.push_back(g);
     }
     const ops::GdnParams p = gdn_params(c_, g, form_);
-    float* normed = sc_.f32(ACT, N * VD);
-    ops::gdn_mixer(proj, ldp, gs, p, normed, sc_, hf_);
+    float* normed = sc_.f32(ctx_, ACT, N * VD);
+    ops::gdn_mixer(ctx_, proj, ldp, gs, p, normed, sc_, hf_);
     lin(normed, keep ? pack_rows(normed, VD, *keep) : N, g.out, out);
 }
 
@@ -286,20 +290,20 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
     const AttentionWeights& A = L.attn;
     const int64_t Hq = c_.attn_heads, Hkv = c_.attn_kv_heads, D = c_.head_dim;
     const int64_t ld = A.qkv.N();  // per token: Hq x [query D | gate D], then k (Hkv*D), then v (Hkv*D)
-    float* qkv = sc_.f32(PROJ, N * ld);
+    float* qkv = sc_.f32(ctx_, PROJ, N * ld);
     lin(h, N, A.qkv, qkv);
     // q heads sit at stride 2D inside a token row (interleaved with their gates), then the k heads at D:
     // both normed and roped in place.
-    ops::qk_norm_rope(qkv, ld, N, {{0, Hq, 2 * D, A.q_norm}, {Hq * 2 * D, Hkv, D, A.k_norm}}, D, c_.rms_eps,
-                      c_.rotary_dim, c_.rope_theta, pos, hf_);
+    ops::qk_norm_rope(ctx_, qkv, ld, N, {{0, Hq, 2 * D, A.q_norm}, {Hq * 2 * D, Hkv, D, A.k_norm}}, D,
+                      c_.rms_eps, c_.rotary_dim, c_.rope_theta, pos, hf_);
     // Each token's [query | gate] heads split into q and gate [N, Hq, D], and its K/V rows appended to
     // its sequence's cache: one pass over the pool, tokens being independent (on the calling thread,
     // 8192 head copies and 512 rows took 0.35 ms a layer of a 512-token prefill).
     const int64_t row = Hkv * D;
-    float* q = sc_.f32(Q, N * Hq * D);
-    float* gate = sc_.f32(GATE, N * Hq * D);
+    float* q = sc_.f32(ctx_, Q, N * Hq * D);
+    float* gate = sc_.f32(ctx_, GATE, N * Hq * D);
     for (int i = 0; i < static_cast<int>(seqs.size()); ++i) cache_.reserve_kv(i, ai, seqs[i].T);
-    global_pool().parallel_for(
+    ctx_.pool().parallel_for(
         N,
         [&](int64_t t0, int64_t t1) {
             size_t i = 0;
@@ -340,8 +344,8 @@ void ForwardPass::attention_block(const LayerWeights& L, int ai, const float* h,
             as.push_back({s.t0, s.T, s.n_past, cache_.rows(i, ai)});
         }
     }
-    float* o = sc_.f32(ACT, N * Hq * D);
-    if (!as.empty()) ops::attention(q, gate, Hq * D, as, Hq, Hkv, D, o, sc_, bf16_);
+    float* o = sc_.f32(ctx_, ACT, N * Hq * D);
+    if (!as.empty()) ops::attention(ctx_, q, gate, Hq * D, as, Hq, Hkv, D, o, sc_, bf16_);
     const int64_t R = keep ? pack_rows(o, Hq * D, *keep) : N;
     ref::round_activations(o, R * Hq * D, hf_);
     lin(o, R, A.o, out);
@@ -351,9 +355,9 @@ void ForwardPass::ffn(const LayerWeights& L, const float* h, int64_t N, float* o
     if (L.is_moe) {
         const ops::MoeShape shape{c_.hidden, c_.n_experts, c_.n_experts_per_tok, c_.norm_topk_prob,
                                   c_.shared_intermediate > 0};
-        ops::moe(L.moe, shape, h, N, out, bf16_, hf_, sc_, ws_.moe);
+        ops::moe(ctx_, L.moe, shape, h, N, out, bf16_, hf_, sc_, ws_.moe);
     } else {
-        ops::mlp(L.mlp, h, N, out, bf16_, hf_, sc_, PROJ, ACT);
+        ops::mlp(ctx_, L.mlp, h, N, out, bf16_, hf_, sc_, PROJ, ACT);
     }
 }
 
@@ -474,7 +478,7 @@ Status Model::commit_verified(const std::vector<GdnCommit>& commits, StateSlots&
         layers.push_back({slots.verify_rows(gi, 0), ldp, &gs, &params.back()});
         ++gi;
     }
-    ops::gdn_commit(layers, ws.sc, opt.bf16_activations && opt.hf_rounding);
+    ops::gdn_commit(ctx_, layers, ws.sc, opt.bf16_activations && opt.hf_rounding);
     return Status::ok();
 }
 
@@ -528,17 +532,17 @@ void Model::head(const float* h, const std::vector<int64_t>& rows, const Forward
                  const LinearWeight* argmax_head) const {
     const int64_t H = config_.hidden, V = config_.vocab;
     const int64_t R = static_cast<int64_t>(rows.size());
-    float* last = ws_->sc.f32(LAST_ROWS, R * H);
+    float* last = ws_->sc.f32(ctx_, LAST_ROWS, R * H);
     for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, h + rows[r] * H, H * sizeof(float));
     if (greedy_ids) {
         const size_t off = greedy_ids->size();
         greedy_ids->resize(off + R);
-        linear_argmax(last, R, argmax_head ? *argmax_head : weights_->lm_head_packed,
+        linear_argmax(ctx_, last, R, argmax_head ? *argmax_head : weights_->lm_head_packed,
                       greedy_ids->data() + off, opt.bf16_activations);
     } else {
         const size_t off = logits->size();
         logits->resize(off + R * V);
-        linear(last, R, weights_->lm_head_packed, logits->data() + off, opt.bf16_activations,
+        linear(ctx_, last, R, weights_->lm_head_packed, logits->data() + off, opt.bf16_activations,
                opt.bf16_activations && opt.hf_rounding);
     }
 }
@@ -547,7 +551,7 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
                 CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
                 std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const {
     // Decode GEMVs steal claims from descheduled workers; the scope's end waits for those workers.
-    ThreadPool::StealScope steal(global_pool());
+    ThreadPool::StealScope steal(ctx_.pool());
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
     const int64_t H = c.hidden;
@@ -561,18 +565,17 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
         verify |= verified;
         all_decode &= s.T == 1 || verified;
     }
-    Profiler& prof = Profiler::get();
-    prof.begin_step(all_decode ? verify ? "verify" : "decode" : "prefill");
+    ProfiledStep step(ctx_.profiler(), all_decode ? verify ? "verify" : "decode" : "prefill");
     ops::Scratch& sc = ws.sc;
-    ForwardPass fp(c, w, opt, ws, cache);
+    ForwardPass fp(ctx_, c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;  // rounding outside the matmuls
-    float* x = sc.f32(X, N * H);                                // residual stream [N, H]
-    float* hm = sc.f32(H_MIX, N * H);                           // mixer input: x normed by input_layernorm
-    float* hf = sc.f32(H_FFN, N * H);  // FFN input: x normed by post_attention_layernorm
-    float* mix = sc.f32(MIX, N * H);
-    float* ffn = sc.f32(FFN, N * H);
-    ops::embedding(w.embed, w.embed_packed, ids, N, x, bf16);
-    ops::rms_norm(x, N, H, w.layers[0].input_norm, c.rms_eps, hm, bf16);
+    float* x = sc.f32(ctx_, X, N * H);                          // residual stream [N, H]
+    float* hm = sc.f32(ctx_, H_MIX, N * H);                     // mixer input: x normed by input_layernorm
+    float* hf = sc.f32(ctx_, H_FFN, N * H);  // FFN input: x normed by post_attention_layernorm
+    float* mix = sc.f32(ctx_, MIX, N * H);
+    float* ffn = sc.f32(ctx_, FFN, N * H);
+    ops::embedding(ctx_, w.embed, w.embed_packed, ids, N, x, bf16);
+    ops::rms_norm(ctx_, x, N, H, w.layers[0].input_norm, c.rms_eps, hm, bf16);
     // After the last layer's mixer only the rows the head reads matter, unless every row's hidden state
     // is returned: that layer's attention queries, output projection and FFN and the final norm run on
     // those rows only (a prompt's last row; none for a prompt chunk that is not its last). Every op's
@@ -592,22 +595,22 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
             N = pack_rows(x, H, *out_rows);  // the residual rows that go on, as the mixer's output
             if (N == 0) break;               // no row reaches the head
         }
-        ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);  // x += mixer; hf = post norm
+        ops::add_rms_norm(ctx_, x, mix, N, H, L.post_norm, c.rms_eps, hf,
+                          bf16);  // x += mixer; hf = post norm
         fp.ffn(L, hf, N, ffn);
         // x += FFN; hm = next layer's input norm, or the final norm after the last layer
         const float* next_norm = last ? w.final_norm : w.layers[l + 1].input_norm;
-        ops::add_rms_norm(x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
+        ops::add_rms_norm(ctx_, x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
     }
     if (hidden) hidden->insert(hidden->end(), hm, hm + N * H);
     if (!logit_rows.empty()) head(hm, keep ? first_rows(ws, N) : logit_rows, opt, logits, greedy_ids);
-    prof.end_step();
 }
 
 void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
                     const std::vector<int64_t>& logit_rows, CacheAccess& cache, const ForwardOptions& opt,
                     std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
                     std::vector<float>* hidden_out) const {
-    ThreadPool::StealScope steal(global_pool());  // as run()
+    ThreadPool::StealScope steal(ctx_.pool());  // as run()
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
     const MtpWeights& m = *w.mtp;
@@ -615,41 +618,41 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
     ForwardWorkspace& ws = *ws_;
     int64_t N = 0;
     for (const SeqSpan& s : ws.spans) N += s.T;
-    Profiler& prof = Profiler::get();
-    prof.begin_step("mtp draft");
+    ProfiledStep step(ctx_.profiler(), "mtp draft");
     ops::Scratch& sc = ws.sc;
-    ForwardPass fp(c, w, opt, ws, cache);
+    ForwardPass fp(ctx_, c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;
     // u = [RMSNorm1p(e_{t+1}) | RMSNorm1p(h_t)]  [N, 2H], the embedding half first; x = fc(u)  [N, H]
-    float* emb = sc.f32(MTP_EMB, N * H);
-    float* en = sc.f32(H_FFN, N * H);
-    float* hn = sc.f32(MIX, N * H);
-    ops::embedding(w.embed, w.embed_packed, ids, N, emb, bf16);
-    ops::rms_norm(emb, N, H, m.pre_fc_norm_embedding, c.rms_eps, en, bf16);
-    ops::rms_norm(hidden, N, H, m.pre_fc_norm_hidden, c.rms_eps, hn, bf16);
-    float* u = sc.f32(MTP_CAT, N * 2 * H);
+    float* emb = sc.f32(ctx_, MTP_EMB, N * H);
+    float* en = sc.f32(ctx_, H_FFN, N * H);
+    float* hn = sc.f32(ctx_, MIX, N * H);
+    ops::embedding(ctx_, w.embed, w.embed_packed, ids, N, emb, bf16);
+    ops::rms_norm(ctx_, emb, N, H, m.pre_fc_norm_embedding, c.rms_eps, en, bf16);
+    ops::rms_norm(ctx_, hidden, N, H, m.pre_fc_norm_hidden, c.rms_eps, hn, bf16);
+    float* u = sc.f32(ctx_, MTP_CAT, N * 2 * H);
     for (int64_t t = 0; t < N; ++t) {
         std::memcpy(u + t * 2 * H, en + t * H, H * sizeof(float));
         std::memcpy(u + t * 2 * H + H, hn + t * H, H * sizeof(float));
     }
-    float* x = sc.f32(X, N * H);
+    float* x = sc.f32(ctx_, X, N * H);
     fp.lin(u, N, m.fc, x);
     // One decoder layer (full attention on the MTP layer's own KV cache: the cache's last layer).
     const LayerWeights& L = m.layer;
-    float* hm = sc.f32(H_MIX, N * H);
-    float* hf = sc.f32(H_FFN, N * H);
-    float* mix = sc.f32(MIX, N * H);
-    float* ffn = sc.f32(FFN, N * H);
-    ops::rms_norm(x, N, H, L.input_norm, c.rms_eps, hm, bf16);
+    float* hm = sc.f32(ctx_, H_MIX, N * H);
+    float* hf = sc.f32(ctx_, H_FFN, N * H);
+    float* mix = sc.f32(ctx_, MIX, N * H);
+    float* ffn = sc.f32(ctx_, FFN, N * H);
+    ops::rms_norm(ctx_, x, N, H, L.input_norm, c.rms_eps, hm, bf16);
     // Past its attention mixer the layer runs on the logit rows only (as the main model's last layer;
     // a catch-up row that drafts nothing only writes the layer's K/V).
     const std::vector<int64_t>* keep = rows_to_keep(logit_rows, N);
     fp.attention_block(L, c.n_attention_layers(), hm, N, ws.spans, pos, mix, keep);
     if (keep) N = pack_rows(x, H, *keep);
     if (N > 0) {
-        ops::add_rms_norm(x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);
+        ops::add_rms_norm(ctx_, x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);
         fp.ffn(L, hf, N, ffn);
-        ops::add_rms_norm(x, ffn, N, H, m.norm, c.rms_eps, hm, bf16);  // hm = mtp.norm(x): the draft hidden
+        ops::add_rms_norm(ctx_, x, ffn, N, H, m.norm, c.rms_eps, hm,
+                          bf16);  // hm = mtp.norm(x): the draft hidden
     }
     const std::vector<int64_t>& rows = keep ? first_rows(ws, N) : logit_rows;  // hm's rows of the logit rows
     if (hidden_out)
@@ -658,7 +661,6 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
     // argmax: verification decides); logits (the reference checks) from the lm_head itself.
     if (!rows.empty())
         head(hm, rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
-    prof.end_step();
 }
 
 }  // namespace gdn

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/exec_context.h"
 #include "core/status.h"
 #include "model/batch_plan.h"
 #include "model/config.h"
@@ -44,10 +45,14 @@ struct SequenceInput {
 
 class Model {
   public:
-    static Result<std::unique_ptr<Model>> load(const std::string& dir, const LoadProgress& progress = nullptr,
+    // Loads the checkpoint folder dir. The model runs every forward on ctx (its pool packs the weights
+    // too); a model for another rank, device or pool is another Model loaded on that context.
+    static Result<std::unique_ptr<Model>> load(const ExecContext& ctx, const std::string& dir,
+                                               const LoadProgress& progress = nullptr,
                                                const LoadOptions& options = {});
 
     const ModelConfig& config() const { return config_; }
+    const ExecContext& context() const { return ctx_; }
     const ModelWeights& weights() const { return *weights_; }
 
     // Runs the batch, advancing every sequence's state. Appends the requested logits rows to `logits`
@@ -107,7 +112,7 @@ class Model {
     ~Model();
 
   private:
-    Model() = default;
+    explicit Model(const ExecContext& ctx);
     void run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows,
              CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
              std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const;
@@ -119,6 +124,7 @@ class Model {
     void head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt,
               std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
               const LinearWeight* argmax_head = nullptr) const;
+    ExecContext ctx_;
     ModelConfig config_;
     std::unique_ptr<ModelWeights> weights_;
     // Buffers reused across forward calls. One forward at a time per Model (the engine thread).

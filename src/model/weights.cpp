@@ -32,8 +32,9 @@ class Loader {
   public:
     // prepacked: the checkpoint was written by `gdn quantize` (model/packed_checkpoint.h): the matrices
     // of the quantized linears are not in it, their packed forms are.
-    Loader(const ModelConfig& c, std::shared_ptr<Checkpoint> ck, ModelWeights* w, Quant q, bool prepacked)
-        : c_(c), ck_(std::move(ck)), w_(w), q_(q), prepacked_(prepacked) {}
+    Loader(const ExecContext& ctx, const ModelConfig& c, std::shared_ptr<Checkpoint> ck, ModelWeights* w,
+           Quant q, bool prepacked)
+        : ctx_(ctx), c_(c), ck_(std::move(ck)), w_(w), q_(q), prepacked_(prepacked) {}
 
     // A tensor that must exist with exactly this shape.
     Result<TensorView> get(const std::string& name, std::initializer_list<int64_t> dims) {
@@ -68,7 +69,7 @@ class Loader {
     // (quantized to `format`) from the parts, or read from a pre-quantized checkpoint.
     Result<LinearWeight> linear(const std::string& name, const std::vector<TensorView>& parts, Quant format,
                                 const std::function<void(int64_t, int64_t)>& rows_done = nullptr) {
-        if (!prepacked_) return make_linear(parts, format_of(name, format), rows_done);
+        if (!prepacked_) return make_linear(ctx_, parts, format_of(name, format), rows_done);
         int64_t N = 0;
         for (const TensorView& t : parts) N += t.shape[0];
         LinearWeight lw;
@@ -78,7 +79,7 @@ class Loader {
     }
     Result<LinearWeight> swiglu_linear(const std::string& name, const TensorView& gate,
                                        const TensorView& up) {
-        if (!prepacked_) return make_swiglu_linear(gate, up, format_of(name, q_));
+        if (!prepacked_) return make_swiglu_linear(ctx_, gate, up, format_of(name, q_));
         return linear(name, {gate, up}, q_);
     }
     Quant quantization() const { return q_; }
@@ -138,6 +139,7 @@ class Loader {
         return scheme ? Quant(scheme_format(*scheme, name, c_.n_layers)) : scheme;
     }
 
+    const ExecContext& ctx_;
     const ModelConfig& c_;
     std::shared_ptr<Checkpoint> ck_;
     ModelWeights* w_;
@@ -290,7 +292,8 @@ Status pack_layer(Loader& ld, const ModelConfig& c, const std::string& p, LayerW
 
 }  // namespace
 
-Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::shared_ptr<Checkpoint> ck,
+Result<std::unique_ptr<ModelWeights>> load_weights(const ExecContext& ctx, const ModelConfig& c,
+                                                   std::shared_ptr<Checkpoint> ck,
                                                    const LoadProgress& progress, const LoadOptions& opt) {
     auto w = std::make_unique<ModelWeights>();
     w->checkpoint = ck;
@@ -304,7 +307,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     const Quant q = packed ? packed : opt.quantization;
     w->quantization = q;
     w->prepacked = packed.has_value();
-    Loader ld(c, ck, w.get(), q, packed.has_value());
+    Loader ld(ctx, c, ck, w.get(), q, packed.has_value());
     // A pre-quantized checkpoint holds the lm_head packed, and the embedding too when it is not tied.
     const bool tied =
         packed ? !ck->find(std::string(kPackedPrefix) + "embed_tokens") : !ck->find("lm_head.weight");
@@ -333,7 +336,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
         if (L.is_moe) {
             GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe.views));
             const MoeWeights& v = L.moe.views;
-            L.moe.router = make_linear({v.router});  // stays in its float format (LoadOptions::quantization)
+            L.moe.router =
+                make_linear(ctx, {v.router});  // stays in its float format (LoadOptions::quantization)
             for (size_t e = 0; e < v.experts.size(); ++e) {
                 GDN_ASSIGN_OR_RETURN(
                     Mlp m, pack_mlp(ld, p + "mlp.experts." + std::to_string(e) + ".", v.experts[e]));
@@ -346,7 +350,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
             }
             if (v.has_shared) {
                 GDN_ASSIGN_OR_RETURN(L.moe.shared, pack_mlp(ld, p + "mlp.shared_expert.", v.shared));
-                L.moe.shared_gate = make_linear({v.shared_gate});
+                L.moe.shared_gate = make_linear(ctx, {v.shared_gate});
             }
             // Quantized (this layer's format: the MTP layer may differ from the rest): the forward composes
             // the MoE from the packed weights.
@@ -419,7 +423,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
     // The exact greedy argmax streams an int8 copy of the lm_head (half its bytes; +50% of its memory)
     // on AVX-512 VNNI and AVX2 CPUs (ops/argmax_screen.h).
     if (argmax_screen_supported_by_cpu() && w->lm_head_packed.packed.format == WeightFormat::BF16)
-        w->lm_head_packed.screen = make_int8_screen(w->lm_head_packed.packed);
+        w->lm_head_packed.screen = make_int8_screen(ctx, w->lm_head_packed.packed);
     // Tied: the embedding rows come from the packed copy (huge pages) at no extra memory. Untied tables
     // stay on the checkpoint mapping (a packed copy would cost V x H more memory for ~10-50 us a step).
     if (tied && !q) w->embed_packed = &w->lm_head_packed.packed;
@@ -435,7 +439,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& c, std::sh
                                  bad);
     }
     if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data)
-        w->mtp->draft_head = make_linear({w->lm_head}, opt.mtp_draft_head);
+        w->mtp->draft_head = make_linear(ctx, {w->lm_head}, opt.mtp_draft_head);
     if (progress) progress(n_steps, n_steps);
     w->float_tensors = ld.float_tensors();
     int unused = 0;

@@ -124,7 +124,8 @@ struct LoadOptions {
     std::optional<WeightFormat> mtp_layer;
 };
 
-Result<std::unique_ptr<ModelWeights>> load_weights(const ModelConfig& config, std::shared_ptr<Checkpoint> ck,
+Result<std::unique_ptr<ModelWeights>> load_weights(const ExecContext& ctx, const ModelConfig& config,
+                                                   std::shared_ptr<Checkpoint> ck,
                                                    const LoadProgress& progress = nullptr,
                                                    const LoadOptions& options = {});
 

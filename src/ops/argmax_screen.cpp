@@ -35,7 +35,7 @@ int quantize_i8(float v, float scale) {
 
 }  // namespace
 
-std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w) {
+std::shared_ptr<const Int8Screen> make_int8_screen(const ExecContext& ctx, const PackedWeight& w) {
     GDN_CHECK(w.format == WeightFormat::BF16, "the argmax screen is built from a bf16 packed weight");
     auto s = std::make_shared<Int8Screen>();
     s->N = w.N;
@@ -50,7 +50,7 @@ std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w) {
     float* wmax = wq_norm + s->cols();
     int32_t* qsum = reinterpret_cast<int32_t*>(wmax + s->cols());
     std::atomic<bool> finite{true};
-    global_pool().parallel_for(s->n_panels, [&](int64_t p0, int64_t p1) {
+    ctx.pool().parallel_for(s->n_panels, [&](int64_t p0, int64_t p1) {
         std::vector<float> row(w.K);
         for (int64_t n = p0 * kPanelCols; n < std::min(w.N, p1 * kPanelCols); ++n) {
             unpack_row(w, n, row.data());
@@ -180,7 +180,8 @@ int64_t max_candidate_panels(const Int8Screen& s) {
 }
 
 // screened_argmax of M <= kScreenRows rows: one stream of the int8 copy, then their exact pass.
-bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPath path, int32_t* ids) {
+bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const LinearWeight& w,
+                  ScreenPath path, int32_t* ids) {
     const Int8Screen& s = *w.screen;
     const PackedWeight& pw = w.packed;
     const int rows = static_cast<int>(M);
@@ -188,21 +189,21 @@ bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPa
     // claim stolen from a descheduled worker may still be read by that worker after the job returns).
     thread_local std::vector<uint32_t> xq;
     thread_local ScreenRow r[cpu::kScreenRows];
-    grow_read_buffer(xq, static_cast<size_t>(rows) * s.K4);
+    grow_read_buffer(ctx.pool(), xq, static_cast<size_t>(rows) * s.K4);
     for (int m = 0; m < rows; ++m)
         if (!screen_row(xp + m * pw.K2, s.K, s.K4, xq.data() + m * s.K4, &r[m])) return false;
 
     // Pass 1: the screen of every row in one stream of the int8 copy, balanced over the threads like the
     // bf16 pass it replaces, as a stealable job (ThreadPool::parallel_for_stealable): each panel writes its
     // own column of bounds [2 rows, n_panels]: row m's largest A - B (row 2 m) and A + B (2 m + 1).
-    ThreadPool& pool = global_pool();
+    ThreadPool& pool = ctx.pool();
     const int nth = pool.size();
     const int64_t np = s.n_panels;
     thread_local std::vector<float> bounds_buf;
     if (bounds_buf.size() < static_cast<size_t>(2 * rows * np)) bounds_buf.resize(2 * rows * np);
     const float* bounds = bounds_buf.data();
     {
-        GDN_PROFILE("lm_head screen");
+        GDN_PROFILE(ctx, "lm_head screen");
         auto* kernel = path == ScreenPath::VNNI ? cpu::avx512::screen_i8 : cpu::avx2::screen_i8;
         // Plain pointers: inside the job, a thread_local name would be the worker's own.
         const uint32_t* xq_p = xq.data();
@@ -214,7 +215,7 @@ bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPa
                                         kernel(xq_p, rows, *sp, r_p, p0, p1, dst, np);
                                     });
     }
-    GDN_PROFILE("lm_head exact");
+    GDN_PROFILE(ctx, "lm_head exact");
     // Pass 2: row m's threshold is its largest A - B; the panels whose largest A + B reaches it hold every
     // column that can still be its argmax. They run exactly; every row's panels in one pass over the
     // threads (one dispatch, not one per row). work[j] = (row, panel), in panel order per row.
@@ -310,7 +311,8 @@ bool screen_chunk(const uint32_t* xp, int64_t M, const LinearWeight& w, ScreenPa
 }
 }  // namespace
 
-bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids) {
+bool screened_argmax(const ExecContext& ctx, const uint32_t* xp, int64_t M, const LinearWeight& w,
+                     int32_t* ids) {
     const ScreenPath path = screen_path();
     if (!w.screen || path == ScreenPath::NONE || M < 1 || M > kScreenMaxRows) return false;
     // Rows kScreenRows at a time, each chunk one stream of the int8 copy; the ids are written only once
@@ -318,7 +320,7 @@ bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32
     thread_local std::vector<int32_t> chunk_ids;
     chunk_ids.resize(M);
     for (int64_t m0 = 0; m0 < M; m0 += cpu::kScreenRows)
-        if (!screen_chunk(xp + m0 * w.packed.K2, std::min<int64_t>(cpu::kScreenRows, M - m0), w, path,
+        if (!screen_chunk(ctx, xp + m0 * w.packed.K2, std::min<int64_t>(cpu::kScreenRows, M - m0), w, path,
                           chunk_ids.data() + m0))
             return false;
     std::copy(chunk_ids.begin(), chunk_ids.end(), ids);

@@ -26,6 +26,7 @@
 #include <memory>
 
 #include "core/buffer.h"
+#include "core/exec_context.h"
 
 namespace gdn {
 
@@ -58,7 +59,7 @@ struct ScreenRow {
 };
 
 // The screen of a BF16 packed weight (threaded over panels). Runs where argmax_screen_available().
-std::shared_ptr<const Int8Screen> make_int8_screen(const PackedWeight& w);
+std::shared_ptr<const Int8Screen> make_int8_screen(const ExecContext& ctx, const PackedWeight& w);
 
 // The most rows screened_argmax takes (in chunks of cpu::kScreenRows, each one stream of the int8 copy):
 // beyond it the full bf16 pass, whose cost grows with the rows only once it is compute bound, is
@@ -71,7 +72,8 @@ constexpr int64_t kScreenMaxRows = 16;
 // argmax_screen_available(); false (nothing written) otherwise or when a row is not finite, so the
 // caller runs the full pass. Counts a fallback when the candidates overflow (near-flat outputs: then
 // the full pass is cheaper).
-bool screened_argmax(const uint32_t* xp, int64_t M, const LinearWeight& w, int32_t* ids);
+bool screened_argmax(const ExecContext& ctx, const uint32_t* xp, int64_t M, const LinearWeight& w,
+                     int32_t* ids);
 
 // Whether screened_argmax can run with the kernels selected now: AVX-512 with VNNI and bf16 dot products
 // (vpdpbusd), or the AVX2 kernel where the linear op runs the f32-FMA kernels (AVX2, or AVX-512 without

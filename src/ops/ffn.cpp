@@ -32,8 +32,8 @@ inline void add_weighted_row(float* __restrict o, const float* __restrict y, flo
 // token routes to an expert at most once, so an expert's rows are distinct tokens. Fills expert_start
 // [E + 1], rows / rw (each bucketed row's token and weight) and route_pos: route_pos[t k + s] is route s
 // of token t's row in that order, each token's sorted (ascending rows = ascending experts).
-void bucket_routes(MoeWorkspace& ws, int64_t N, int64_t E, int64_t k) {
-    GDN_PROFILE("moe buckets");
+void bucket_routes(const ExecContext& ctx, MoeWorkspace& ws, int64_t N, int64_t E, int64_t k) {
+    GDN_PROFILE(ctx, "moe buckets");
     std::vector<int64_t>& start = ws.expert_start;
     start.assign(E + 1, 0);
     for (int64_t i = 0; i < N * k; ++i) ++start[ws.route_idx[i] + 1];
@@ -56,48 +56,48 @@ void bucket_routes(MoeWorkspace& ws, int64_t N, int64_t E, int64_t k) {
 
 }  // namespace
 
-void mlp(const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf, Scratch& sc, int gu_slot,
-         int act_slot, LinearInput* in) {
+void mlp(const ExecContext& ctx, const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf,
+         Scratch& sc, int gu_slot, int act_slot, LinearInput* in) {
     const int64_t I = m.down.K();
     if (m.fused && !hf) {  // SwiGLU in the gate|up GEMM's epilogue
-        float* act = sc.f32(act_slot, N * I);
+        float* act = sc.f32(ctx, act_slot, N * I);
         if (in)
-            linear_swiglu(*in, m.gate_up, act, bf16);
+            linear_swiglu(ctx, *in, m.gate_up, act, bf16);
         else
-            linear_swiglu(h, N, m.gate_up, act, bf16);
-        linear(act, N, m.down, out, bf16, hf);
+            linear_swiglu(ctx, h, N, m.gate_up, act, bf16);
+        linear(ctx, act, N, m.down, out, bf16, hf);
         return;
     }
-    float* gu = sc.f32(gu_slot, N * 2 * I);
-    linear(h, N, m.gate_up, gu, bf16, hf);
-    float* act = sc.f32(act_slot, N * I);
+    float* gu = sc.f32(ctx, gu_slot, N * 2 * I);
+    linear(ctx, h, N, m.gate_up, gu, bf16, hf);
+    float* act = sc.f32(ctx, act_slot, N * I);
     if (m.fused) {  // HF rounding on the interleaved layout: rows of [gate 16 | up 16] (see linear_swiglu)
-        swiglu(gu, N * (I / 16), 16, act, hf);
+        swiglu(ctx, gu, N * (I / 16), 16, act, hf);
     } else {
-        swiglu(gu, N, I, act, hf);
+        swiglu(ctx, gu, N, I, act, hf);
     }
-    linear(act, N, m.down, out, bf16, hf);
+    linear(ctx, act, N, m.down, out, bf16, hf);
 }
 
-void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out, bool bf16, bool hf,
-         Scratch& sc, MoeWorkspace& ws) {
+void moe(const ExecContext& ctx, const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
+         bool bf16, bool hf, Scratch& sc, MoeWorkspace& ws) {
     const int64_t H = s.hidden, E = s.n_experts, k = s.top_k;
     // The reference MoE on the checkpoint's views where the layer kept them (a float layer); a quantized
     // layer has none and is composed below from its packed weights.
     if (op_isa(OpId::MOE) == Isa::REF && !m.views.experts.empty()) {
-        ref::moe(m.views, h, N, k, s.norm_topk_prob, out, bf16, hf);
+        ref::moe(ctx, m.views, h, N, k, s.norm_topk_prob, out, bf16, hf);
         return;
     }
     // h as one shared input of the block's linears: each operand form of it is made once.
     LinearInput& in = ws.in;
     in.reset(h, N, H);
-    float* logits = sc.f32(MOE_ROUTER, N * E);
-    linear(in, m.router, logits, bf16, hf);
+    float* logits = sc.f32(ctx, MOE_ROUTER, N * E);
+    linear(ctx, in, m.router, logits, bf16, hf);
     ws.route_idx.resize(N * k);
     ws.route_w.resize(N * k);
     {
-        GDN_PROFILE("moe_route");
-        global_pool().parallel_for(
+        GDN_PROFILE(ctx, "moe_route");
+        ctx.pool().parallel_for(
             N,
             [&](int64_t t0, int64_t t1) {  // tokens route independently
                 ref::moe_route(logits + t0 * E, t1 - t0, E, k, s.norm_topk_prob, ws.route_idx.data() + t0 * k,
@@ -106,7 +106,7 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
             row_grain(8 * E));
     }
     ref::round_activations(ws.route_w.data(), N * k, hf);
-    bucket_routes(ws, N, E, k);
+    bucket_routes(ctx, ws, N, E, k);
     const std::vector<int64_t>& start = ws.expert_start;
     // Experts run in runs of consecutive experts whose rows fit the scratch (kMoeRunBytes of inputs,
     // outputs and activations; at least one expert's N rows): every expert's MLP (fused: two
@@ -118,9 +118,9 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
         !hf && std::all_of(m.experts.begin(), m.experts.end(), [](const Mlp& x) { return x.fused; });
     const int64_t cap =
         std::max<int64_t>(N, kMoeRunBytes / static_cast<int64_t>((2 * H + I) * sizeof(float)));
-    float* ye = sc.f32(MOE_OUT, cap * H);
-    float* xe = grouped ? nullptr : sc.f32(MOE_IN, cap * H);
-    float* act = grouped ? sc.f32(MOE_ACT, cap * I) : nullptr;
+    float* ye = sc.f32(ctx, MOE_OUT, cap * H);
+    float* xe = grouped ? nullptr : sc.f32(ctx, MOE_IN, cap * H);
+    float* act = grouped ? sc.f32(ctx, MOE_ACT, cap * I) : nullptr;
     const int64_t grain = row_grain(2 * H);
     for (int64_t e0 = 0, e1; e0 < E; e0 = e1) {
         for (e1 = e0 + 1; e1 < E && start[e1 + 1] - start[e0] <= cap;) ++e1;
@@ -136,10 +136,10 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
                     {nullptr, n, &m.experts[e].gate_up, act + at * I, ws.rows.data() + start[e], &in});
                 ws.down_jobs.push_back({act + at * I, n, &m.experts[e].down, ye + at * H});
             }
-            linear_group(ws.gate_up_jobs, true, bf16);
-            linear_group(ws.down_jobs, false, bf16);
+            linear_group(ctx, ws.gate_up_jobs, true, bf16);
+            linear_group(ctx, ws.down_jobs, false, bf16);
         } else {
-            global_pool().parallel_for(
+            ctx.pool().parallel_for(
                 r1 - r0,
                 [&](int64_t i0, int64_t i1) {
                     for (int64_t i = i0; i < i1; ++i)
@@ -148,11 +148,11 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
                 grain);
             for (int64_t e = e0; e < e1; ++e)
                 if (const int64_t n = start[e + 1] - start[e]; n > 0)
-                    mlp(m.experts[e], xe + (start[e] - r0) * H, n, ye + (start[e] - r0) * H, bf16, hf, sc,
-                        MOE_GATE_UP, MOE_ACT);
+                    mlp(ctx, m.experts[e], xe + (start[e] - r0) * H, n, ye + (start[e] - r0) * H, bf16, hf,
+                        sc, MOE_GATE_UP, MOE_ACT);
         }
-        GDN_PROFILE("moe combine");
-        global_pool().parallel_for(
+        GDN_PROFILE(ctx, "moe combine");
+        ctx.pool().parallel_for(
             N,
             [&](int64_t t0, int64_t t1) {
                 for (int64_t t = t0; t < t1; ++t)
@@ -165,10 +165,10 @@ void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
             grain);
     }
     if (s.has_shared) {
-        mlp(m.shared, h, N, ye, bf16, hf, sc, MOE_GATE_UP, MOE_ACT, &in);
-        float* sg = sc.f32(MOE_SHARED_GATE, N);
-        linear(in, m.shared_gate, sg, bf16, hf);
-        global_pool().parallel_for(
+        mlp(ctx, m.shared, h, N, ye, bf16, hf, sc, MOE_GATE_UP, MOE_ACT, &in);
+        float* sg = sc.f32(ctx, MOE_SHARED_GATE, N);
+        linear(ctx, in, m.shared_gate, sg, bf16, hf);
+        ctx.pool().parallel_for(
             N,
             [&](int64_t t0, int64_t t1) {
                 for (int64_t t = t0; t < t1; ++t)

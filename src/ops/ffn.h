@@ -59,15 +59,15 @@ struct MoeWorkspace {
 // out [N, H] = down(silu(h gate^T) * (h up^T)). Its gate|up products and activations go to the slots
 // gu_slot and act_slot of sc. in: h as a shared input whose kept forms the gate|up reads, or null.
 // bf16: bf16 matmul inputs; hf: round where HF's bf16 forward rounds.
-void mlp(const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf, Scratch& sc, int gu_slot,
-         int act_slot, LinearInput* in = nullptr);
+void mlp(const ExecContext& ctx, const Mlp& m, const float* h, int64_t N, float* out, bool bf16, bool hf,
+         Scratch& sc, int gu_slot, int act_slot, LinearInput* in = nullptr);
 
 // out [N, H] = the MoE block on h [N, H]: softmax(router) over all experts in f32, top-k (renormalised
 // when norm_topk_prob), each token's experts' MLPs weighted and added in expert order, plus
 // sigmoid(h shared_gate^T) * shared(h). On the reference ISA the reference op runs on the layer's views
 // (where it has them); otherwise the experts run as two linear_group passes (every expert's gate|up
 // with its SwiGLU, then every down projection) over runs of experts whose rows fit 64 MB of scratch.
-void moe(const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out, bool bf16, bool hf,
-         Scratch& sc, MoeWorkspace& ws);
+void moe(const ExecContext& ctx, const Moe& m, const MoeShape& s, const float* h, int64_t N, float* out,
+         bool bf16, bool hf, Scratch& sc, MoeWorkspace& ws);
 
 }  // namespace gdn::ops

@@ -16,11 +16,11 @@
 
 namespace gdn::ops {
 
-float* Scratch::f32(int slot, size_t n) {
+float* Scratch::f32(const ExecContext& ctx, int slot, size_t n) {
     if (static_cast<int>(f_.size()) <= slot) f_.resize(slot + 1);
     if (f_[slot].size() < n * sizeof(float)) {
         // A worker whose claim was stolen may still read the old buffer (a linear's input).
-        global_pool().wait_for_late_workers();
+        ctx.pool().wait_for_late_workers();
         f_[slot].allocate(n * sizeof(float), false);  // contents not kept
     }
     return f_[slot].as<float>();
@@ -43,9 +43,9 @@ void round_inplace(float* x, int64_t n, bool bf16) {
 
 }  // namespace
 
-void embedding(const TensorView& table, const PackedWeight* packed, const int32_t* ids, int64_t n, float* out,
-               bool bf16) {
-    GDN_PROFILE("embedding");
+void embedding(const ExecContext& ctx, const TensorView& table, const PackedWeight* packed,
+               const int32_t* ids, int64_t n, float* out, bool bf16) {
+    GDN_PROFILE(ctx, "embedding");
     // A quantized table exists only packed: its dequantized rows are the reference too.
     if (packed && (op_isa(OpId::EMBEDDING) != Isa::REF || is_quantized(packed->format))) {
         const int64_t V = table.shape[0], H = table.shape[1];
@@ -56,7 +56,7 @@ void embedding(const TensorView& table, const PackedWeight* packed, const int32_
             GDN_CHECK(ids[i] >= 0 && ids[i] < V, "token id %d out of range [0, %lld)", ids[i], (long long)V);
         // A quantized row is dequantized value by value (~5 ns each): a prefill's rows go over the pool.
         const int64_t grain = is_quantized(packed->format) ? row_grain(16 * H) : row_grain(2 * H);
-        global_pool().parallel_for(
+        ctx.pool().parallel_for(
             n,
             [&](int64_t i0, int64_t i1) {
                 for (int64_t i = i0; i < i1; ++i) {
@@ -71,15 +71,16 @@ void embedding(const TensorView& table, const PackedWeight* packed, const int32_
     round_inplace(out, n * table.shape[1], bf16);
 }
 
-void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16) {
-    GDN_PROFILE("rms_norm");
+void rms_norm(const ExecContext& ctx, const float* x, int64_t rows, int64_t n, const float* w, float eps,
+              float* y, bool bf16) {
+    GDN_PROFILE(ctx, "rms_norm");
     const Isa isa = op_isa(OpId::RMS_NORM);
     if (isa == Isa::REF) {
         ref::rms_norm(x, rows, n, w, eps, y);
         round_inplace(y, rows * n, bf16);
         return;
     }
-    global_pool().parallel_for(
+    ctx.pool().parallel_for(
         rows,
         [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r)
@@ -88,9 +89,9 @@ void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps
         row_grain(n));
 }
 
-void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y,
-                  bool bf16) {
-    GDN_PROFILE("add_rms_norm");
+void add_rms_norm(const ExecContext& ctx, float* x, const float* d, int64_t rows, int64_t n, const float* w,
+                  float eps, float* y, bool bf16) {
+    GDN_PROFILE(ctx, "add_rms_norm");
     const Isa isa = op_isa(OpId::RMS_NORM);
     if (isa == Isa::REF) {
         for (int64_t i = 0; i < rows * n; ++i) x[i] += d[i];
@@ -99,7 +100,7 @@ void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float
         round_inplace(y, rows * n, bf16);
         return;
     }
-    global_pool().parallel_for(
+    ctx.pool().parallel_for(
         rows,
         [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r)
@@ -108,9 +109,10 @@ void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float
         row_grain(2 * n));
 }
 
-void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHeads> heads, int64_t D,
-                  float eps, int64_t rot, float theta, const int64_t* pos, bool bf16) {
-    GDN_PROFILE("qk_norm_rope");
+void qk_norm_rope(const ExecContext& ctx, float* x, int64_t ld, int64_t N,
+                  std::initializer_list<RopeHeads> heads, int64_t D, float eps, int64_t rot, float theta,
+                  const int64_t* pos, bool bf16) {
+    GDN_PROFILE(ctx, "qk_norm_rope");
     const Isa isa = op_isa(OpId::QK_NORM_ROPE);
     if (isa == Isa::REF) {
         for (int64_t t = 0; t < N; ++t)
@@ -130,7 +132,7 @@ void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHea
     GDN_CHECK(half <= 256, "qk_norm_rope: rotary dims above 512");
     for (int64_t j = 0; j < half; ++j)
         inv_freq[j] = 1.0f / std::pow(theta, static_cast<float>(2 * j) / static_cast<float>(rot));
-    global_pool().parallel_for(
+    ctx.pool().parallel_for(
         N,
         [&](int64_t t0, int64_t t1) {
             float cs[512];  // [cos(rot/2) | sin(rot/2)]
@@ -150,10 +152,10 @@ void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHea
                   16 * rot));  // the pow/cos/sin per rotary pair weigh about 32 floats of norm work
 }
 
-void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
-    GDN_PROFILE("swiglu");
+void swiglu(const ExecContext& ctx, const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
+    GDN_PROFILE(ctx, "swiglu");
     const Isa isa = op_isa(OpId::SWIGLU);
-    global_pool().parallel_for(
+    ctx.pool().parallel_for(
         M,
         [&](int64_t m0, int64_t m1) {
             for (int64_t m = m0; m < m1; ++m) {
@@ -168,11 +170,11 @@ void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16) {
         row_grain(3 * I));
 }
 
-int64_t argmax(const float* x, int64_t n) {
-    GDN_PROFILE("argmax");
+int64_t argmax(const ExecContext& ctx, const float* x, int64_t n) {
+    GDN_PROFILE(ctx, "argmax");
     const Isa isa = op_isa(OpId::ARGMAX);
     if (isa == Isa::REF) return ref::argmax(x, n);
-    ThreadPool& pool = global_pool();
+    ThreadPool& pool = ctx.pool();
     if (n < (1 << 16) || pool.size() == 1) return GDN_KERNEL(isa, argmax, x, n);
     // A vocabulary row (~1 MB) split over the threads; ties resolve to the lowest index as in the reference.
     int64_t best[64];
@@ -344,12 +346,13 @@ void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t 
     }
 }
 
-void gdn_stepwise_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
-                        float* y, float* core, float* out, Isa isa, bool bf16) {
+void gdn_stepwise_fused(const ExecContext& ctx, const float* proj, int64_t ldp,
+                        const std::vector<GdnSeq>& seqs, const GdnParams& p, float* y, float* core,
+                        float* out, Isa isa, bool bf16) {
     const int64_t Hk = p.Hk;
     // Balanced: a unit streams 64 KiB+ of state from DRAM, and with fixed halves the thread on the
     // slower vCPU kept the other waiting ~30 us of a ~45 us step (measured).
-    global_pool().parallel_for_balanced(
+    ctx.pool().parallel_for_balanced(
         static_cast<int64_t>(seqs.size()) * Hk, 1, [&](int, int64_t u0, int64_t u1) {
             for (int64_t u = u0; u < u1; ++u)
                 gdn_stepwise_unit(proj, ldp, seqs[u / Hk], u % Hk, p, y, core, out, isa, bf16);
@@ -358,8 +361,8 @@ void gdn_stepwise_fused(const float* proj, int64_t ldp, const std::vector<GdnSeq
 
 }  // namespace
 
-void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& sc, bool bf16) {
-    GDN_PROFILE("gdn commit");
+void gdn_commit(const ExecContext& ctx, const std::vector<GdnCommitLayer>& layers, Scratch& sc, bool bf16) {
+    GDN_PROFILE(ctx, "gdn commit");
     if (layers.empty()) return;
     const Isa conv_isa = op_isa(OpId::CONV1D), prep_isa = op_isa(OpId::GDN_PREP),
               rule_isa = op_isa(OpId::GDN_RULE), norm_isa = op_isa(OpId::GATED_NORM);
@@ -392,10 +395,10 @@ void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& sc, bool bf1
     }
     first.push_back(units);
     const int64_t L = static_cast<int64_t>(layers.size());
-    float* y = sc.f32(GDN_QKV, L * N * CD);
-    float* core = sc.f32(GDN_CORE, L * N * VD);
+    float* y = sc.f32(ctx, GDN_QKV, L * N * CD);
+    float* core = sc.f32(ctx, GDN_CORE, L * N * VD);
     const Isa isa = conv_isa;
-    global_pool().parallel_for_balanced(units, 1, [&](int, int64_t u0, int64_t u1) {
+    ctx.pool().parallel_for_balanced(units, 1, [&](int, int64_t u0, int64_t u1) {
         for (int64_t u = u0; u < u1; ++u) {
             const int64_t li = std::upper_bound(first.begin(), first.end(), u) - first.begin() - 1;
             const GdnCommitLayer& l = layers[li];
@@ -406,9 +409,9 @@ void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& sc, bool bf1
     });
 }
 
-void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_seqs, const GdnParams& p,
-               float* out, Scratch& sc, bool bf16) {
-    GDN_PROFILE("gdn_mixer");
+void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_seqs,
+               const GdnParams& p, float* out, Scratch& sc, bool bf16) {
+    GDN_PROFILE(ctx, "gdn_mixer");
     const Isa conv_isa = op_isa(OpId::CONV1D), prep_isa = op_isa(OpId::GDN_PREP),
               rule_isa = op_isa(OpId::GDN_RULE), norm_isa = op_isa(OpId::GATED_NORM);
     if (conv_isa == Isa::REF || prep_isa == Isa::REF || rule_isa == Isa::REF || norm_isa == Isa::REF) {
@@ -420,7 +423,7 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
     const Isa isa = conv_isa;
     const int64_t Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, r = Hv / Hk;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
-    ThreadPool& pool = global_pool();
+    ThreadPool& pool = ctx.pool();
     // Decode steps and verified drafts run token by token; prefill chunks in token blocks below.
     std::vector<GdnSeq>& stepwise = sc.gdn_step_seqs;
     std::vector<GdnSeq>& seqs = sc.gdn_staged_seqs;
@@ -433,12 +436,12 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
             seqs.push_back(s);
     }
     if (!stepwise.empty()) {
-        GDN_PROFILE("gdn.decode");
+        GDN_PROFILE(ctx, "gdn.decode");
         int64_t N = 0;
         for (const GdnSeq& s : stepwise) N = std::max(N, s.t0 + s.T);
-        float* y = sc.f32(GDN_QKV, N * CD);      // conv output: q | k | v per token
-        float* core = sc.f32(GDN_CORE, N * VD);  // delta-rule output
-        gdn_stepwise_fused(proj, ldp, stepwise, p, y, core, out, isa, bf16);
+        float* y = sc.f32(ctx, GDN_QKV, N * CD);      // conv output: q | k | v per token
+        float* core = sc.f32(ctx, GDN_CORE, N * VD);  // delta-rule output
+        gdn_stepwise_fused(ctx, proj, ldp, stepwise, p, y, core, out, isa, bf16);
     }
     if (seqs.empty()) return;
     // Prefill: one pass per (sequence, key head), tokens in blocks of kBlock. A block's conv output of the
@@ -448,7 +451,7 @@ void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& all_se
     // for the norms and none over the rule's output for the gated norm (at 4096 tokens those three passes
     // moved ~0.5 GB per layer). Same kernels and per-element arithmetic as the fused decode unit above.
     {
-        GDN_PROFILE("gdn.prefill");
+        GDN_PROFILE(ctx, "gdn.prefill");
         // Decided here, on the calling thread (a forced-but-unsupported form is counted once per call).
         std::vector<uint8_t>& chunked = sc.gdn_chunked;
         chunked.clear();
@@ -550,20 +553,21 @@ constexpr int64_t kKeysPerUnit = 256;
 // else on vdpbf16ps, dealt round-robin (later blocks see more keys, so contiguous ranges would be
 // unbalanced) one KV head after the other: the threads stream the same head's packed K/V at once (16
 // MiB at 16k keys), not one head each, which would need both heads' in the L3 together.
-void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& pre,
-                            int64_t Hq, int64_t Hkv, int64_t D, float scale, float* out, Scratch& sc) {
+void attention_prefill_bf16(const ExecContext& ctx, const float* q, const float* gate, int64_t ldq,
+                            const std::vector<AttnSeq>& pre, int64_t Hq, int64_t Hkv, int64_t D, float scale,
+                            float* out, Scratch& sc) {
     const int64_t group = Hq / Hkv, tokens_per_block = 32 / group;
     constexpr int64_t kPackKeys = 256;
     for (const AttnSeq& s : pre) {
         const int64_t n_keys = s.n_past + s.T, nk = (n_keys + 31) / 32 * 32;
         const int64_t per_head = D / 2 * nk;  // uint32 words of one head's kt, and of its vp
         uint32_t* kt =
-            reinterpret_cast<uint32_t*>(sc.f32(ATTN_PACKED_KV, static_cast<size_t>(2 * Hkv * per_head)));
+            reinterpret_cast<uint32_t*>(sc.f32(ctx, ATTN_PACKED_KV, static_cast<size_t>(2 * Hkv * per_head)));
         uint32_t* vp = kt + Hkv * per_head;
         const int64_t ranges = (nk + kPackKeys - 1) / kPackKeys;
         const bool amx = has_amx_bf16();
         const int64_t key_chunk = amx ? nk : cpu::avx512::kDotKeyChunk;
-        global_pool().parallel_for(Hkv * ranges, [&](int64_t u0, int64_t u1) {
+        ctx.pool().parallel_for(Hkv * ranges, [&](int64_t u0, int64_t u1) {
             for (int64_t u = u0; u < u1; ++u) {
                 const int64_t g = u / ranges, j0 = (u % ranges) * kPackKeys;
                 cpu::avx512::attention_bf16_pack(s.kv, g * D, D, n_keys, j0, std::min(nk, j0 + kPackKeys),
@@ -572,7 +576,7 @@ void attention_prefill_bf16(const float* q, const float* gate, int64_t ldq, cons
         });
         const int64_t n_blocks = (s.T + tokens_per_block - 1) / tokens_per_block;
         const auto block = amx ? cpu::avx512::attention_amx_block : cpu::avx512::attention_dot_block;
-        global_pool().run([&](int ith, int nth) {
+        ctx.pool().run([&](int ith, int nth) {
             for (int64_t u = ith; u < Hkv * n_blocks; u += nth) {
                 const int64_t blk = u % n_blocks, g = u / n_blocks, tb = blk * tokens_per_block;
                 const int64_t off = s.t0 * ldq + g * group * D;
@@ -591,9 +595,10 @@ bool uses_bf16_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16) {
            cpu::avx512::attention_bf16_supported(D, Hq / Hkv);
 }
 
-void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
-               int64_t Hkv, int64_t D, float* out, Scratch& sc, bool bf16) {
-    GDN_PROFILE("attention");
+void attention(const ExecContext& ctx, const float* q, const float* gate, int64_t ldq,
+               const std::vector<AttnSeq>& seqs, int64_t Hq, int64_t Hkv, int64_t D, float* out, Scratch& sc,
+               bool bf16) {
+    GDN_PROFILE(ctx, "attention");
     const Isa isa = op_isa(OpId::ATTENTION);
     const int64_t group = Hq / Hkv;
     if (isa == Isa::REF) {
@@ -619,7 +624,7 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         return;
     }
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    const int nth = global_pool().size();
+    const int nth = ctx.pool().size();
     // One-token rows (decode steps, and each row of a verified draft, which the forward passes as its own
     // one-token sequence) take the decode kernel; prefill chunks the tiled one below.
     std::vector<AttnSeq>& dec = sc.attn_decode_seqs;
@@ -643,10 +648,10 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
             n_units += (s.n_past + kKeysPerUnit) / kKeysPerUnit;  // ceil((n_past + 1) / kKeysPerUnit)
         }
         first.push_back(n_units);
-        float* part = sc.f32(ATTN_PART, n_units * Hq * D);
-        float* mx = sc.f32(ATTN_MAX, n_units * Hq);
-        float* sum = sc.f32(ATTN_SUM, n_units * Hq);
-        global_pool().parallel_for_balanced(n_units, 1, [&](int, int64_t u0, int64_t u1) {
+        float* part = sc.f32(ctx, ATTN_PART, n_units * Hq * D);
+        float* mx = sc.f32(ctx, ATTN_MAX, n_units * Hq);
+        float* sum = sc.f32(ctx, ATTN_SUM, n_units * Hq);
+        ctx.pool().parallel_for_balanced(n_units, 1, [&](int, int64_t u0, int64_t u1) {
             int64_t si = std::upper_bound(first.begin(), first.end() - 1, u0) - first.begin() - 1;
             for (int64_t u = u0; u < u1; ++u) {
                 while (u >= first[si + 1]) ++si;
@@ -662,7 +667,7 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
         // hundred ns for short contexts, less than waking the other threads, so small merges run on the
         // caller.
         const int64_t merge_grain = row_grain(2 * D * std::max<int64_t>(1, n_units / n_seqs));
-        global_pool().parallel_for(
+        ctx.pool().parallel_for(
             n_seqs * Hq,
             [&](int64_t i0, int64_t i1) {
                 for (int64_t i = i0; i < i1; ++i) {
@@ -693,15 +698,15 @@ void attention(const float* q, const float* gate, int64_t ldq, const std::vector
             if (t_split > 0) pre[n_f32++] = {s.t0, t_split, s.n_past, s.kv, s.prefill_row};
         }
         pre.resize(n_f32);
-        if (!late.empty()) attention_prefill_bf16(q, gate, ldq, late, Hq, Hkv, D, scale, out, sc);
+        if (!late.empty()) attention_prefill_bf16(ctx, q, gate, ldq, late, Hq, Hkv, D, scale, out, sc);
         if (pre.empty()) return;
     }
     // Units: (sequence, query token, kv head); each covers its `group` query heads.
     int64_t n_units = 0;
     for (const AttnSeq& s : pre) n_units += s.T * Hkv;
-    float* scratch = sc.f32(ATTN_ROW_SCRATCH, static_cast<size_t>(nth) * 64);
+    float* scratch = sc.f32(ctx, ATTN_ROW_SCRATCH, static_cast<size_t>(nth) * 64);
     // Units are dealt round-robin: later queries see more keys, so contiguous ranges would be unbalanced.
-    global_pool().run([&](int ith, int nt) {
+    ctx.pool().run([&](int ith, int nt) {
         int64_t base = 0;
         for (const AttnSeq& s : pre) {
             const int64_t cnt = s.T * Hkv;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/exec_context.h"
 #include "core/tensor.h"
 #include "ops/cpu/kernels.h"
 
@@ -23,7 +24,9 @@ struct AttnSeq;
 // Grow-only scratch buffers reused across calls (no heap allocation once warm).
 class Scratch {
   public:
-    float* f32(int slot, size_t n);
+    // Slot's buffer of at least n floats (contents not kept when it grows: it first waits out ctx's pool's
+    // late workers, which may still read the old one).
+    float* f32(const ExecContext& ctx, int slot, size_t n);
     std::vector<uint8_t> gdn_chunked;  // per sequence of a GDN call: full chunks in the chunked form
     bool gdn_staged_decode = false;    // tests: decode steps through the staged path, not the fused one
     std::vector<int64_t> attn_units;   // decode attention: first key-range unit of each sequence
@@ -39,14 +42,15 @@ class Scratch {
 // out [n, H] = rows ids of table [V, H]. With `packed` (the same matrix packed: a tied lm_head), the rows
 // are gathered from it: the checkpoint's table is an mmap on 4 KiB pages, where the one row a decode step
 // reads cost a page walk of 10-50 us (the packed copy is on huge pages; see core/arena.h).
-void embedding(const TensorView& table, const PackedWeight* packed, const int32_t* ids, int64_t n, float* out,
-               bool bf16);
+void embedding(const ExecContext& ctx, const TensorView& table, const PackedWeight* packed,
+               const int32_t* ids, int64_t n, float* out, bool bf16);
 
 // y[r] = rmsnorm(x[r]) * w, rows of n (w holds 1 + weight)
-void rms_norm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y, bool bf16);
+void rms_norm(const ExecContext& ctx, const float* x, int64_t rows, int64_t n, const float* w, float eps,
+              float* y, bool bf16);
 // x[r] += d[r] (the residual add), then y[r] = rmsnorm(x[r]) * w
-void add_rms_norm(float* x, const float* d, int64_t rows, int64_t n, const float* w, float eps, float* y,
-                  bool bf16);
+void add_rms_norm(const ExecContext& ctx, float* x, const float* d, int64_t rows, int64_t n, const float* w,
+                  float eps, float* y, bool bf16);
 // Heads of one kind in a token row: n heads of D floats at row + first + i * stride, RMS-normed with w.
 struct RopeHeads {
     int64_t first, n, stride;
@@ -55,11 +59,12 @@ struct RopeHeads {
 // Per-head RMSNorm then partial rotate-half RoPE, in place, of every head set in each of the N token rows
 // (ld floats apart; token t at position pos[t]). The rotary angles are computed once per token for all
 // sets (their pow / cos / sin outweigh the norms: per set and head they cost 127 ms of a 4096-token prefill).
-void qk_norm_rope(float* x, int64_t ld, int64_t N, std::initializer_list<RopeHeads> heads, int64_t D,
-                  float eps, int64_t rot, float theta, const int64_t* pos, bool bf16);
+void qk_norm_rope(const ExecContext& ctx, float* x, int64_t ld, int64_t N,
+                  std::initializer_list<RopeHeads> heads, int64_t D, float eps, int64_t rot, float theta,
+                  const int64_t* pos, bool bf16);
 // out [M, I] = silu(gu[:, :I]) * gu[:, I:]   (gu [M, 2I]: the fused gate|up projection)
-void swiglu(const float* gu, int64_t M, int64_t I, float* out, bool bf16);
-int64_t argmax(const float* x, int64_t n);
+void swiglu(const ExecContext& ctx, const float* gu, int64_t M, int64_t I, float* out, bool bf16);
+int64_t argmax(const ExecContext& ctx, const float* x, int64_t n);
 
 // One sequence's slice of a GDN layer batch.
 struct GdnSeq {
@@ -89,8 +94,8 @@ struct GdnParams {
 // The GDN mixer between the input projection and out_proj: conv + SiLU, q/k L2 norm and scale, gating,
 // the gated delta rule on each sequence's state, gated RMSNorm with silu(z).
 // proj [N, ldp] rows hold q|k|v (CD) | z (VD) | b (Hv) | a (Hv); out [N, VD].
-void gdn_mixer(const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs, const GdnParams& p,
-               float* out, Scratch& scratch, bool bf16);
+void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std::vector<GdnSeq>& seqs,
+               const GdnParams& p, float* out, Scratch& scratch, bool bf16);
 // The states only (no outputs) of several GDN layers' sequences in one parallel pass: the commit of
 // verified tokens (Model::commit_verified), whose outputs the verification already produced. Every
 // sequence must run stepwise (per-token outputs; the tokens few); the layers share their head shape.
@@ -100,7 +105,8 @@ struct GdnCommitLayer {
     const std::vector<GdnSeq>* seqs;
     const GdnParams* p;
 };
-void gdn_commit(const std::vector<GdnCommitLayer>& layers, Scratch& scratch, bool bf16);
+void gdn_commit(const ExecContext& ctx, const std::vector<GdnCommitLayer>& layers, Scratch& scratch,
+                bool bf16);
 
 // One sequence's slice of an attention batch: its keys j < n_past + T (the new rows already written) are
 // located by `kv` (contiguous or paged; rows of Hkv * D floats).
@@ -115,8 +121,9 @@ struct AttnSeq {
 // bf16 (the activation mode): prefill rows with more than 256 keys run with Q, K, V and the
 // probabilities in bf16 on AVX-512 BF16 CPUs (AMX tiles or vdpbf16ps; uses_bf16_attention); the rest,
 // one-token rows (but prefill_row ones) and f32 mode stay in f32.
-void attention(const float* q, const float* gate, int64_t ldq, const std::vector<AttnSeq>& seqs, int64_t Hq,
-               int64_t Hkv, int64_t D, float* out, Scratch& scratch, bool bf16);
+void attention(const ExecContext& ctx, const float* q, const float* gate, int64_t ldq,
+               const std::vector<AttnSeq>& seqs, int64_t Hq, int64_t Hkv, int64_t D, float* out,
+               Scratch& scratch, bool bf16);
 bool uses_bf16_attention(int64_t Hq, int64_t Hkv, int64_t D, bool bf16);
 
 }  // namespace gdn::ops

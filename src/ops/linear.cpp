@@ -18,7 +18,8 @@
 
 namespace gdn {
 
-LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<WeightFormat> quantize,
+LinearWeight make_linear(const ExecContext& ctx, const std::vector<TensorView>& parts,
+                         std::optional<WeightFormat> quantize,
                          const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
     GDN_CHECK(!parts.empty());
     LinearWeight lw;
@@ -39,7 +40,7 @@ LinearWeight make_linear(const std::vector<TensorView>& parts, std::optional<Wei
     if (quantize) {  // converted to f32 as stored, straight from the parts (a checkpoint mmap)
         const int64_t K = p.K;
         quant::pack_quantized(
-            *quantize, p.N, K,
+            ctx, *quantize, p.N, K,
             [&](int64_t n, float* out) {
                 convert_to_f32(rows[n].first->dtype, rows[n].first->row(rows[n].second), out, K);
             },
@@ -88,31 +89,31 @@ void unpack_row(const PackedWeight& p, int64_t n, float* out) {
 namespace {
 
 // Reference path over the packed weight's source: unpack rows (slow, for A/B runs only).
-void linear_ref(const float* x, int64_t M, const LinearWeight& w, float* y) {
+void linear_ref(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, float* y) {
     if (w.view.data) {
-        ref::linear(x, M, w.view, y);
+        ref::linear(ctx, x, M, w.view, y);
         return;
     }
     // Fused weights keep only the packed form: rebuild a plain [N, K] f32 copy once per call.
     const PackedWeight& p = w.packed;
     std::vector<float> plain(p.N * p.K);
     for (int64_t n = 0; n < p.N; ++n) unpack_row(p, n, &plain[n * p.K]);
-    ref::linear(x, M, TensorView::contiguous(plain.data(), DType::F32, {p.N, p.K}), y);
+    ref::linear(ctx, x, M, TensorView::contiguous(plain.data(), DType::F32, {p.N, p.K}), y);
 }
 
 // Grows-only scratch for converted activations (no allocation once warm).
 template <typename T>
-T* scratch(size_t n) {
+T* scratch(const ExecContext& ctx, size_t n) {
     thread_local std::vector<T> buf;
-    grow_read_buffer(buf, n);
+    grow_read_buffer(ctx.pool(), buf, n);
     return buf.data();
 }
 
 // Grows-only buffer for the [M, N] products of a linear() called inside another op (linear_swiglu,
-// linear_argmax off their fused kernels). Not scratch<float>(): linear() uses that for its own input.
-float* products_scratch(size_t n) {
+// linear_argmax off their fused kernels). Not scratch<float>(ctx, ): linear() uses that for its own input.
+float* products_scratch(const ExecContext& ctx, size_t n) {
     thread_local std::vector<float> buf;
-    grow_read_buffer(buf, n);
+    grow_read_buffer(ctx.pool(), buf, n);
     return buf.data();
 }
 
@@ -150,8 +151,9 @@ bool swiglu_epilogue_fits(const PackedWeight& p) {
 
 }  // namespace
 
-void pack_bf16_pairs_pooled(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2) {
-    global_pool().parallel_for(
+void pack_bf16_pairs_pooled(const ExecContext& ctx, const float* x, int64_t M, int64_t K, uint32_t* xp,
+                            int64_t K2) {
+    ctx.pool().parallel_for(
         M,
         [&](int64_t m0, int64_t m1) {
             cpu::avx512::pack_bf16_pairs(x + m0 * K, m1 - m0, K, xp + m0 * K2, K2);
@@ -169,10 +171,11 @@ bool uses_bf16_dot(const PackedWeight& p, bool swiglu, bool bf16_act) {
 namespace {
 
 // x [M, K] as bf16 pairs: the shared input's kept form, or packed into the thread's scratch.
-const uint32_t* bf16_pairs_of(const float* x, int64_t M, int64_t K, int64_t K2, LinearInput* in) {
-    if (in) return in->bf16_pairs();
-    uint32_t* xp = scratch<uint32_t>(M * K2);
-    pack_bf16_pairs_pooled(x, M, K, xp, K2);
+const uint32_t* bf16_pairs_of(const ExecContext& ctx, const float* x, int64_t M, int64_t K, int64_t K2,
+                              LinearInput* in) {
+    if (in) return in->bf16_pairs(ctx);
+    uint32_t* xp = scratch<uint32_t>(ctx, M * K2);
+    pack_bf16_pairs_pooled(ctx, x, M, K, xp, K2);
     return xp;
 }
 
@@ -180,60 +183,60 @@ const uint32_t* bf16_pairs_of(const float* x, int64_t M, int64_t K, int64_t K2, 
 // over the pool as a stealable job: unit = panel, unit_cols output columns each (32, or 16 for the fused
 // SwiGLU's activations). kernel: linear_bf16dot's or linear_bf16dot_swiglu's signature.
 template <class Kernel>
-void stealable_bf16_products(const uint32_t* xp, int64_t M, const PackedWeight& p, float* y, int64_t ldy,
-                             int64_t unit_cols, Kernel kernel) {
+void stealable_bf16_products(const ExecContext& ctx, const uint32_t* xp, int64_t M, const PackedWeight& p,
+                             float* y, int64_t ldy, int64_t unit_cols, Kernel kernel) {
     const PackedWeight* w = &p;
-    global_pool().parallel_for_stealable(p.n_panels, min_panels(p, M), UnitColumns{y, M, ldy, unit_cols, ldy},
-                                         [xp, M, w, ldy, kernel](int64_t p0, int64_t p1, float* dst) {
-                                             kernel(xp, M, w->K2, *w, dst, ldy, p0, p1);
-                                         });
+    ctx.pool().parallel_for_stealable(p.n_panels, min_panels(p, M), UnitColumns{y, M, ldy, unit_cols, ldy},
+                                      [xp, M, w, ldy, kernel](int64_t p0, int64_t p1, float* dst) {
+                                          kernel(xp, M, w->K2, *w, dst, ldy, p0, p1);
+                                      });
 }
 
 // fn(m0, rows, p0, p1): the bf16 products of rows [m0, m0 + rows) and panels [p0, p1) of p. The rows go
 // in chunks (ops/cpu/row_slabs.h: chunk_rows; one for a decode batch or a short prompt), each its own
 // pass of panel claims over the pool.
 template <class Fn>
-void bf16_products_over_pool(const PackedWeight& p, int64_t M, Fn&& fn) {
+void bf16_products_over_pool(const ExecContext& ctx, const PackedWeight& p, int64_t M, Fn&& fn) {
     const int64_t chunk = cpu::chunk_rows(M, p.K2 * 4);
     for (int64_t m0 = 0; m0 < M; m0 += chunk) {
         const int64_t rows = std::min(chunk, M - m0);
-        global_pool().parallel_for_balanced(p.n_panels, min_panels(p, rows),
-                                            [&](int, int64_t p0, int64_t p1) { fn(m0, rows, p0, p1); });
+        ctx.pool().parallel_for_balanced(p.n_panels, min_panels(p, rows),
+                                         [&](int, int64_t p0, int64_t p1) { fn(m0, rows, p0, p1); });
     }
 }
 
 // linear() and linear_swiglu(); in: x as a shared input whose kept operand forms are read
 // (ops/linear_input.h).
-void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out,
-                 LinearInput* in) {
-    GDN_PROFILE(M == 1 ? "linear (gemv)" : "linear");
+void linear_from(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, float* y,
+                 bool bf16_act, bool round_out, LinearInput* in) {
+    GDN_PROFILE(ctx, M == 1 ? "linear (gemv)" : "linear");
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
     if (is_quantized(p.format)) {  // activations become int8 whatever bf16_act says (ops/linear_quant.h)
-        linear_quantized(x, M, p, y, round_out, in);
+        linear_quantized(ctx, x, M, p, y, round_out, in);
         return;
     }
     const Isa isa = op_isa(OpId::LINEAR);
     if (uses_bf16_dot(p, false, bf16_act)) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
-        const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
+        const uint32_t* xp = bf16_pairs_of(ctx, x, M, K, p.K2, in);
         if (M <= kStealableRows) {
             auto kernel = [round_out](const uint32_t* a, int64_t m, int64_t ldp, const PackedWeight& w,
                                       float* d, int64_t ld, int64_t p0, int64_t p1) {
                 cpu::avx512::linear_bf16dot(a, m, ldp, w, d, ld, p0, p1, round_out);
             };
-            stealable_bf16_products(xp, M, p, y, N, kPanelCols, kernel);
+            stealable_bf16_products(ctx, xp, M, p, y, N, kPanelCols, kernel);
             return;
         }
-        bf16_products_over_pool(p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
+        bf16_products_over_pool(ctx, p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot(xp + m0 * p.K2, rows, p.K2, p, y + m0 * N, N, p0, p1, round_out);
         });
         return;
     }
     const float* xin = x;
     if (bf16_act) {
-        float* xr = scratch<float>(M * K);
+        float* xr = scratch<float>(ctx, M * K);
         std::memcpy(xr, x, M * K * sizeof(float));
         round_bf16_with(isa, xr, M * K);
         xin = xr;
@@ -241,11 +244,11 @@ void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, boo
     if (isa == Isa::REF || !p.data.data()) {
         if (isa != Isa::REF)
             count_fallback(OpId::LINEAR, "runs on the reference kernel: the weight was not packed");
-        linear_ref(xin, M, w, y);
+        linear_ref(ctx, xin, M, w, y);
         if (round_out) round_bf16_with(isa, y, M * N);
         return;
     }
-    global_pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
+    ctx.pool().parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int, int64_t p0, int64_t p1) {
         if (isa == Isa::AVX512)
             cpu::avx512::linear_f32(xin, M, K, p, y, N, p0, p1, round_out);
         else
@@ -253,9 +256,9 @@ void linear_from(const float* x, int64_t M, const LinearWeight& w, float* y, boo
     });
 }
 
-void linear_swiglu_from(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act,
-                        LinearInput* in) {
-    GDN_PROFILE("linear+swiglu");
+void linear_swiglu_from(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, float* out,
+                        bool bf16_act, LinearInput* in) {
+    GDN_PROFILE(ctx, "linear+swiglu");
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K(), I = N / 2;
     if (M <= 0) return;
@@ -263,47 +266,52 @@ void linear_swiglu_from(const float* x, int64_t M, const LinearWeight& w, float*
         count_fallback(OpId::SWIGLU,
                        "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
     if (uses_bf16_dot(p, true, bf16_act)) {
-        const uint32_t* xp = bf16_pairs_of(x, M, K, p.K2, in);
+        const uint32_t* xp = bf16_pairs_of(ctx, x, M, K, p.K2, in);
         if (M <= kStealableRows) {  // 16 activations per panel of 16 gate | 16 up columns
-            stealable_bf16_products(xp, M, p, out, I, kPanelCols / 2, &cpu::avx512::linear_bf16dot_swiglu);
+            stealable_bf16_products(ctx, xp, M, p, out, I, kPanelCols / 2,
+                                    &cpu::avx512::linear_bf16dot_swiglu);
             return;
         }
-        bf16_products_over_pool(p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
+        bf16_products_over_pool(ctx, p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
             cpu::avx512::linear_bf16dot_swiglu(xp + m0 * p.K2, rows, p.K2, p, out + m0 * I, I, p0, p1);
         });
         return;
     }
     // Quantized weights: the table's SwiGLU epilogue where the row has one (silu(gate) x up of the
     // unrounded products, as the bf16 epilogue above).
-    if (is_quantized(p.format) && linear_quantized_swiglu(x, M, p, out, in)) return;
-    float* products = products_scratch(M * N);  // [M, 2I] in the interleaved column order
-    linear_from(x, M, w, products, bf16_act, false, in);
+    if (is_quantized(p.format) && linear_quantized_swiglu(ctx, x, M, p, out, in)) return;
+    float* products = products_scratch(ctx, M * N);  // [M, 2I] in the interleaved column order
+    linear_from(ctx, x, M, w, products, bf16_act, false, in);
     // Each 32 columns are [gate 16 | up 16]: as rows of a [M * I / 16, 2 * 16] gate|up matrix, they give
     // out [M * I / 16, 16] = [M, I] through the plain SwiGLU op (vectorised on every ISA).
-    ops::swiglu(products, M * (I / 16), 16, out, false);
+    ops::swiglu(ctx, products, M * (I / 16), 16, out, false);
 }
 
 }  // namespace
 
-void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
-    linear_from(x, M, w, y, bf16_act, round_out, nullptr);
+void linear(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act,
+            bool round_out) {
+    linear_from(ctx, x, M, w, y, bf16_act, round_out, nullptr);
 }
 
-void linear(LinearInput& in, const LinearWeight& w, float* y, bool bf16_act, bool round_out) {
+void linear(const ExecContext& ctx, LinearInput& in, const LinearWeight& w, float* y, bool bf16_act,
+            bool round_out) {
     in.check_fits(w.K(), "linear");
-    linear_from(in.x(), in.M(), w, y, bf16_act, round_out, &in);
+    linear_from(ctx, in.x(), in.M(), w, y, bf16_act, round_out, &in);
 }
 
-void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act) {
-    linear_swiglu_from(x, M, w, out, bf16_act, nullptr);
+void linear_swiglu(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, float* out,
+                   bool bf16_act) {
+    linear_swiglu_from(ctx, x, M, w, out, bf16_act, nullptr);
 }
 
-void linear_swiglu(LinearInput& in, const LinearWeight& w, float* out, bool bf16_act) {
+void linear_swiglu(const ExecContext& ctx, LinearInput& in, const LinearWeight& w, float* out,
+                   bool bf16_act) {
     in.check_fits(w.K(), "linear");
-    linear_swiglu_from(in.x(), in.M(), w, out, bf16_act, &in);
+    linear_swiglu_from(ctx, in.x(), in.M(), w, out, bf16_act, &in);
 }
 
-LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up,
+LinearWeight make_swiglu_linear(const ExecContext& ctx, const TensorView& gate, const TensorView& up,
                                 std::optional<WeightFormat> quantize) {
     const int64_t I = gate.shape[0];
     GDN_CHECK(I % 16 == 0 && up.shape[0] == I, "fused SwiGLU needs I %% 16 == 0");
@@ -318,13 +326,14 @@ LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up,
         parts.push_back(rows(gate, r, 16));
         parts.push_back(rows(up, r, 16));
     }
-    LinearWeight lw = make_linear(parts, quantize);
+    LinearWeight lw = make_linear(ctx, parts, quantize);
     lw.view = TensorView();  // only the packed (interleaved) form exists
     return lw;
 }
 
-void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act) {
-    GDN_PROFILE("lm_head argmax");
+void linear_argmax(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, int32_t* ids,
+                   bool bf16_act) {
+    GDN_PROFILE(ctx, "lm_head argmax");
     const PackedWeight& p = w.packed;
     const int64_t N = w.N(), K = w.K();
     if (M <= 0) return;
@@ -335,27 +344,27 @@ void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* id
         // multiplies (rounded by the same code, then packed as bf16 pairs: exact); otherwise, and when the
         // screen declines, the products are materialised and each row's argmax taken.
         if (bf16_weight && w.screen && M <= kScreenMaxRows && argmax_screen_available()) {
-            float* xr = products_scratch(M * K);
+            float* xr = products_scratch(ctx, M * K);
             std::memcpy(xr, x, M * K * sizeof(float));
             round_bf16_with(op_isa(OpId::LINEAR), xr, M * K);
-            uint32_t* xp = scratch<uint32_t>(M * p.K2);
+            uint32_t* xp = scratch<uint32_t>(ctx, M * p.K2);
             pack_rounded_bf16_pairs(xr, M, K, xp, p.K2);
-            if (screened_argmax(xp, M, w, ids)) return;
+            if (screened_argmax(ctx, xp, M, w, ids)) return;
         }
-        float* y = products_scratch(M * N);
-        linear(x, M, w, y, bf16_act);
-        for (int64_t m = 0; m < M; ++m) ids[m] = static_cast<int32_t>(ops::argmax(y + m * N, N));
+        float* y = products_scratch(ctx, M * N);
+        linear(ctx, x, M, w, y, bf16_act);
+        for (int64_t m = 0; m < M; ++m) ids[m] = static_cast<int32_t>(ops::argmax(ctx, y + m * N, N));
         return;
     }
-    uint32_t* xp = scratch<uint32_t>(M * p.K2);
-    pack_bf16_pairs_pooled(x, M, K, xp, p.K2);
-    if (screened_argmax(xp, M, w, ids)) return;  // M <= kScreenMaxRows rows: the int8 screen
-    ThreadPool& pool = global_pool();
+    uint32_t* xp = scratch<uint32_t>(ctx, M * p.K2);
+    pack_bf16_pairs_pooled(ctx, x, M, K, xp, p.K2);
+    if (screened_argmax(ctx, xp, M, w, ids)) return;  // M <= kScreenMaxRows rows: the int8 screen
+    ThreadPool& pool = ctx.pool();
     const int nth = pool.size();
     // Rows [0, nth M): each thread's best (value, column) so far; [nth M, 2 nth M): its current chunk's.
     // Chunks reach threads in no fixed order, so ties go to the lowest column explicitly (the reference's
     // first maximum) and the ids do not depend on timing.
-    float* vals = scratch<float>(static_cast<size_t>(2 * nth) * M);
+    float* vals = scratch<float>(ctx, static_cast<size_t>(2 * nth) * M);
     thread_local std::vector<int64_t> idx_buf;
     if (idx_buf.size() < static_cast<size_t>(2 * nth) * M) idx_buf.resize(static_cast<size_t>(2 * nth) * M);
     int64_t* idx = idx_buf.data();

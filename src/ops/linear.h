@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/exec_context.h"
 #include "core/tensor.h"
 #include "ops/quant/quant_format.h"
 #include "ops/weight_format.h"
@@ -69,7 +70,7 @@ struct LinearWeight {
 // With `quantize`, the packed form is that format (read from the parts' stored values) and `view` is
 // left empty: the layer is the quantized weight everywhere, reference path included.
 // rows_done: see quant::pack_quantized (quantized packing only; rows of the stack).
-LinearWeight make_linear(const std::vector<TensorView>& parts,
+LinearWeight make_linear(const ExecContext& ctx, const std::vector<TensorView>& parts,
                          std::optional<WeightFormat> quantize = std::nullopt,
                          const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
 
@@ -101,7 +102,7 @@ inline bool argmax_better(float v, int64_t i, float bv, int64_t bi) {
 
 // y [M, N] = x [M, K] @ W^T, accumulated in f32. With bf16_act, x is rounded to bf16 (and bf16 dot
 // products are used where the CPU has them). With round_out, y is rounded to bf16 as it is stored.
-void linear(const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act,
+void linear(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, float* y, bool bf16_act,
             bool round_out = false);
 
 // out [K] = row n of the logical [N, K] matrix, exactly as stored (packing keeps bf16 and f32 values
@@ -111,12 +112,13 @@ void unpack_row(const PackedWeight& w, int64_t n, float* out);
 
 // A gate|up projection packed for the fused SwiGLU: rows interleaved in blocks of 16 (gate 0..15, up 0..15,
 // gate 16..31, ...), so one 32-column panel holds matching gate and up columns. Needs I % 16 == 0.
-LinearWeight make_swiglu_linear(const TensorView& gate, const TensorView& up,
+LinearWeight make_swiglu_linear(const ExecContext& ctx, const TensorView& gate, const TensorView& up,
                                 std::optional<WeightFormat> quantize = std::nullopt);
 // out [M, I] = silu(x @ gate^T) * (x @ up^T) for a make_swiglu_linear weight. The AVX-512 bf16 kernel
 // applies it in the GEMM epilogue (the [M, 2I] products are never stored); other paths compute the
 // products, then the activation.
-void linear_swiglu(const float* x, int64_t M, const LinearWeight& w, float* out, bool bf16_act);
+void linear_swiglu(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, float* out,
+                   bool bf16_act);
 
 // True if linear() (swiglu: linear_swiglu() of a make_swiglu_linear weight) runs this weight on the
 // AVX-512 bf16 dot kernels over the pool: linear_bf16dot (_swiglu) on x packed as bf16 pairs. The one
@@ -126,12 +128,14 @@ bool uses_bf16_dot(const PackedWeight& w, bool swiglu, bool bf16_act);
 // x [M, K] as bf16 pairs [M, K2] (RNE; odd K padded with 0): the operand of the AVX-512 bf16 dot
 // kernels, rows over the pool. On one core it had cost the 0.8B shape's pp512 ~30 ms of its linears'
 // ~770 ms (`gdn profile`, docs/perf.md twentieth session).
-void pack_bf16_pairs_pooled(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t K2);
+void pack_bf16_pairs_pooled(const ExecContext& ctx, const float* x, int64_t M, int64_t K, uint32_t* xp,
+                            int64_t K2);
 
 // ids[m] = argmax_n (x @ W^T)[m, n] (the first on ties), without materialising the [M, N] products where
 // the kernel allows (greedy decoding over a large vocabulary). Equal to argmax over linear()'s output.
 // With w.screen (bf16 mode, one row, AVX-512 VNNI) it streams the int8 copy and rechecks the few
 // panels that can hold the maximum in bf16: the same id, half the bytes (ops/argmax_screen.h).
-void linear_argmax(const float* x, int64_t M, const LinearWeight& w, int32_t* ids, bool bf16_act);
+void linear_argmax(const ExecContext& ctx, const float* x, int64_t M, const LinearWeight& w, int32_t* ids,
+                   bool bf16_act);
 
 }  // namespace gdn

@@ -44,12 +44,13 @@ const float* input_row(const LinearJob& j, int64_t m) {
 }
 
 // A job through linear() / linear_swiglu() (its rows gathered first where it names them).
-void run_alone(const LinearJob& j, bool swiglu, bool bf16_act, std::vector<float>& gathered) {
+void run_alone(const ExecContext& ctx, const LinearJob& j, bool swiglu, bool bf16_act,
+               std::vector<float>& gathered) {
     if (j.in && !j.rows) {
         if (swiglu)
-            linear_swiglu(*j.in, *j.w, j.y, bf16_act);
+            linear_swiglu(ctx, *j.in, *j.w, j.y, bf16_act);
         else
-            linear(*j.in, *j.w, j.y, bf16_act);
+            linear(ctx, *j.in, *j.w, j.y, bf16_act);
         return;
     }
     const float* x = job_x(j);
@@ -60,9 +61,9 @@ void run_alone(const LinearJob& j, bool swiglu, bool bf16_act, std::vector<float
         x = gathered.data();
     }
     if (swiglu)
-        linear_swiglu(x, j.M, *j.w, j.y, bf16_act);
+        linear_swiglu(ctx, x, j.M, *j.w, j.y, bf16_act);
     else
-        linear(x, j.M, *j.w, j.y, bf16_act);
+        linear(ctx, x, j.M, *j.w, j.y, bf16_act);
 }
 GroupScratch& group_scratch() {
     thread_local GroupScratch s;
@@ -89,8 +90,8 @@ size_t job_holding(const std::vector<GroupedJob>& g, int64_t i, Start start) {
 
 }  // namespace
 
-void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act) {
-    GDN_PROFILE(swiglu ? "linear+swiglu (group)" : "linear (group)");
+void linear_group(const ExecContext& ctx, const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act) {
+    GDN_PROFILE(ctx, swiglu ? "linear+swiglu (group)" : "linear (group)");
     GroupScratch& s = group_scratch();
     s.grouped.clear();
     int64_t rows = 0, panels = 0, pairs = 0, min_chunk = INT64_MAX, max_k = 1;
@@ -101,15 +102,15 @@ void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act
         g.job = &j;
         if (is_quantized(p.format)) g.quant = pooled_quant_kernel(p, swiglu, &g.quantize);
         if (!g.quant && (is_quantized(p.format) || !uses_bf16_dot(p, swiglu, bf16_act))) {
-            run_alone(j, swiglu, bf16_act, s.gathered);
+            run_alone(ctx, j, swiglu, bf16_act, s.gathered);
             continue;
         }
         if (j.in) {  // the shared input's form, made once for every job that reads it
             j.in->check_fits(p.K, "linear_group");
             if (g.quant)
-                g.src_q = &j.in->quantized(g.quantize, op_isa(OpId::LINEAR));
+                g.src_q = &j.in->quantized(ctx, g.quantize, op_isa(OpId::LINEAR));
             else
-                g.src_pairs = j.in->bf16_pairs();
+                g.src_pairs = j.in->bf16_pairs(ctx);
         }
         g.prep_rows = j.in && !j.rows ? 0 : j.M;
         g.row0 = rows;
@@ -128,17 +129,17 @@ void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act
     for (size_t i = 0; i < s.grouped.size(); ++i) {
         GroupedJob& g = s.grouped[i];
         const bool own = g.prep_rows > 0;
-        if (g.quant && own) s.xq[i].resize(g.job->M, g.job->w->K());
+        if (g.quant && own) s.xq[i].resize(g.job->M, g.job->w->K(), &ctx.pool());
         if (g.quant)
             g.xq = own ? &s.xq[i] : g.src_q;
         else
             g.pairs = own ? s.pairs.data() + g.pairs0 : g.src_pairs;
     }
-    ThreadPool& pool = global_pool();
+    ThreadPool& pool = ctx.pool();
     // Pass 1: every row's activations in its job's operand form (int8 groups, or bf16 pairs), made here
     // or copied from a shared input's.
     if (rows > 0) {
-        GDN_PROFILE("group activations");
+        GDN_PROFILE(ctx, "group activations");
         pool.parallel_for(
             rows,
             [&](int64_t r0, int64_t r1) {

@@ -29,6 +29,6 @@ struct LinearJob {
 // w, y, bf16_act). Jobs
 // whose kernel has no pooled panel form (the f32-FMA and reference paths, a SwiGLU without an
 // epilogue) run one by one through those calls.
-void linear_group(const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act);
+void linear_group(const ExecContext& ctx, const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act);
 
 }  // namespace gdn

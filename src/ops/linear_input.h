@@ -36,9 +36,9 @@ class LinearInput {
 
     // Every row quantized by `quantize` (the kernel table row's quantizer; over the pool unless isa is
     // the reference), made on first use.
-    const quant::QuantizedRows& quantized(QuantizeRowFn quantize, Isa isa);
+    const quant::QuantizedRows& quantized(const ExecContext& ctx, QuantizeRowFn quantize, Isa isa);
     // Every row as bf16 pairs [M, K2], K2 = ceil(K / 2) (cpu::avx512::pack_bf16_pairs), made on first use.
-    const uint32_t* bf16_pairs();
+    const uint32_t* bf16_pairs(const ExecContext& ctx);
     int64_t K2() const { return (K_ + 1) / 2; }
 
   private:
@@ -52,8 +52,9 @@ class LinearInput {
 
 // y [M, N] = x @ W^T as linear(in.x(), in.M(), w, y, bf16_act, round_out), from in's kept forms
 // (defined with it in ops/linear.cpp).
-void linear(LinearInput& in, const LinearWeight& w, float* y, bool bf16_act, bool round_out = false);
+void linear(const ExecContext& ctx, LinearInput& in, const LinearWeight& w, float* y, bool bf16_act,
+            bool round_out = false);
 // out [M, I] as linear_swiglu(in.x(), in.M(), w, out, bf16_act), from in's kept forms.
-void linear_swiglu(LinearInput& in, const LinearWeight& w, float* out, bool bf16_act);
+void linear_swiglu(const ExecContext& ctx, LinearInput& in, const LinearWeight& w, float* out, bool bf16_act);
 
 }  // namespace gdn

@@ -93,14 +93,14 @@ const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format) {
     return kTable[0];
 }
 
-void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize,
-                   quant::QuantizedRows* xq) {
-    GDN_PROFILE("quantize activations");
-    xq->resize(M, K);
+void quantize_rows(const ExecContext& ctx, const float* x, int64_t M, int64_t K, Isa isa,
+                   QuantizeRowFn quantize, quant::QuantizedRows* xq) {
+    GDN_PROFILE(ctx, "quantize activations");
+    xq->resize(M, K, &ctx.pool());
     if (isa == Isa::REF) {
         for (int64_t m = 0; m < M; ++m) quantize(x + m * K, xq, m);
     } else {
-        global_pool().parallel_for(
+        ctx.pool().parallel_for(
             M,
             [&](int64_t m0, int64_t m1) {
                 for (int64_t m = m0; m < m1; ++m) quantize(x + m * K, xq, m);
@@ -112,11 +112,11 @@ void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn 
 namespace {
 
 // x [M, K] quantized by `quantize`: the shared input's kept form, or made into the thread's scratch.
-const quant::QuantizedRows& quantized_rows(const float* x, int64_t M, int64_t K, Isa isa,
-                                           QuantizeRowFn quantize, LinearInput* in) {
-    if (in) return in->quantized(quantize, isa);
+const quant::QuantizedRows& quantized_rows(const ExecContext& ctx, const float* x, int64_t M, int64_t K,
+                                           Isa isa, QuantizeRowFn quantize, LinearInput* in) {
+    if (in) return in->quantized(ctx, quantize, isa);
     quant::QuantizedRows& xq = activation_scratch();
-    quantize_rows(x, M, K, isa, quantize, &xq);
+    quantize_rows(ctx, x, M, K, isa, quantize, &xq);
     return xq;
 }
 
@@ -124,8 +124,8 @@ const quant::QuantizedRows& quantized_rows(const float* x, int64_t M, int64_t K,
 // half that for the SwiGLU epilogue's activations): the reference single threaded, else over the pool;
 // a decode-sized x (M <= kStealableRows) as a stealable job, which carries the rows' view by value
 // (quant::QuantRowsView), so a worker whose claim was stolen runs on with this job's shape.
-void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const PackedWeight& w, float* y,
-              int64_t ldy, int64_t unit_cols) {
+void run_gemm(const ExecContext& ctx, QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq,
+              const PackedWeight& w, float* y, int64_t ldy, int64_t unit_cols) {
     const quant::QuantRowsView x = xq.view();
     if (isa == Isa::REF) {
         gemm(x, w, y, ldy, 0, w.n_panels);
@@ -134,22 +134,22 @@ void run_gemm(QuantGemmFn gemm, Isa isa, const quant::QuantizedRows& xq, const P
     const int64_t min_chunk = min_stream_panels(w.panel_bytes(), x.M);
     if (x.M <= kStealableRows) {
         const PackedWeight* wp = &w;
-        global_pool().parallel_for_stealable(
+        ctx.pool().parallel_for_stealable(
             w.n_panels, min_chunk, UnitColumns{y, x.M, ldy, unit_cols, ldy},
             [x, wp, ldy, gemm](int64_t p0, int64_t p1, float* dst) { gemm(x, *wp, dst, ldy, p0, p1); });
         return;
     }
-    global_pool().parallel_for_balanced(w.n_panels, min_chunk,
-                                        [&](int, int64_t p0, int64_t p1) { gemm(x, w, y, ldy, p0, p1); });
+    ctx.pool().parallel_for_balanced(w.n_panels, min_chunk,
+                                     [&](int, int64_t p0, int64_t p1) { gemm(x, w, y, ldy, p0, p1); });
 }
 
 }  // namespace
 
-void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out,
-                      LinearInput* in) {
+void linear_quantized(const ExecContext& ctx, const float* x, int64_t M, const PackedWeight& w, float* y,
+                      bool round_out, LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     const QuantKernelRow& k = quant_kernel(isa, w.format);
-    run_gemm(k.gemm, isa, quantized_rows(x, M, w.K, isa, k.quantize, in), w, y, w.N, quant::kCols);
+    run_gemm(ctx, k.gemm, isa, quantized_rows(ctx, x, M, w.K, isa, k.quantize, in), w, y, w.N, quant::kCols);
     if (round_out) ref::round_activations(y, M * w.N, true);
 }
 
@@ -162,12 +162,14 @@ QuantGemmFn pooled_quant_kernel(const PackedWeight& w, bool swiglu, QuantizeRowF
     return op_isa(OpId::SWIGLU) == isa ? k.swiglu : nullptr;
 }
 
-bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out, LinearInput* in) {
+bool linear_quantized_swiglu(const ExecContext& ctx, const float* x, int64_t M, const PackedWeight& w,
+                             float* out, LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     QuantizeRowFn quantize = nullptr;
     const QuantGemmFn epilogue = pooled_quant_kernel(w, true, &quantize);
     if (!epilogue) return false;
-    run_gemm(epilogue, isa, quantized_rows(x, M, w.K, isa, quantize, in), w, out, w.N / 2, quant::kCols / 2);
+    run_gemm(ctx, epilogue, isa, quantized_rows(ctx, x, M, w.K, isa, quantize, in), w, out, w.N / 2,
+             quant::kCols / 2);
     return true;
 }
 

@@ -44,17 +44,17 @@ const QuantKernelRow& quant_kernel(Isa isa, WeightFormat format);
 // y [M, N] = x [M, K] @ W^T for a quantized W: x quantized per row and group (quant_format.h), then
 // the table's gemm for op_isa(LINEAR), threaded over panels. round_out rounds y to bf16. in: x as a
 // shared input (ops/linear_input.h) whose kept quantized form is read instead of quantizing x again.
-void linear_quantized(const float* x, int64_t M, const PackedWeight& w, float* y, bool round_out,
-                      LinearInput* in = nullptr);
+void linear_quantized(const ExecContext& ctx, const float* x, int64_t M, const PackedWeight& w, float* y,
+                      bool round_out, LinearInput* in = nullptr);
 // out [M, I] = silu(gate) x up for a gate|up weight packed for the fused SwiGLU (ops/linear.h), in the
 // table's epilogue, unrounded; false (nothing written) where the active row has none.
-bool linear_quantized_swiglu(const float* x, int64_t M, const PackedWeight& w, float* out,
-                             LinearInput* in = nullptr);
+bool linear_quantized_swiglu(const ExecContext& ctx, const float* x, int64_t M, const PackedWeight& w,
+                             float* out, LinearInput* in = nullptr);
 
 // x [M, K] quantized per row and group into xq by a table row's quantizer: over the pool, or row by row
 // on the calling thread for the reference ISA.
-void quantize_rows(const float* x, int64_t M, int64_t K, Isa isa, QuantizeRowFn quantize,
-                   quant::QuantizedRows* xq);
+void quantize_rows(const ExecContext& ctx, const float* x, int64_t M, int64_t K, Isa isa,
+                   QuantizeRowFn quantize, quant::QuantizedRows* xq);
 
 // The table's panel kernel for a quantized weight when it runs over the pool on the active ISA: the
 // products, or (swiglu) the SwiGLU epilogue; *quantize gets its activation quantizer. Null where the

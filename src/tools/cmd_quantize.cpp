@@ -76,7 +76,8 @@ int cmd_quantize(int argc, char** argv) {
     const std::string label =
         std::string("quantizing to ") + quantization_name(*opt->quantization) + " " + in.string();
     auto model = Model::load(
-        in.string(), [&](int done, int total) { print_progress(label, done, total); }, *opt);
+        ExecContext::process(), in.string(), [&](int done, int total) { print_progress(label, done, total); },
+        *opt);
     if (!model) return fail(model.message(), 1);
     const ModelWeights& w = (*model)->weights();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

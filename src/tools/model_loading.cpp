@@ -106,7 +106,7 @@ Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a) {
                           : std::string("loading")) +
         " " + dir;
     auto model = Model::load(
-        dir, [&](int done, int total) { print_progress(label, done, total); }, opt);
+        ExecContext::process(), dir, [&](int done, int total) { print_progress(label, done, total); }, opt);
     if (!model) return model.status();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const auto& q = (*model)->weights().quantization;

@@ -209,7 +209,7 @@ bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uin
 
 }  // namespace
 
-void pack_quantized(WeightFormat f, int64_t N, int64_t K,
+void pack_quantized(const ExecContext& ctx, WeightFormat f, int64_t N, int64_t K,
                     const std::function<void(int64_t n, float* out)>& row, PackedWeight* w,
                     const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
     GDN_CHECK(is_quantized(f), "pack_quantized: %s is not a quantized format", weight_format_name(f));
@@ -226,7 +226,7 @@ void pack_quantized(WeightFormat f, int64_t N, int64_t K,
     // Panels in parallel: the columns of a panel share bytes (int4-k's minimum levels, int6-k's high
     // bits), so one thread writes a whole panel.
     const int64_t kChunkPanels = 256 / kCols;  // rows_done's chunk: 256 rows
-    global_pool().parallel_for(w->n_panels, [&](int64_t p0, int64_t p1) {
+    ctx.pool().parallel_for(w->n_panels, [&](int64_t p0, int64_t p1) {
         std::vector<float> src(w->n_blocks * bk, 0.0f);
         for (int64_t p = p0; p < p1; ++p) {
             for (int64_t c = 0; c < kCols && p * kCols + c < N; ++c) {
@@ -369,18 +369,24 @@ void prefetch_row(const PackedWeight& w, int64_t n) {
     }
 }
 
-void QuantizedRows::resize(int64_t m, int64_t k) {
+void QuantizedRows::resize(int64_t m, int64_t k, ThreadPool* late_readers) {
     M = m;
     K = k;
     G = n_groups(K);
     Kp = G * kQuantGroup;
-    grow_read_buffer(xq, static_cast<size_t>(M * Kp));
-    grow_read_buffer(xs, static_cast<size_t>(M * G));
-    grow_read_buffer(xsum, static_cast<size_t>(M * G));
+    if (late_readers) {
+        grow_read_buffer(*late_readers, xq, static_cast<size_t>(M * Kp));
+        grow_read_buffer(*late_readers, xs, static_cast<size_t>(M * G));
+        grow_read_buffer(*late_readers, xsum, static_cast<size_t>(M * G));
+    } else {
+        xq.resize(std::max(xq.size(), static_cast<size_t>(M * Kp)));
+        xs.resize(std::max(xs.size(), static_cast<size_t>(M * G)));
+        xsum.resize(std::max(xsum.size(), static_cast<size_t>(M * G)));
+    }
 }
 
 void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows* out) {
-    out->resize(M, K);
+    out->resize(M, K, nullptr);
     for (int64_t m = 0; m < M; ++m) quantize_activation_row(x + m * K, out, m);
 }
 

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/exec_context.h"
 #include "ops/weight_format.h"
 
 namespace gdn {
@@ -105,7 +106,7 @@ void set_quantized_shape(WeightFormat f, int64_t N, int64_t K, PackedWeight* w);
 // K f32 values of row n (the caller's source: a checkpoint tensor of any dtype, or several stacked).
 // rows_done(n0, n1), if set, is called once rows [n0, n1) have been read (in chunks of 256 rows, from
 // the worker threads), so a caller can drop the source rows while the rest is still being packed.
-void pack_quantized(WeightFormat f, int64_t N, int64_t K,
+void pack_quantized(const ExecContext& ctx, WeightFormat f, int64_t N, int64_t K,
                     const std::function<void(int64_t n, float* out)>& row, PackedWeight* w,
                     const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
 
@@ -140,8 +141,8 @@ struct QuantizedRows {
     std::vector<float> xs;
     std::vector<int32_t> xsum;
     // Sets the shape. Buffers only grow, through grow_read_buffer (core/thread_pool.h): a late worker of a
-    // stealable product may still read them.
-    void resize(int64_t M, int64_t K);
+    // stealable product of late_readers may still read them (null: no pool's job reads them).
+    void resize(int64_t M, int64_t K, ThreadPool* late_readers);
     QuantRowsView view() const { return {M, K, Kp, G, xq.data(), xs.data(), xsum.data()}; }
 };
 // The one activation quantizer (every ISA): xs = max|x| / 127 of the group, xq = round-to-nearest-even

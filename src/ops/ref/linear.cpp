@@ -13,12 +13,12 @@ void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* ou
     }
 }
 
-void linear(const float* x, int64_t M, const TensorView& W, float* y) {
+void linear(const ExecContext& ctx, const float* x, int64_t M, const TensorView& W, float* y) {
     const int64_t N = W.shape[0], K = W.shape[1];
     GDN_CHECK(W.rank == 2 && W.stride[1] == 1);
     // Output columns are split over threads; each y[m, n] is computed by exactly one thread in a fixed
     // order, so the result does not depend on the thread count.
-    global_pool().parallel_for(N, [&](int64_t n0, int64_t n1) {
+    ctx.pool().parallel_for(N, [&](int64_t n0, int64_t n1) {
         std::vector<float> wrow(K);
         for (int64_t n = n0; n < n1; ++n) {
             convert_to_f32(W.dtype, W.row(n), wrow.data(), K);

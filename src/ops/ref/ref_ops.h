@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/exec_context.h"
 #include "core/tensor.h"
 
 namespace gdn {
@@ -25,7 +26,7 @@ namespace gdn::ref {
 void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* out);
 
 // y = x @ W^T                           x [M, K], W [N, K], y [M, N]; f32 accumulation
-void linear(const float* x, int64_t M, const TensorView& W, float* y);
+void linear(const ExecContext& ctx, const float* x, int64_t M, const TensorView& W, float* y);
 
 // y [x.M, ldy] = the quantized product of ops/quant/quant_format.h, element by element: for each
 // column, sum over groups of (weight scale * activation scale) * (exact int32 dot of the group).
@@ -105,13 +106,14 @@ struct MoeWeights {
 
 // SwiGLU MLP. x, out [N, H]. bf16_in: matmul inputs rounded to bf16; hf: every activation rounded where
 // HF's bf16 forward rounds.
-void swiglu_mlp(const MlpWeights& w, const float* x, int64_t N, float* out, bool bf16_in, bool hf);
+void swiglu_mlp(const ExecContext& ctx, const MlpWeights& w, const float* x, int64_t N, float* out,
+                bool bf16_in, bool hf);
 
 // MoE: softmax(router) over all experts in f32 -> top-k -> renormalise (if asked) -> weighted sum of
 // the chosen experts (tokens grouped per expert, one batched MLP per active expert) + sigmoid(x Wsg^T) *
 // shared expert. x, out [N, H].
-void moe(const MoeWeights& w, const float* x, int64_t N, int64_t top_k, bool renormalize, float* out,
-         bool bf16_in, bool hf);
+void moe(const ExecContext& ctx, const MoeWeights& w, const float* x, int64_t N, int64_t top_k,
+         bool renormalize, float* out, bool bf16_in, bool hf);
 
 // Rounds n values to bf16 in place when bf16 is set (the activation-precision helper of the ref path).
 inline void round_activations(float* x, int64_t n, bool bf16) {
