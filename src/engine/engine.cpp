@@ -515,147 +515,27 @@ RequestOutput& Engine::next_output(int64_t id) {
     return o;
 }
 
+// One engine step, as its phases: abort, schedule, plan, forward, verify and commit, sample and emit,
+// then the drafts for the next step and the cost model's observation of this one.
 std::span<const RequestOutput> Engine::step() {
     const double t0 = now_seconds();
     n_outputs_ = 0;
-    {
-        std::vector<int64_t> ids;
-        {
-            std::lock_guard<std::mutex> lock(abort_mu_);
-            ids.swap(aborts_);
-        }
-        for (int64_t id : ids) {
-            for (size_t h = 0; h < held_.size(); ++h)  // a held sample of an n > 1 request: it never started
-                if (held_[h].req->sched->id == id) {
-                    admit(std::move(held_[h].req));
-                    held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(h));
-                    break;
-                }
-            auto it = requests_.find(id);  // (aborts are rare: the id list above may allocate)
-            if (it == requests_.end() || it->second->finish != FinishReason::NONE) continue;
-            RequestOutput& out = next_output(id);
-            out.prompt_tokens = it->second->sched->num_prompt;
-            out.completion_tokens = static_cast<int64_t>(it->second->output.size());
-            finish(*it->second, FinishReason::ABORT, out);
-        }
-    }
+    apply_aborts();
     release_held();
     const SchedulerOutput& so = scheduler_->schedule();
     const int k_this_step = k_planned_;
-    bool pure_decode = !so.chunks.empty();
     spec_state_bytes_ = 0;
     do_state_copies(so.restores);  // prefix-cache hits start from their snapshots
     scheduler_->restores_done();
+    bool pure_decode = false;
     if (!so.chunks.empty()) {
         build_plan(so);
-        ForwardOptions fo;
-        fo.bf16_activations = cfg_.bf16;
-        // On the reference path too, results must not depend on how a sequence was split into steps: the
-        // token-by-token form of the reference delta rule is chunk-invariant, the chunked form is not.
-        fo.gdn_form = GdnForm::RECURRENT;
-        logits_.clear();
-        greedy_ids_.clear();
-        hidden_.clear();
-        // When every row to sample is plain greedy, the lm_head returns argmaxes, not vocabulary rows.
-        bool all_greedy = true;
-        for (const auto& c : so.chunks) {
-            if (c.req->prompt_rows) all_greedy = false;  // rows of logits, not argmaxes
-            if (c.num_draft == 0 &&
-                c.req->num_computed + c.num_new != static_cast<int64_t>(c.req->tokens.size()))
-                continue;
-            const Request& r = *requests_.at(c.req->id);
-            all_greedy &= r.params.greedy() && r.params.logprobs < 0 && r.params.repetition_penalty == 1.0f &&
-                          r.params.presence_penalty == 0.0f && r.params.frequency_penalty == 0.0f &&
-                          r.params.logit_bias.empty() && !r.constraint &&
-                          static_cast<int>(r.output.size()) >= r.params.min_tokens;
-        }
-        const bool mtp = cfg_.speculative.uses_mtp();
-        const double tf = now_seconds();
-        Status st = model_->forward(plan_, *kv_, *slots_, fo, &logits_, all_greedy ? &greedy_ids_ : nullptr,
-                                    mtp ? &hidden_ : nullptr);
-        forward_seconds_ = now_seconds() - tf;
-        int64_t prefill_tokens = 0;  // a chunk of one token counts as a decode
-        for (const auto& c : so.chunks)
-            if (c.num_new - c.num_draft > 1) prefill_tokens += c.num_new - c.num_draft;
-        pacer_.observe(prefill_tokens, forward_seconds_, kPrefillChunkAlign);
-        scheduler_->set_prefill_room(
-            static_cast<int>(std::min<int64_t>(pacer_.room(), cfg_.max_num_batched_tokens)));
-        GDN_CHECK(st.is_ok(), "forward failed on a plan the engine built: %s", st.message().c_str());
-        // Verifications: the verdicts first, then one commit of every verified sequence's accepted
-        // tokens into its GDN state (the forward left the states as they were), then the bookkeeping.
-        size_t n_verdicts = 0;
-        commits_.clear();
-        for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
-            const ScheduledChunk& c = so.chunks[ci];
-            if (c.num_draft == 0) continue;
-            if (verdicts_.size() == n_verdicts) verdicts_.emplace_back();
-            Verdict& v = verdicts_[n_verdicts++];
-            decide(c, chunk_rows_[ci], all_greedy, v);
-            const int32_t to = c.fresh_slot >= 0 ? c.fresh_slot : c.req->slot;
-            commits_.push_back({static_cast<int32_t>(ci), c.req->slot, to, 1 + int64_t{v.accepted}});
-            // Extra GDN bytes of a verification: its staged rows, and the commit's pass over the state.
-            spec_state_bytes_ += static_cast<int64_t>(staged_row_bytes_ * c.num_new + 2 * slot_bytes_);
-        }
-        if (!commits_.empty()) {
-            st = model_->commit_verified(commits_, *slots_, fo);
-            GDN_CHECK(st.is_ok(), "GDN commit failed on verifications the engine planned: %s",
-                      st.message().c_str());
-        }
-        n_verdicts = 0;
-        const int32_t V = model_->config().vocab;
-        size_t row = 0;
-        std::vector<TokenLogprob> lp;
-        for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
-            const ScheduledChunk& c = so.chunks[ci];
-            Request& r = *requests_.at(c.req->id);
-            const int64_t first_pos = c.req->num_computed;
-            pure_decode &=
-                c.num_new - c.num_draft == 1 && first_pos + 1 == static_cast<int64_t>(c.req->tokens.size());
-            if (c.num_draft > 0) {
-                RequestOutput& out = next_output(c.req->id);
-                const int64_t before = c.req->num_computed;
-                GDN_CHECK(row == chunk_rows_[ci], "logits rows out of step");
-                row += c.num_draft + 1;
-                apply_verdict(c, verdicts_[n_verdicts++], out);  // on_verified inside
-                do_state_copies(scheduler_->pending_copies());
-                scheduler_->pending_copies().clear();
-                if (mtp && r.finish == FinishReason::NONE)
-                    keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.req->num_computed - before);
-                out.prompt_tokens = c.req->num_prompt;
-                out.completion_tokens = static_cast<int64_t>(r.output.size());
-                continue;
-            }
-            const bool sampled =
-                c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
-            if (c.req->prompt_rows) row += prompt_logprobs(r, c, logits_.data() + row * V);
-            scheduler_->on_computed(c);
-            do_state_copies(scheduler_->pending_copies());
-            scheduler_->pending_copies().clear();
-            if (mtp) keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.num_new);
-            if (!sampled) continue;
-            RequestOutput& out = next_output(c.req->id);
-            if (!all_greedy && r.constraint) constrain(r, logits_.data() + row * V);
-            const int32_t token =
-                all_greedy ? greedy_ids_[row]
-                           : sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt,
-                                             r.output, eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
-            ++row;
-            if (!r.prompt_logprobs.empty() && !c.req->prompt_rows)
-                out.prompt_logprobs = std::move(r.prompt_logprobs);
-            emit(r, token, r.params.logprobs >= 0 ? &lp : nullptr, out);
-            out.prompt_tokens = c.req->num_prompt;
-            out.completion_tokens = static_cast<int64_t>(r.output.size());
-        }
+        const StepForward f = run_forward(so);
+        verify_and_commit(so, f);
+        pure_decode = sample_and_emit(so, f);
     }
     spec_state_bytes_total_ += spec_state_bytes_;
-    for (auto it = requests_.begin(); it != requests_.end();) {
-        if (it->second->finish == FinishReason::NONE) {
-            ++it;
-            continue;
-        }
-        recycle_mtp_rows(*it->second);
-        it = requests_.erase(it);
-    }
+    drop_finished();
     // A step's cost for the cost model: its own work plus the drafting done for it at the end of the
     // step before, not the drafting for the next one (whose k may differ: a plain step before a verify
     // was timed with that verify's drafts, and plain decoding looked 30% slower than it is on the demo).
@@ -667,6 +547,150 @@ std::span<const RequestOutput> Engine::step() {
                            t_done - t0 + drafting_for_this_step);
     host_seconds_ = now_seconds() - t0 - forward_seconds_;
     return {outputs_.data(), n_outputs_};
+}
+
+void Engine::apply_aborts() {
+    std::vector<int64_t> ids;
+    {
+        std::lock_guard<std::mutex> lock(abort_mu_);
+        ids.swap(aborts_);
+    }
+    for (int64_t id : ids) {
+        for (size_t h = 0; h < held_.size(); ++h)  // a held sample of an n > 1 request: it never started
+            if (held_[h].req->sched->id == id) {
+                admit(std::move(held_[h].req));
+                held_.erase(held_.begin() + static_cast<std::ptrdiff_t>(h));
+                break;
+            }
+        auto it = requests_.find(id);  // (aborts are rare: the id list above may allocate)
+        if (it == requests_.end() || it->second->finish != FinishReason::NONE) continue;
+        RequestOutput& out = next_output(id);
+        out.prompt_tokens = it->second->sched->num_prompt;
+        out.completion_tokens = static_cast<int64_t>(it->second->output.size());
+        finish(*it->second, FinishReason::ABORT, out);
+    }
+}
+
+bool Engine::all_rows_plain_greedy(const SchedulerOutput& so) const {
+    for (const auto& c : so.chunks) {
+        if (c.req->prompt_rows) return false;  // rows of logits, not argmaxes
+        if (c.num_draft == 0 && c.req->num_computed + c.num_new != static_cast<int64_t>(c.req->tokens.size()))
+            continue;  // a prompt chunk that samples nothing
+        const Request& r = *requests_.at(c.req->id);
+        if (!(r.params.greedy() && r.params.logprobs < 0 && r.params.repetition_penalty == 1.0f &&
+              r.params.presence_penalty == 0.0f && r.params.frequency_penalty == 0.0f &&
+              r.params.logit_bias.empty() && !r.constraint &&
+              static_cast<int>(r.output.size()) >= r.params.min_tokens))
+            return false;
+    }
+    return true;
+}
+
+Engine::StepForward Engine::run_forward(const SchedulerOutput& so) {
+    StepForward f;
+    f.options.bf16_activations = cfg_.bf16;
+    // On the reference path too, results must not depend on how a sequence was split into steps: the
+    // token-by-token form of the reference delta rule is chunk-invariant, the chunked form is not.
+    f.options.gdn_form = GdnForm::RECURRENT;
+    f.mtp = cfg_.speculative.uses_mtp();
+    // When every row to sample is plain greedy, the lm_head returns argmaxes, not vocabulary rows.
+    f.all_greedy = all_rows_plain_greedy(so);
+    logits_.clear();
+    greedy_ids_.clear();
+    hidden_.clear();
+    const double tf = now_seconds();
+    Status st = model_->forward(plan_, *kv_, *slots_, f.options, &logits_,
+                                f.all_greedy ? &greedy_ids_ : nullptr, f.mtp ? &hidden_ : nullptr);
+    forward_seconds_ = now_seconds() - tf;
+    int64_t prefill_tokens = 0;  // a chunk of one token counts as a decode
+    for (const auto& c : so.chunks)
+        if (c.num_new - c.num_draft > 1) prefill_tokens += c.num_new - c.num_draft;
+    pacer_.observe(prefill_tokens, forward_seconds_, kPrefillChunkAlign);
+    scheduler_->set_prefill_room(
+        static_cast<int>(std::min<int64_t>(pacer_.room(), cfg_.max_num_batched_tokens)));
+    GDN_CHECK(st.is_ok(), "forward failed on a plan the engine built: %s", st.message().c_str());
+    return f;
+}
+
+void Engine::verify_and_commit(const SchedulerOutput& so, const StepForward& f) {
+    // The verdicts first, then one commit of every verified sequence's accepted tokens into its GDN state
+    // (the forward left the states as they were); the bookkeeping is sample_and_emit's.
+    size_t n_verdicts = 0;
+    commits_.clear();
+    for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
+        const ScheduledChunk& c = so.chunks[ci];
+        if (c.num_draft == 0) continue;
+        if (verdicts_.size() == n_verdicts) verdicts_.emplace_back();
+        Verdict& v = verdicts_[n_verdicts++];
+        decide(c, chunk_rows_[ci], f.all_greedy, v);
+        const int32_t to = c.fresh_slot >= 0 ? c.fresh_slot : c.req->slot;
+        commits_.push_back({static_cast<int32_t>(ci), c.req->slot, to, 1 + int64_t{v.accepted}});
+        // Extra GDN bytes of a verification: its staged rows, and the commit's pass over the state.
+        spec_state_bytes_ += static_cast<int64_t>(staged_row_bytes_ * c.num_new + 2 * slot_bytes_);
+    }
+    if (commits_.empty()) return;
+    Status st = model_->commit_verified(commits_, *slots_, f.options);
+    GDN_CHECK(st.is_ok(), "GDN commit failed on verifications the engine planned: %s", st.message().c_str());
+}
+
+bool Engine::sample_and_emit(const SchedulerOutput& so, const StepForward& f) {
+    bool pure_decode = true;
+    size_t n_verdicts = 0;
+    const int32_t V = model_->config().vocab;
+    size_t row = 0;
+    std::vector<TokenLogprob> lp;
+    for (size_t ci = 0; ci < so.chunks.size(); ++ci) {
+        const ScheduledChunk& c = so.chunks[ci];
+        Request& r = *requests_.at(c.req->id);
+        const int64_t first_pos = c.req->num_computed;
+        pure_decode &=
+            c.num_new - c.num_draft == 1 && first_pos + 1 == static_cast<int64_t>(c.req->tokens.size());
+        if (c.num_draft > 0) {
+            RequestOutput& out = next_output(c.req->id);
+            const int64_t before = c.req->num_computed;
+            GDN_CHECK(row == chunk_rows_[ci], "logits rows out of step");
+            row += c.num_draft + 1;
+            apply_verdict(c, verdicts_[n_verdicts++], out);  // on_verified inside
+            do_state_copies(scheduler_->pending_copies());
+            scheduler_->pending_copies().clear();
+            if (f.mtp && r.finish == FinishReason::NONE)
+                keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.req->num_computed - before);
+            out.prompt_tokens = c.req->num_prompt;
+            out.completion_tokens = static_cast<int64_t>(r.output.size());
+            continue;
+        }
+        const bool sampled = c.req->num_computed + c.num_new == static_cast<int64_t>(c.req->tokens.size());
+        if (c.req->prompt_rows) row += prompt_logprobs(r, c, logits_.data() + row * V);
+        scheduler_->on_computed(c);
+        do_state_copies(scheduler_->pending_copies());
+        scheduler_->pending_copies().clear();
+        if (f.mtp) keep_mtp_rows(r, first_pos, plan_.cu_seqlens[ci], c.num_new);
+        if (!sampled) continue;
+        RequestOutput& out = next_output(c.req->id);
+        if (!f.all_greedy && r.constraint) constrain(r, logits_.data() + row * V);
+        const int32_t token =
+            f.all_greedy ? greedy_ids_[row]
+                         : sampler_.sample(logits_.data() + row * V, V, r.params, r.sampler, r.prompt,
+                                           r.output, eos_ids_, r.params.logprobs >= 0 ? &lp : nullptr);
+        ++row;
+        if (!r.prompt_logprobs.empty() && !c.req->prompt_rows)
+            out.prompt_logprobs = std::move(r.prompt_logprobs);
+        emit(r, token, r.params.logprobs >= 0 ? &lp : nullptr, out);
+        out.prompt_tokens = c.req->num_prompt;
+        out.completion_tokens = static_cast<int64_t>(r.output.size());
+    }
+    return pure_decode;
+}
+
+void Engine::drop_finished() {
+    for (auto it = requests_.begin(); it != requests_.end();) {
+        if (it->second->finish == FinishReason::NONE) {
+            ++it;
+            continue;
+        }
+        recycle_mtp_rows(*it->second);
+        it = requests_.erase(it);
+    }
 }
 
 EngineStats Engine::stats() const {

@@ -180,7 +180,29 @@ class Engine {
     struct Request;
     Engine() = default;
     bool pending_aborts_empty() const;
+    // The phases of step(), in order.
+    // Aborts requested since the last step (held samples of n > 1 requests included) finish now.
+    void apply_aborts();
+    // The batch plan of the scheduled chunks (plan_, chunk_rows_).
     void build_plan(const SchedulerOutput& so);
+    // What the forward was run with, for the phases after it.
+    struct StepForward {
+        ForwardOptions options;
+        bool all_greedy = false;  // the lm_head returned argmaxes (greedy_ids_), not rows of logits
+        bool mtp = false;         // the final hidden rows were kept for the MTP drafter (hidden_)
+    };
+    // True when every row the step samples is plain greedy (no logprobs, penalties, bias, grammar).
+    bool all_rows_plain_greedy(const SchedulerOutput& so) const;
+    // The model forward over plan_ (and the prefill pacer's observation of it).
+    StepForward run_forward(const SchedulerOutput& so);
+    // Speculative verification: every verified chunk's verdict (verdicts_), then one commit of the
+    // accepted tokens into the GDN states.
+    void verify_and_commit(const SchedulerOutput& so, const StepForward& f);
+    // Verdicts applied, prompts advanced, tokens sampled and emitted into the step's outputs. Returns
+    // whether the step was pure decoding (one new token per chunk: what the cost model times).
+    bool sample_and_emit(const SchedulerOutput& so, const StepForward& f);
+    // Finished requests leave requests_ (their MTP rows recycled).
+    void drop_finished();
     int64_t prompt_logprobs(Request& r, const ScheduledChunk& c, const float* logits);
     // Prefix caching (engine_prefix.cpp): the positions of a new request whose GDN state is kept, and the
     // state copies the scheduler asks for.
