@@ -58,181 +58,117 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-}  // namespace
+int fail(const std::string& what, int code) {
+    std::fprintf(stderr, "gdn run: %s\n", what.c_str());
+    return code;
+}
 
-int cmd_run(int argc, char** argv) {
-    auto args = Args::parse(argc, argv,
-                            {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n",
-                             "--dtype", "--kv-cache-dtype", "--threads", "--dump-logits", "--temperature",
-                             "--top-p", "--top-k", "--seed", "--quantization", "--speculative-config"},
-                            {"--help", "--ignore-eos", "--print-ids"});
-    if (!args) {
-        std::fprintf(stderr, "gdn run: %s\n", args.message().c_str());
-        usage();
-        return 2;
-    }
-    if (args->has("--help")) {
-        usage();
-        return 0;
-    }
-    const int n_prompt_kinds = args->has("--prompt-ids") + args->has("-p") + args->has("--chat");
-    if (!args->has("--model") || n_prompt_kinds != 1) {
-        std::fprintf(stderr, "gdn run: --model and exactly one of --chat, -p, --prompt-ids are required\n");
-        usage();
-        return 2;
-    }
-    auto n_new = args->get_int("-n", 32);
-    auto temperature = args->get_double("--temperature", 0.0), top_p = args->get_double("--top-p", 1.0);
-    auto top_k = args->get_int("--top-k", 0), seed = args->get_int("--seed", 0);
-    if (!temperature || !top_p || !top_k || !seed) {
-        std::fprintf(stderr, "gdn run: %s%s%s%s\n", temperature.message().c_str(), top_p.message().c_str(),
-                     top_k.message().c_str(), seed.message().c_str());
-        return 2;
-    }
-    auto threads = args->get_int("--threads", default_thread_count());
+// What the options ask for, every one checked before the model loads.
+struct RunPlan {
+    long long n_new = 32;
+    int threads = 1;
+    std::optional<bool> thinking;  // --enable-thinking
+    std::string dtype;             // "f32" | "bf16"
+    ForwardOptions forward;
+    DType kv_dtype = DType::F32;
+    SpeculativeConfig spec;
+    SamplingParams sampling;
+    std::vector<int32_t> prompt_ids;  // --prompt-ids
+};
+
+Result<RunPlan> plan_from_args(const Args& a) {
+    const int n_prompt_kinds = a.has("--prompt-ids") + a.has("-p") + a.has("--chat");
+    if (!a.has("--model") || n_prompt_kinds != 1)
+        return Status::error("--model and exactly one of --chat, -p, --prompt-ids are required");
+    RunPlan plan;
+    auto n_new = a.get_int("-n", 32);
+    auto temperature = a.get_double("--temperature", 0.0), top_p = a.get_double("--top-p", 1.0);
+    auto top_k = a.get_int("--top-k", 0), seed = a.get_int("--seed", 0);
+    if (!temperature || !top_p || !top_k || !seed)
+        return Status::error(temperature.message() + top_p.message() + top_k.message() + seed.message());
+    auto threads = a.get_int("--threads", default_thread_count());
     Result<std::vector<int>> ids = std::vector<int>{};
-    if (args->has("--prompt-ids")) ids = parse_id_list(args->get("--prompt-ids"));
-    if (!n_new || !threads || !ids) {
-        std::fprintf(stderr, "gdn run: %s%s%s\n", n_new.message().c_str(), threads.message().c_str(),
-                     ids.message().c_str());
-        return 2;
+    if (a.has("--prompt-ids")) ids = parse_id_list(a.get("--prompt-ids"));
+    if (!n_new || !threads || !ids) return Status::error(n_new.message() + threads.message() + ids.message());
+    if (a.has("--enable-thinking")) {
+        const std::string v = a.get("--enable-thinking");
+        if (v != "true" && v != "false") return Status::error("--enable-thinking must be true or false");
+        plan.thinking = v == "true";
     }
-    std::optional<bool> thinking;
-    if (args->has("--enable-thinking")) {
-        const std::string v = args->get("--enable-thinking");
-        if (v != "true" && v != "false") {
-            std::fprintf(stderr, "gdn run: --enable-thinking must be true or false\n");
-            return 2;
-        }
-        thinking = v == "true";
-    }
-    if (*n_new < 0 || *threads < 1 || *threads > 256) {
-        std::fprintf(stderr, "gdn run: -n must be >= 0 and --threads in 1..256\n");
-        return 2;
-    }
-    ForwardOptions fo;
-    std::string dt = args->get("--dtype", "f32");
-    if (dt == "bf16")
-        fo.bf16_activations = true;
-    else if (dt != "f32") {
-        std::fprintf(stderr, "gdn run: --dtype must be f32 or bf16, got '%s'\n", dt.c_str());
-        return 2;
-    }
-    auto kv_dtype = kv_cache_dtype(*args, fo.bf16_activations);
-    if (!kv_dtype) {
-        std::fprintf(stderr, "gdn run: %s\n", kv_dtype.message().c_str());
-        return 2;
-    }
-    auto spec = speculative_config(*args);
-    if (!spec) {
-        std::fprintf(stderr, "gdn run: %s\n", spec.message().c_str());
-        return 2;
-    }
-    set_global_threads(static_cast<int>(*threads));
-
-    if (Status ks = configure_kernels_from_env(); !ks) {
-        std::fprintf(stderr, "gdn run: %s\n", ks.message().c_str());
-        return 2;
-    }
-    auto model = load_model_for_tool(*args);
-    if (!model) {
-        std::fprintf(stderr, "gdn run: %s\n", model.message().c_str());
-        return 1;
-    }
-    const ModelConfig& c = (*model)->config();
-    GDN_LOG_INFO("activations %s, %d threads", dt.c_str(), static_cast<int>(*threads));
-    log_kernel_selection();
-
-    // Text prompts go through the checkpoint's tokenizer (and chat template for --chat).
-    std::shared_ptr<const Tokenizer> tok;
-    const bool text_io = !args->has("--prompt-ids") && !args->has("--print-ids");
-    if (!args->has("--prompt-ids") || text_io) {
-        auto t = Tokenizer::load(args->get("--model"));
-        if (!t) {
-            std::fprintf(stderr, "gdn run: %s\n", t.message().c_str());
-            return 1;
-        }
-        tok = *t;
-    }
-    std::vector<int32_t> prompt(ids->begin(), ids->end());
-    if (args->has("-p")) prompt = tok->encode(args->get("-p"));
-    if (args->has("--chat")) {
-        auto ct = ChatTemplate::create(*tok);
-        if (!ct) {
-            std::fprintf(stderr, "gdn run: %s\n", ct.message().c_str());
-            return 1;
-        }
-        ChatRequest req;
-        if (args->has("--system"))
-            req.messages.push_back({{"role", "system"}, {"content", args->get("--system")}});
-        req.messages.push_back({{"role", "user"}, {"content", args->get("--chat")}});
-        req.enable_thinking = thinking;
-        auto text = (*ct)->render(req);
-        if (!text) {
-            std::fprintf(stderr, "gdn run: %s\n", text.message().c_str());
-            return 1;
-        }
-        prompt = tok->encode(*text);
-    }
-    if (prompt.empty()) {
-        std::fprintf(stderr, "gdn run: the prompt is empty\n");
-        return 2;
-    }
-    const bool dump = args->has("--dump-logits");
-    std::vector<float> logits;
-    const int64_t V = c.vocab;
-    if (dump) {
-        // All prompt positions' logits, from one prefill on a standalone sequence state.
-        SequenceState st = (*model)->new_state(*kv_dtype);
-        Status s =
-            (*model)->forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), true}}, fo, &logits);
-        if (!s) {
-            std::fprintf(stderr, "gdn run: %s\n", s.message().c_str());
-            return 1;
-        }
-        std::string path = args->get("--dump-logits");
-        FILE* f = std::fopen(path.c_str(), "wb");
-        if (!f || std::fwrite(logits.data(), sizeof(float), logits.size(), f) != logits.size() ||
-            std::fclose(f) != 0) {
-            std::fprintf(stderr, "gdn run: cannot write %s\n", path.c_str());
-            return 1;
-        }
-        GDN_LOG_INFO("wrote logits [%zu, %lld] to %s", prompt.size(), (long long)V, path.c_str());
-    }
-    auto t0 = std::chrono::steady_clock::now();
-    // Generation runs on the engine (one request): the same path the server uses.
-    EngineConfig ec;
-    ec.bf16 = fo.bf16_activations;
-    ec.kv_dtype = *kv_dtype;
-    ec.max_num_seqs = 1;
-    ec.max_num_batched_tokens = 512 + 1;
-    ec.max_model_len = static_cast<int>(std::min<int64_t>(prompt.size() + *n_new + 1, 1 << 30));
-    ec.speculative = *spec;
-    ec.enable_prefix_caching = false;  // one request: nothing to share
-    ec.max_num_batched_tokens += spec->num_speculative_tokens;
-    ec.cache_memory = Engine::cache_bytes_for(c, 1, ec.max_model_len, *kv_dtype, ec.block_size, *spec);
-    std::shared_ptr<const Model> shared(std::move(*model));
-    auto engine = Engine::create(shared, tok, ec);
-    if (!engine) {
-        std::fprintf(stderr, "gdn run: %s\n", engine.message().c_str());
-        return 1;
-    }
-    SamplingParams sp;
+    if (*n_new < 0 || *threads < 1 || *threads > 256)
+        return Status::error("-n must be >= 0 and --threads in 1..256");
+    plan.n_new = *n_new;
+    plan.threads = static_cast<int>(*threads);
+    plan.prompt_ids.assign(ids->begin(), ids->end());
+    plan.dtype = a.get("--dtype", "f32");
+    if (plan.dtype == "bf16")
+        plan.forward.bf16_activations = true;
+    else if (plan.dtype != "f32")
+        return Status::error("--dtype must be f32 or bf16, got '" + plan.dtype + "'");
+    GDN_ASSIGN_OR_RETURN(plan.kv_dtype, kv_cache_dtype(a, plan.forward.bf16_activations));
+    GDN_ASSIGN_OR_RETURN(plan.spec, speculative_config(a));
+    SamplingParams& sp = plan.sampling;
     sp.temperature = static_cast<float>(*temperature);
     sp.top_p = static_cast<float>(*top_p);
     sp.top_k = static_cast<int>(*top_k);
-    if (args->has("--seed")) sp.seed = static_cast<uint64_t>(*seed);
-    sp.max_tokens = static_cast<int>(std::max<long long>(1, *n_new));
-    sp.ignore_eos = args->has("--ignore-eos");
-    auto id = (*engine)->add_request(Prompt::from_ids(prompt), sp);
-    if (!id) {
-        std::fprintf(stderr, "gdn run: %s\n", id.message().c_str());
-        return 1;
-    }
+    if (a.has("--seed")) sp.seed = static_cast<uint64_t>(*seed);
+    sp.max_tokens = static_cast<int>(std::max<long long>(1, plan.n_new));
+    sp.ignore_eos = a.has("--ignore-eos");
+    return plan;
+}
+
+// The prompt's ids: --prompt-ids as given, -p tokenized, --chat rendered with the checkpoint's template.
+Result<std::vector<int32_t>> prompt_of(const Args& a, const RunPlan& plan, const Tokenizer* tok) {
+    if (a.has("-p")) return tok->encode(a.get("-p"));
+    if (!a.has("--chat")) return plan.prompt_ids;
+    GDN_ASSIGN_OR_RETURN(auto ct, ChatTemplate::create(*tok));
+    ChatRequest req;
+    if (a.has("--system")) req.messages.push_back({{"role", "system"}, {"content", a.get("--system")}});
+    req.messages.push_back({{"role", "user"}, {"content", a.get("--chat")}});
+    req.enable_thinking = plan.thinking;
+    GDN_ASSIGN_OR_RETURN(std::string text, ct->render(req));
+    return tok->encode(text);
+}
+
+// --dump-logits: every prompt position's logits from one prefill on a standalone sequence state, raw
+// little-endian f32 [n_prompt, vocab].
+Status dump_prompt_logits(const Model& m, const RunPlan& plan, const std::vector<int32_t>& prompt,
+                          const std::string& path) {
+    std::vector<float> logits;
+    SequenceState st = m.new_state(plan.kv_dtype);
+    GDN_RETURN_IF_ERROR(
+        m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), true}}, plan.forward, &logits));
+    FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f || std::fwrite(logits.data(), sizeof(float), logits.size(), f) != logits.size() ||
+        std::fclose(f) != 0)
+        return Status::error("cannot write " + path);
+    GDN_LOG_INFO("wrote logits [%zu, %lld] to %s", prompt.size(), (long long)m.config().vocab, path.c_str());
+    return Status::ok();
+}
+
+// Generation on the engine (one request: the same path the server uses), streamed to stdout as text
+// (or ids), then the summary line on stderr.
+int generate(std::shared_ptr<const Model> model, std::shared_ptr<const Tokenizer> tok, const RunPlan& plan,
+             const std::vector<int32_t>& prompt, bool text_io) {
+    auto t0 = std::chrono::steady_clock::now();
+    EngineConfig ec;
+    ec.bf16 = plan.forward.bf16_activations;
+    ec.kv_dtype = plan.kv_dtype;
+    ec.max_num_seqs = 1;
+    ec.max_num_batched_tokens = 512 + 1 + plan.spec.num_speculative_tokens;
+    ec.max_model_len = static_cast<int>(std::min<int64_t>(prompt.size() + plan.n_new + 1, 1 << 30));
+    ec.speculative = plan.spec;
+    ec.enable_prefix_caching = false;  // one request: nothing to share
+    ec.cache_memory = Engine::cache_bytes_for(model->config(), 1, ec.max_model_len, plan.kv_dtype,
+                                              ec.block_size, plan.spec);
+    auto engine = Engine::create(model, tok, ec);
+    if (!engine) return fail(engine.message(), 1);
+    auto id = (*engine)->add_request(Prompt::from_ids(prompt), plan.sampling);
+    if (!id) return fail(id.message(), 1);
     std::vector<int32_t> out;
     auto t1 = std::chrono::steady_clock::now();
     double ttft = -1, first_gen = 0;
-    while ((*engine)->has_unfinished() && *n_new > 0) {
+    while ((*engine)->has_unfinished() && plan.n_new > 0) {
         for (const RequestOutput& o : (*engine)->step()) {
             if (o.new_tokens.empty()) continue;
             if (ttft < 0) {
@@ -258,6 +194,53 @@ int cmd_run(int argc, char** argv) {
     if (const std::string sp_line = speculation_summary((*engine)->stats()); !sp_line.empty())
         std::fprintf(stderr, "%s\n", sp_line.c_str());
     return 0;
+}
+
+}  // namespace
+
+int cmd_run(int argc, char** argv) {
+    auto args = Args::parse(argc, argv,
+                            {"--model", "--prompt-ids", "-p", "--chat", "--system", "--enable-thinking", "-n",
+                             "--dtype", "--kv-cache-dtype", "--threads", "--dump-logits", "--temperature",
+                             "--top-p", "--top-k", "--seed", "--quantization", "--speculative-config"},
+                            {"--help", "--ignore-eos", "--print-ids"});
+    if (!args) {
+        std::fprintf(stderr, "gdn run: %s\n", args.message().c_str());
+        usage();
+        return 2;
+    }
+    if (args->has("--help")) {
+        usage();
+        return 0;
+    }
+    auto plan = plan_from_args(*args);
+    if (!plan) {
+        std::fprintf(stderr, "gdn run: %s\n", plan.message().c_str());
+        if (!args->has("--model") || args->has("--prompt-ids") + args->has("-p") + args->has("--chat") != 1)
+            usage();
+        return 2;
+    }
+    set_global_threads(plan->threads);
+    if (Status ks = configure_kernels_from_env(); !ks) return fail(ks.message(), 2);
+    auto model = load_model_for_tool(*args);
+    if (!model) return fail(model.message(), 1);
+    GDN_LOG_INFO("activations %s, %d threads", plan->dtype.c_str(), plan->threads);
+    log_kernel_selection();
+    // Text prompts go through the checkpoint's tokenizer (and chat template for --chat).
+    std::shared_ptr<const Tokenizer> tok;
+    const bool text_io = !args->has("--prompt-ids") && !args->has("--print-ids");
+    if (!args->has("--prompt-ids") || text_io) {
+        auto t = Tokenizer::load(args->get("--model"));
+        if (!t) return fail(t.message(), 1);
+        tok = *t;
+    }
+    auto prompt = prompt_of(*args, *plan, tok.get());
+    if (!prompt) return fail(prompt.message(), 1);
+    if (prompt->empty()) return fail("the prompt is empty", 2);
+    if (args->has("--dump-logits"))
+        if (Status s = dump_prompt_logits(**model, *plan, *prompt, args->get("--dump-logits")); !s)
+            return fail(s.message(), 1);
+    return generate(std::shared_ptr<const Model>(std::move(*model)), tok, *plan, *prompt, text_io);
 }
 
 }  // namespace gdn
