@@ -48,88 +48,114 @@ size_t Engine::verify_bytes_per_seq(const ModelConfig& c, const SpeculativeConfi
                           : 0;
 }
 
-Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model,
-                                               std::shared_ptr<const Tokenizer> tok,
-                                               const EngineConfig& cfg_in) {
-    EngineConfig cfg = cfg_in;
-    const ModelConfig& c = model->config();
-    auto bad = [](const std::string& m) { return Status::error("engine config: " + m); };
-    if (cfg.block_size < 1 || cfg.block_size > 1024) return bad("block size must be in 1..1024");
-    if (cfg.max_model_len < 2) return bad("max_model_len must be >= 2");
-    if (cfg.max_num_seqs < 1) return bad("max_num_seqs must be >= 1");
-    if (cfg.admit_prompt_tokens < 0) return bad("admit_prompt_tokens must be >= 0 (0: no limit)");
-    if (cfg.prefill_step_ms < 0) return bad("prefill_step_ms must be >= 0 (0: no limit)");
+namespace {
+
+Status engine_config_error(const std::string& m) {
+    return Status::error("engine config: " + m);
+}
+
+// The checks that need no memory arithmetic.
+Status check_engine_config(const EngineConfig& cfg, const Model& model) {
+    if (cfg.block_size < 1 || cfg.block_size > 1024)
+        return engine_config_error("block size must be in 1..1024");
+    if (cfg.max_model_len < 2) return engine_config_error("max_model_len must be >= 2");
+    if (cfg.max_num_seqs < 1) return engine_config_error("max_num_seqs must be >= 1");
+    if (cfg.admit_prompt_tokens < 0)
+        return engine_config_error("admit_prompt_tokens must be >= 0 (0: no limit)");
+    if (cfg.prefill_step_ms < 0) return engine_config_error("prefill_step_ms must be >= 0 (0: no limit)");
     if (cfg.max_prefill_chunk < kPrefillChunkAlign)
-        return bad(strprintf("the prefill chunk must be >= %d tokens (one GDN chunk)", kPrefillChunkAlign));
+        return engine_config_error(
+            strprintf("the prefill chunk must be >= %d tokens (one GDN chunk)", kPrefillChunkAlign));
     if (cfg.max_num_batched_tokens < cfg.max_num_seqs + kPrefillChunkAlign)
-        return bad(
+        return engine_config_error(
             strprintf("max_num_batched_tokens (%d) must be >= max_num_seqs + %d (%d) so that a prefill chunk "
                       "always fits beside the decodes",
                       cfg.max_num_batched_tokens, kPrefillChunkAlign, cfg.max_num_seqs + kPrefillChunkAlign));
-    auto e = std::unique_ptr<Engine>(new Engine());
-    e->sampler_ = Sampler(model->context());
-    // Memory plan: state slots first (one per running request), the rest KV blocks.
-    const int64_t row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
     const DType kv_dtype = cfg.kv_cache_dtype();
     if (kv_dtype != DType::F32 && kv_dtype != DType::BF16)
-        return bad("the KV cache dtype must be f32 or bf16");
-    const SpeculativeConfig& spec = cfg.speculative;
-    const bool mtp = spec.uses_mtp();
-    if (mtp && !model->has_mtp())
-        return bad(
+        return engine_config_error("the KV cache dtype must be f32 or bf16");
+    if (cfg.speculative.uses_mtp() && !model.has_mtp())
+        return engine_config_error(
             "MTP speculation needs the model's MTP layer: load it with LoadOptions::mtp (the tools do this "
             "for --speculative-config '{\"method\": \"mtp\", ...}')");
-    const int n_attn = std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0);  // the MTP layer's KV rides along
     if (kv_dtype == DType::BF16 && !cfg.bf16)
-        return bad("a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
-    const size_t block_bytes = KvCache::bytes_per_block(n_attn, row, cfg.block_size, kv_dtype);
-    const int64_t conv_n = c.gdn_conv_state_floats();
-    const int64_t ssm_n = c.gdn_ssm_state_floats();
-    const size_t slot_bytes =
-        std::max<size_t>(1, StateSlots::bytes_per_slot(c.n_gdn_layers(), conv_n, ssm_n));
-    // A running request holds one state slot and, with speculation, its verify staging rows.
-    const size_t verify_bytes = verify_bytes_per_seq(c, spec);
-    const size_t seq_state_bytes = slot_bytes + verify_bytes;
-    const int64_t blocks_one_seq = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
-    const size_t min_kv = blocks_one_seq * block_bytes;
+        return engine_config_error(
+            "a bf16 KV cache needs bf16 activations (--dtype bf16): f32 mode keeps everything in f32");
+    if (cfg.prefix_snapshot_interval < 0)
+        return engine_config_error("the prefix snapshot interval must be >= 0 tokens");
+    return Status::ok();
+}
+
+}  // namespace
+
+// How --cache-memory splits: state slots first (one per running request, with its verify staging rows),
+// the rest KV blocks; the prefix cache's snapshots in their own budget.
+struct Engine::CachePlan {
+    int n_attn = 0;   // attention layers with a KV cache (the MTP layer's rides along)
+    int64_t row = 0;  // floats of one token's K (or V) row in one layer
+    size_t block_bytes = 0, slot_bytes = 0, verify_bytes = 0;
+    int64_t blocks_one_seq = 0;  // KV blocks of one max_model_len sequence
+    int32_t n_slots = 0, n_snapshots = 0, n_blocks = 0;
+    int rows_per_seq = 1;    // logits rows a sequence's step may return
+    std::string clamp_note;  // why max_num_seqs was lowered ("" when it was not)
+};
+
+Result<Engine::CachePlan> Engine::plan_cache(const ModelConfig& c, EngineConfig& cfg) {
+    CachePlan p;
+    const SpeculativeConfig& spec = cfg.speculative;
+    const bool mtp = spec.uses_mtp();
+    const DType kv_dtype = cfg.kv_cache_dtype();
+    p.row = static_cast<int64_t>(c.attn_kv_heads) * c.head_dim;
+    p.n_attn = std::max(1, c.n_attention_layers()) + (mtp ? 1 : 0);
+    p.block_bytes = KvCache::bytes_per_block(p.n_attn, p.row, cfg.block_size, kv_dtype);
+    p.slot_bytes = std::max<size_t>(
+        1, StateSlots::bytes_per_slot(c.n_gdn_layers(), c.gdn_conv_state_floats(), c.gdn_ssm_state_floats()));
+    p.verify_bytes = verify_bytes_per_seq(c, spec);
+    const size_t seq_state_bytes = p.slot_bytes + p.verify_bytes;
+    p.blocks_one_seq = (cfg.max_model_len + cfg.block_size - 1) / cfg.block_size;
+    const size_t min_kv = p.blocks_one_seq * p.block_bytes;
     if (cfg.cache_memory < min_kv + seq_state_bytes)
-        return bad(
+        return engine_config_error(
             strprintf("cache memory %.1f MiB cannot hold one sequence of max_model_len %d (%.1f MiB of KV + "
                       "%.1f MiB of GDN state): raise --cache-memory or lower --max-model-len",
                       cfg.cache_memory / 1048576.0, cfg.max_model_len, min_kv / 1048576.0,
                       seq_state_bytes / 1048576.0));
-    std::string note;
     const int64_t fit_seqs = static_cast<int64_t>((cfg.cache_memory - min_kv) / seq_state_bytes);
     if (cfg.max_num_seqs > fit_seqs) {
-        note = strprintf(
+        p.clamp_note = strprintf(
             "max_num_seqs clamped from %d to %lld: only %lld sequences' GDN state (%.2f MiB each%s) fit "
             "in --cache-memory beside one max-length sequence's KV",
             cfg.max_num_seqs, (long long)fit_seqs, (long long)fit_seqs, seq_state_bytes / 1048576.0,
-            verify_bytes ? ", verify staging included" : "");
+            p.verify_bytes ? ", verify staging included" : "");
         cfg.max_num_seqs = static_cast<int>(fit_seqs);
-        GDN_LOG_WARN("%s", note.c_str());
+        GDN_LOG_WARN("%s", p.clamp_note.c_str());
         cfg.max_num_batched_tokens =
             std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs + kPrefillChunkAlign);
     }
-    const int32_t n_slots = cfg.max_num_seqs;
-    const int rows_per_seq = spec.tokens_per_verify();  // logits rows a sequence's step may return
-    if (cfg.prefix_snapshot_interval < 0) return bad("the prefix snapshot interval must be >= 0 tokens");
-    const int32_t n_snapshots =
+    p.n_slots = cfg.max_num_seqs;
+    p.rows_per_seq = spec.tokens_per_verify();
+    p.n_snapshots =
         cfg.enable_prefix_caching
-            ? static_cast<int32_t>(std::min<size_t>(cfg.prefix_cache_memory / slot_bytes, 1 << 20))
+            ? static_cast<int32_t>(std::min<size_t>(cfg.prefix_cache_memory / p.slot_bytes, 1 << 20))
             : 0;
-    if (cfg.enable_prefix_caching && c.n_gdn_layers() > 0 && n_snapshots == 0)
+    if (cfg.enable_prefix_caching && c.n_gdn_layers() > 0 && p.n_snapshots == 0)
         GDN_LOG_WARN(
             "--prefix-cache-memory %.1f MiB holds no GDN state snapshot (%.2f MiB each): prefix caching "
             "will find no hits",
-            cfg.prefix_cache_memory / 1048576.0, slot_bytes / 1048576.0);
-    const int32_t n_blocks =
-        static_cast<int32_t>((cfg.cache_memory - n_slots * seq_state_bytes) / block_bytes);
+            cfg.prefix_cache_memory / 1048576.0, p.slot_bytes / 1048576.0);
+    p.n_blocks = static_cast<int32_t>((cfg.cache_memory - p.n_slots * seq_state_bytes) / p.block_bytes);
+    return p;
+}
+
+std::string Engine::describe_cache_plan(const ModelConfig& c, const EngineConfig& cfg, const CachePlan& p) {
+    const SpeculativeConfig& spec = cfg.speculative;
+    const bool mtp = spec.uses_mtp();
+    const size_t seq_state_bytes = p.slot_bytes + p.verify_bytes;
     const std::string spec_note =
         spec.enabled()
             ? strprintf(
                   " + verify staging %.2f MiB per sequence (speculation %s: %d tokens' GDN input rows%s)",
-                  verify_bytes / 1048576.0, spec.describe().c_str(), rows_per_seq,
+                  p.verify_bytes / 1048576.0, spec.describe().c_str(), p.rows_per_seq,
                   mtp ? strprintf(
                             "; beside it in host memory, pending MTP rows: %.0f MiB per sequence, up to %lld "
                             "rows (%.1f MiB) while plain decoding keeps them",
@@ -138,66 +164,106 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
                             .c_str()
                       : "")
             : "";
-    e->memory_plan_ = strprintf(
+    return strprintf(
         "memory plan: KV block %d tokens = %.1f KiB (%s, %d attention layers%s); %d blocks = %lld tokens "
         "(%.1f MiB); "
         "GDN state slot %.2f MiB (%d layers); %d slots%s (%.1f MiB); max_model_len %d, max_num_seqs %d, "
         "max_num_batched_tokens %d; %s%s%s",
-        cfg.block_size, block_bytes / 1024.0, dtype_name(kv_dtype), n_attn, mtp ? " incl. MTP" : "", n_blocks,
-        (long long)n_blocks * cfg.block_size, n_blocks * block_bytes / 1048576.0, slot_bytes / 1048576.0,
-        c.n_gdn_layers(), n_slots, spec_note.c_str(), n_slots * seq_state_bytes / 1048576.0,
-        cfg.max_model_len, cfg.max_num_seqs, cfg.max_num_batched_tokens,
+        cfg.block_size, p.block_bytes / 1024.0, dtype_name(cfg.kv_cache_dtype()), p.n_attn,
+        mtp ? " incl. MTP" : "", p.n_blocks, (long long)p.n_blocks * cfg.block_size,
+        p.n_blocks * p.block_bytes / 1048576.0, p.slot_bytes / 1048576.0, c.n_gdn_layers(), p.n_slots,
+        spec_note.c_str(), p.n_slots * seq_state_bytes / 1048576.0, cfg.max_model_len, cfg.max_num_seqs,
+        cfg.max_num_batched_tokens,
         cfg.enable_prefix_caching
             ? strprintf(
                   "prefix cache: %d GDN state snapshots (%.1f MiB of --prefix-cache-memory %.1f MiB), every "
                   "%d prompt tokens and at message, prompt and generation ends",
-                  n_snapshots, n_snapshots * slot_bytes / 1048576.0, cfg.prefix_cache_memory / 1048576.0,
-                  cfg.prefix_snapshot_interval)
+                  p.n_snapshots, p.n_snapshots * p.slot_bytes / 1048576.0,
+                  cfg.prefix_cache_memory / 1048576.0, cfg.prefix_snapshot_interval)
                   .c_str()
             : "prefix caching off",
-        note.empty() ? "" : "\n", note.c_str());
+        p.clamp_note.empty() ? "" : "\n", p.clamp_note.c_str());
+}
+
+void Engine::prefault_caches() {
+    const double t0 = now_seconds();
+    size_t bytes = 0;
+    for (auto& rows : spare_mtp_rows_) {  // touched (zeros) and emptied: clear() keeps the capacity
+        rows.resize(rows.capacity());
+        rows.clear();
+        bytes += rows.capacity() * sizeof(float);
+    }
+    std::vector<Buffer*> bufs = kv_->buffers();
+    for (Buffer* b : slots_->buffers()) bufs.push_back(b);
+    for (Buffer* b : bufs) {
+        model_->context().pool().parallel_for(static_cast<int64_t>(b->pages()),
+                                              [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
+        bytes += b->size();
+    }
+    GDN_LOG_INFO("cache memory touched at start-up: %.1f MiB in %.2f s", bytes / 1048576.0,
+                 now_seconds() - t0);
+}
+
+void Engine::reserve_step_buffers(const CachePlan& cp) {
+    const ModelConfig& c = model_->config();
+    logits_.reserve(static_cast<size_t>(cfg_.max_num_seqs) * cp.rows_per_seq * c.vocab);
+    greedy_ids_.reserve(static_cast<size_t>(cfg_.max_num_seqs) * cp.rows_per_seq);
+    // Plan buffers at their largest, so building a plan never allocates.
+    BatchPlan& p = plan_;
+    const size_t T = cfg_.max_num_batched_tokens, S = cfg_.max_num_seqs;
+    p.token_ids.reserve(T);
+    p.positions.reserve(T);
+    p.slot_mapping.reserve(T);
+    p.cu_seqlens.reserve(S + 1);
+    p.state_slot.reserve(S);
+    p.has_initial_state.reserve(S);
+    p.logits_rows.reserve(S * cp.rows_per_seq);
+    p.gdn_out_offset.reserve(S + 1);
+    p.gdn_out_slot.reserve(S);
+    p.gdn_verify.reserve(S);
+    p.block_tables.reserve(S * cp.blocks_one_seq);
+}
+
+Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> model,
+                                               std::shared_ptr<const Tokenizer> tok,
+                                               const EngineConfig& cfg_in) {
+    EngineConfig cfg = cfg_in;
+    const ModelConfig& c = model->config();
+    GDN_RETURN_IF_ERROR(check_engine_config(cfg, *model));
+    GDN_ASSIGN_OR_RETURN(const CachePlan cp, plan_cache(c, cfg));
+    auto e = std::unique_ptr<Engine>(new Engine());
+    e->sampler_ = Sampler(model->context());
+    e->memory_plan_ = describe_cache_plan(c, cfg, cp);
     GDN_LOG_INFO("%s", e->memory_plan_.c_str());
+    const SpeculativeConfig& spec = cfg.speculative;
+    const bool mtp = spec.uses_mtp();
     e->cfg_ = cfg;
     e->model_ = std::move(model);
     e->tok_ = std::move(tok);
-    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers() + (mtp ? 1 : 0), row, n_blocks, cfg.block_size,
-                                       kv_dtype);
-    e->slot_bytes_ = slot_bytes;
+    e->kv_ = std::make_unique<KvCache>(c.n_attention_layers() + (mtp ? 1 : 0), cp.row, cp.n_blocks,
+                                       cfg.block_size, cfg.kv_cache_dtype());
+    e->slot_bytes_ = cp.slot_bytes;
     e->staged_row_bytes_ = StateSlots::verify_bytes_per_seq(c.n_gdn_layers(), 1, c.gdn_in_proj_floats());
     e->cost_.reset(spec.max_drafts());
-    e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), conv_n, ssm_n, n_slots + n_snapshots);
-    if (verify_bytes) e->slots_->reserve_verify_rows(cfg.max_num_seqs, rows_per_seq, c.gdn_in_proj_floats());
+    e->slots_ = std::make_unique<StateSlots>(c.n_gdn_layers(), c.gdn_conv_state_floats(),
+                                             c.gdn_ssm_state_floats(), cp.n_slots + cp.n_snapshots);
+    if (cp.verify_bytes)
+        e->slots_->reserve_verify_rows(cfg.max_num_seqs, cp.rows_per_seq, c.gdn_in_proj_floats());
     // Pending MTP row buffers, one huge page each, handed to requests and back (keep_mtp_rows).
     if (mtp)
         for (int i = 0; i < cfg.max_num_seqs; ++i)
             e->spare_mtp_rows_.emplace_back().reserve(HugePageAllocator<float>::kPerPage);
-    if (cfg.prefault_memory) {
-        const double t0 = now_seconds();
-        size_t bytes = 0;
-        for (auto& rows : e->spare_mtp_rows_) {  // touched (zeros) and emptied: clear() keeps the capacity
-            rows.resize(rows.capacity());
-            rows.clear();
-            bytes += rows.capacity() * sizeof(float);
-        }
-        std::vector<Buffer*> bufs = e->kv_->buffers();
-        for (Buffer* b : e->slots_->buffers()) bufs.push_back(b);
-        for (Buffer* b : bufs) {
-            e->model_->context().pool().parallel_for(static_cast<int64_t>(b->pages()),
-                                                     [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
-            bytes += b->size();
-        }
-        GDN_LOG_INFO("cache memory touched at start-up: %.1f MiB in %.2f s", bytes / 1048576.0,
-                     now_seconds() - t0);
-    }
+    if (cfg.prefault_memory) e->prefault_caches();
     SchedulerConfig sc;
     sc.max_num_seqs = cfg.max_num_seqs;
     sc.max_num_batched_tokens = cfg.max_num_batched_tokens;
     sc.max_prefill_chunk = cfg.max_prefill_chunk;
     sc.admit_prompt_tokens = cfg.admit_prompt_tokens;
-    e->scheduler_ = std::make_unique<Scheduler>(sc, e->kv_->pool(), e->slots_.get(), n_slots, cfg.block_size);
+    e->scheduler_ =
+        std::make_unique<Scheduler>(sc, e->kv_->pool(), e->slots_.get(), cp.n_slots, cfg.block_size);
     e->pacer_ = PrefillPacer(cfg.prefill_step_ms / 1000.0);
     if (cfg.enable_prefix_caching) {
-        e->snapshots_ = std::make_unique<SnapshotCache>(n_snapshots, n_blocks);
+        e->snapshots_ = std::make_unique<SnapshotCache>(cp.n_snapshots, cp.n_blocks);
         e->scheduler_->enable_prefix_cache(e->snapshots_.get());
     }
     e->eos_ids_ = c.eos_token_ids;
@@ -207,22 +273,7 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     if (e->tok_ && !e->tok_->chat_template().empty()) {
         GDN_ASSIGN_OR_RETURN(e->chat_, ChatTemplate::create(*e->tok_));
     }
-    e->logits_.reserve(static_cast<size_t>(cfg.max_num_seqs) * rows_per_seq * c.vocab);
-    e->greedy_ids_.reserve(static_cast<size_t>(cfg.max_num_seqs) * rows_per_seq);
-    // Plan buffers at their largest, so building a plan never allocates.
-    BatchPlan& p = e->plan_;
-    const size_t T = cfg.max_num_batched_tokens, S = cfg.max_num_seqs;
-    p.token_ids.reserve(T);
-    p.positions.reserve(T);
-    p.slot_mapping.reserve(T);
-    p.cu_seqlens.reserve(S + 1);
-    p.state_slot.reserve(S);
-    p.has_initial_state.reserve(S);
-    p.logits_rows.reserve(S * rows_per_seq);
-    p.gdn_out_offset.reserve(S + 1);
-    p.gdn_out_slot.reserve(S);
-    p.gdn_verify.reserve(S);
-    p.block_tables.reserve(S * blocks_one_seq);
+    e->reserve_step_buffers(cp);
     return e;
 }
 

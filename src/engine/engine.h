@@ -179,6 +179,13 @@ class Engine {
   private:
     struct Request;
     Engine() = default;
+    // create()'s parts: the cache memory plan (may lower cfg's max_num_seqs to what fits), its log line,
+    // the caches' pages touched (--prefault), the step's buffers reserved at their largest.
+    struct CachePlan;
+    static Result<CachePlan> plan_cache(const ModelConfig& c, EngineConfig& cfg);
+    static std::string describe_cache_plan(const ModelConfig& c, const EngineConfig& cfg, const CachePlan& p);
+    void prefault_caches();
+    void reserve_step_buffers(const CachePlan& p);
     bool pending_aborts_empty() const;
     // The phases of step(), in order.
     // Aborts requested since the last step (held samples of n > 1 requests included) finish now.
