@@ -290,6 +290,142 @@ Status pack_layer(Loader& ld, const ModelConfig& c, const std::string& p, LayerW
     return Status::ok();
 }
 
+// One decoder layer (the main stack's, or the MTP layer's: full attention, the family's FFN) with the
+// prefix p ("layers.3.", "mtp.layers.0."). With quantization, its source pages are released once packed.
+Status load_layer(const ExecContext& ctx, Loader& ld, const ModelConfig& c, Checkpoint& ck, ModelWeights* w,
+                  const std::string& p, LayerKind kind, bool is_moe, LayerWeights& L) {
+    const size_t owned_before = w->owned.size();
+    L.kind = kind;
+    GDN_ASSIGN_OR_RETURN(L.input_norm, ld.get_norm1p(p + "input_layernorm.weight", c.hidden));
+    GDN_ASSIGN_OR_RETURN(L.post_norm, ld.get_norm1p(p + "post_attention_layernorm.weight", c.hidden));
+    if (L.kind == LayerKind::FULL_ATTENTION) {
+        GDN_RETURN_IF_ERROR(ld.load_attention(p + "self_attn.", &L.attn));
+    } else {
+        GDN_RETURN_IF_ERROR(ld.load_gdn(p + "linear_attn.", &L.gdn));
+    }
+    L.is_moe = is_moe;
+    if (L.is_moe) {
+        GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe.views));
+        const MoeWeights& v = L.moe.views;
+        L.moe.router = make_linear(ctx, {v.router});  // stays in its float format (LoadOptions::quantization)
+        for (size_t e = 0; e < v.experts.size(); ++e) {
+            GDN_ASSIGN_OR_RETURN(Mlp m,
+                                 pack_mlp(ld, p + "mlp.experts." + std::to_string(e) + ".", v.experts[e]));
+            L.moe.experts.push_back(std::move(m));
+            // Quantized: each expert's source pages go as soon as it is packed, not with the layer (a
+            // Qwen3-Next layer's 512 experts are 3.2 GB of bf16: peak RSS was quantized size + that).
+            if (ld.quantization())
+                for (const TensorView* t : {&v.experts[e].gate, &v.experts[e].up, &v.experts[e].down})
+                    ck.release(*t);
+        }
+        if (v.has_shared) {
+            GDN_ASSIGN_OR_RETURN(L.moe.shared, pack_mlp(ld, p + "mlp.shared_expert.", v.shared));
+            L.moe.shared_gate = make_linear(ctx, {v.shared_gate});
+        }
+        // Quantized (this layer's format: the MTP layer may differ from the rest): the forward composes
+        // the MoE from the packed weights.
+        if (ld.quantization()) L.moe.views = MoeWeights();
+    } else {
+        MlpWeights mv;
+        GDN_ASSIGN_OR_RETURN(mv, ld.mlp(p + "mlp.", c.intermediate));
+        GDN_ASSIGN_OR_RETURN(L.mlp, pack_mlp(ld, p + "mlp.", mv));
+    }
+    GDN_RETURN_IF_ERROR(pack_layer(ld, c, p, &L, &w->small));
+    if (w->quantization) {  // the layer's source bytes are no longer needed: memory at quantized size + one
+                            // layer
+        ld.release_taken();
+        w->owned.erase(w->owned.begin() + static_cast<std::ptrdiff_t>(owned_before), w->owned.end());
+    }
+    return Status::ok();
+}
+
+// The MTP draft layer (model_spec.md §3.7: mtp.* at the top level for every family; one full-attention
+// layer whose FFN is the family's, MoE for Qwen3-Next and Qwen3.5-MoE).
+Status load_mtp(const ExecContext& ctx, Loader& ld, const ModelConfig& c, Checkpoint& ck, ModelWeights* w,
+                const LoadOptions& opt) {
+    const Quant q = w->quantization;
+    if (!ck.find(w->prepacked ? std::string(kPackedPrefix) + "mtp.fc" : std::string("mtp.fc.weight")))
+        return Status::error(ck.dir() +
+                             ": this checkpoint has no MTP layer (no 'mtp.fc.weight' tensor): use "
+                             "n-gram speculation (\"method\": \"ngram\") or none");
+    if (c.mtp_layers > 1)
+        GDN_LOG_WARN("%s: %d MTP layers in config.json; the drafts use mtp.layers.0 only", ck.dir().c_str(),
+                     c.mtp_layers);
+    auto m = std::make_unique<MtpWeights>();
+    GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_embedding,
+                         ld.get_norm1p("mtp.pre_fc_norm_embedding.weight", c.hidden));
+    GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_hidden, ld.get_norm1p("mtp.pre_fc_norm_hidden.weight", c.hidden));
+    GDN_ASSIGN_OR_RETURN(m->norm, ld.get_norm1p("mtp.norm.weight", c.hidden));
+    // A float model may pack the MTP layer for drafting (LoadOptions::mtp_layer); a quantized one keeps
+    // its own format, a pre-quantized checkpoint the format it was written in.
+    const Quant q_mtp = q || w->prepacked ? q : opt.mtp_layer;
+    ld.set_quantization(q_mtp);
+    GDN_ASSIGN_OR_RETURN(TensorView fc, ld.matrix("mtp.fc.weight", {c.hidden, 2 * int64_t{c.hidden}}));
+    GDN_ASSIGN_OR_RETURN(m->fc, ld.linear("mtp.fc", {fc}, q_mtp));
+    GDN_RETURN_IF_ERROR(
+        load_layer(ctx, ld, c, ck, w, "mtp.layers.0.", LayerKind::FULL_ATTENTION, c.n_experts > 0, m->layer));
+    ld.set_quantization(q);
+    w->mtp = std::move(m);
+    return Status::ok();
+}
+
+// The lm_head packed (quantized: its source rows dropped every 256 rows, so the largest tensor never
+// sits in memory whole), a quantized untied embedding, and the int8 screen of a bf16 lm_head.
+Status load_vocabulary_matrices(const ExecContext& ctx, Loader& ld, Checkpoint& ck, ModelWeights* w,
+                                bool tied) {
+    const Quant q = w->quantization;
+    auto drop_rows = [&](const TensorView& t) -> std::function<void(int64_t, int64_t)> {
+        return [&ck, t](int64_t n0, int64_t n1) { ck.release(t, n0, n1); };
+    };
+    GDN_ASSIGN_OR_RETURN(w->lm_head_packed,
+                         ld.linear("lm_head", {w->lm_head}, q, q ? drop_rows(w->lm_head) : nullptr));
+    if (q) {
+        // The lm_head's format (and so a tied embedding's) and an untied embedding's, which is only
+        // gathered (its error never meets the logits directly), come from the scheme (model/quant_scheme.h).
+        if (!tied) {
+            GDN_ASSIGN_OR_RETURN(LinearWeight e,
+                                 ld.linear("embed_tokens", {w->embed}, q, drop_rows(w->embed)));
+            w->embed_quantized = std::move(e.packed);
+        }
+        w->embed_packed = tied ? &w->lm_head_packed.packed : &w->embed_quantized;
+        ld.release_taken();
+        w->lm_head.data = w->embed.data = nullptr;  // shapes stay for reports; the rows are the packed ones
+    }
+    // The exact greedy argmax streams an int8 copy of the lm_head (half its bytes; +50% of its memory)
+    // on AVX-512 VNNI and AVX2 CPUs (ops/argmax_screen.h).
+    if (argmax_screen_supported_by_cpu() && w->lm_head_packed.packed.format == WeightFormat::BF16)
+        w->lm_head_packed.screen = make_int8_screen(ctx, w->lm_head_packed.packed);
+    // Tied: the embedding rows come from the packed copy (huge pages) at no extra memory. Untied tables
+    // stay on the checkpoint mapping (a packed copy would cost V x H more memory for ~10-50 us a step).
+    if (tied && !q) w->embed_packed = &w->lm_head_packed.packed;
+    return Status::ok();
+}
+
+// A float checkpoint may carry NaN / inf (the float path would just propagate them): quantizing them is
+// an error that names the first such linear.
+Status check_quantized_finite(const Checkpoint& ck, const ModelWeights& w) {
+    std::string bad;
+    for_each_linear(w, [&](const std::string& name, const PackedWeight& p) {
+        if (p.nonfinite_blocks && bad.empty())
+            bad = strprintf("%s (in %lld quantization block%s)", name.c_str(), (long long)p.nonfinite_blocks,
+                            p.nonfinite_blocks == 1 ? "" : "s");
+    });
+    if (bad.empty()) return Status::ok();
+    return Status::error(ck.dir() + ": cannot quantize: non-finite weights (NaN or infinity) in " + bad);
+}
+
+void warn_unused_tensors(const Checkpoint& ck, const Loader& ld, bool mtp) {
+    int unused = 0;
+    const std::string packed_mtp = std::string(kPackedPrefix) + "mtp.";
+    for (const auto& [name, t] : ck.tensors()) {
+        if (ld.used().count(name) || (!mtp && (name.rfind("mtp.", 0) == 0 || name.rfind(packed_mtp, 0) == 0)))
+            continue;
+        if (++unused <= 5)
+            GDN_LOG_WARN("%s: tensor '%s' is not used by the model", ck.dir().c_str(), name.c_str());
+    }
+    if (unused > 5) GDN_LOG_WARN("%s: %d tensors in total are not used", ck.dir().c_str(), unused);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ModelWeights>> load_weights(const ExecContext& ctx, const ModelConfig& c,
@@ -321,137 +457,24 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ExecContext& ctx, const
         return Status::error(ck->dir() +
                              ": missing tensor 'lm_head.weight' and tie_word_embeddings is false");
     }
-    // One decoder layer (the main stack's, or the MTP layer's: full attention, the family's FFN).
-    auto load_layer = [&](const std::string& p, LayerKind kind, bool is_moe, LayerWeights& L) -> Status {
-        const size_t owned_before = w->owned.size();
-        L.kind = kind;
-        GDN_ASSIGN_OR_RETURN(L.input_norm, ld.get_norm1p(p + "input_layernorm.weight", c.hidden));
-        GDN_ASSIGN_OR_RETURN(L.post_norm, ld.get_norm1p(p + "post_attention_layernorm.weight", c.hidden));
-        if (L.kind == LayerKind::FULL_ATTENTION) {
-            GDN_RETURN_IF_ERROR(ld.load_attention(p + "self_attn.", &L.attn));
-        } else {
-            GDN_RETURN_IF_ERROR(ld.load_gdn(p + "linear_attn.", &L.gdn));
-        }
-        L.is_moe = is_moe;
-        if (L.is_moe) {
-            GDN_RETURN_IF_ERROR(ld.load_moe(p + "mlp.", &L.moe.views));
-            const MoeWeights& v = L.moe.views;
-            L.moe.router =
-                make_linear(ctx, {v.router});  // stays in its float format (LoadOptions::quantization)
-            for (size_t e = 0; e < v.experts.size(); ++e) {
-                GDN_ASSIGN_OR_RETURN(
-                    Mlp m, pack_mlp(ld, p + "mlp.experts." + std::to_string(e) + ".", v.experts[e]));
-                L.moe.experts.push_back(std::move(m));
-                // Quantized: each expert's source pages go as soon as it is packed, not with the layer (a
-                // Qwen3-Next layer's 512 experts are 3.2 GB of bf16: peak RSS was quantized size + that).
-                if (ld.quantization())
-                    for (const TensorView* t : {&v.experts[e].gate, &v.experts[e].up, &v.experts[e].down})
-                        ck->release(*t);
-            }
-            if (v.has_shared) {
-                GDN_ASSIGN_OR_RETURN(L.moe.shared, pack_mlp(ld, p + "mlp.shared_expert.", v.shared));
-                L.moe.shared_gate = make_linear(ctx, {v.shared_gate});
-            }
-            // Quantized (this layer's format: the MTP layer may differ from the rest): the forward composes
-            // the MoE from the packed weights.
-            if (ld.quantization()) L.moe.views = MoeWeights();
-        } else {
-            MlpWeights mv;
-            GDN_ASSIGN_OR_RETURN(mv, ld.mlp(p + "mlp.", c.intermediate));
-            GDN_ASSIGN_OR_RETURN(L.mlp, pack_mlp(ld, p + "mlp.", mv));
-        }
-        GDN_RETURN_IF_ERROR(pack_layer(ld, c, p, &L, &w->small));
-        if (q) {  // the layer's source bytes are no longer needed: keep memory at quantized size + one layer
-            ld.release_taken();
-            w->owned.erase(w->owned.begin() + static_cast<std::ptrdiff_t>(owned_before), w->owned.end());
-        }
-        return Status::ok();
-    };
     const int n_steps = c.n_layers + 1 + (opt.mtp ? 1 : 0);
     w->layers.resize(c.n_layers);
     for (int i = 0; i < c.n_layers; ++i) {
-        GDN_RETURN_IF_ERROR(load_layer("layers." + std::to_string(i) + ".", c.layer_kinds[i],
-                                       c.is_moe_layer(i), w->layers[i]));
+        GDN_RETURN_IF_ERROR(load_layer(ctx, ld, c, *ck, w.get(), "layers." + std::to_string(i) + ".",
+                                       c.layer_kinds[i], c.is_moe_layer(i), w->layers[i]));
         if (progress) progress(i + 1, n_steps);
     }
     if (opt.mtp) {
-        // model_spec.md §3.7: mtp.* at the top level for every family; one full-attention layer whose FFN
-        // is the family's (MoE for Qwen3-Next and Qwen3.5-MoE).
-        if (!ck->find(packed ? std::string(kPackedPrefix) + "mtp.fc" : std::string("mtp.fc.weight")))
-            return Status::error(ck->dir() +
-                                 ": this checkpoint has no MTP layer (no 'mtp.fc.weight' tensor): use "
-                                 "n-gram speculation (\"method\": \"ngram\") or none");
-        if (c.mtp_layers > 1)
-            GDN_LOG_WARN("%s: %d MTP layers in config.json; the drafts use mtp.layers.0 only",
-                         ck->dir().c_str(), c.mtp_layers);
-        auto m = std::make_unique<MtpWeights>();
-        GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_embedding,
-                             ld.get_norm1p("mtp.pre_fc_norm_embedding.weight", c.hidden));
-        GDN_ASSIGN_OR_RETURN(m->pre_fc_norm_hidden, ld.get_norm1p("mtp.pre_fc_norm_hidden.weight", c.hidden));
-        GDN_ASSIGN_OR_RETURN(m->norm, ld.get_norm1p("mtp.norm.weight", c.hidden));
-        // A float model may pack the MTP layer for drafting (LoadOptions::mtp_layer); a quantized one keeps
-        // its own format, a pre-quantized checkpoint the format it was written in.
-        const Quant q_mtp = q || packed ? q : opt.mtp_layer;
-        ld.set_quantization(q_mtp);
-        GDN_ASSIGN_OR_RETURN(TensorView fc, ld.matrix("mtp.fc.weight", {c.hidden, 2 * int64_t{c.hidden}}));
-        GDN_ASSIGN_OR_RETURN(m->fc, ld.linear("mtp.fc", {fc}, q_mtp));
-        GDN_RETURN_IF_ERROR(
-            load_layer("mtp.layers.0.", LayerKind::FULL_ATTENTION, c.n_experts > 0, m->layer));
-        ld.set_quantization(q);
-        w->mtp = std::move(m);
+        GDN_RETURN_IF_ERROR(load_mtp(ctx, ld, c, *ck, w.get(), opt));
         if (progress) progress(c.n_layers + 1, n_steps);
     }
-    // The vocabulary matrices are the largest single tensors (2.5 GB of bf16 at 27B): their source rows
-    // are dropped every 256 rows while they are quantized, so they never sit in memory whole.
-    auto drop_rows = [&](const TensorView& t) -> std::function<void(int64_t, int64_t)> {
-        return [&ck, t](int64_t n0, int64_t n1) { ck->release(t, n0, n1); };
-    };
-    GDN_ASSIGN_OR_RETURN(w->lm_head_packed,
-                         ld.linear("lm_head", {w->lm_head}, q, q ? drop_rows(w->lm_head) : nullptr));
-    if (q) {
-        // The lm_head's format (and so a tied embedding's) and an untied embedding's, which is only
-        // gathered (its error never meets the logits directly), come from the scheme (model/quant_scheme.h).
-        if (!tied) {
-            GDN_ASSIGN_OR_RETURN(LinearWeight e,
-                                 ld.linear("embed_tokens", {w->embed}, q, drop_rows(w->embed)));
-            w->embed_quantized = std::move(e.packed);
-        }
-        w->embed_packed = tied ? &w->lm_head_packed.packed : &w->embed_quantized;
-        ld.release_taken();
-        w->lm_head.data = w->embed.data = nullptr;  // shapes stay for reports; the rows are the packed ones
-    }
-    // The exact greedy argmax streams an int8 copy of the lm_head (half its bytes; +50% of its memory)
-    // on AVX-512 VNNI and AVX2 CPUs (ops/argmax_screen.h).
-    if (argmax_screen_supported_by_cpu() && w->lm_head_packed.packed.format == WeightFormat::BF16)
-        w->lm_head_packed.screen = make_int8_screen(ctx, w->lm_head_packed.packed);
-    // Tied: the embedding rows come from the packed copy (huge pages) at no extra memory. Untied tables
-    // stay on the checkpoint mapping (a packed copy would cost V x H more memory for ~10-50 us a step).
-    if (tied && !q) w->embed_packed = &w->lm_head_packed.packed;
-    if (q) {  // a float checkpoint may carry NaN / inf (the float path would just propagate them)
-        std::string bad;
-        for_each_linear(*w, [&](const std::string& name, const PackedWeight& p) {
-            if (p.nonfinite_blocks && bad.empty())
-                bad = strprintf("%s (in %lld quantization block%s)", name.c_str(),
-                                (long long)p.nonfinite_blocks, p.nonfinite_blocks == 1 ? "" : "s");
-        });
-        if (!bad.empty())
-            return Status::error(ck->dir() + ": cannot quantize: non-finite weights (NaN or infinity) in " +
-                                 bad);
-    }
+    GDN_RETURN_IF_ERROR(load_vocabulary_matrices(ctx, ld, *ck, w.get(), tied));
+    if (q) GDN_RETURN_IF_ERROR(check_quantized_finite(*ck, *w));
     if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data)
         w->mtp->draft_head = make_linear(ctx, {w->lm_head}, opt.mtp_draft_head);
     if (progress) progress(n_steps, n_steps);
     w->float_tensors = ld.float_tensors();
-    int unused = 0;
-    const std::string packed_mtp = std::string(kPackedPrefix) + "mtp.";
-    for (const auto& [name, t] : ck->tensors()) {
-        if (ld.used().count(name) ||
-            (!opt.mtp && (name.rfind("mtp.", 0) == 0 || name.rfind(packed_mtp, 0) == 0)))
-            continue;
-        if (++unused <= 5)
-            GDN_LOG_WARN("%s: tensor '%s' is not used by the model", ck->dir().c_str(), name.c_str());
-    }
-    if (unused > 5) GDN_LOG_WARN("%s: %d tensors in total are not used", ck->dir().c_str(), unused);
+    warn_unused_tensors(*ck, ld, opt.mtp);
     return w;
 }
 
