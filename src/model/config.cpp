@@ -156,6 +156,187 @@ Status rope_value(const Json& dec, const char* key, float def, float* out, const
 }  // namespace
 
 namespace {
+
+// The decoder's sizes and flags: hidden size, layer count, vocabulary, head shapes, norm eps, the MLP
+// activation, tied embeddings.
+Status read_shapes(const KeyReader& r, const Json& top, const Json* dec, const std::string& path,
+                   const std::string& prefix, ModelConfig& c) {
+    GDN_RETURN_IF_ERROR(r.get_int("hidden_size", &c.hidden, true));
+    GDN_RETURN_IF_ERROR(r.get_int("num_hidden_layers", &c.n_layers, true));
+    GDN_RETURN_IF_ERROR(r.get_int("vocab_size", &c.vocab, true));
+    GDN_RETURN_IF_ERROR(r.get_int("linear_num_key_heads", &c.gdn_k_heads, true));
+    GDN_RETURN_IF_ERROR(r.get_int("linear_num_value_heads", &c.gdn_v_heads, true));
+    GDN_RETURN_IF_ERROR(r.get_int("linear_key_head_dim", &c.gdn_k_dim, true));
+    GDN_RETURN_IF_ERROR(r.get_int("linear_value_head_dim", &c.gdn_v_dim, true));
+    GDN_RETURN_IF_ERROR(r.get_int("linear_conv_kernel_dim", &c.conv_kernel, true));
+    GDN_RETURN_IF_ERROR(r.get_int("num_attention_heads", &c.attn_heads, true));
+    GDN_RETURN_IF_ERROR(r.get_int("num_key_value_heads", &c.attn_kv_heads, true));
+    GDN_RETURN_IF_ERROR(r.get_int("head_dim", &c.head_dim, true));
+    GDN_RETURN_IF_ERROR(r.get_float("rms_norm_eps", &c.rms_eps, 1e-6f));
+    GDN_RETURN_IF_ERROR(r.get_int("max_position_embeddings", &c.max_position, false, 0));
+    GDN_RETURN_IF_ERROR(r.get_bool("attn_output_gate", &c.attn_output_gate, true));
+    // The MLP / expert activation: only SiLU is implemented, so anything else is refused by name
+    // rather than run as SiLU.
+    if (const Json* act = r.find("hidden_act")) {
+        if (!act->is_string()) return r.wrong_type("hidden_act", "a string");
+        const std::string a = act->get<std::string>();
+        if (a != "silu" && a != "swish")
+            return Status::error(strprintf("%s: unsupported '%shidden_act' '%s' (implemented: silu)",
+                                           path.c_str(), prefix.c_str(), a.c_str()));
+    }
+
+    // tie_word_embeddings: decoder level first, then top level (both appear in real Qwen3.5 configs).
+    {
+        const Json* v = r.find("tie_word_embeddings");
+        if (!v) {
+            auto it = top.find("tie_word_embeddings");
+            if (it != top.end() && !it->is_null()) v = &*it;
+        }
+        if (v && !v->is_boolean())
+            return Status::error(path + ": key 'tie_word_embeddings' must be true or false");
+        c.tie_embeddings = v ? v->get<bool>() : false;
+    }
+    return Status::ok();
+}
+
+// The weights' dtype: dtype or torch_dtype, decoder level first, the first string found.
+Status read_weight_dtype(const Json& top, const Json* dec, const std::string& path, ModelConfig& c) {
+    for (const Json* holder : std::initializer_list<const Json*>{dec, &top})
+        for (const char* key : {"dtype", "torch_dtype"}) {
+            auto it = holder->find(key);
+            if (it == holder->end() || !it->is_string()) continue;
+            if (!parse_dtype(it->get<std::string>(), &c.weight_dtype))
+                return Status::error(
+                    strprintf("%s: unsupported %s '%s' (supported: float32, bfloat16, float16)", path.c_str(),
+                              key, it->get<std::string>().c_str()));
+            return Status::ok();
+        }
+    return Status::ok();
+}
+
+// Layer schedule: layer_types, else full_attention_interval.
+Status read_layer_schedule(const KeyReader& r, const std::string& path, const std::string& prefix,
+                           ModelConfig& c) {
+    if (const Json* lt = r.find("layer_types")) {
+        if (!lt->is_array()) return r.wrong_type("layer_types", "a list of strings");
+        if (static_cast<int>(lt->size()) < c.n_layers)
+            return Status::error(strprintf("%s: '%slayer_types' has %zu entries but num_hidden_layers is %d",
+                                           path.c_str(), prefix.c_str(), lt->size(), c.n_layers));
+        for (int i = 0; i < c.n_layers; ++i) {
+            const Json& e = (*lt)[i];
+            std::string s = e.is_string() ? e.get<std::string>() : "";
+            if (s == "linear_attention")
+                c.layer_kinds.push_back(LayerKind::LINEAR_ATTENTION);
+            else if (s == "full_attention")
+                c.layer_kinds.push_back(LayerKind::FULL_ATTENTION);
+            else
+                return Status::error(
+                    strprintf("%s: '%slayer_types[%d]' is '%s' (expected linear_attention or "
+                              "full_attention)",
+                              path.c_str(), prefix.c_str(), i, s.c_str()));
+        }
+    } else {
+        int interval = 4;
+        GDN_RETURN_IF_ERROR(r.get_int("full_attention_interval", &interval, false, 4));
+        if (interval <= 0) return r.wrong_type("full_attention_interval", "a positive integer");
+        for (int i = 0; i < c.n_layers; ++i)
+            c.layer_kinds.push_back((i + 1) % interval == 0 ? LayerKind::FULL_ATTENTION
+                                                            : LayerKind::LINEAR_ATTENTION);
+    }
+    return Status::ok();
+}
+
+// RoPE, the MLP / MoE sizes, the MTP layer count and the end-of-sequence ids.
+Status read_ffn_and_rope(const KeyReader& r, const Json* dec, const std::string& path, ModelConfig& c) {
+    // RoPE.
+    float prf = 0.25f;
+    GDN_RETURN_IF_ERROR(rope_value(*dec, "rope_theta", 10000.0f, &c.rope_theta, path));
+    GDN_RETURN_IF_ERROR(rope_value(*dec, "partial_rotary_factor", 0.25f, &prf, path));
+    c.rotary_dim = static_cast<int>(c.head_dim * prf);
+
+    // MLP / MoE.
+    bool moe_family = c.family == ModelFamily::QWEN3_5_MOE;
+    int experts = 0;
+    GDN_RETURN_IF_ERROR(r.get_int("num_experts", &experts, moe_family));
+    if (c.family == ModelFamily::QWEN3_5) experts = 0;  // dense family: no routed experts
+    c.n_experts = experts;
+    if (c.n_experts > 0) {
+        GDN_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", &c.n_experts_per_tok, true));
+        GDN_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", &c.moe_intermediate, true));
+        GDN_RETURN_IF_ERROR(r.get_int("shared_expert_intermediate_size", &c.shared_intermediate, true));
+        if (c.family == ModelFamily::QWEN3_NEXT) {
+            GDN_RETURN_IF_ERROR(r.get_bool("norm_topk_prob", &c.norm_topk_prob, true));
+            GDN_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", &c.decoder_sparse_step, false, 1));
+            if (const Json* m = r.find("mlp_only_layers")) {
+                Status st = parse_int_list(*m, &c.mlp_only_layers);
+                if (!st) return r.wrong_type("mlp_only_layers", "a list of integers");
+            }
+        } else {
+            c.norm_topk_prob = true;  // Qwen3.5-MoE always renormalises
+        }
+    }
+    bool needs_dense = false;
+    for (int i = 0; i < c.n_layers; ++i) needs_dense |= !c.is_moe_layer(i);
+    GDN_RETURN_IF_ERROR(r.get_int("intermediate_size", &c.intermediate, needs_dense));
+
+    if (const Json* m = r.find("mtp_num_hidden_layers")) {
+        if (!m->is_number_integer()) return r.wrong_type("mtp_num_hidden_layers", "an integer");
+        c.mtp_layers = m->get<int>();
+    } else if (const Json* m2 = r.find("num_nextn_predict_layers")) {
+        if (!m2->is_number_integer()) return r.wrong_type("num_nextn_predict_layers", "an integer");
+        c.mtp_layers = m2->get<int>();
+    }
+    if (const Json* e = r.find("eos_token_id")) {
+        if (!parse_int_list(*e, &c.eos_token_ids))
+            return r.wrong_type("eos_token_id", "an integer or a list");
+    }
+
+    return Status::ok();
+}
+
+// The checks across keys that every config must pass, whatever file it came from.
+Status check_consistency(const ModelConfig& c, const std::string& path, const std::string& prefix) {
+    bool needs_dense = false;
+    for (int i = 0; i < c.n_layers; ++i) needs_dense |= !c.is_moe_layer(i);
+    // Consistency.
+    auto bad = [&](const std::string& what) {
+        return Status::error(path + ": inconsistent config: " + what);
+    };
+    for (auto [name, v] : {std::pair{"hidden_size", c.hidden},
+                           {"num_hidden_layers", c.n_layers},
+                           {"vocab_size", c.vocab},
+                           {"linear_num_key_heads", c.gdn_k_heads},
+                           {"linear_num_value_heads", c.gdn_v_heads},
+                           {"linear_key_head_dim", c.gdn_k_dim},
+                           {"linear_value_head_dim", c.gdn_v_dim},
+                           {"linear_conv_kernel_dim", c.conv_kernel},
+                           {"num_attention_heads", c.attn_heads},
+                           {"num_key_value_heads", c.attn_kv_heads},
+                           {"head_dim", c.head_dim}})
+        if (v <= 0) return bad(strprintf("'%s%s' must be positive", prefix.c_str(), name));
+    if (c.conv_kernel > 8)  // the conv kernels keep the window's rows in a fixed array (Qwen models use 4)
+        return bad(strprintf("linear_conv_kernel_dim (%d) must be at most 8", c.conv_kernel));
+    if (c.gdn_v_heads % c.gdn_k_heads != 0)
+        return bad(strprintf("linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)",
+                             c.gdn_v_heads, c.gdn_k_heads));
+    if (c.attn_heads % c.attn_kv_heads != 0)
+        return bad(strprintf("num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)",
+                             c.attn_heads, c.attn_kv_heads));
+    if (c.rotary_dim < 0 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
+        return bad(strprintf("rotary dim head_dim*partial_rotary_factor = %d must be even and <= head_dim %d",
+                             c.rotary_dim, c.head_dim));
+    if (c.n_experts > 0 && (c.n_experts_per_tok <= 0 || c.n_experts_per_tok > c.n_experts))
+        return bad(strprintf("num_experts_per_tok (%d) must be in 1..num_experts (%d)", c.n_experts_per_tok,
+                             c.n_experts));
+    if (c.n_experts > 0 && (c.moe_intermediate <= 0 || c.shared_intermediate < 0))
+        return bad("moe_intermediate_size must be positive");
+    if (needs_dense && c.intermediate <= 0) return bad("intermediate_size must be positive");
+    if (!(c.rms_eps > 0.0f)) return bad("rms_norm_eps must be positive");
+    if (!(c.rope_theta > 0.0f)) return bad("rope_theta must be positive");
+    if (c.n_attention_layers() == 0 && c.n_gdn_layers() == 0) return bad("no layers");
+    return Status::ok();
+}
+
 Result<ModelConfig> parse_model_config_checked(const std::string& json_text, const std::string& path);
 }  // namespace
 
@@ -202,164 +383,11 @@ Result<ModelConfig> parse_model_config_checked(const std::string& json_text, con
             path.c_str(), c.model_type.c_str()));
     }
     KeyReader r(*dec, top, path, prefix);
-
-    GDN_RETURN_IF_ERROR(r.get_int("hidden_size", &c.hidden, true));
-    GDN_RETURN_IF_ERROR(r.get_int("num_hidden_layers", &c.n_layers, true));
-    GDN_RETURN_IF_ERROR(r.get_int("vocab_size", &c.vocab, true));
-    GDN_RETURN_IF_ERROR(r.get_int("linear_num_key_heads", &c.gdn_k_heads, true));
-    GDN_RETURN_IF_ERROR(r.get_int("linear_num_value_heads", &c.gdn_v_heads, true));
-    GDN_RETURN_IF_ERROR(r.get_int("linear_key_head_dim", &c.gdn_k_dim, true));
-    GDN_RETURN_IF_ERROR(r.get_int("linear_value_head_dim", &c.gdn_v_dim, true));
-    GDN_RETURN_IF_ERROR(r.get_int("linear_conv_kernel_dim", &c.conv_kernel, true));
-    GDN_RETURN_IF_ERROR(r.get_int("num_attention_heads", &c.attn_heads, true));
-    GDN_RETURN_IF_ERROR(r.get_int("num_key_value_heads", &c.attn_kv_heads, true));
-    GDN_RETURN_IF_ERROR(r.get_int("head_dim", &c.head_dim, true));
-    GDN_RETURN_IF_ERROR(r.get_float("rms_norm_eps", &c.rms_eps, 1e-6f));
-    GDN_RETURN_IF_ERROR(r.get_int("max_position_embeddings", &c.max_position, false, 0));
-    GDN_RETURN_IF_ERROR(r.get_bool("attn_output_gate", &c.attn_output_gate, true));
-    // The MLP / expert activation: only SiLU is implemented, so anything else is refused by name
-    // rather than run as SiLU.
-    if (const Json* act = r.find("hidden_act")) {
-        if (!act->is_string()) return r.wrong_type("hidden_act", "a string");
-        const std::string a = act->get<std::string>();
-        if (a != "silu" && a != "swish")
-            return Status::error(strprintf("%s: unsupported '%shidden_act' '%s' (implemented: silu)",
-                                           path.c_str(), prefix.c_str(), a.c_str()));
-    }
-
-    // tie_word_embeddings: decoder level first, then top level (both appear in real Qwen3.5 configs).
-    {
-        const Json* v = r.find("tie_word_embeddings");
-        if (!v) {
-            auto it = top.find("tie_word_embeddings");
-            if (it != top.end() && !it->is_null()) v = &*it;
-        }
-        if (v && !v->is_boolean())
-            return Status::error(path + ": key 'tie_word_embeddings' must be true or false");
-        c.tie_embeddings = v ? v->get<bool>() : false;
-    }
-    // dtype / torch_dtype (either level).
-    for (const Json* holder : std::initializer_list<const Json*>{dec, &top}) {
-        for (const char* key : {"dtype", "torch_dtype"}) {
-            auto it = holder->find(key);
-            if (it != holder->end() && it->is_string()) {
-                if (!parse_dtype(it->get<std::string>(), &c.weight_dtype))
-                    return Status::error(
-                        strprintf("%s: unsupported %s '%s' (supported: float32, bfloat16, float16)",
-                                  path.c_str(), key, it->get<std::string>().c_str()));
-                goto dtype_done;
-            }
-        }
-    }
-dtype_done:
-
-    // Layer schedule: layer_types, else full_attention_interval.
-    if (const Json* lt = r.find("layer_types")) {
-        if (!lt->is_array()) return r.wrong_type("layer_types", "a list of strings");
-        if (static_cast<int>(lt->size()) < c.n_layers)
-            return Status::error(strprintf("%s: '%slayer_types' has %zu entries but num_hidden_layers is %d",
-                                           path.c_str(), prefix.c_str(), lt->size(), c.n_layers));
-        for (int i = 0; i < c.n_layers; ++i) {
-            const Json& e = (*lt)[i];
-            std::string s = e.is_string() ? e.get<std::string>() : "";
-            if (s == "linear_attention")
-                c.layer_kinds.push_back(LayerKind::LINEAR_ATTENTION);
-            else if (s == "full_attention")
-                c.layer_kinds.push_back(LayerKind::FULL_ATTENTION);
-            else
-                return Status::error(
-                    strprintf("%s: '%slayer_types[%d]' is '%s' (expected linear_attention or "
-                              "full_attention)",
-                              path.c_str(), prefix.c_str(), i, s.c_str()));
-        }
-    } else {
-        int interval = 4;
-        GDN_RETURN_IF_ERROR(r.get_int("full_attention_interval", &interval, false, 4));
-        if (interval <= 0) return r.wrong_type("full_attention_interval", "a positive integer");
-        for (int i = 0; i < c.n_layers; ++i)
-            c.layer_kinds.push_back((i + 1) % interval == 0 ? LayerKind::FULL_ATTENTION
-                                                            : LayerKind::LINEAR_ATTENTION);
-    }
-
-    // RoPE.
-    float prf = 0.25f;
-    GDN_RETURN_IF_ERROR(rope_value(*dec, "rope_theta", 10000.0f, &c.rope_theta, path));
-    GDN_RETURN_IF_ERROR(rope_value(*dec, "partial_rotary_factor", 0.25f, &prf, path));
-    c.rotary_dim = static_cast<int>(c.head_dim * prf);
-
-    // MLP / MoE.
-    bool moe_family = c.family == ModelFamily::QWEN3_5_MOE;
-    int experts = 0;
-    GDN_RETURN_IF_ERROR(r.get_int("num_experts", &experts, moe_family));
-    if (c.family == ModelFamily::QWEN3_5) experts = 0;  // dense family: no routed experts
-    c.n_experts = experts;
-    if (c.n_experts > 0) {
-        GDN_RETURN_IF_ERROR(r.get_int("num_experts_per_tok", &c.n_experts_per_tok, true));
-        GDN_RETURN_IF_ERROR(r.get_int("moe_intermediate_size", &c.moe_intermediate, true));
-        GDN_RETURN_IF_ERROR(r.get_int("shared_expert_intermediate_size", &c.shared_intermediate, true));
-        if (c.family == ModelFamily::QWEN3_NEXT) {
-            GDN_RETURN_IF_ERROR(r.get_bool("norm_topk_prob", &c.norm_topk_prob, true));
-            GDN_RETURN_IF_ERROR(r.get_int("decoder_sparse_step", &c.decoder_sparse_step, false, 1));
-            if (const Json* m = r.find("mlp_only_layers")) {
-                Status st = parse_int_list(*m, &c.mlp_only_layers);
-                if (!st) return r.wrong_type("mlp_only_layers", "a list of integers");
-            }
-        } else {
-            c.norm_topk_prob = true;  // Qwen3.5-MoE always renormalises
-        }
-    }
-    bool needs_dense = false;
-    for (int i = 0; i < c.n_layers; ++i) needs_dense |= !c.is_moe_layer(i);
-    GDN_RETURN_IF_ERROR(r.get_int("intermediate_size", &c.intermediate, needs_dense));
-
-    if (const Json* m = r.find("mtp_num_hidden_layers")) {
-        if (!m->is_number_integer()) return r.wrong_type("mtp_num_hidden_layers", "an integer");
-        c.mtp_layers = m->get<int>();
-    } else if (const Json* m2 = r.find("num_nextn_predict_layers")) {
-        if (!m2->is_number_integer()) return r.wrong_type("num_nextn_predict_layers", "an integer");
-        c.mtp_layers = m2->get<int>();
-    }
-    if (const Json* e = r.find("eos_token_id")) {
-        if (!parse_int_list(*e, &c.eos_token_ids))
-            return r.wrong_type("eos_token_id", "an integer or a list");
-    }
-
-    // Consistency.
-    auto bad = [&](const std::string& what) {
-        return Status::error(path + ": inconsistent config: " + what);
-    };
-    for (auto [name, v] : {std::pair{"hidden_size", c.hidden},
-                           {"num_hidden_layers", c.n_layers},
-                           {"vocab_size", c.vocab},
-                           {"linear_num_key_heads", c.gdn_k_heads},
-                           {"linear_num_value_heads", c.gdn_v_heads},
-                           {"linear_key_head_dim", c.gdn_k_dim},
-                           {"linear_value_head_dim", c.gdn_v_dim},
-                           {"linear_conv_kernel_dim", c.conv_kernel},
-                           {"num_attention_heads", c.attn_heads},
-                           {"num_key_value_heads", c.attn_kv_heads},
-                           {"head_dim", c.head_dim}})
-        if (v <= 0) return bad(strprintf("'%s%s' must be positive", prefix.c_str(), name));
-    if (c.conv_kernel > 8)  // the conv kernels keep the window's rows in a fixed array (Qwen models use 4)
-        return bad(strprintf("linear_conv_kernel_dim (%d) must be at most 8", c.conv_kernel));
-    if (c.gdn_v_heads % c.gdn_k_heads != 0)
-        return bad(strprintf("linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)",
-                             c.gdn_v_heads, c.gdn_k_heads));
-    if (c.attn_heads % c.attn_kv_heads != 0)
-        return bad(strprintf("num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)",
-                             c.attn_heads, c.attn_kv_heads));
-    if (c.rotary_dim < 0 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
-        return bad(strprintf("rotary dim head_dim*partial_rotary_factor = %d must be even and <= head_dim %d",
-                             c.rotary_dim, c.head_dim));
-    if (c.n_experts > 0 && (c.n_experts_per_tok <= 0 || c.n_experts_per_tok > c.n_experts))
-        return bad(strprintf("num_experts_per_tok (%d) must be in 1..num_experts (%d)", c.n_experts_per_tok,
-                             c.n_experts));
-    if (c.n_experts > 0 && (c.moe_intermediate <= 0 || c.shared_intermediate < 0))
-        return bad("moe_intermediate_size must be positive");
-    if (needs_dense && c.intermediate <= 0) return bad("intermediate_size must be positive");
-    if (!(c.rms_eps > 0.0f)) return bad("rms_norm_eps must be positive");
-    if (!(c.rope_theta > 0.0f)) return bad("rope_theta must be positive");
-    if (c.n_attention_layers() == 0 && c.n_gdn_layers() == 0) return bad("no layers");
+    GDN_RETURN_IF_ERROR(read_shapes(r, top, dec, path, prefix, c));
+    GDN_RETURN_IF_ERROR(read_weight_dtype(top, dec, path, c));
+    GDN_RETURN_IF_ERROR(read_layer_schedule(r, path, prefix, c));
+    GDN_RETURN_IF_ERROR(read_ffn_and_rope(r, dec, path, c));
+    GDN_RETURN_IF_ERROR(check_consistency(c, path, prefix));
     return c;
 }
 
