@@ -477,18 +477,17 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_json(const std::string&
     }
 }
 
-Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tokenizer_json,
-                                                          const std::string& config_json,
-                                                          const std::string& origin) {
-    GDN_ASSIGN_OR_RETURN(SortedJson j, parse_json_sorted(tokenizer_json, origin));
-    auto fail = [&](const std::string& what) { return Status::error(origin + ": " + what); };
-    if (!j.is_object()) return fail("not a JSON object");
-    std::shared_ptr<Tokenizer> tok(new Tokenizer());
-    Impl& im = *tok->impl_;
+namespace {
 
-    // Model: BPE only.
-    if (!j.contains("model") || !j["model"].is_object()) return fail("missing 'model'");
-    const SortedJson& m = j["model"];
+using Impl = Tokenizer::Impl;
+
+Status tokenizer_error(const std::string& origin, const std::string& what) {
+    return Status::error(origin + ": " + what);
+}
+
+// model: a BPE model's options (only plain byte-level BPE is supported) and its vocabulary.
+Status read_bpe_vocab(const SortedJson& m, Impl& im, const std::string& origin, int32_t* max_id) {
+    auto fail = [&](const std::string& what) { return tokenizer_error(origin, what); };
     const std::string mtype = m.value("type", m.contains("merges") ? "BPE" : "");
     if (mtype != "BPE") return fail("unsupported tokenizer model type '" + mtype + "' (supported: BPE)");
     if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
@@ -499,56 +498,46 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
     if (m.value("byte_fallback", false)) return fail("unsupported BPE option 'byte_fallback'");
     im.ignore_merges = m.value("ignore_merges", false);
     if (!m.contains("vocab") || !m["vocab"].is_object()) return fail("missing 'model.vocab'");
-    int32_t max_id = -1;
     for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) {
         if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
             it.value().get<int64_t>() > (1 << 30))
             return fail("vocab entry '" + it.key() + "' has an invalid id");
         const int32_t id = it.value().get<int32_t>();
         im.token_to_id[it.key()] = id;
-        max_id = std::max(max_id, id);
+        *max_id = std::max(*max_id, id);
     }
-    // Added tokens.
-    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-        for (const SortedJson& a : j["added_tokens"]) {
-            AddedToken t;
-            if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
-                !a["content"].is_string())
-                return fail("added_tokens entries need 'id' and 'content'");
-            if (a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() > (1 << 30))
-                return fail("added token '" + printable(a["content"].get<std::string>()) +
-                            "' has an invalid id");
-            t.id = a["id"].get<int32_t>();
-            t.content = a["content"].get<std::string>();
-            t.special = a.value("special", false);
-            t.lstrip = a.value("lstrip", false);
-            t.rstrip = a.value("rstrip", false);
-            t.normalized = a.value("normalized", false);
-            if (t.id < 0 || t.id > (1 << 30) || t.content.empty())
-                return fail("invalid added token '" + t.content + "'");
-            im.token_to_id[t.content] = t.id;
-            max_id = std::max(max_id, t.id);
-            im.added.push_back(t);
-        }
+    return Status::ok();
+}
+
+// added_tokens: special and other added tokens (matched in the text before BPE).
+Status read_added_tokens(const SortedJson& j, Impl& im, const std::string& origin, int32_t* max_id) {
+    auto fail = [&](const std::string& what) { return tokenizer_error(origin, what); };
+    if (!j.contains("added_tokens") || !j["added_tokens"].is_array()) return Status::ok();
+    for (const SortedJson& a : j["added_tokens"]) {
+        AddedToken t;
+        if (!a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
+            !a["content"].is_string())
+            return fail("added_tokens entries need 'id' and 'content'");
+        if (a["id"].get<int64_t>() < 0 || a["id"].get<int64_t>() > (1 << 30))
+            return fail("added token '" + printable(a["content"].get<std::string>()) + "' has an invalid id");
+        t.id = a["id"].get<int32_t>();
+        t.content = a["content"].get<std::string>();
+        t.special = a.value("special", false);
+        t.lstrip = a.value("lstrip", false);
+        t.rstrip = a.value("rstrip", false);
+        t.normalized = a.value("normalized", false);
+        if (t.id < 0 || t.id > (1 << 30) || t.content.empty())
+            return fail("invalid added token '" + t.content + "'");
+        im.token_to_id[t.content] = t.id;
+        *max_id = std::max(*max_id, t.id);
+        im.added.push_back(t);
     }
-    // Ids are dense in real files (a vocabulary, then the added tokens); the table is sized by the
-    // largest id, so an id far beyond the file's own entry count (10^9) would allocate gigabytes.
-    const int64_t n_entries = static_cast<int64_t>(im.token_to_id.size());  // vocabulary + added tokens
-    if (max_id >= 2 * n_entries + 1024)
-        return fail(strprintf("token id %d is implausible for a file of %lld tokens (ids must be < %lld)",
-                              max_id, (long long)n_entries, (long long)(2 * n_entries + 1024)));
-    tok->id_to_token_.assign(max_id + 1, std::string());
-    tok->kind_.assign(max_id + 1, 0);
-    for (const auto& [s, id] : im.token_to_id) tok->id_to_token_[id] = s;
-    for (const auto& t : im.added) {
-        tok->id_to_token_[t.id] = t.content;
-        tok->kind_[t.id] = t.special ? 2 : 1;
-    }
-    for (int b = 0; b < 256; ++b) {
-        auto it = im.token_to_id.find(byte_symbol(static_cast<uint8_t>(b)));
-        im.byte_id[b] = it == im.token_to_id.end() ? -1 : it->second;
-    }
-    // Merges: "a b" strings or ["a", "b"] pairs.
+    return Status::ok();
+}
+
+// model.merges: "a b" strings or ["a", "b"] pairs, in rank order; every part must be in the vocabulary.
+Status read_merges(const SortedJson& m, Impl& im, const std::string& origin) {
+    auto fail = [&](const std::string& what) { return tokenizer_error(origin, what); };
     if (!m.contains("merges") || !m["merges"].is_array()) return fail("missing 'model.merges'");
     int32_t rank = 0;
     for (const SortedJson& mg : m["merges"]) {
@@ -572,70 +561,109 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tok
                              static_cast<uint32_t>(ib->second);
         im.merges.emplace(key, std::make_pair(rank++, iab->second));  // the first (lowest) rank wins
     }
-    // Normalizer: NFC (alone or in a Sequence) or none.
-    std::function<Status(const SortedJson&)> parse_norm = [&](const SortedJson& n) -> Status {
-        if (n.is_null()) return Status::ok();
-        const std::string t = n.value("type", "");
-        if (t == "NFC") {
-            im.nfc = true;
-            return Status::ok();
+    return Status::ok();
+}
+
+// normalizer: NFC (alone or in a Sequence) or none.
+Status read_normalizer(const SortedJson& n, Impl& im, const std::string& origin) {
+    if (n.is_null()) return Status::ok();
+    const std::string t = n.value("type", "");
+    if (t == "NFC") {
+        im.nfc = true;
+        return Status::ok();
+    }
+    if (t == "Sequence") {
+        for (const SortedJson& s : n.value("normalizers", SortedJson::array()))
+            GDN_RETURN_IF_ERROR(read_normalizer(s, im, origin));
+        return Status::ok();
+    }
+    return Status::error(origin + ": unsupported normalizer '" + t + "' (supported: NFC, Sequence)");
+}
+
+// pre_tokenizer: Split(regex) and ByteLevel steps, alone or in a Sequence.
+Status read_pre_tokenizer(const SortedJson& p, Impl& im, const std::string& origin, bool* has_byte_level) {
+    if (p.is_null()) return Status::ok();
+    const std::string t = p.value("type", "");
+    if (t == "Sequence") {
+        for (const SortedJson& s : p.value("pretokenizers", SortedJson::array()))
+            GDN_RETURN_IF_ERROR(read_pre_tokenizer(s, im, origin, has_byte_level));
+        return Status::ok();
+    }
+    if (t == "Split") {
+        if (p.value("invert", false)) return Status::error(origin + ": unsupported Split option invert=true");
+        const std::string beh = p.value("behavior", "");
+        PreStep st;
+        if (beh == "Isolated")
+            st.kind = PreStep::SPLIT_ISOLATED;
+        else if (beh == "Removed")
+            st.kind = PreStep::SPLIT_REMOVED;
+        else
+            return Status::error(origin + ": unsupported Split behavior '" + beh +
+                                 "' (supported: Isolated, Removed)");
+        const SortedJson& pat = p.value("pattern", SortedJson());
+        if (pat.contains("Regex")) {
+            GDN_ASSIGN_OR_RETURN(st.regex, compile_regex(pat["Regex"].get<std::string>(), false, origin));
+        } else if (pat.contains("String")) {
+            GDN_ASSIGN_OR_RETURN(st.regex, compile_regex(pat["String"].get<std::string>(), true, origin));
+        } else {
+            return Status::error(origin + ": Split pre-tokenizer without a pattern");
         }
-        if (t == "Sequence") {
-            for (const SortedJson& s : n.value("normalizers", SortedJson::array()))
-                GDN_RETURN_IF_ERROR(parse_norm(s));
-            return Status::ok();
+        im.steps.push_back(std::move(st));
+        return Status::ok();
+    }
+    if (t == "ByteLevel") {
+        PreStep st;
+        st.kind = PreStep::BYTE_LEVEL;
+        st.add_prefix_space = p.value("add_prefix_space", false);
+        if (p.value("use_regex", true)) {
+            GDN_ASSIGN_OR_RETURN(st.regex, compile_regex(kGpt2Pattern, false, origin));
         }
-        return Status::error(origin + ": unsupported normalizer '" + t + "' (supported: NFC, Sequence)");
-    };
-    GDN_RETURN_IF_ERROR(parse_norm(j.value("normalizer", SortedJson())));
-    // Pre-tokenizer: Split(regex) and ByteLevel steps.
+        *has_byte_level = true;
+        im.steps.push_back(std::move(st));
+        return Status::ok();
+    }
+    return Status::error(origin + ": unsupported pre-tokenizer '" + t +
+                         "' (supported: Split, ByteLevel, Sequence)");
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Tokenizer>> Tokenizer::parse(const std::string& tokenizer_json,
+                                                          const std::string& config_json,
+                                                          const std::string& origin) {
+    GDN_ASSIGN_OR_RETURN(SortedJson j, parse_json_sorted(tokenizer_json, origin));
+    auto fail = [&](const std::string& what) { return Status::error(origin + ": " + what); };
+    if (!j.is_object()) return fail("not a JSON object");
+    std::shared_ptr<Tokenizer> tok(new Tokenizer());
+    Impl& im = *tok->impl_;
+
+    if (!j.contains("model") || !j["model"].is_object()) return fail("missing 'model'");
+    const SortedJson& m = j["model"];
+    int32_t max_id = -1;
+    GDN_RETURN_IF_ERROR(read_bpe_vocab(m, im, origin, &max_id));
+    GDN_RETURN_IF_ERROR(read_added_tokens(j, im, origin, &max_id));
+    // Ids are dense in real files (a vocabulary, then the added tokens); the table is sized by the
+    // largest id, so an id far beyond the file's own entry count (10^9) would allocate gigabytes.
+    const int64_t n_entries = static_cast<int64_t>(im.token_to_id.size());  // vocabulary + added tokens
+    if (max_id >= 2 * n_entries + 1024)
+        return fail(strprintf("token id %d is implausible for a file of %lld tokens (ids must be < %lld)",
+                              max_id, (long long)n_entries, (long long)(2 * n_entries + 1024)));
+    tok->id_to_token_.assign(max_id + 1, std::string());
+    tok->kind_.assign(max_id + 1, 0);
+    for (const auto& [s, id] : im.token_to_id) tok->id_to_token_[id] = s;
+    for (const auto& t : im.added) {
+        tok->id_to_token_[t.id] = t.content;
+        tok->kind_[t.id] = t.special ? 2 : 1;
+    }
+    for (int b = 0; b < 256; ++b) {
+        auto it = im.token_to_id.find(byte_symbol(static_cast<uint8_t>(b)));
+        im.byte_id[b] = it == im.token_to_id.end() ? -1 : it->second;
+    }
+    GDN_RETURN_IF_ERROR(read_merges(m, im, origin));
+    GDN_RETURN_IF_ERROR(read_normalizer(j.value("normalizer", SortedJson()), im, origin));
     bool has_byte_level = false;
-    std::function<Status(const SortedJson&)> parse_pre = [&](const SortedJson& p) -> Status {
-        if (p.is_null()) return Status::ok();
-        const std::string t = p.value("type", "");
-        if (t == "Sequence") {
-            for (const SortedJson& s : p.value("pretokenizers", SortedJson::array()))
-                GDN_RETURN_IF_ERROR(parse_pre(s));
-            return Status::ok();
-        }
-        if (t == "Split") {
-            if (p.value("invert", false))
-                return Status::error(origin + ": unsupported Split option invert=true");
-            const std::string beh = p.value("behavior", "");
-            PreStep st;
-            if (beh == "Isolated")
-                st.kind = PreStep::SPLIT_ISOLATED;
-            else if (beh == "Removed")
-                st.kind = PreStep::SPLIT_REMOVED;
-            else
-                return Status::error(origin + ": unsupported Split behavior '" + beh +
-                                     "' (supported: Isolated, Removed)");
-            const SortedJson& pat = p.value("pattern", SortedJson());
-            if (pat.contains("Regex")) {
-                GDN_ASSIGN_OR_RETURN(st.regex, compile_regex(pat["Regex"].get<std::string>(), false, origin));
-            } else if (pat.contains("String")) {
-                GDN_ASSIGN_OR_RETURN(st.regex, compile_regex(pat["String"].get<std::string>(), true, origin));
-            } else {
-                return Status::error(origin + ": Split pre-tokenizer without a pattern");
-            }
-            im.steps.push_back(std::move(st));
-            return Status::ok();
-        }
-        if (t == "ByteLevel") {
-            PreStep st;
-            st.kind = PreStep::BYTE_LEVEL;
-            st.add_prefix_space = p.value("add_prefix_space", false);
-            if (p.value("use_regex", true)) {
-                GDN_ASSIGN_OR_RETURN(st.regex, compile_regex(kGpt2Pattern, false, origin));
-            }
-            has_byte_level = true;
-            im.steps.push_back(std::move(st));
-            return Status::ok();
-        }
-        return Status::error(origin + ": unsupported pre-tokenizer '" + t +
-                             "' (supported: Split, ByteLevel, Sequence)");
-    };
-    GDN_RETURN_IF_ERROR(parse_pre(j.value("pre_tokenizer", SortedJson())));
+    GDN_RETURN_IF_ERROR(
+        read_pre_tokenizer(j.value("pre_tokenizer", SortedJson()), im, origin, &has_byte_level));
     if (!has_byte_level)
         return fail("unsupported tokenizer: no ByteLevel pre-tokenizer (only byte-level BPE is supported)");
     const SortedJson& dec = j.value("decoder", SortedJson());
