@@ -414,6 +414,15 @@ TEST_F(Hostile, ProtocolDetails) {
         raw_request(port(), "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"), 400,
         "chunk");
     expect_api_error(raw_request(port(), "GET /health HTTP/2.0\r\n\r\n"), 505, "HTTP/1.0 and HTTP/1.1");
+    // The absolute-form request target (RFC 9112 3.2.2: a server must accept it; what proxies send).
+    EXPECT_EQ(raw_request(port(), "GET http://127.0.0.1:8000/health HTTP/1.1\r\nHost: x\r\n\r\n").status,
+              200);
+    EXPECT_EQ(raw_request(port(), "GET HTTP://x/health?a=1 HTTP/1.1\r\n\r\n").status, 200);
+    expect_api_error(raw_request(port(), "GET http://x HTTP/1.1\r\n\r\n"), 404,
+                     "no such endpoint");  // path "/"
+    expect_api_error(raw_request(port(), "GET http:///health HTTP/1.1\r\n\r\n"), 400, "no host");
+    expect_api_error(raw_request(port(), "GET ftp://x/health HTTP/1.1\r\n\r\n"), 400,
+                     "malformed request line");
     // Authentication: /health open, /metrics and the API behind the key.
     EXPECT_EQ(raw_request(port(), "GET /health HTTP/1.1\r\n\r\n").status, 200);
     expect_api_error(raw_request(port(), "GET /metrics HTTP/1.1\r\n\r\n"), 401, "Missing API key");

@@ -78,6 +78,76 @@ bool HttpParser::next_line(std::string_view data, std::string_view* line) {
     return true;
 }
 
+// The request line: method, target (origin-form "/path?query", or absolute-form "http://host/path", which
+// RFC 9112 §3.2.2 requires a server to accept: its path is the target's), and version.
+HttpParser::State HttpParser::request_line(std::string_view line) {
+    const size_t a = line.find(' '), b = a == std::string_view::npos ? a : line.find(' ', a + 1);
+    if (b == std::string_view::npos || line.find(' ', b + 1) != std::string_view::npos)
+        return fail(400, "malformed request line");
+    const std::string_view method = line.substr(0, a), version = line.substr(b + 1);
+    std::string_view target = line.substr(a + 1, b - a - 1);
+    for (char c : target)
+        if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) return fail(400, "malformed request target");
+    if (const std::string_view scheme = target.substr(0, target.find("://"));
+        scheme.size() < target.size() && (lower(scheme) == "http" || lower(scheme) == "https")) {
+        const std::string_view rest = target.substr(scheme.size() + 3);  // authority, then the path
+        const size_t path = rest.find_first_of("/?");
+        if (path == 0 || rest.empty()) return fail(400, "malformed request target (no host)");
+        target = path == std::string_view::npos ? std::string_view("/") : rest.substr(path);
+        if (target[0] == '?') return fail(400, "malformed request target (a query without a path)");
+    }
+    if (!is_token(method) || target.empty() || target[0] != '/') return fail(400, "malformed request line");
+    if (version != "HTTP/1.1" && version != "HTTP/1.0")
+        return fail(505, "only HTTP/1.0 and HTTP/1.1 are supported");
+    req_.method = method;
+    req_.target = target;
+    const size_t q = target.find('?');
+    req_.path = target.substr(0, q);
+    req_.query = q == std::string_view::npos ? "" : target.substr(q + 1);
+    req_.version_minor = version.back() - '0';
+    return State::NEED_MORE;
+}
+
+// A header field line, or the empty line that ends the head.
+HttpParser::State HttpParser::header_line(std::string_view line) {
+    if (line.empty()) return finish_head();
+    if (line[0] == ' ' || line[0] == '\t') return fail(400, "obsolete header line folding is not accepted");
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos || !is_token(line.substr(0, colon)))
+        return fail(400, "malformed header line");
+    if (req_.headers.size() >= limits_.max_headers)
+        return fail(431, "more than " + std::to_string(limits_.max_headers) + " header fields");
+    req_.headers.emplace_back(lower(line.substr(0, colon)), std::string(trim(line.substr(colon + 1))));
+    return State::NEED_MORE;
+}
+
+// A chunk-size line of a chunked body: the next chunk's size (0: the trailers follow).
+HttpParser::State HttpParser::chunk_size_line(std::string_view line) {
+    if (line.size() > kMaxChunkLine) return fail(400, "malformed chunked body (chunk size line too long)");
+    const std::string_view hex = trim(line.substr(0, line.find(';')));
+    uint64_t size = 0;
+    bool ok = !hex.empty() && hex.size() <= 15;  // < 2^60: no overflow below
+    for (char c : hex) {
+        const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
+                      : (c >= 'a' && c <= 'f')                    ? c - 'a' + 10
+                      : (c >= 'A' && c <= 'F')                    ? c - 'A' + 10
+                                                                  : -1;
+        if (d < 0) ok = false;
+        size = size * 16 + static_cast<uint64_t>(std::max(d, 0));
+    }
+    if (!ok) return fail(400, "malformed chunked body (bad chunk size)");
+    if (size > limits_.max_body_bytes - req_.body.size())
+        return fail(413, "the request body is too large (limit " + std::to_string(limits_.max_body_bytes) +
+                             " bytes)");
+    if (size == 0) {
+        phase_ = Phase::TRAILERS;
+    } else {
+        remaining_ = size;
+        phase_ = Phase::CHUNK_DATA;
+    }
+    return State::NEED_MORE;
+}
+
 HttpParser::State HttpParser::feed(std::string_view data, size_t* used) {
     pos_ = 0;
     *used = 0;
@@ -110,56 +180,10 @@ HttpParser::State HttpParser::feed(std::string_view data, size_t* used) {
                     break;  // trailer fields are read and dropped
                 }
                 if (req_.method.empty()) {
-                    if (line.empty()) break;  // RFC 9112: ignore empty lines before the request line
-                    const size_t a = line.find(' '),
-                                 b = a == std::string_view::npos ? a : line.find(' ', a + 1);
-                    if (b == std::string_view::npos || line.find(' ', b + 1) != std::string_view::npos) {
-                        s = fail(400, "malformed request line");
-                        break;
-                    }
-                    const std::string_view method = line.substr(0, a), target = line.substr(a + 1, b - a - 1),
-                                           version = line.substr(b + 1);
-                    if (!is_token(method) || target.empty() || target[0] != '/') {
-                        s = fail(400, "malformed request line");
-                        break;
-                    }
-                    for (char c : target)
-                        if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f) {
-                            s = fail(400, "malformed request target");
-                            break;
-                        }
-                    if (s != State::NEED_MORE) break;
-                    if (version != "HTTP/1.1" && version != "HTTP/1.0") {
-                        s = fail(505, "only HTTP/1.0 and HTTP/1.1 are supported");
-                        break;
-                    }
-                    req_.method = method;
-                    req_.target = target;
-                    const size_t q = target.find('?');
-                    req_.path = target.substr(0, q);
-                    req_.query = q == std::string_view::npos ? "" : target.substr(q + 1);
-                    req_.version_minor = version.back() - '0';
+                    if (!line.empty()) s = request_line(line);  // RFC 9112: empty lines before it are ignored
                     break;
                 }
-                if (line.empty()) {
-                    s = finish_head();
-                    break;
-                }
-                if (line[0] == ' ' || line[0] == '\t') {
-                    s = fail(400, "obsolete header line folding is not accepted");
-                    break;
-                }
-                const size_t colon = line.find(':');
-                if (colon == std::string_view::npos || !is_token(line.substr(0, colon))) {
-                    s = fail(400, "malformed header line");
-                    break;
-                }
-                if (req_.headers.size() >= limits_.max_headers) {
-                    s = fail(431, "more than " + std::to_string(limits_.max_headers) + " header fields");
-                    break;
-                }
-                req_.headers.emplace_back(lower(line.substr(0, colon)),
-                                          std::string(trim(line.substr(colon + 1))));
+                s = header_line(line);
                 break;
             }
             case Phase::BODY_LENGTH:
@@ -191,36 +215,7 @@ HttpParser::State HttpParser::feed(std::string_view data, size_t* used) {
                         phase_ = Phase::CHUNK_SIZE;
                     break;
                 }
-                if (line.size() > kMaxChunkLine) {
-                    s = fail(400, "malformed chunked body (chunk size line too long)");
-                    break;
-                }
-                const std::string_view hex = trim(line.substr(0, line.find(';')));
-                uint64_t size = 0;
-                bool ok = !hex.empty() && hex.size() <= 15;  // < 2^60: no overflow below
-                for (char c : hex) {
-                    const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
-                                  : (c >= 'a' && c <= 'f')                    ? c - 'a' + 10
-                                  : (c >= 'A' && c <= 'F')                    ? c - 'A' + 10
-                                                                              : -1;
-                    if (d < 0) ok = false;
-                    size = size * 16 + static_cast<uint64_t>(std::max(d, 0));
-                }
-                if (!ok) {
-                    s = fail(400, "malformed chunked body (bad chunk size)");
-                    break;
-                }
-                if (size > limits_.max_body_bytes - req_.body.size()) {
-                    s = fail(413, "the request body is too large (limit " +
-                                      std::to_string(limits_.max_body_bytes) + " bytes)");
-                    break;
-                }
-                if (size == 0) {
-                    phase_ = Phase::TRAILERS;
-                } else {
-                    remaining_ = size;
-                    phase_ = Phase::CHUNK_DATA;
-                }
+                s = chunk_size_line(line);
                 break;
             }
             case Phase::DONE:

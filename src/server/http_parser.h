@@ -61,6 +61,10 @@ class HttpParser {
   private:
     State fail(int status, std::string msg);
     State finish_head();
+    // One line of the head or of a chunked body: NEED_MORE to go on, or what fail() / finish_head() said.
+    State request_line(std::string_view line);
+    State header_line(std::string_view line);
+    State chunk_size_line(std::string_view line);
     // The next line of data from pos_ (without CR LF), or false when it is not complete yet.
     bool next_line(std::string_view data, std::string_view* line);
 
