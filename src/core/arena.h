@@ -1,11 +1,10 @@
 // HugePageArena: many small, long-lived arrays packed into 2 MiB huge-page chunks (bump allocation,
 // freed all at once with the arena).
 //
-// Why: a decode step streams ~1.5 GB of weights, which evicts the address translations of everything
+// Why: a decode step streams the whole weights, which evicts the address translations of everything
 // else. Each small array a step reads once (norm weights, conv taps, gate parameters: hundreds of 4-100
-// KB arrays) then costs a page walk per 4 KiB page touched, and in the CI VM such a walk took ~6 us
-// (random 4 KiB touches after a 1.5 GB stream: 6-7 us; on 2 MiB pages ~1 us). On its own 4 KiB pages,
-// the GDN conv taps alone made the decode GDN mixer ~14% slower.
+// KB arrays) then costs a page walk per 4 KiB page touched, far more than on 2 MiB pages (docs/perf.md,
+// behind the constants: core/arena.h).
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
 // HugePageAllocator: a std::allocator for growing per-request arrays that a step appends to (a
 // request's pending MTP rows): every allocation is whole 2 MiB huge pages (transparent huge pages,
-// MADV_HUGEPAGE). Appending into fresh 4 KiB pages cost a page fault per page, ~25 us each on these
-// VMs: at H = 1024 that was one fault per generated token per request (engine_speculative.cpp); on
-// huge pages it is one per 512 rows.
+// MADV_HUGEPAGE). Appending into fresh 4 KiB pages costs a page fault per page: at H = 1024 one per
+// generated token per request (engine_speculative.cpp); on huge pages one per 512 rows (docs/perf.md,
+// behind the constants).
 #pragma once
 
 #include <sys/mman.h>

@@ -59,7 +59,7 @@ class ThreadPool {
     // Splits [0, n) into nth contiguous ranges and calls fn(begin, end) for each non-empty one, each
     // range by one thread: its own, or one that is done with its own while that thread has not started
     // (a worker the OS has descheduled, or one waking from sleep, is not waited for).
-    // grain: the fewest items worth a thread (a dispatch costs about 1 us): at most ceil(n / grain)
+    // grain: the fewest items worth a thread (a dispatch has a fixed cost): at most ceil(n / grain)
     // threads take part, and n <= grain runs on the caller alone.
     void parallel_for(int64_t n, FunctionRef<void(int64_t begin, int64_t end)> fn, int64_t grain = 1);
     // For bandwidth-bound loops (decode GEMVs): [0, n) is cut into nth equal shares; thread i works
@@ -67,9 +67,8 @@ class ThreadPool {
     // ends stay contiguous streams. Each claim takes 1/(2 nth) of what is left of a share, at least
     // min_chunk items (guided scheduling: long streams first, small pieces last). Calls fn(ith, begin,
     // end); each item is in exactly one call (one thread, or n <= min_chunk: a single call over [0, n)).
-    // Why: the two vCPUs of the CI machine do not stream at the same rate; with fixed halves one thread
-    // waited for the other during 15-20% of every decode GEMV (measured). Paired A/Bs of decode steps in
-    // docs/perf.md.
+    // Why: the vCPUs of a shared machine do not stream at the same rate, and with fixed halves one thread
+    // waited for the other (docs/perf.md, behind the constants: core/thread_pool.h).
     void parallel_for_balanced(int64_t n, int64_t min_chunk,
                                FunctionRef<void(int ith, int64_t begin, int64_t end)> fn);
 
@@ -98,8 +97,8 @@ class ThreadPool {
         run_stealable_job(job);
     }
     static constexpr size_t kStealBlobBytes = 96;
-    // Longer than any claim of a worker that runs: the longest, the first claim of the 0.8B shape's gate|up
-    // at one row (1/8 of 14.7 MB), streams in ~75 us on one core; the OS deschedules for 1-10 ms.
+    // Longer than any claim of a worker that runs, shorter than an OS descheduling (docs/perf.md, behind
+    // the constants: core/thread_pool.h).
     static constexpr int kStealAfterUs = 150;
 
     // While one is alive (on the thread that dispatches: a model forward), stealable jobs steal from
@@ -163,9 +162,10 @@ class ThreadPool {
     int n_threads_;
     std::vector<std::thread> workers_;
     // Dispatch is lock-free on the hot path: workers spin on `generation_` before sleeping on the
-    // condition variable (inside a StealScope and on another CPU than the caller up to 20 ms, so a worker
-    // keeps its core while the OS has the caller off its own; otherwise 0.5 ms: thread_pool.cpp), so
-    // back-to-back small ops (a decode step has hundreds) cost ~1 us each instead of a futex wake-up.
+    // condition variable (inside a StealScope and on another CPU than the caller for the long spin, so a
+    // worker keeps its core while the OS has the caller off its own; otherwise the short one:
+    // thread_pool.cpp), so back-to-back small ops (a decode step has hundreds) cost a few atomics each
+    // instead of a futex wake-up.
     std::mutex mu_;
     std::condition_variable cv_start_;
     std::atomic<const FunctionRef<void(int, int)>*> job_{nullptr};
@@ -214,8 +214,7 @@ inline void split_range(int64_t n, int ith, int nth, int64_t* begin, int64_t* en
 
 // Items per thread for row loops of ops: the rows a thread must get to have at least kMinFloatsPerThread
 // floats of work, given each row's (an op weighs any costlier per-row work in floats). Below it a
-// dispatch costs more than it saves: a verify step's 4 rows of add_rms_norm at H = 256 took 1.3 us
-// through the pool against 0.2 us for one row on the caller (the demo model's profile).
+// dispatch costs more than it saves (docs/perf.md, behind the constants: core/thread_pool.h).
 constexpr int64_t kMinFloatsPerThread = 8192;
 inline int64_t row_grain(int64_t floats_per_row) {
     return floats_per_row >= kMinFloatsPerThread

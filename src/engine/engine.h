@@ -59,9 +59,9 @@ struct EngineConfig {
     size_t prefix_cache_memory = 1ull << 30;
     int prefix_snapshot_interval = 1024;  // tokens; 0: none
     // Touch every page of the KV cache and the state slots (snapshots included) at creation, so the OS
-    // faults and zeroes them before serving, not inside the first requests' steps (measured: 23% of a
-    // short c = 8 serving run's CPU time was the kernel zeroing fresh huge pages). The server sets it;
-    // tests and tools that use a fraction of the memory leave it off.
+    // faults and zeroes them before serving, not inside the first requests' steps (docs/perf.md, behind
+    // the constants: engine/engine.h). The server sets it; tests and tools that use a fraction of the
+    // memory leave it off.
     bool prefault_memory = false;
 };
 
@@ -292,12 +292,12 @@ class Engine {
     // While plain decoding wins (the cost model chose k = 0), the MTP layer runs only for a probe: every
     // request keeps up to this many pending rows (4 KiB each at H = 1024), caught up when it drafts again;
     // beyond it its MTP cache goes stale and it never drafts again (the catch-up costs about one decoder
-    // layer per token: ~4% of a c = 16 step at the 0.8B shape, measured). The probe interval stays below it
-    // (SpecCostModel::kMaxExplorePeriod), so the probing request never goes stale.
+    // layer per token). The probe interval stays below it (SpecCostModel::kMaxExplorePeriod), so the
+    // probing request never goes stale.
     static constexpr int64_t kMaxPendingMtpRows = 1024;
     // Buffers for requests' pending MTP rows, one huge page each at least, touched at start-up with the
-    // caches and handed back when a request ends: a row appended to fresh memory cost a page fault per
-    // 4 KiB here (~25 us; 45 us of host time per request-step, 1-2% of a c = 4 step).
+    // caches and handed back when a request ends: a row appended to fresh memory costs a page fault per
+    // 4 KiB (docs/perf.md, behind the constants: engine/engine.h).
     std::vector<std::vector<float, HugePageAllocator<float>>> spare_mtp_rows_;
     void recycle_mtp_rows(Request& r);
     BatchPlan mtp_plan_;

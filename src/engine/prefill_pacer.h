@@ -1,7 +1,7 @@
 // How many prompt tokens a step may prefill beside running decodes (the scheduler's prefill room): what
-// a step-time target allows at the prefill rate measured on earlier steps. A token budget alone cannot
-// say it: 128 prompt tokens are ~0.2 s on the 0.8B shape here and ~6 s on a 27B, while the decodes in
-// the same step wait for all of them.
+// a step-time target allows at the prefill rate observed on earlier steps. A token budget alone cannot
+// say it: the same 128 prompt tokens take a fraction of a second on the 0.8B shape and seconds on a 27B,
+// while the decodes in the same step wait for all of them.
 #pragma once
 
 #include <algorithm>
@@ -22,7 +22,7 @@ class PrefillPacer {
             seconds / static_cast<double>(prefill_tokens);  // decodes' share included: conservative
         seconds_per_token_ = seconds_per_token_ > 0 ? 0.7 * seconds_per_token_ + 0.3 * sample : sample;
     }
-    // Prompt tokens per step that keep it near the target; 0 (no limit) until a rate is measured.
+    // Prompt tokens per step that keep it near the target; 0 (no limit) until a rate is known.
     int64_t room() const {
         if (target_ <= 0 || seconds_per_token_ <= 0) return 0;
         return std::max<int64_t>(1, static_cast<int64_t>(target_ / seconds_per_token_));

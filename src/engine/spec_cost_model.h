@@ -1,5 +1,5 @@
 // The speculative cost model: how many drafts each decode step verifies, from this machine's and model's
-// measured step times and acceptance (engine_speculative.cpp asks it every step).
+// observed step times and acceptance (engine_speculative.cpp asks it every step).
 #pragma once
 
 #include <cstdint>
@@ -8,20 +8,19 @@
 
 namespace gdn {
 
-// How many drafts a decode step of B sequences should verify, from measurements on this machine and
-// model: the step time T(B, k) (verify forward plus drafting, an average per batch-size bucket and k)
-// and the per-position acceptance a_i (recent average). It picks the k that maximises the expected
-// tokens per second B (1 + a_0 + a_0 a_1 + ...) / T(B, k); k = 0 is plain decoding, so speculation is
-// used only where it measured faster. Plain decoding is measured first; another k is measured only while
-// its rate at a floor of its cost (the plain step plus its drafting) would beat the best measured rate
-// by kTryMargin, so with low acceptance the costly cells are never tried. Every kExplorePeriod steps of
-// a bucket plain decoding or a neighbour of the best k is re-measured; when plain decoding is best, one
-// sequence drafts one token instead (a probe of the acceptance), at doubling intervals while plain keeps
-// winning. A cell's time is the lower median of its recent samples, each from a step that ran the same
-// k (and batch bucket) as the step before it: a step right after a change of k runs with the other k's
-// working set in the caches (on a cache-resident model a plain step after verify steps took 1.1 ms
-// against 0.7 in a row), so an explored or newly tried k runs kSwitchSteps steps and only the later
-// ones are timed.
+// How many drafts a decode step of B sequences should verify, from what this machine and model showed:
+// the step time T(B, k) (verify forward plus drafting, an average per batch-size bucket and k) and the
+// per-position acceptance a_i (recent average). It picks the k that maximises the expected tokens per
+// second B (1 + a_0 + a_0 a_1 + ...) / T(B, k); k = 0 is plain decoding, so speculation is used only
+// where it was faster. Plain decoding is timed first; another k is timed only while its rate at a floor
+// of its cost (the plain step plus its drafting) would beat the best timed rate by kTryMargin, so with
+// low acceptance the costly cells are never tried. Every kExplorePeriod steps of a bucket plain decoding
+// or a neighbour of the best k is timed again; when plain decoding is best, one sequence drafts one token
+// instead (a probe of the acceptance), at doubling intervals while plain keeps winning. A cell's time is
+// the lower median of its recent samples, each from a step that ran the same k (and batch bucket) as the
+// step before it: a step right after a change of k runs with the other k's working set in the caches
+// (docs/perf.md, behind the constants), so an explored or newly tried k runs kSwitchSteps steps and only
+// the later ones are timed.
 class SpecCostModel {
   public:
     static constexpr int kBuckets = 7;  // B = 1, 2, 3-4, 5-8, 9-16, 17-32, 33+
@@ -51,7 +50,7 @@ class SpecCostModel {
     void observe_draft(double seconds);
     double acceptance(int position) const;
     double expected_tokens(int k) const;  // 1 + a_0 + a_0 a_1 + ... (k terms)
-    // "B=1: k=3 (2.41 tok/step, 31.0 ms) ..." for the logs and bench.
+    // "B=1: k=3 (<tokens per step>, <step time>) ..." for the logs and bench.
     std::string describe() const;
     static int bucket(int batch);
 

@@ -1,6 +1,6 @@
 // Speculative decoding, the parts that need no model: vLLM's --speculative-config JSON, the n-gram
-// (prompt lookup) proposer and the acceptance counters. The measured cost model that decides how many
-// drafts a step verifies is in spec_cost_model.h; the draft-verify loop in engine_speculative.cpp.
+// (prompt lookup) proposer and the acceptance counters. The cost model that decides how many drafts a
+// step verifies is in spec_cost_model.h; the draft-verify loop in engine_speculative.cpp.
 #pragma once
 
 #include <cstdint>

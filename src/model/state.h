@@ -13,8 +13,8 @@
 namespace gdn {
 
 // The K/V cache dtype the engine and the tools use unless told otherwise: BF16 with bf16 activations (half
-// the bytes per token, and decode at depth reads half the K/V; rounding K and V as HF's bf16 forward does
-// measured at the f32 cache's quality: docs/perf.md, "bf16 K/V by default"), F32 in the f32 mode.
+// the bytes per token, and decode at depth reads half the K/V; K and V rounded as HF's bf16 forward does,
+// at the f32 cache's quality: docs/perf.md, "bf16 K/V by default"), F32 in the f32 mode.
 inline DType default_kv_dtype(bool bf16_activations) {
     return bf16_activations ? DType::BF16 : DType::F32;
 }
@@ -33,8 +33,7 @@ struct SequenceState {
     // Per GDN layer gi (in layer order): conv [K-1, CD] (last K-1 raw inputs, oldest first) and the
     // recurrent state [Hv, Dk, Dv] in f32 (the spec's S per value head, values contiguous). All layers'
     // states are one huge-page Buffer, like the engine's state slots: a decode step streams each layer's
-    // 1 MB (0.8B shape), and on 4 KiB pages the GDN decode op was 1.2-1.4x slower after a GEMV and
-    // 1.3-1.7x alone (bench_ops GdnDecodeStream/3 vs /2, /0 vs /1).
+    // state, and 4 KiB pages slowed the GDN decode op (docs/perf.md, behind the constants: model/state.h).
     float* conv(int gi) const { return conv_.as<float>() + static_cast<size_t>(gi) * conv_n_; }
     float* ssm(int gi) const { return ssm_.as<float>() + static_cast<size_t>(gi) * ssm_n_; }
     int64_t kv_row_elems() const { return kv_row_; }

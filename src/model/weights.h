@@ -105,9 +105,9 @@ struct LoadOptions {
     // Quantize every weight matrix (projections, fused or not, MoE experts routed and shared, the
     // lm_head and the embedding table) to this format, tensor by tensor from the mapping; the source
     // pages are released after each layer, so peak memory is about the quantized size plus one layer.
-    // The MoE router and the shared-expert gate ([E, H] and [1, H]: <0.1% of the bytes, and they pick
-    // experts) stay in their float format. With int4, the lm_head (and a tied embedding with it) is
-    // int8: the one matrix whose error reaches the logits directly (docs/perf.md has the measurement).
+    // The MoE router and the shared-expert gate ([E, H] and [1, H]: a negligible share of the bytes, and
+    // they pick experts) stay in their float format. With int4, the lm_head (and a tied embedding with it)
+    // is int8: the one matrix whose error reaches the logits directly (docs/perf.md has the comparison).
     std::optional<WeightFormat> quantization;
     bool prepacked = false;  // read packed from a `gdn quantize` checkpoint (model/packed_checkpoint.h)
     // Load the MTP draft layer (mtp.*) too, for --speculative-config '{"method": "mtp"}' (an error when the
@@ -118,9 +118,9 @@ struct LoadOptions {
     std::optional<WeightFormat> mtp_draft_head = WeightFormat::Q8;
     // A float model's MTP layer (mtp.fc and its decoder layer) packed in this format (none: as the rest).
     // The layer only drafts, and verification makes the output exact whatever it proposes; drafting
-    // streams it k times a step (docs/perf.md: the demo model's draft step 55 -> 36 us in int8, the same
-    // acceptance). Off here, so the MTP reference checks see the checkpoint's weights; on by default in
-    // SpeculativeConfig::draft_layer.
+    // streams it k times a step, so a smaller format drafts faster at the same acceptance (docs/perf.md,
+    // behind the constants: model/weights.h). Off here, so the MTP reference checks see the checkpoint's
+    // weights; on by default in SpeculativeConfig::draft_layer.
     std::optional<WeightFormat> mtp_layer;
 };
 

@@ -62,8 +62,8 @@ struct ScreenRow {
 std::shared_ptr<const Int8Screen> make_int8_screen(const ExecContext& ctx, const PackedWeight& w);
 
 // The most rows screened_argmax takes (in chunks of cpu::kScreenRows, each one stream of the int8 copy):
-// beyond it the full bf16 pass, whose cost grows with the rows only once it is compute bound, is
-// measured cheaper (docs/perf.md).
+// beyond it the full bf16 pass, whose cost grows with the rows only once it is compute bound, is the
+// cheaper one (docs/perf.md).
 constexpr int64_t kScreenMaxRows = 16;
 
 // True and ids[m] = argmax_n (x_m @ W^T) for M <= kScreenMaxRows rows given as bf16 pairs [M, K2] (the

@@ -1,12 +1,11 @@
 // Kernel selection: which implementation each op runs is decided once at start-up, logged, and visible
 // in the profiler. Nothing falls back quietly: a fallback taken at run time is counted and reported.
-//
-//   GDN_ISA=avx512|avx2|ref        force an ISA (an ISA the CPU lacks is an error, not a silent downgrade)
-//   GDN_FORCE_REFERENCE=op,op|all  run the named ops on the scalar reference (for A/B runs)
-//   GDN_DELTA_RULE=auto|recurrent|chunked   the prefill form of the fast delta rule (auto: by measured
-//   crossover) GDN_AMX=0|1                    bf16 linears on AMX tiles where the CPU and OS allow it
-//   (default 1) GDN_AVX_VNNI=0|1               AVX2's quantized linears on 256-bit vpdpbusd where the CPU has
-//   AVX-VNNI (default 1)
+// Environment overrides:
+// - GDN_ISA=avx512|avx2|ref: force an ISA (one the CPU lacks is an error, not a silent downgrade).
+// - GDN_FORCE_REFERENCE=op,op|all: run the named ops on the scalar reference (for A/B runs).
+// - GDN_DELTA_RULE=auto|recurrent|chunked: the prefill form of the fast delta rule (auto: the faster).
+// - GDN_AMX=0|1: bf16 linears on AMX tiles where the CPU and OS allow it (default 1).
+// - GDN_AVX_VNNI=0|1: AVX2's quantized linears on 256-bit vpdpbusd where the CPU has AVX-VNNI (default 1).
 #pragma once
 
 #include <cstdint>
@@ -76,8 +75,8 @@ void force_reference(OpId op, bool on);
 void force_reference_all(bool on);
 
 // The prefill form of the fast gated delta rule. CHUNKED runs every full 64-token chunk of a sequence in
-// the chunked (WY) form and the rest recurrently; RECURRENT never; AUTO picks the form measured faster
-// on this CPU kind (the recurrent one at every T, docs/perf.md).
+// the chunked (WY) form and the rest recurrently; RECURRENT never; AUTO picks the faster form on this CPU
+// kind (the recurrent one at every T so far, docs/perf.md).
 enum class DeltaRuleForm { AUTO, RECURRENT, CHUNKED };
 const char* delta_rule_form_name(DeltaRuleForm f);
 DeltaRuleForm delta_rule_form();

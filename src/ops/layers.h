@@ -41,7 +41,7 @@ class Scratch {
 
 // out [n, H] = rows ids of table [V, H]. With `packed` (the same matrix packed: a tied lm_head), the rows
 // are gathered from it: the checkpoint's table is an mmap on 4 KiB pages, where the one row a decode step
-// reads cost a page walk of 10-50 us (the packed copy is on huge pages; see core/arena.h).
+// reads costs a page walk (the packed copy is on huge pages; see core/arena.h).
 void embedding(const ExecContext& ctx, const TensorView& table, const PackedWeight* packed,
                const int32_t* ids, int64_t n, float* out, bool bf16);
 
@@ -58,7 +58,7 @@ struct RopeHeads {
 };
 // Per-head RMSNorm then partial rotate-half RoPE, in place, of every head set in each of the N token rows
 // (ld floats apart; token t at position pos[t]). The rotary angles are computed once per token for all
-// sets (their pow / cos / sin outweigh the norms: per set and head they cost 127 ms of a 4096-token prefill).
+// sets (their pow / cos / sin outweigh the norms).
 void qk_norm_rope(const ExecContext& ctx, float* x, int64_t ld, int64_t N,
                   std::initializer_list<RopeHeads> heads, int64_t D, float eps, int64_t rot, float theta,
                   const int64_t* pos, bool bf16);

@@ -77,12 +77,8 @@ LinearWeight make_linear(const ExecContext& ctx, const std::vector<TensorView>& 
 // The smallest parallel_for_balanced claim of a streaming pass over panels of `panel_bytes`, for a
 // product of M rows. Claims start at a quarter of a share (guided), so streams stay long; the floor
 // keeps the tail claims from costing more in the pool than they stream. Decode-sized products
-// (M <= 16): ~128 KiB of weights (~4 us of one core's stream). On the AMX VM (2 vCPU) a 128 KiB floor
-// against 32 KiB: plain decode the same (0.8B shape tg64 21.89 vs 21.87 t/s, c=4 57.8 vs 57.8, ABBA),
-// MTP speculation on the demo model +3.3% (4227 vs 4092 t/s, five interleaved runs; its small
-// matrices split into many claims at 32 KiB). On Zen 5, 32 KiB had measured 2.5-3% faster than fixed
-// 256 KiB claims and those 2-5% faster than fixed halves. Larger M computes more per panel, so
-// prefill keeps ~32 KiB and splits small matrices finely.
+// (M <= 16): ~128 KiB of weights. Larger M computes more per panel, so prefill keeps ~32 KiB and splits
+// small matrices finely (the A/Bs behind both: docs/perf.md, behind the constants: ops/linear.h).
 inline int64_t min_stream_panels(int64_t panel_bytes, int64_t M) {
     const int64_t floor_bytes = M <= 16 ? int64_t{128} << 10 : int64_t{32} << 10;
     return std::max<int64_t>(1, floor_bytes / std::max<int64_t>(panel_bytes, 1));
@@ -126,8 +122,8 @@ void linear_swiglu(const ExecContext& ctx, const float* x, int64_t M, const Line
 bool uses_bf16_dot(const PackedWeight& w, bool swiglu, bool bf16_act);
 
 // x [M, K] as bf16 pairs [M, K2] (RNE; odd K padded with 0): the operand of the AVX-512 bf16 dot
-// kernels, rows over the pool. On one core it had cost the 0.8B shape's pp512 ~30 ms of its linears'
-// ~770 ms (`gdn profile`, docs/perf.md twentieth session).
+// kernels, rows over the pool (on one core it was a visible share of a prefill: docs/perf.md, twentieth
+// session).
 void pack_bf16_pairs_pooled(const ExecContext& ctx, const float* x, int64_t M, int64_t K, uint32_t* xp,
                             int64_t K2);
 

@@ -1,18 +1,18 @@
 // How long the engine thread holds the next step for the next requests of clients whose requests just
 // ended. A client that keeps a fixed number of requests in flight (an agent pool, a batch job, a
-// benchmark with a concurrency cap) sends its next request as soon as one ends; it reaches the server
-// 1-5 ms after the step that ended it (the last chunk is written, the client reads it and posts, a
-// worker prepares the request: measured on the 0.8B shape here), by which time the next step has
-// started. A step that prefills a 128-token prompt beside the decodes takes ~250 ms there, so without a
-// wait each such request sat through one whole step before the one that computed its prompt: its TTFT
-// was two steps instead of one. The wait ends as soon as as many requests as ended have arrived.
+// benchmark with a concurrency cap) sends its next request as soon as one ends; it reaches the server a
+// few milliseconds after the step that ended it, by which time the next step has started, and a step
+// that prefills a prompt beside the decodes is long: without a wait each such request sat through one
+// whole step before the one that computed its prompt, so its TTFT was two steps instead of one
+// (docs/perf.md, behind the constants: server/arrival_wait.h). The wait ends as soon as as many requests
+// as ended have arrived.
 #pragma once
 
 #include <algorithm>
 
 namespace gdn {
 
-// `gdn serve --arrival-wait-ms`'s default: above the 1-5 ms a client's next request took to arrive here.
+// `gdn serve --arrival-wait-ms`'s default: above the time a client's next request took to arrive.
 inline constexpr int kServeArrivalWaitMs = 10;
 
 class ArrivalWait {
@@ -37,8 +37,7 @@ class ArrivalWait {
     // The server has nothing to run: what the holds learned described the traffic that just ended. The
     // end of every closed-loop batch expires its last holds (its clients have nothing more to send), and
     // kept, that history made the next batch's clients miss their step for up to kProbeEvery chances
-    // each: measured on the 0.8B shape here, `gdn bench --base-url` at c = 8 run again against one server,
-    // the later runs' TTFT p50 was two steps (449-553 ms) where the first run's was one (235-285).
+    // each (docs/perf.md, behind the constants: server/arrival_wait.h).
     void idle() {
         answered_ = 1;
         skipped_ = 0;

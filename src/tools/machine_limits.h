@@ -20,12 +20,9 @@ struct MachineLimits {
 
 // Streaming-read bandwidth of all threads over a buffer far larger than the last-level cache, kept
 // allocated so a benchmark can measure it again right next to each repetition: on shared machines the
-// bandwidth moves between windows (45-80 GB/s on the CI VM), so a ratio is only meaningful against the
-// bandwidth of the same minutes. On the Zen 4 VM of 2026-12-02 consecutive 512 MiB stretches of one
-// allocation, each read in ~20 ms, gave 26-30 or 48-54 GB/s, and whole passes moved between the two:
-// a window of time or the host's placement of the pages (the guest sees one NUMA node and cannot
-// tell), so a decode step is also compared with the bandwidth of the memory it streams: the second
-// form reads existing memory (the weights).
+// bandwidth moves between windows of time and between stretches of memory (docs/perf.md, behind the
+// constants: tools/machine_limits.h), so a ratio is only meaningful against the bandwidth of the same
+// minutes and memory: the second form reads existing memory (the weights).
 class ReadBandwidthProbe {
   public:
     explicit ReadBandwidthProbe(size_t buffer_bytes = 1ull << 30);  // a buffer of its own, touched

@@ -12,8 +12,8 @@ namespace gdn {
 // chat template renders request objects (tools, tool-call arguments) with tojson and |items, and the
 // model was trained on them in the order the client wrote (HF transformers, @huggingface/jinja).
 using Json = nlohmann::ordered_json;
-// Objects with sorted keys: parsing and lookups stay O(log n) per key (ordered_json's are linear, so a
-// 248k-entry tokenizer vocabulary parsed as Json took ~25 s). For big machine-written files (tokenizer,
+// Objects with sorted keys: parsing and lookups stay O(log n) per key (ordered_json's are linear, which is
+// quadratic over a 248k-entry tokenizer vocabulary). For big machine-written files (tokenizer,
 // safetensors headers, shard indexes) whose key order means nothing.
 using SortedJson = nlohmann::json;
 

@@ -128,9 +128,9 @@ inline void store_tile(__m256 (&sum)[MR][kNV], float* y, int64_t ldy, int ncols)
 // group, so AVX2's int16 pair sums hold it.
 // ahead(s) runs before step s. A one-row tile (decode) streams the weights from memory: its steps stay
 // a loop, because -O3 unrolled them completely, hoisted their loads and spilled them to the stack, and
-// the stores behind the cache misses stalled the stream (an int8 GEMV on the Zen 3 AVX2 VM: 12.4 GB/s
-// unrolled, 18.3 as a loop); ahead requests its lines (ops/cpu/stream_ahead.h). The 2-row tile works
-// from cache (prefill) and measured the same either way.
+// the stores behind the cache misses stalled the stream (docs/perf.md, behind the constants:
+// ops/cpu/avx2/quant_tiles_avx2.h); ahead requests its lines (ops/cpu/stream_ahead.h). The 2-row tile
+// works from cache (prefill) and is the same either way.
 template <int MR, typename Ahead>
 inline void nibble_group_dots(const quant::QuantRowsView& x, int64_t m0, int64_t g, const uint8_t* nib,
                               __m256i (&acc)[MR][kNV], const Ahead& ahead) {

@@ -21,7 +21,7 @@ struct alignas(64) TileConfig {
 
 // How far ahead of its tile loads a kernel whose B operand streams from DRAM (decode's bf16 panels, the
 // argmax screen's int8 copy) asks for the operand's lines: tile loads alone leave the L2 streamer behind
-// (measured 24.4 against vdpbf16ps' 26.8 GB/s on one 7168 x 1024 GEMV), 4-8 KB ahead closes the gap.
+// the vdpbf16ps kernel's rate; 4-8 KB ahead closes the gap (docs/perf.md, behind the constants).
 constexpr int64_t kStreamPrefetchBytes = 6144;
 
 // Loads a tile configuration. Not _tile_loadconfig: GCC 12 declares its asm as reading only the first 8

@@ -30,11 +30,9 @@ inline __m512i bcast_quad(const int8_t* p) {
 }
 
 // A one-row tile (decode) asks for the lines of its group record kStreamAheadBytes further on, spread
-// over the record's `steps` steps. Zen 5, 2 threads, a 7168 x 1024 GEMV streamed from memory
-// (bench_ops BM_LinearQuant/1/7168/1024/F/0, 3 interleaved rounds): int4-k 57-61 us with it against
-// 64-66 without, int6-k 80-90 against 117-129; the hardware prefetchers alone left the quantized
-// streams at ~0.75 of the bf16 GEMV's bytes per second. The int8 and int4-sym tiles measured slower
-// with it (int8 116-139 us against 96-120, 4 interleaved rounds) and do without.
+// over the record's `steps` steps: the int4-k and int6-k tiles, whose streams the hardware prefetchers
+// alone left behind; the int8 and int4-sym tiles do without, which was faster for them (docs/perf.md,
+// behind the constants: ops/cpu/avx512/quant_tiles_avx512.h).
 // kFar: the distance of a one-row tile on a CPU whose DRAM is far (streams_far).
 template <bool kFar = false>
 inline void record_ahead(const uint8_t* rec, int step, int steps, int64_t record_bytes) {
@@ -46,16 +44,13 @@ inline void record_ahead(const uint8_t* rec, int step, int steps, int64_t record
 
 // Whether one-row tiles (decode at c = 1) ask for their panel's lines kStreamAheadFarBytes ahead (every
 // format; the `far` tiles of run_format): on CPUs with AMX (Xeon server cores), whose DRAM is about
-// twice a desktop core's latency away, the 1 KB that Zen measured best for int4-k / int6-k, and no
-// prefetch for int8 / int4-sym, left ~20% of the c = 1 decode rate (docs/perf.md, thirty-third session).
+// twice a desktop core's latency away (docs/perf.md, thirty-third session).
 bool streams_far();
 
 // A decode batch (2 to 2 kMR rows: one or two tiles a panel) streams each panel from memory, and its
 // tiles' dot products take about the memory's time for the panel's bytes: they ask for the lines
-// kStreamAheadBatchBytes ahead so that the two overlap (ops/cpu/stream_ahead.h). Zen 5, 2 threads, the
-// 0.8B shape in int8, `gdn bench --concurrency 2,4,8` (ABBA): steps 18.4-20.5 / 24.7-26.1 / 36.6-40.9 ms
-// without, 18.8-19.7 / 21.3-22.1 / 27.8-31.8 with. One row (M = 1) and prefill tiles (cache-resident
-// panels) do without.
+// kStreamAheadBatchBytes ahead so that the two overlap (ops/cpu/stream_ahead.h; docs/perf.md, behind the
+// constants). One row (M = 1) and prefill tiles (cache-resident panels) do without.
 inline bool streams_batch(const quant::QuantRowsView& x) {
     return x.M >= 2 && x.M <= 2 * kMR;
 }
