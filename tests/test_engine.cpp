@@ -1,11 +1,12 @@
 // The engine on the golden models: concurrent requests give exactly the tokens each gives alone (also
 // with tiny prefill chunks and after forced preemption); sampling is reproducible per seed; parameters
-// are validated; the forward reads nothing back.
+// are validated; two engines over one model, each on its own execution context, run side by side.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "engine/engine.h"
 #include "test_util.h"
@@ -137,6 +138,31 @@ TEST_P(EngineGolden, ConcurrentEqualsAloneAlsoChunkedAndPreempted) {
 // Every family in its floats, and every family once quantized (int8 on the dense model, int4 and
 // int4-sym on the two MoE layouts). All nine pairs passed when this was written; the full cross costs ~6
 // minutes of the sanitizer run, so CI runs these six.
+// Two engines over one loaded model, each on an execution context of its own (its own thread pool), run
+// at the same time from two threads: each gives exactly the tokens it gives alone. Nothing of a forward
+// is the model's (the workspace and the context are the engine's), so they cannot interfere.
+TEST(Engine, TwoEnginesOnOneModelRunSideBySide) {
+    Loaded l = load(golden_dir("qwen3_5"));
+    auto ps = prompts(8, 11);
+    auto run_on = [&](const ExecContext& ctx, std::map<int64_t, std::vector<int32_t>>* out) {
+        EngineConfig cfg;
+        cfg.context = ctx;
+        auto e = make_engine(l, cfg);
+        for (const auto& p : ps) e->add_request(Prompt::from_ids(p), greedy(10));
+        *out = run_all(*e);
+    };
+    ThreadPool pool_a(2), pool_b(2);
+    std::map<int64_t, std::vector<int32_t>> alone, a, b;
+    run_on(ExecContext(pool_a), &alone);
+    std::thread ta([&] { run_on(ExecContext(pool_a), &a); });
+    std::thread tb([&] { run_on(ExecContext(pool_b), &b); });
+    ta.join();
+    tb.join();
+    ASSERT_EQ(alone.size(), ps.size());
+    EXPECT_EQ(a, alone);
+    EXPECT_EQ(b, alone);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Families, EngineGolden,
     ::testing::Values(std::make_tuple("qwen3_next", "none"), std::make_tuple("qwen3_5", "none"),

@@ -196,8 +196,8 @@ void Engine::prefault_caches() {
     std::vector<Buffer*> bufs = kv_->buffers();
     for (Buffer* b : slots_->buffers()) bufs.push_back(b);
     for (Buffer* b : bufs) {
-        model_->context().pool().parallel_for(static_cast<int64_t>(b->pages()),
-                                              [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
+        ctx_.pool().parallel_for(static_cast<int64_t>(b->pages()),
+                                 [&](int64_t p0, int64_t p1) { b->prefault(p0, p1); });
         bytes += b->size();
     }
     GDN_LOG_INFO("cache memory touched at start-up: %.1f MiB in %.2f s", bytes / 1048576.0,
@@ -232,7 +232,9 @@ Result<std::unique_ptr<Engine>> Engine::create(std::shared_ptr<const Model> mode
     GDN_RETURN_IF_ERROR(check_engine_config(cfg, *model));
     GDN_ASSIGN_OR_RETURN(const CachePlan cp, plan_cache(c, cfg));
     auto e = std::unique_ptr<Engine>(new Engine());
-    e->sampler_ = Sampler(model->context());
+    e->ctx_ = cfg.context ? *cfg.context : model->context();
+    e->sampler_ = Sampler(e->ctx_);
+    e->forward_ws_ = new_forward_workspace(e->ctx_);
     e->memory_plan_ = describe_cache_plan(c, cfg, cp);
     GDN_LOG_INFO("%s", e->memory_plan_.c_str());
     const SpeculativeConfig& spec = cfg.speculative;
@@ -650,7 +652,7 @@ Engine::StepForward Engine::run_forward(const SchedulerOutput& so) {
     greedy_ids_.clear();
     hidden_.clear();
     const double tf = now_seconds();
-    Status st = model_->forward(plan_, *kv_, *slots_, f.options, &logits_,
+    Status st = model_->forward(*forward_ws_, plan_, *kv_, *slots_, f.options, &logits_,
                                 f.all_greedy ? &greedy_ids_ : nullptr, f.mtp ? &hidden_ : nullptr);
     forward_seconds_ = now_seconds() - tf;
     int64_t prefill_tokens = 0;  // a chunk of one token counts as a decode
@@ -680,7 +682,7 @@ void Engine::verify_and_commit(const SchedulerOutput& so, const StepForward& f) 
         spec_state_bytes_ += static_cast<int64_t>(staged_row_bytes_ * c.num_new + 2 * slot_bytes_);
     }
     if (commits_.empty()) return;
-    Status st = model_->commit_verified(commits_, *slots_, f.options);
+    Status st = model_->commit_verified(*forward_ws_, commits_, *slots_, f.options);
     GDN_CHECK(st.is_ok(), "GDN commit failed on verifications the engine planned: %s", st.message().c_str());
 }
 

@@ -15,6 +15,7 @@
 
 #include "cache/kv_cache.h"
 #include "cache/state_slots.h"
+#include "core/exec_context.h"
 #include "core/huge_page_allocator.h"
 #include "core/status.h"
 #include "engine/prefill_pacer.h"
@@ -28,6 +29,9 @@
 namespace gdn {
 
 struct EngineConfig {
+    // Where the engine's forwards, sampling and cache set-up run (its thread pool and profiler); unset:
+    // the model's context. Engines over one Model on contexts of their own run independently.
+    std::optional<ExecContext> context;
     int max_num_seqs = 16;
     int max_num_batched_tokens = 512;
     int max_model_len = 4096;
@@ -263,7 +267,9 @@ class Engine {
     std::shared_ptr<const VocabTrie> vocab_trie_;  // built for the first structured-output request
     int64_t grammar_masks_ = 0, grammar_dead_ends_ = 0;
     double grammar_mask_seconds_ = 0;
+    ExecContext ctx_ = ExecContext::process();  // EngineConfig::context, or the model's
     Sampler sampler_;
+    ForwardWorkspacePtr forward_ws_;  // the buffers of this engine's forwards (model/forward_workspace.h)
     std::map<int64_t, std::unique_ptr<Request>> requests_;
     int64_t next_id_ = 1;
     BatchPlan plan_;

@@ -222,7 +222,8 @@ void Engine::flush_mtp_rows(Request& r) {
     append_mtp_rows(r);
     ForwardOptions fo;
     fo.bf16_activations = cfg_.bf16;
-    Status st = model_->mtp_forward(p, mtp_in_.data(), *kv_, fo, nullptr);  // the layer's K/V only
+    Status st =
+        model_->mtp_forward(*forward_ws_, p, mtp_in_.data(), *kv_, fo, nullptr);  // the layer's K/V only
     GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
     r.mtp_done += static_cast<int64_t>(r.mtp_hidden.size()) / model_->config().hidden;
     r.mtp_hidden.clear();
@@ -279,7 +280,7 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
     mtp_ids_.clear();
     mtp_out_.clear();
     const double t_catch_up = now_seconds();
-    Status st = model_->mtp_forward(p, mtp_in_.data(), *kv_, fo, nullptr, &mtp_ids_, &mtp_out_);
+    Status st = model_->mtp_forward(*forward_ws_, p, mtp_in_.data(), *kv_, fo, nullptr, &mtp_ids_, &mtp_out_);
     if (!drafting.empty() && p.n_tokens() == static_cast<int64_t>(drafting.size()))
         cost_.observe_draft(now_seconds() - t_catch_up);  // one row per drafting request: a clean draft step
     GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
@@ -323,7 +324,7 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
         mtp_ids_.clear();
         mtp_out_.clear();
         const double t_step = now_seconds();
-        st = model_->mtp_forward(p, mtp_in_.data(), *kv_, fo, nullptr, &mtp_ids_, &mtp_out_);
+        st = model_->mtp_forward(*forward_ws_, p, mtp_in_.data(), *kv_, fo, nullptr, &mtp_ids_, &mtp_out_);
         cost_.observe_draft(now_seconds() - t_step);
         GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
         for (size_t j = 0; j < idx.size(); ++j) {

@@ -32,7 +32,6 @@ Result<std::unique_ptr<Model>> Model::load(const ExecContext& ctx, const std::st
     GDN_ASSIGN_OR_RETURN(
         m->weights_,
         load_weights(ctx, m->config_, std::make_shared<Checkpoint>(std::move(ck)), progress, options));
-    m->ws_ = std::make_unique<ForwardWorkspace>();
     return m;
 }
 
@@ -153,8 +152,10 @@ class PlanAccess final : public CacheAccess {
 }  // namespace
 
 // Everything a forward needs besides weights and caches, kept across calls so that a decode step does
-// not allocate once warm (buffers only grow).
+// not allocate once warm (buffers only grow). Owned by the caller (model/forward_workspace.h).
 struct ForwardWorkspace {
+    explicit ForwardWorkspace(const ExecContext& c) : ctx(c) {}
+    ExecContext ctx;  // where the forwards run (model/forward_workspace.h)
     ops::Scratch sc;
     std::vector<int32_t> ids;
     std::vector<int64_t> pos, logit_rows;
@@ -168,6 +169,13 @@ struct ForwardWorkspace {
     std::vector<ops::AttnSeq> attn_seqs;
     ops::MoeWorkspace moe;
 };
+
+void ForwardWorkspaceDeleter::operator()(ForwardWorkspace* ws) const {
+    delete ws;
+}
+ForwardWorkspacePtr new_forward_workspace(const ExecContext& ctx) {
+    return ForwardWorkspacePtr(new ForwardWorkspace(ctx));
+}
 
 Model::Model(const ExecContext& ctx) : ctx_(ctx) {}
 Model::~Model() = default;
@@ -382,7 +390,8 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
             return Status::error("forward: a bf16 KV cache holds K/V exactly only with bf16 activations");
     }
     if (batch.empty()) return Status::ok();
-    ForwardWorkspace& ws = *ws_;
+    if (!batch[0].state->workspace) batch[0].state->workspace = new_forward_workspace(ctx_);
+    ForwardWorkspace& ws = *batch[0].state->workspace;
     ws.ids.clear();
     ws.pos.clear();
     ws.spans.clear();
@@ -398,13 +407,13 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
     }
     SequenceStateAccess access(batch, ws.spans,
                                static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
-    run(ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits, greedy_ids, hidden);
+    run(ws, ws.ids.data(), ws.pos.data(), ws.logit_rows, access, opt, logits, greedy_ids, hidden);
     for (const auto& s : batch) s.state->n_past += s.n_tokens;
     return Status::ok();
 }
 
-Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
-                      std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+Status Model::forward(ForwardWorkspace& ws, const BatchPlan& plan, KvCache& kv, StateSlots& slots,
+                      const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
                       std::vector<float>* hidden) const {
     const int64_t V = config_.vocab;
     if (kv.dtype() == DType::BF16 && !opt.bf16_activations)
@@ -426,14 +435,14 @@ Status Model::forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, con
                               "(%d sequences of %lld tokens)",
                               (long long)s, slots.verify_seqs(), (long long)slots.verify_tokens_per_seq()));
     }
-    spans_of(plan, &ws_->spans);
+    spans_of(plan, &ws.spans);
     PlanAccess access(plan, kv, &slots);
-    run(plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids,
+    run(ws, plan.token_ids.data(), plan.positions.data(), plan.logits_rows, access, opt, logits, greedy_ids,
         hidden);
     return Status::ok();
 }
 
-Status Model::commit_verified(const std::vector<GdnCommit>& commits, StateSlots& slots,
+Status Model::commit_verified(ForwardWorkspace& ws, const std::vector<GdnCommit>& commits, StateSlots& slots,
                               const ForwardOptions& opt) const {
     const ModelConfig& c = config_;
     const int64_t ldp = c.gdn_in_proj_floats(), tmax = slots.verify_tokens_per_seq();
@@ -445,7 +454,6 @@ Status Model::commit_verified(const std::vector<GdnCommit>& commits, StateSlots&
                 strprintf("commit_verified: bad commit (sequence %d, %lld tokens, slots %d -> %d)", m.seq,
                           (long long)m.n_tokens, m.from_slot, m.to_slot));
     if (commits.empty() || c.n_gdn_layers() == 0) return Status::ok();
-    ForwardWorkspace& ws = *ws_;
     // Sequence s's rows of a layer are rows [s * tmax, s * tmax + n) of that layer's staging area. Every
     // token's state goes to to_slot (the first one reads from_slot): the last accepted token's state
     // ends there, with the arithmetic of the verify (and of a decode step) that computed it before.
@@ -478,13 +486,13 @@ Status Model::commit_verified(const std::vector<GdnCommit>& commits, StateSlots&
         layers.push_back({slots.verify_rows(gi, 0), ldp, &gs, &params.back()});
         ++gi;
     }
-    ops::gdn_commit(ctx_, layers, ws.sc, opt.bf16_activations && opt.hf_rounding);
+    ops::gdn_commit(ws.ctx, layers, ws.sc, opt.bf16_activations && opt.hf_rounding);
     return Status::ok();
 }
 
-Status Model::mtp_forward(const BatchPlan& plan, const float* hidden, KvCache& kv, const ForwardOptions& opt,
-                          std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
-                          std::vector<float>* hidden_out) const {
+Status Model::mtp_forward(ForwardWorkspace& ws, const BatchPlan& plan, const float* hidden, KvCache& kv,
+                          const ForwardOptions& opt, std::vector<float>* logits,
+                          std::vector<int32_t>* greedy_ids, std::vector<float>* hidden_out) const {
     if (!weights_->mtp) return Status::error("mtp_forward: the model was loaded without its MTP layer");
     const int64_t V = config_.vocab;
     if (kv.n_layers() != config_.n_attention_layers() + 1)
@@ -493,9 +501,9 @@ Status Model::mtp_forward(const BatchPlan& plan, const float* hidden, KvCache& k
         if (t < 0 || t >= V)
             return Status::error(strprintf("token id %d is out of range [0, %lld)", t, (long long)V));
     if (plan.n_tokens() == 0) return Status::ok();
-    spans_of(plan, &ws_->spans);
+    spans_of(plan, &ws.spans);
     PlanAccess access(plan, kv, nullptr);  // the MTP layer has no GDN state
-    run_mtp(plan.token_ids.data(), plan.positions.data(), hidden, plan.logits_rows, access, opt, logits,
+    run_mtp(ws, plan.token_ids.data(), plan.positions.data(), hidden, plan.logits_rows, access, opt, logits,
             greedy_ids, hidden_out);
     return Status::ok();
 }
@@ -512,7 +520,8 @@ Status Model::mtp_forward(SequenceState& st, const int32_t* next_tokens, const f
         if (next_tokens[i] < 0 || next_tokens[i] >= config_.vocab)
             return Status::error(
                 strprintf("token id %d is out of range [0, %d)", next_tokens[i], config_.vocab));
-    ForwardWorkspace& ws = *ws_;
+    if (!st.workspace) st.workspace = new_forward_workspace(ctx_);
+    ForwardWorkspace& ws = *st.workspace;
     ws.spans.assign(1, {0, n, st.mtp_past});
     ws.pos.clear();
     ws.logit_rows.clear();
@@ -522,40 +531,40 @@ Status Model::mtp_forward(SequenceState& st, const int32_t* next_tokens, const f
     }
     std::vector<SequenceInput> one{{&st, next_tokens, n, true}};
     SequenceStateAccess access(one, ws.spans, static_cast<int64_t>(config_.attn_kv_heads) * config_.head_dim);
-    run_mtp(next_tokens, ws.pos.data(), hidden, ws.logit_rows, access, opt, logits, nullptr, hidden_out);
+    run_mtp(ws, next_tokens, ws.pos.data(), hidden, ws.logit_rows, access, opt, logits, nullptr, hidden_out);
     st.mtp_past += n;
     return Status::ok();
 }
 
-void Model::head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt,
-                 std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+void Model::head(ForwardWorkspace& ws, const float* h, const std::vector<int64_t>& rows,
+                 const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
                  const LinearWeight* argmax_head) const {
     const int64_t H = config_.hidden, V = config_.vocab;
     const int64_t R = static_cast<int64_t>(rows.size());
-    float* last = ws_->sc.f32(ctx_, LAST_ROWS, R * H);
+    float* last = ws.sc.f32(ws.ctx, LAST_ROWS, R * H);
     for (int64_t r = 0; r < R; ++r) std::memcpy(last + r * H, h + rows[r] * H, H * sizeof(float));
     if (greedy_ids) {
         const size_t off = greedy_ids->size();
         greedy_ids->resize(off + R);
-        linear_argmax(ctx_, last, R, argmax_head ? *argmax_head : weights_->lm_head_packed,
+        linear_argmax(ws.ctx, last, R, argmax_head ? *argmax_head : weights_->lm_head_packed,
                       greedy_ids->data() + off, opt.bf16_activations);
     } else {
         const size_t off = logits->size();
         logits->resize(off + R * V);
-        linear(ctx_, last, R, weights_->lm_head_packed, logits->data() + off, opt.bf16_activations,
+        linear(ws.ctx, last, R, weights_->lm_head_packed, logits->data() + off, opt.bf16_activations,
                opt.bf16_activations && opt.hf_rounding);
     }
 }
 
-void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows,
-                CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
-                std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const {
+void Model::run(ForwardWorkspace& ws, const int32_t* ids, const int64_t* pos,
+                const std::vector<int64_t>& logit_rows, CacheAccess& cache, const ForwardOptions& opt,
+                std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                std::vector<float>* hidden) const {
     // Decode GEMVs steal claims from descheduled workers; the scope's end waits for those workers.
-    ThreadPool::StealScope steal(ctx_.pool());
+    ThreadPool::StealScope steal(ws.ctx.pool());
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
     const int64_t H = c.hidden;
-    ForwardWorkspace& ws = *ws_;
     int64_t N = 0;
     bool all_decode = true, verify = false;  // profiler tables: decode steps, verifications, the rest
     for (size_t i = 0; i < ws.spans.size(); ++i) {
@@ -565,17 +574,17 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
         verify |= verified;
         all_decode &= s.T == 1 || verified;
     }
-    ProfiledStep step(ctx_.profiler(), all_decode ? verify ? "verify" : "decode" : "prefill");
+    ProfiledStep step(ws.ctx.profiler(), all_decode ? verify ? "verify" : "decode" : "prefill");
     ops::Scratch& sc = ws.sc;
-    ForwardPass fp(ctx_, c, w, opt, ws, cache);
+    ForwardPass fp(ws.ctx, c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;  // rounding outside the matmuls
-    float* x = sc.f32(ctx_, X, N * H);                          // residual stream [N, H]
-    float* hm = sc.f32(ctx_, H_MIX, N * H);                     // mixer input: x normed by input_layernorm
-    float* hf = sc.f32(ctx_, H_FFN, N * H);  // FFN input: x normed by post_attention_layernorm
-    float* mix = sc.f32(ctx_, MIX, N * H);
-    float* ffn = sc.f32(ctx_, FFN, N * H);
-    ops::embedding(ctx_, w.embed, w.embed_packed, ids, N, x, bf16);
-    ops::rms_norm(ctx_, x, N, H, w.layers[0].input_norm, c.rms_eps, hm, bf16);
+    float* x = sc.f32(ws.ctx, X, N * H);                        // residual stream [N, H]
+    float* hm = sc.f32(ws.ctx, H_MIX, N * H);                   // mixer input: x normed by input_layernorm
+    float* hf = sc.f32(ws.ctx, H_FFN, N * H);  // FFN input: x normed by post_attention_layernorm
+    float* mix = sc.f32(ws.ctx, MIX, N * H);
+    float* ffn = sc.f32(ws.ctx, FFN, N * H);
+    ops::embedding(ws.ctx, w.embed, w.embed_packed, ids, N, x, bf16);
+    ops::rms_norm(ws.ctx, x, N, H, w.layers[0].input_norm, c.rms_eps, hm, bf16);
     // After the last layer's mixer only the rows the head reads matter, unless every row's hidden state
     // is returned: that layer's attention queries, output projection and FFN and the final norm run on
     // those rows only (a prompt's last row; none for a prompt chunk that is not its last). Every op's
@@ -595,63 +604,62 @@ void Model::run(const int32_t* ids, const int64_t* pos, const std::vector<int64_
             N = pack_rows(x, H, *out_rows);  // the residual rows that go on, as the mixer's output
             if (N == 0) break;               // no row reaches the head
         }
-        ops::add_rms_norm(ctx_, x, mix, N, H, L.post_norm, c.rms_eps, hf,
+        ops::add_rms_norm(ws.ctx, x, mix, N, H, L.post_norm, c.rms_eps, hf,
                           bf16);  // x += mixer; hf = post norm
         fp.ffn(L, hf, N, ffn);
         // x += FFN; hm = next layer's input norm, or the final norm after the last layer
         const float* next_norm = last ? w.final_norm : w.layers[l + 1].input_norm;
-        ops::add_rms_norm(ctx_, x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
+        ops::add_rms_norm(ws.ctx, x, ffn, N, H, next_norm, c.rms_eps, hm, bf16);
     }
     if (hidden) hidden->insert(hidden->end(), hm, hm + N * H);
-    if (!logit_rows.empty()) head(hm, keep ? first_rows(ws, N) : logit_rows, opt, logits, greedy_ids);
+    if (!logit_rows.empty()) head(ws, hm, keep ? first_rows(ws, N) : logit_rows, opt, logits, greedy_ids);
 }
 
-void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
+void Model::run_mtp(ForwardWorkspace& ws, const int32_t* ids, const int64_t* pos, const float* hidden,
                     const std::vector<int64_t>& logit_rows, CacheAccess& cache, const ForwardOptions& opt,
                     std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
                     std::vector<float>* hidden_out) const {
-    ThreadPool::StealScope steal(ctx_.pool());  // as run()
+    ThreadPool::StealScope steal(ws.ctx.pool());  // as run()
     const ModelConfig& c = config_;
     const ModelWeights& w = *weights_;
     const MtpWeights& m = *w.mtp;
     const int64_t H = c.hidden;
-    ForwardWorkspace& ws = *ws_;
     int64_t N = 0;
     for (const SeqSpan& s : ws.spans) N += s.T;
-    ProfiledStep step(ctx_.profiler(), "mtp draft");
+    ProfiledStep step(ws.ctx.profiler(), "mtp draft");
     ops::Scratch& sc = ws.sc;
-    ForwardPass fp(ctx_, c, w, opt, ws, cache);
+    ForwardPass fp(ws.ctx, c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;
     // u = [RMSNorm1p(e_{t+1}) | RMSNorm1p(h_t)]  [N, 2H], the embedding half first; x = fc(u)  [N, H]
-    float* emb = sc.f32(ctx_, MTP_EMB, N * H);
-    float* en = sc.f32(ctx_, H_FFN, N * H);
-    float* hn = sc.f32(ctx_, MIX, N * H);
-    ops::embedding(ctx_, w.embed, w.embed_packed, ids, N, emb, bf16);
-    ops::rms_norm(ctx_, emb, N, H, m.pre_fc_norm_embedding, c.rms_eps, en, bf16);
-    ops::rms_norm(ctx_, hidden, N, H, m.pre_fc_norm_hidden, c.rms_eps, hn, bf16);
-    float* u = sc.f32(ctx_, MTP_CAT, N * 2 * H);
+    float* emb = sc.f32(ws.ctx, MTP_EMB, N * H);
+    float* en = sc.f32(ws.ctx, H_FFN, N * H);
+    float* hn = sc.f32(ws.ctx, MIX, N * H);
+    ops::embedding(ws.ctx, w.embed, w.embed_packed, ids, N, emb, bf16);
+    ops::rms_norm(ws.ctx, emb, N, H, m.pre_fc_norm_embedding, c.rms_eps, en, bf16);
+    ops::rms_norm(ws.ctx, hidden, N, H, m.pre_fc_norm_hidden, c.rms_eps, hn, bf16);
+    float* u = sc.f32(ws.ctx, MTP_CAT, N * 2 * H);
     for (int64_t t = 0; t < N; ++t) {
         std::memcpy(u + t * 2 * H, en + t * H, H * sizeof(float));
         std::memcpy(u + t * 2 * H + H, hn + t * H, H * sizeof(float));
     }
-    float* x = sc.f32(ctx_, X, N * H);
+    float* x = sc.f32(ws.ctx, X, N * H);
     fp.lin(u, N, m.fc, x);
     // One decoder layer (full attention on the MTP layer's own KV cache: the cache's last layer).
     const LayerWeights& L = m.layer;
-    float* hm = sc.f32(ctx_, H_MIX, N * H);
-    float* hf = sc.f32(ctx_, H_FFN, N * H);
-    float* mix = sc.f32(ctx_, MIX, N * H);
-    float* ffn = sc.f32(ctx_, FFN, N * H);
-    ops::rms_norm(ctx_, x, N, H, L.input_norm, c.rms_eps, hm, bf16);
+    float* hm = sc.f32(ws.ctx, H_MIX, N * H);
+    float* hf = sc.f32(ws.ctx, H_FFN, N * H);
+    float* mix = sc.f32(ws.ctx, MIX, N * H);
+    float* ffn = sc.f32(ws.ctx, FFN, N * H);
+    ops::rms_norm(ws.ctx, x, N, H, L.input_norm, c.rms_eps, hm, bf16);
     // Past its attention mixer the layer runs on the logit rows only (as the main model's last layer;
     // a catch-up row that drafts nothing only writes the layer's K/V).
     const std::vector<int64_t>* keep = rows_to_keep(logit_rows, N);
     fp.attention_block(L, c.n_attention_layers(), hm, N, ws.spans, pos, mix, keep);
     if (keep) N = pack_rows(x, H, *keep);
     if (N > 0) {
-        ops::add_rms_norm(ctx_, x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);
+        ops::add_rms_norm(ws.ctx, x, mix, N, H, L.post_norm, c.rms_eps, hf, bf16);
         fp.ffn(L, hf, N, ffn);
-        ops::add_rms_norm(ctx_, x, ffn, N, H, m.norm, c.rms_eps, hm,
+        ops::add_rms_norm(ws.ctx, x, ffn, N, H, m.norm, c.rms_eps, hm,
                           bf16);  // hm = mtp.norm(x): the draft hidden
     }
     const std::vector<int64_t>& rows = keep ? first_rows(ws, N) : logit_rows;  // hm's rows of the logit rows
@@ -660,7 +668,7 @@ void Model::run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
     // Draft ids come from the quantized copy of the lm_head when there is one (a draft needs no exact
     // argmax: verification decides); logits (the reference checks) from the lm_head itself.
     if (!rows.empty())
-        head(hm, rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
+        head(ws, hm, rows, opt, logits, greedy_ids, m.draft_head.packed.N ? &m.draft_head : nullptr);
 }
 
 }  // namespace gdn

@@ -18,7 +18,6 @@ namespace gdn {
 
 enum class GdnForm { AUTO, RECURRENT, CHUNKED };  // selects the form of the REFERENCE delta rule
 
-struct ForwardWorkspace;
 class CacheAccess;
 class KvCache;
 class StateSlots;
@@ -55,7 +54,8 @@ class Model {
     const ExecContext& context() const { return ctx_; }
     const ModelWeights& weights() const { return *weights_; }
 
-    // Runs the batch, advancing every sequence's state. Appends the requested logits rows to `logits`
+    // Runs the batch, advancing every sequence's state, with the first sequence's workspace. Appends the
+    // requested logits rows to `logits`
     // ([rows, V], in sequence order). Token ids must be in [0, V) (checked: error, state untouched).
     // With greedy_ids, the argmax of each of those rows is appended to *greedy_ids instead (the lm_head
     // computes it directly; the [rows, V] logits are never written and *logits is left alone).
@@ -72,9 +72,9 @@ class Model {
     // nothing is appended to *logits): the vocabulary-sized rows are never materialised.
     // plan.gdn_out_slot sends sequences' per-token GDN states to other slots; plan.gdn_verify (speculative
     // verification) leaves sequences' GDN states unchanged and stages their rows for commit_verified.
-    Status forward(const BatchPlan& plan, KvCache& kv, StateSlots& slots, const ForwardOptions& opt,
-                   std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
-                   std::vector<float>* hidden = nullptr) const;
+    Status forward(ForwardWorkspace& ws, const BatchPlan& plan, KvCache& kv, StateSlots& slots,
+                   const ForwardOptions& opt, std::vector<float>* logits,
+                   std::vector<int32_t>* greedy_ids = nullptr, std::vector<float>* hidden = nullptr) const;
     // After a forward that verified sequences (plan.gdn_verify): each commit takes the first n_tokens
     // tokens of plan sequence `seq` into the GDN state, reading from_slot (the state the verify read) and
     // leaving the state after them in to_slot (from_slot itself: in place). The tokens are rerun from the
@@ -85,7 +85,7 @@ class Model {
         int32_t from_slot, to_slot;
         int64_t n_tokens;
     };
-    Status commit_verified(const std::vector<GdnCommit>& commits, StateSlots& slots,
+    Status commit_verified(ForwardWorkspace& ws, const std::vector<GdnCommit>& commits, StateSlots& slots,
                            const ForwardOptions& opt) const;
 
     // The MTP draft layer (model_spec.md §4.8; loaded with LoadOptions::mtp). Row i of the plan is slot t =
@@ -95,8 +95,9 @@ class Model {
     // Appends the logits (or greedy ids) of plan.logits_rows, which predict token t+2, and, with
     // hidden_out, its output after mtp.norm for those rows ([R, H] in their order: the next recursive
     // step's input). Past the layer's attention only those rows are computed.
-    Status mtp_forward(const BatchPlan& plan, const float* hidden, KvCache& kv, const ForwardOptions& opt,
-                       std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
+    Status mtp_forward(ForwardWorkspace& ws, const BatchPlan& plan, const float* hidden, KvCache& kv,
+                       const ForwardOptions& opt, std::vector<float>* logits,
+                       std::vector<int32_t>* greedy_ids = nullptr,
                        std::vector<float>* hidden_out = nullptr) const;
     // The same over a standalone sequence (its mtp_past slots are in its MTP KV cache): n slots from
     // mtp_past on; logits (and hidden_out) for every row ([n, V]).
@@ -113,22 +114,20 @@ class Model {
 
   private:
     explicit Model(const ExecContext& ctx);
-    void run(const int32_t* ids, const int64_t* pos, const std::vector<int64_t>& logit_rows,
-             CacheAccess& cache, const ForwardOptions& opt, std::vector<float>* logits,
-             std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const;
-    void run_mtp(const int32_t* ids, const int64_t* pos, const float* hidden,
+    void run(ForwardWorkspace& ws, const int32_t* ids, const int64_t* pos,
+             const std::vector<int64_t>& logit_rows, CacheAccess& cache, const ForwardOptions& opt,
+             std::vector<float>* logits, std::vector<int32_t>* greedy_ids, std::vector<float>* hidden) const;
+    void run_mtp(ForwardWorkspace& ws, const int32_t* ids, const int64_t* pos, const float* hidden,
                  const std::vector<int64_t>& logit_rows, CacheAccess& cache, const ForwardOptions& opt,
                  std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
                  std::vector<float>* hidden_out) const;
     // The lm_head over the rows `rows` of h [*, H]: logits or greedy ids appended.
-    void head(const float* h, const std::vector<int64_t>& rows, const ForwardOptions& opt,
-              std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+    void head(ForwardWorkspace& ws, const float* h, const std::vector<int64_t>& rows,
+              const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
               const LinearWeight* argmax_head = nullptr) const;
     ExecContext ctx_;
     ModelConfig config_;
     std::unique_ptr<ModelWeights> weights_;
-    // Buffers reused across forward calls. One forward at a time per Model (the engine thread).
-    std::unique_ptr<ForwardWorkspace> ws_;
 };
 
 }  // namespace gdn

@@ -9,6 +9,7 @@
 #include "core/buffer.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/forward_workspace.h"
 
 namespace gdn {
 
@@ -30,6 +31,9 @@ struct SequenceState {
     // mtp: one more attention layer's K/V (the last entry), for the MTP draft layer's slots.
     explicit SequenceState(const ModelConfig& c, DType kv_dtype = DType::F32, bool mtp = false);
     int64_t mtp_past = 0;  // MTP slots in the MTP KV cache (Model::mtp_forward)
+    // The buffers of the standalone forwards this sequence leads (Model::forward of a batch uses its first
+    // sequence's; made on first use).
+    ForwardWorkspacePtr workspace;
     // Per GDN layer gi (in layer order): conv [K-1, CD] (last K-1 raw inputs, oldest first) and the
     // recurrent state [Hv, Dk, Dv] in f32 (the spec's S per value head, values contiguous). All layers'
     // states are one huge-page Buffer, like the engine's state slots: a decode step streams each layer's
