@@ -241,6 +241,24 @@ TEST_F(Hostile, ClientErrorsAre400) {
     EXPECT_EQ(metric("gdn_requests_rejected_total"), 0.0);
 }
 
+// An assistant turn may leave out `content` (OpenAI: a turn that only calls tools): it is null, and the
+// template renders it; a user turn without content is a 400 that names it (issue 53, finding 4).
+TEST_F(Hostile, AssistantTurnsWithoutContent) {
+    const std::string call =
+        R"({"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}})";
+    RawResponse r = post("/v1/chat/completions",
+                         R"({"max_tokens":2,"messages":[{"role":"user","content":"weather?"},)"
+                         R"({"role":"assistant","tool_calls":[)" +
+                             call + R"(]},{"role":"tool","tool_call_id":"c1","content":"sunny"}]})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    r = post("/v1/chat/completions", R"({"max_tokens":2,"messages":[{"role":"user","content":"hi"},)"
+                                     R"({"role":"assistant"},{"role":"user","content":"again"}]})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    expect_api_error(post("/v1/chat/completions", R"({"max_tokens":2,"messages":[{"role":"user"}]})"), 400,
+                     "messages[0].content is required");
+    expect_idle_and_alive();
+}
+
 // 5. A non-streaming request whose client leaves is aborted, not run to completion.
 TEST_F(Hostile, NonStreamingRequestsAbortWhenTheClientLeaves) {
     const double aborted0 = metric("gdn_requests_aborted_total");
@@ -401,6 +419,35 @@ TEST_F(Hostile, ProtocolDetails) {
     expect_api_error(raw_request(port(), "GARBAGE\r\n\r\n"), 400, "malformed request line");
     expect_api_error(raw_request(port(), "GET /nope HTTP/1.1\r\n\r\n"), 404, "no such endpoint");
     expect_api_error(raw_request(port(), "DELETE /health HTTP/1.1\r\n\r\n"), 405, "not allowed");
+    // HEAD answers the GET route's head (an error's too) without a body; OPTIONS lists the methods
+    // (issue 53, finding 8).
+    auto head_of = [&](const std::string& path) {
+        const int fd = raw_connect(port());
+        std::string all;
+        if (fd < 0 || !raw_send(fd, "HEAD " + path + " HTTP/1.1\r\nConnection: close\r\n" + kAuth + "\r\n"))
+            return all;
+        while (raw_recv_some(fd, &all, 5.0)) {
+        }
+        ::close(fd);
+        return all;
+    };
+    for (const char* path : {"/health", "/v1/models"}) {
+        const std::string all = head_of(path);
+        EXPECT_EQ(all.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << all;
+        EXPECT_NE(all.find("Content-Length: "), std::string::npos) << all;
+        EXPECT_EQ(all.find("Content-Length: 0\r\n"), std::string::npos) << all;  // the GET body's length
+        EXPECT_EQ(all.size(), all.find("\r\n\r\n") + 4) << "a body followed the head: " << all;
+    }
+    const std::string refused = head_of("/v1/chat/completions");
+    EXPECT_EQ(refused.rfind("HTTP/1.1 405 ", 0), 0u) << refused;
+    EXPECT_NE(refused.find("Allow: POST, OPTIONS\r\n"), std::string::npos) << refused;
+    EXPECT_EQ(refused.size(), refused.find("\r\n\r\n") + 4) << refused;
+    RawResponse opt = raw_request(port(), "OPTIONS /health HTTP/1.1\r\n\r\n");
+    EXPECT_EQ(opt.status, 204);
+    EXPECT_EQ(opt.headers["allow"], "GET, HEAD, OPTIONS");
+    opt = raw_request(port(), "OPTIONS /v1/chat/completions HTTP/1.1\r\n\r\n");
+    EXPECT_EQ(opt.status, 204);
+    EXPECT_EQ(opt.headers["allow"], "POST, OPTIONS");
     expect_api_error(raw_request(port(), "POST /tokenize HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n"), 501,
                      "Transfer-Encoding");
     expect_api_error(

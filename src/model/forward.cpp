@@ -374,6 +374,15 @@ void ForwardPass::ffn(const LayerWeights& L, const float* h, int64_t N, float* o
 Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt,
                       std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
                       std::vector<float>* hidden) const {
+    if (batch.empty() || !batch[0].state)
+        return forward(*new_forward_workspace(ctx_), batch, opt, logits, greedy_ids, hidden);
+    if (!batch[0].state->workspace) batch[0].state->workspace = new_forward_workspace(ctx_);
+    return forward(*batch[0].state->workspace, batch, opt, logits, greedy_ids, hidden);
+}
+
+Status Model::forward(ForwardWorkspace& ws, const std::vector<SequenceInput>& batch,
+                      const ForwardOptions& opt, std::vector<float>* logits, std::vector<int32_t>* greedy_ids,
+                      std::vector<float>* hidden) const {
     const int64_t V = config_.vocab;
     // Validate everything before touching any state.
     for (const auto& s : batch) {
@@ -390,8 +399,6 @@ Status Model::forward(const std::vector<SequenceInput>& batch, const ForwardOpti
             return Status::error("forward: a bf16 KV cache holds K/V exactly only with bf16 activations");
     }
     if (batch.empty()) return Status::ok();
-    if (!batch[0].state->workspace) batch[0].state->workspace = new_forward_workspace(ctx_);
-    ForwardWorkspace& ws = *batch[0].state->workspace;
     ws.ids.clear();
     ws.pos.clear();
     ws.spans.clear();

@@ -64,6 +64,11 @@ class Model {
     Status forward(const std::vector<SequenceInput>& batch, const ForwardOptions& opt,
                    std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
                    std::vector<float>* hidden = nullptr) const;
+    // The same with a workspace of the caller's (a benchmark reuses one warm workspace across fresh states:
+    // the first forward on a new workspace touches its buffers).
+    Status forward(ForwardWorkspace& ws, const std::vector<SequenceInput>& batch, const ForwardOptions& opt,
+                   std::vector<float>* logits, std::vector<int32_t>* greedy_ids = nullptr,
+                   std::vector<float>* hidden = nullptr) const;
 
     // The engine's forward: a host-built plan over the paged KV cache and the GDN state slots. Appends
     // the logits of plan.logits_rows. Token ids are validated; everything else is trusted (built by the

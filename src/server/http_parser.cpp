@@ -279,6 +279,8 @@ const char* http_reason(int status) {
             return "Continue";
         case 200:
             return "OK";
+        case 204:
+            return "No Content";
         case 400:
             return "Bad Request";
         case 401:

@@ -84,7 +84,8 @@ struct Conn {
     bool close_after_write = false;
     bool peer_closed = false;
     bool reading_paused = false;
-    bool parsing = false;  // inside process_input (a response completed inline must not re-enter it)
+    bool parsing = false;    // inside process_input (a response completed inline must not re-enter it)
+    bool head_only = false;  // the current request is a HEAD: its response goes without the body
     std::shared_ptr<Deferred> deferred;
     double t_request = 0;  // first byte of the current request
     double t_idle = 0;     // when the connection became idle (accept, or the last response done)
@@ -113,7 +114,7 @@ std::string head_text(const HttpResponse& r, bool keep_alive, size_t content_len
     for (const auto& [k, v] : r.headers) h += k + ": " + v + "\r\n";
     if (r.chunked)
         h += "Transfer-Encoding: chunked\r\n";
-    else
+    else if (r.status != 204)  // RFC 9110 8.6: a 204 carries no Content-Length
         h += "Content-Length: " + std::to_string(content_length) + "\r\n";
     h += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
     return h;
@@ -364,6 +365,7 @@ void HttpServer::Impl::send_response(Conn& c, const HttpResponse& r) {
     if (stopping) c.keep_alive = false;
     if (c.pending() == 0) c.t_write = now_seconds();
     c.out += head_text(r, c.keep_alive, r.body.size());
+    if (c.head_only) return;  // RFC 9110 9.3.2: the GET response's head, no body
     if (r.chunked)
         append_chunk(&c.out, r.body);
     else
@@ -383,6 +385,7 @@ void HttpServer::Impl::send_error(Conn& c, int status, const std::string& msg) {
 }
 
 void HttpServer::Impl::response_done(Conn& c) {
+    c.head_only = false;
     c.deferred.reset();
     release_held(c);
     if (!c.keep_alive || stopping) {
@@ -419,7 +422,7 @@ void HttpServer::Impl::poll_deferred(Conn& c) {
         std::optional<HttpResponse> h = c.deferred->head();
         if (!h) return;
         send_response(c, *h);
-        if (!h->chunked) return response_done(c);
+        if (!h->chunked || c.head_only) return response_done(c);
         c.state = ConnState::STREAMING;
     }
     if (c.state != ConnState::STREAMING) return;
@@ -439,13 +442,28 @@ void HttpServer::Impl::poll_deferred(Conn& c) {
 
 void HttpServer::Impl::dispatch(Conn& c, HttpRequest req) {
     c.keep_alive = req.keep_alive;
+    // HEAD runs the path's GET route and answers its head only; OPTIONS answers which methods the path
+    // takes (RFC 9110 9.3.2, 9.3.7).
+    const bool head = req.method == "HEAD";
     const Route* found = nullptr;
     std::string allow;
+    bool has_get = false;
     for (const Route& r : routes) {
         if (r.path != req.path) continue;
-        if (r.method == req.method) found = &r;
+        if (r.method == req.method || (head && r.method == "GET")) found = &r;
+        has_get |= r.method == "GET";
         allow += (allow.empty() ? "" : ", ") + r.method;
     }
+    if (!allow.empty()) allow += std::string(has_get ? ", HEAD" : "") + ", OPTIONS";
+    if (!found && req.method == "OPTIONS" && !allow.empty()) {
+        HttpResponse r;
+        r.status = 204;
+        r.content_type.clear();
+        r.headers.emplace_back("Allow", allow);
+        send_response(c, r);
+        return response_done(c);
+    }
+    c.head_only = head;  // its answer, an error too, goes without a body
     if (!found) {
         if (allow.empty())
             return send_response(c, error_response(404, "no such endpoint: " + req.path)), response_done(c);

@@ -52,6 +52,11 @@ Status validate_messages(const Json& messages) {
         if (m.contains("content") && !m["content"].is_string() && !m["content"].is_null() &&
             !m["content"].is_array())
             return Status::error(strprintf("messages[%zu].content must be a string or a list of parts", i));
+        // OpenAI's assistant turns may leave content out (a turn that only calls tools): it is null. Every
+        // other role must say something.
+        if (!m.contains("content") && role != "assistant")
+            return Status::error(
+                strprintf("messages[%zu].content is required for role '%s'", i, role.c_str()));
         if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
             if (!tc->is_array())
                 return Status::error(strprintf("messages[%zu].tool_calls must be a list", i));
@@ -77,9 +82,9 @@ Result<std::string> ChatTemplate::render(const ChatRequest& req) const {
     // Content given as a list of parts is flattened to its text parts (text-only engine).
     Json messages = req.messages;
     for (Json& m : messages) {
-        // OpenAI clients send an assistant turn that only calls tools with content null; templates test
-        // `"</think>" in message.content`, which fails on none (vLLM renders it as "" too).
-        if (auto c = m.find("content"); c != m.end() && c->is_null()) *c = "";
+        // OpenAI clients send an assistant turn that only calls tools with content null or without it;
+        // templates test `"</think>" in message.content`, which fails on none (vLLM renders it as "" too).
+        if (auto c = m.find("content"); c == m.end() || c->is_null()) m["content"] = "";
         if (m.contains("content") && m["content"].is_array()) {
             std::string text;
             for (const Json& part : m["content"]) {

@@ -248,23 +248,25 @@ Samples measure(const BenchSetup& s, const Model& m, const Traffic& t) {
     for (auto& x : context) x = static_cast<int32_t>(rng() % V);
     std::vector<float> logits;
     logits.reserve(V * 2);
+    // One workspace for every forward: each test starts from a fresh state, not from cold buffers.
+    const ForwardWorkspacePtr ws = new_forward_workspace(m.context());
     // The --depth context, prefilled (not timed) into a fresh state before each test.
     auto state_at_depth = [&](int64_t extra) {
         SequenceState st = m.new_state(s.kv_dtype);
         st.reserve(s.depth + extra + 1);
-        if (s.depth > 0) m.forward({{&st, context.data(), s.depth, false}}, fo, &logits);
+        if (s.depth > 0) m.forward(*ws, {{&st, context.data(), s.depth, false}}, fo, &logits);
         return st;
     };
     // Warm-up: one full-size prefill and a few decode steps (page in weights, grow and touch buffers).
     {
         SequenceState st = m.new_state(s.kv_dtype);
-        m.forward({{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits);
+        m.forward(*ws, {{&st, prompt.data(), static_cast<int64_t>(prompt.size()), false}}, fo, &logits);
         std::vector<int32_t> next;
         next.reserve(2);
         for (int i = 0; i < 3; ++i) {
             int32_t tok = 1;
             next.clear();
-            m.forward({{&st, &tok, 1, false}}, fo, &logits, &next);
+            m.forward(*ws, {{&st, &tok, 1, false}}, fo, &logits, &next);
         }
     }
     std::unique_ptr<ReadBandwidthProbe> probe, weights_probe;
@@ -279,7 +281,7 @@ Samples measure(const BenchSetup& s, const Model& m, const Traffic& t) {
             SequenceState st = state_at_depth(s.pp);
             logits.clear();
             const double t0 = now_seconds();
-            m.forward({{&st, prompt.data(), s.pp, false}}, fo, &logits);
+            m.forward(*ws, {{&st, prompt.data(), s.pp, false}}, fo, &logits);
             out.pp_tps.push_back(s.pp / (now_seconds() - t0));
         }
         if (s.tg == 0) continue;
@@ -298,7 +300,7 @@ Samples measure(const BenchSetup& s, const Model& m, const Traffic& t) {
             for (long long i = 0; i < n; ++i) {
                 const int32_t tok = next.back();
                 next.clear();
-                m.forward({{&st, &tok, 1, false}}, fo, &logits, &next);
+                m.forward(*ws, {{&st, &tok, 1, false}}, fo, &logits, &next);
             }
             gen_s += now_seconds() - t0;
             if (!probe) continue;

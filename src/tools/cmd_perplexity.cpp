@@ -116,6 +116,7 @@ int cmd_perplexity(int argc, char** argv) {
     }
     perplexity::Accumulator acc;
     std::vector<float> logits, logp(V), base(V);
+    const ForwardWorkspacePtr ws = new_forward_workspace(m.context());  // one for every window
     const auto t0 = std::chrono::steady_clock::now();
     for (int64_t w0 = 0; w0 < n_windows; w0 += B) {
         const int64_t nb = std::min(B, n_windows - w0);
@@ -146,7 +147,7 @@ int cmd_perplexity(int argc, char** argv) {
             return Status::ok();
         };
         logits.clear();
-        if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
+        if (Status s = m.forward(*ws, batch_in, fo, &logits); !s) return fail(s.message(), 1);
         if (!decode) {
             for (int64_t b = 0; b < nb; ++b)
                 for (int64_t j = first; j < C - 1; ++j)
@@ -159,7 +160,7 @@ int cmd_perplexity(int argc, char** argv) {
                 for (int64_t b = 0; b < nb; ++b)
                     batch_in[b] = {&states[b], tokens.data() + (w0 + b) * C + j, 1, false};
                 logits.clear();
-                if (Status s = m.forward(batch_in, fo, &logits); !s) return fail(s.message(), 1);
+                if (Status s = m.forward(*ws, batch_in, fo, &logits); !s) return fail(s.message(), 1);
                 for (int64_t b = 0; b < nb; ++b)
                     std::copy_n(logits.data() + b * V, V, rows.data() + (b * per_window + j - first) * V);
             }

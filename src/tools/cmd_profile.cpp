@@ -70,9 +70,10 @@ int cmd_profile(int argc, char** argv) {
     for (auto& p : prompts)
         for (auto& t : p) t = static_cast<int32_t>(rng() % m.config().vocab);
     std::vector<float> logits;
+    const ForwardWorkspacePtr ws = new_forward_workspace(m.context());  // one for all, warmed first
     {  // warm-up, not profiled: a full-size prefill touches every buffer once
         SequenceState st = m.new_state(kv_dtype);
-        m.forward({{&st, prompts[0].data(), *plen, false}}, fo, &logits);
+        m.forward(*ws, {{&st, prompts[0].data(), *plen, false}}, fo, &logits);
     }
     Profiler& prof = Profiler::get();
     prof.clear();
@@ -87,7 +88,7 @@ int cmd_profile(int argc, char** argv) {
     }
     // Decode greedily as the engine does: the lm_head returns the argmax, no logits row is written.
     std::vector<int32_t> next, tokens;
-    if (Status st = m.forward(prefill, fo, &logits, &next); !st) {
+    if (Status st = m.forward(*ws, prefill, fo, &logits, &next); !st) {
         std::fprintf(stderr, "gdn profile: %s\n", st.message().c_str());
         return 1;
     }
@@ -96,7 +97,7 @@ int cmd_profile(int argc, char** argv) {
         next.clear();
         std::vector<SequenceInput> step;
         for (int s = 0; s < n_seq; ++s) step.push_back({&states[s], &tokens[s], 1, false});
-        if (Status st = m.forward(step, fo, &logits, &next); !st) {
+        if (Status st = m.forward(*ws, step, fo, &logits, &next); !st) {
             std::fprintf(stderr, "gdn profile: %s\n", st.message().c_str());
             return 1;
         }
