@@ -23,7 +23,6 @@ constexpr int kDefaultCompletionTokens = 16;  // /v1/completions without max_tok
 // Bounds on what one request may ask the engine to check at every generated token.
 constexpr size_t kMaxStopStrings = 64, kMaxStopBytes = 4096, kMaxStopTokenIds = 1024;
 constexpr int64_t kMaxLogprobs = 20;
-constexpr size_t kMaxLogitBias = 1024;
 constexpr int64_t kMaxSamples = 16;  // n: each sample holds a sequence slot
 
 std::string got(const Json& v) {

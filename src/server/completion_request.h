@@ -28,6 +28,13 @@ struct ApiError {
     Json to_json() const;
 };
 
+// The most logit_bias entries a request may carry.
+inline constexpr size_t kMaxLogitBias = 1024;
+// How many members one object of a request body may hold (util/json_file.h: parsing stays linear in the
+// body): logit_bias up to kMaxLogitBias, every other object up to 512 (JSON schemas' properties and
+// $defs included).
+inline const JsonObjectLimits kRequestObjectLimits{512, {{"logit_bias", kMaxLogitBias}}};
+
 struct RequestLimits {
     std::string served_model_name;
     int32_t vocab = 0;  // the tokenizer's ids: [0, vocab)

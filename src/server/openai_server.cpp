@@ -244,7 +244,7 @@ namespace {
 
 // The body as a JSON object, or the error to answer.
 std::optional<ApiError> parse_body(const HttpRequest& req, Json* out) {
-    auto parsed = parse_json(req.body, "request body");
+    auto parsed = parse_json_limited(req.body, "request body", kRequestObjectLimits);
     if (!parsed) return ApiError::invalid(parsed.message());
     if (!parsed->is_object()) return ApiError::invalid("the request body must be a JSON object");
     *out = std::move(*parsed);

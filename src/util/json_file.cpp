@@ -95,6 +95,62 @@ Result<Json> parse_json(const std::string& text, const std::string& what, int ma
     return parse_as<Json>(text, what, max_depth);
 }
 
+Result<Json> parse_json_limited(const std::string& text, const std::string& what,
+                                const JsonObjectLimits& limits, int max_depth) {
+    if (const size_t at = too_deep_at(text, max_depth); at != std::string::npos)
+        return Status::error(
+            strprintf("%s: JSON nested deeper than %d levels (at byte %zu)", what.c_str(), max_depth, at));
+    // Per nesting level (the parser's depth, bounded by the scan above): the key last read there, and the
+    // members counted of the object open there with their limit and its key.
+    struct Level {
+        std::string last_key, name;
+        size_t members = 0, limit = 0;
+    };
+    std::vector<Level> at(static_cast<size_t>(max_depth) + 2);
+    std::string error;
+    auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+        const size_t d = static_cast<size_t>(depth);
+        switch (event) {
+            case Json::parse_event_t::object_start: {  // the object's members are at depth + 1
+                Level& inner = at[d + 1];
+                inner.name = at[d].last_key;
+                inner.members = 0;
+                inner.limit = limits.max_members;
+                for (const auto& [key, limit] : limits.by_key)
+                    if (key == inner.name) inner.limit = limit;
+                inner.last_key.clear();
+                return true;
+            }
+            case Json::parse_event_t::array_start:  // its elements have no key
+                at[d + 1].last_key.clear();
+                return true;
+            case Json::parse_event_t::key: {
+                Level& level = at[d];
+                level.last_key = parsed.get<std::string>();
+                if (++level.members <= level.limit) return true;
+                if (error.empty())
+                    error = level.name.empty()
+                                ? strprintf("a JSON object has more than %zu members", level.limit)
+                                : strprintf("'%s' has more than %zu members", printable(level.name).c_str(),
+                                            level.limit);
+                return false;  // dropped unread: no insertion, so no quadratic work
+            }
+            default:
+                return true;
+        }
+    };
+    try {
+        Json j = Json::parse(text, callback);
+        if (!error.empty()) return Status::error(what + ": " + error);
+        return j;
+    } catch (const Json::parse_error& e) {
+        return Status::error(strprintf("%s: malformed JSON at byte %zu: %s", what.c_str(),
+                                       static_cast<size_t>(e.byte), printable(e.what()).c_str()));
+    } catch (const Json::exception& e) {  // out_of_range: a number too large for a double (1e400)
+        return Status::error(strprintf("%s: invalid JSON: %s", what.c_str(), printable(e.what()).c_str()));
+    }
+}
+
 Result<SortedJson> parse_json_sorted(const std::string& text, const std::string& what, int max_depth) {
     return parse_as<SortedJson>(text, what, max_depth);
 }

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/status.h"
 
@@ -27,6 +29,17 @@ Result<std::string> read_text_file(const std::string& path);
 // value, never an exception: nesting deeper than max_depth, numbers out of range (1e400), invalid
 // UTF-8 (the message shows such bytes escaped, so it is valid UTF-8 itself).
 Result<Json> parse_json(const std::string& text, const std::string& what, int max_depth = kMaxJsonDepth);
+// How many members one object of an untrusted document (a request body) may hold: `max_members`, or the
+// limit `by_key` gives an object under that key (logit_bias). Objects keep their key order, and an
+// ordered object finds a key in time linear in its size: without a cap one object of n members costs n^2
+// (docs/perf.md, behind the constants: util/json_file.h). The cap keeps parsing linear in the body:
+// members past it are dropped as they are read, and the parse fails naming the object and the limit.
+struct JsonObjectLimits {
+    size_t max_members = 256;
+    std::vector<std::pair<std::string, size_t>> by_key;
+};
+Result<Json> parse_json_limited(const std::string& text, const std::string& what,
+                                const JsonObjectLimits& limits, int max_depth = kMaxJsonDepth);
 // Serialises for a client or a log: invalid UTF-8 in strings is replaced by U+FFFD instead of throwing.
 std::string to_json_text(const Json& j);
 // `s` with every byte outside printable ASCII written as \xNN (safe inside any message).
