@@ -259,6 +259,21 @@ TEST_F(Hostile, AssistantTurnsWithoutContent) {
     expect_idle_and_alive();
 }
 
+// A response_format schema that admits no finite document is a 400, not a 200 of whitespace (issue 53,
+// finding 3).
+TEST_F(Hostile, SelfReferencingSchemasAre400) {
+    for (const char* schema :
+         {R"({"$ref":"#"})",
+          R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"})
+        expect_api_error(
+            post("/v1/chat/completions",
+                 std::string(R"({"max_tokens":8,"messages":[{"role":"user","content":"hi"}],)") +
+                     R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)" +
+                     schema + "}}}"),
+            400, "admits no finite JSON document");
+    expect_idle_and_alive();
+}
+
 // A request object with a huge number of members is refused in time linear in the body (issue 53, finding
 // 2): 100k logit_bias entries took 14 s of a core before their count was checked (ordered JSON objects
 // insert in time linear in their size), as did any large object. The bound here is ~5x the time the

@@ -161,6 +161,30 @@ TEST(SchemaGrammar, UnsupportedKeywordsAreErrorsNamingThePath) {
     EXPECT_NE(g.message().find("#/properties/d: 'format'"), std::string::npos) << g.message();
 }
 
+// A schema that admits no finite document is an error, not a grammar that generates whitespace forever
+// (issue 53, finding 3); an optional branch that could never end is dropped, so a parse never enters it.
+TEST(SchemaGrammar, SchemasWithoutAFiniteDocumentAreErrors) {
+    for (const char* s :
+         {R"({"$ref": "#"})",
+          R"({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})",
+          R"({"type": "object", "properties": {"a": {"$ref": "#"}}, "required": ["a"]})",
+          R"({"type": "array", "items": {"$ref": "#"}, "minItems": 1})"}) {
+        auto g = json_schema_grammar(Json::parse(s));
+        ASSERT_FALSE(g.is_ok()) << s;
+        EXPECT_NE(g.message().find("admits no finite JSON document"), std::string::npos) << g.message();
+    }
+    // "a" may be left out, and a present "a" could never end: only {} remains.
+    auto g = compile(R"({"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}})");
+    ASSERT_TRUE(g);
+    EXPECT_TRUE(accepts(*g, "{}"));
+    GrammarState st(g.get());
+    EXPECT_FALSE(st.advance_bytes(R"({"a")"));
+    // Recursion with a way out stays: a list of lists, ended by [].
+    auto nested = compile(R"({"type": "array", "items": {"$ref": "#"}})");
+    ASSERT_TRUE(nested);
+    EXPECT_TRUE(accepts(*nested, "[[], [[]]]"));
+}
+
 TEST(RegexGrammar, MatchesLikeARegexEngine) {
     struct Case {
         const char* re;

@@ -28,6 +28,28 @@ void Grammar::add_alt(int32_t rule, Seq seq) {
     alts_[rule].push_back(std::move(seq));
 }
 
+bool Grammar::prune_unproductive() {
+    // Productive rules by a fixed point: a rule is productive once one of its alternatives holds only
+    // byte classes and productive rules. Linear passes until nothing changes (rules x passes).
+    std::vector<char> productive(alts_.size(), 0);
+    auto alt_productive = [&](const Seq& s) {
+        return std::all_of(s.begin(), s.end(),
+                           [&](const GrammarItem& it) { return it.rule < 0 || productive[it.rule]; });
+    };
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < alts_.size(); ++r)
+            if (!productive[r] && std::any_of(alts_[r].begin(), alts_[r].end(), alt_productive)) {
+                productive[r] = 1;
+                changed = true;
+            }
+    }
+    for (auto& alts : alts_)
+        alts.erase(std::remove_if(alts.begin(), alts.end(), [&](const Seq& s) { return !alt_productive(s); }),
+                   alts.end());
+    return productive[root()];
+}
+
 int32_t Grammar::repeat(int32_t x, int64_t min, int64_t max, const char* name) {
     int32_t tail = new_rule(name);
     if (max < 0) {

@@ -60,6 +60,11 @@ class Grammar {
         return s;
     }
 
+    // Drops every alternative that can derive no finite byte string (it refers, directly or not, only to
+    // itself: a schema's `$ref` cycle with no way out), so a parse never enters a dead end. False when
+    // the root itself derives nothing finite: the grammar admits no document.
+    bool prune_unproductive();
+
     int32_t root() const { return 0; }
     size_t rules() const { return alts_.size(); }
     const std::vector<Seq>& alts(int32_t rule) const { return alts_[rule]; }

@@ -376,6 +376,8 @@ Result<std::shared_ptr<const Grammar>> json_schema_grammar(const Json& schema) {
     Compiler c(&schema);
     GDN_ASSIGN_OR_RETURN(int32_t v, c.value(schema, "#", 0));
     c.set_root(v);
+    if (!c.g.prune_unproductive())
+        return Status::error("#: the schema admits no finite JSON document (a $ref cycle with no way out)");
     return std::shared_ptr<const Grammar>(std::make_shared<Grammar>(std::move(c.g)));
 }
 
@@ -483,6 +485,9 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolS
         root.push_back(Compiler::ref(c.repeat(more, 0, -1, "calls")));
     }
     g.add_alt(g.root(), std::move(root));
+    if (!g.prune_unproductive())
+        return Status::error(
+            "tools: no tool's parameters admit a finite JSON document (a $ref cycle with no way out)");
     return std::shared_ptr<const Grammar>(std::make_shared<Grammar>(std::move(g)));
 }
 
