@@ -4,6 +4,8 @@
 // and, at the end of every test, that the server is alive with every KV block and state slot free.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <thread>
@@ -271,6 +273,36 @@ TEST_F(Hostile, SelfReferencingSchemasAre400) {
                      R"("response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)" +
                      schema + "}}}"),
             400, "admits no finite JSON document");
+    expect_idle_and_alive();
+}
+
+// The resident memory of this process (the server runs in it), in MiB.
+double rss_mib() {
+    std::ifstream f("/proc/self/statm");
+    long pages = 0, resident = 0;
+    f >> pages >> resident;
+    return resident * (sysconf(_SC_PAGESIZE) / 1048576.0);
+}
+
+// A small schema that compiles to gigabytes is refused once its grammar passes the budget (issue 53,
+// finding 1: 30 x 30 x 30 nested anyOf leaves of maxLength 1000 grew the server from 575 MB to 6.3 GB).
+TEST_F(Hostile, SchemasThatCompileToGigabytesAreRefused) {
+    std::string leaf = R"({"type":"string","maxLength":1000})", l1 = R"({"anyOf":[)", l2 = l1, l3 = l1;
+    for (int i = 0; i < 30; ++i) l1 += (i ? "," : "") + leaf + R"(,{"type":"integer"})";
+    l1 += "]}";
+    for (int i = 0; i < 30; ++i) l2 += (i ? "," : "") + l1;
+    l2 += "]}";
+    for (int i = 0; i < 30; ++i) l3 += (i ? "," : "") + l2;
+    l3 += "]}";
+    ASSERT_GT(l3.size(), size_t{1} << 20);  // 54k leaves
+    const double rss0 = rss_mib(), t0 = now_seconds();
+    expect_api_error(post("/v1/chat/completions",
+                          R"({"max_tokens":8,"messages":[{"role":"user","content":"hi"}],"response_format":)"
+                          R"({"type":"json_schema","json_schema":{"name":"x","schema":)" +
+                              l3 + "}}}"),
+                     400, "MiB of grammar (the limit)");
+    EXPECT_LT(now_seconds() - t0, 10.0);
+    EXPECT_LT(rss_mib() - rss0, 512.0);  // the 64 MiB budget and the request's own JSON, not gigabytes
     expect_idle_and_alive();
 }
 

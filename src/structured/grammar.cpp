@@ -19,12 +19,14 @@ Grammar::Grammar() {
 }
 
 int32_t Grammar::new_rule(std::string name) {
+    bytes_ += sizeof(std::vector<Seq>) + sizeof(std::string) + name.size();
     alts_.emplace_back();
     names_.push_back(std::move(name));
     return static_cast<int32_t>(alts_.size() - 1);
 }
 
 void Grammar::add_alt(int32_t rule, Seq seq) {
+    bytes_ += sizeof(Seq) + seq.size() * sizeof(GrammarItem);
     alts_[rule].push_back(std::move(seq));
 }
 
@@ -56,8 +58,8 @@ int32_t Grammar::repeat(int32_t x, int64_t min, int64_t max, const char* name) {
         add_alt(tail, {ref(x), ref(tail)});
         add_alt(tail, {});
     } else {
-        add_alt(tail, {});  // x{0,0}
-        for (int64_t k = 0; k < max - min; ++k) {
+        add_alt(tail, {});                                           // x{0,0}
+        for (int64_t k = 0; k < max - min && !over_budget(); ++k) {  // over budget: the caller refuses it
             const int32_t t = new_rule(name);
             add_alt(t, {ref(x), ref(tail)});
             add_alt(t, {});
@@ -65,6 +67,10 @@ int32_t Grammar::repeat(int32_t x, int64_t min, int64_t max, const char* name) {
         }
     }
     Seq s;
+    if (static_cast<uint64_t>(min) * sizeof(GrammarItem) > budget_ - std::min(bytes_, budget_)) {
+        bytes_ = budget_ == SIZE_MAX ? bytes_ : budget_ + 1;  // refused by the caller; nothing allocated
+        min = 0;
+    }
     for (int64_t k = 0; k < min; ++k) s.push_back(ref(x));
     s.push_back(ref(tail));
     const int32_t r = new_rule(name);

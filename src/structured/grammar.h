@@ -10,12 +10,17 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace gdn {
+
+// The most memory one compiled structure's grammar may take (Grammar::bytes): past it the compilers
+// (JSON schema, tool calls, regex) stop and return an error that names the limit.
+inline constexpr size_t kMaxGrammarBytes = size_t{64} << 20;
 
 struct ByteClass {
     std::array<uint64_t, 4> bits{};
@@ -45,6 +50,13 @@ class Grammar {
     Grammar();
     int32_t new_rule(std::string name);
     void add_alt(int32_t rule, Seq seq);
+    // The memory the rules take (approximately: containers and items), and a budget for it: the
+    // compilers stop and refuse a structure that grows past it (a small schema can ask for gigabytes:
+    // every bounded repetition is a chain of rules). repeat() stops early once over.
+    size_t bytes() const { return bytes_; }
+    void set_budget(size_t bytes) { budget_ = bytes; }
+    size_t budget() const { return budget_; }
+    bool over_budget() const { return bytes_ > budget_; }
     // The rules of a JSON string's character loop (body := char body | '"'): token_mask.cpp's fast path.
     void set_string_rules(int32_t body, int32_t chr) { string_body_rule_ = body, string_char_rule_ = chr; }
 
@@ -80,6 +92,7 @@ class Grammar {
   private:
     std::vector<std::vector<Seq>> alts_;
     std::vector<std::string> names_;
+    size_t bytes_ = 0, budget_ = SIZE_MAX;
     int32_t string_body_rule_ = -1, string_char_rule_ = -1, text_rule_ = -1;
 };
 

@@ -13,6 +13,13 @@ namespace {
 using Seq = Grammar::Seq;
 
 constexpr int kMaxSchemaDepth = 64;
+
+Status over_budget_error(const std::string& path) {
+    return Status::error(
+        strprintf("%s: the schema compiles to more than %zu MiB of grammar (the limit): fewer "
+                  "or smaller bounded repetitions (maxLength, maxItems) and fewer anyOf branches",
+                  path.c_str(), kMaxGrammarBytes >> 20));
+}
 constexpr int64_t kMaxBounded = 1000;  // minLength / maxLength / minItems / maxItems we expand
 constexpr int kMaxDigits = 16, kMaxExponentDigits = 3, kMaxIndent = 20, kMaxLeadingSpace = 8,
               kMaxTrailingSpace = 4;
@@ -38,7 +45,7 @@ const std::set<std::string> kSupported = {"type",  "properties", "required",  "a
 
 class Compiler {
   public:
-    explicit Compiler(const Json* root) : root_(root) {}
+    explicit Compiler(const Json* root) : root_(root) { g.set_budget(kMaxGrammarBytes); }
     Grammar g;
 
     Seq lit(std::string_view s) { return Grammar::literal(s); }
@@ -190,6 +197,7 @@ Result<const Json*> Compiler::resolve(const std::string& ref, const std::string&
 }
 
 Result<int32_t> Compiler::value(const Json& schema, const std::string& path, int depth) {
+    if (g.over_budget()) return over_budget_error(path);
     if (depth > kMaxSchemaDepth)
         return Status::error(path + ": the schema nests deeper than " + std::to_string(kMaxSchemaDepth));
     if (schema.is_boolean()) {
@@ -376,6 +384,7 @@ Result<std::shared_ptr<const Grammar>> json_schema_grammar(const Json& schema) {
     Compiler c(&schema);
     GDN_ASSIGN_OR_RETURN(int32_t v, c.value(schema, "#", 0));
     c.set_root(v);
+    if (c.g.over_budget()) return over_budget_error("#");
     if (!c.g.prune_unproductive())
         return Status::error("#: the schema admits no finite JSON document (a $ref cycle with no way out)");
     return std::shared_ptr<const Grammar>(std::make_shared<Grammar>(std::move(c.g)));
@@ -485,6 +494,7 @@ Result<std::shared_ptr<const Grammar>> tool_call_grammar(const std::vector<ToolS
         root.push_back(Compiler::ref(c.repeat(more, 0, -1, "calls")));
     }
     g.add_alt(g.root(), std::move(root));
+    if (g.over_budget()) return over_budget_error("tools");
     if (!g.prune_unproductive())
         return Status::error(
             "tools: no tool's parameters admit a finite JSON document (a $ref cycle with no way out)");

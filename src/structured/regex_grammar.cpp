@@ -315,8 +315,12 @@ Result<int32_t> regex_rule(Grammar* g, std::string_view re, bool in_json_string)
 
 Result<std::shared_ptr<const Grammar>> regex_grammar(std::string_view re) {
     auto g = std::make_shared<Grammar>();
+    g->set_budget(kMaxGrammarBytes);
     GDN_ASSIGN_OR_RETURN(int32_t r, regex_rule(g.get(), re, false));
     g->add_alt(g->root(), {Grammar::ref(r)});
+    if (g->over_budget())
+        return Status::error(strprintf("the regex compiles to more than %zu MiB of grammar (the limit)",
+                                       kMaxGrammarBytes >> 20));
     return std::shared_ptr<const Grammar>(g);
 }
 
