@@ -28,9 +28,10 @@ float* Scratch::f32(const ExecContext& ctx, int slot, size_t n) {
 
 namespace {
 
-// Calls the AVX-512 or AVX2 build of a kernel.
-#define GDN_KERNEL(isa, fn, ...) \
-    ((isa) == Isa::AVX512 ? cpu::avx512::fn(__VA_ARGS__) : cpu::avx2::fn(__VA_ARGS__))
+// The kernel table of the ISA an op runs on (never REF: the reference path calls ops/ref).
+const cpu::KernelTable& kernels(Isa isa) {
+    return isa == Isa::AVX512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
+}
 
 // Asks for the cache lines of x[0, n).
 void prefetch_floats(const float* x, int64_t n) {
@@ -84,7 +85,7 @@ void rms_norm(const ExecContext& ctx, const float* x, int64_t rows, int64_t n, c
         rows,
         [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r)
-                GDN_KERNEL(isa, rms_norm_row, x + r * n, n, w, eps, y + r * n, bf16);
+                kernels(isa).rms_norm_row(x + r * n, n, w, eps, y + r * n, bf16);
         },
         row_grain(n));
 }
@@ -104,7 +105,7 @@ void add_rms_norm(const ExecContext& ctx, float* x, const float* d, int64_t rows
         rows,
         [&](int64_t r0, int64_t r1) {
             for (int64_t r = r0; r < r1; ++r)
-                GDN_KERNEL(isa, add_rms_norm_row, x + r * n, d + r * n, n, w, eps, y + r * n, bf16);
+                kernels(isa).add_rms_norm_row(x + r * n, d + r * n, n, w, eps, y + r * n, bf16);
         },
         row_grain(2 * n));
 }
@@ -144,8 +145,8 @@ void qk_norm_rope(const ExecContext& ctx, float* x, int64_t ld, int64_t N,
                 }
                 for (const RopeHeads& hs : heads)
                     for (int64_t h = 0; h < hs.n; ++h)
-                        GDN_KERNEL(isa, norm_rope_head, x + t * ld + hs.first + h * hs.stride, D, hs.w, eps,
-                                   rot, cs, bf16);
+                        kernels(isa).norm_rope_head(x + t * ld + hs.first + h * hs.stride, D, hs.w, eps, rot,
+                                                    cs, bf16);
             }
         },
         row_grain(n_heads * D +
@@ -163,7 +164,7 @@ void swiglu(const ExecContext& ctx, const float* gu, int64_t M, int64_t I, float
                     ref::silu_mul(gu + m * 2 * I, gu + m * 2 * I + I, I, out + m * I, bf16);
                     round_inplace(out + m * I, I, bf16);
                 } else {
-                    GDN_KERNEL(isa, silu_mul, gu + m * 2 * I, gu + m * 2 * I + I, I, out + m * I, bf16);
+                    kernels(isa).silu_mul(gu + m * 2 * I, gu + m * 2 * I + I, I, out + m * I, bf16);
                 }
             }
         },
@@ -175,7 +176,7 @@ int64_t argmax(const ExecContext& ctx, const float* x, int64_t n) {
     const Isa isa = op_isa(OpId::ARGMAX);
     if (isa == Isa::REF) return ref::argmax(x, n);
     ThreadPool& pool = ctx.pool();
-    if (n < (1 << 16) || pool.size() == 1) return GDN_KERNEL(isa, argmax, x, n);
+    if (n < (1 << 16) || pool.size() == 1) return kernels(isa).argmax(x, n);
     // A vocabulary row (~1 MB) split over the threads; ties resolve to the lowest index as in the reference.
     int64_t best[64];
     const int nth = std::min(pool.size(), 64);
@@ -183,7 +184,7 @@ int64_t argmax(const ExecContext& ctx, const float* x, int64_t n) {
         if (ith >= nth) return;
         int64_t b, e;
         split_range(n, ith, std::min(nt, nth), &b, &e);
-        best[ith] = b + GDN_KERNEL(isa, argmax, x + b, e - b);
+        best[ith] = b + kernels(isa).argmax(x + b, e - b);
     });
     int64_t r = best[0];
     for (int i = 1; i < nth; ++i)
@@ -327,21 +328,19 @@ void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t 
         float* q = yt + hk * Dk;
         float* k = yt + KD + hk * Dk;
         for (const auto& c : chans)
-            GDN_KERNEL(isa, conv1d_silu, x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, c[0], c[0] + c[1],
-                       bf16);
-        GDN_KERNEL(isa, l2_norm_scale, q, Dk, 1e-6f, qscale);
-        GDN_KERNEL(isa, l2_norm_scale, k, Dk, 1e-6f, 1.0f);
-        const float kq = GDN_KERNEL(isa, dot, q, k, Dk);
+            kernels(isa).conv1d_silu(x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, c[0], c[0] + c[1], bf16);
+        kernels(isa).l2_norm_scale(q, Dk, 1e-6f, qscale);
+        kernels(isa).l2_norm_scale(k, Dk, 1e-6f, 1.0f);
+        const float kq = kernels(isa).dot(q, k, Dk);
         for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {
             const GdnGates gates = gdn_gates(p, x + CD + VD, h, bf16);
             float* o = core + t * VD + h * Dv;
             const float* ssm_in = i == 0 ? s.ssm + h * head_n : head_of(i - 1, h);
-            GDN_KERNEL(isa, gdn_step, ssm_in, head_of(i, h), q, k, yt + 2 * KD + h * Dv,
-                       std::exp(gates.log_decay), gates.beta, kq, Dk, Dv, o);
+            kernels(isa).gdn_step(ssm_in, head_of(i, h), q, k, yt + 2 * KD + h * Dv,
+                                  std::exp(gates.log_decay), gates.beta, kq, Dk, Dv, o);
             if (!out) continue;
             if (bf16) ref::round_activations(o, Dv, true);
-            GDN_KERNEL(isa, gated_norm_row, o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv,
-                       bf16);
+            kernels(isa).gated_norm_row(o, x + CD + h * Dv, Dv, p.norm, p.eps, out + t * VD + h * Dv, bf16);
         }
     }
 }
@@ -478,22 +477,22 @@ void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std
                 vb.resize(std::max<int64_t>(nb * Dv, vb.size()));
                 ob.resize(std::max<int64_t>(nb * Dv, ob.size()));
                 gb.resize(std::max<int64_t>(4 * kBlock, gb.size()));  // decay | beta | k.q | log decay
-                if (Tc > 0) chunk_scratch.resize(GDN_KERNEL(isa, gdn_chunk_scratch_floats, Dk, Dv));
+                if (Tc > 0) chunk_scratch.resize(kernels(isa).gdn_chunk_scratch_floats(Dk, Dv));
                 for (int64_t b0 = 0; b0 < s.T; b0 += kBlock) {
                     const int64_t n = std::min(kBlock, s.T - b0), b1 = b0 + n;
-                    GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, qb.data(),
-                               Dk, hk * Dk, (hk + 1) * Dk, bf16);
-                    GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, kb.data(),
-                               Dk, KD + hk * Dk, KD + (hk + 1) * Dk, bf16);
+                    kernels(isa).conv1d_silu_rows(x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, qb.data(), Dk,
+                                                  hk * Dk, (hk + 1) * Dk, bf16);
+                    kernels(isa).conv1d_silu_rows(x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, kb.data(), Dk,
+                                                  KD + hk * Dk, KD + (hk + 1) * Dk, bf16);
                     for (int64_t i = 0; i < n; ++i) {
-                        GDN_KERNEL(isa, l2_norm_scale, &qb[i * Dk], Dk, 1e-6f, qscale);
-                        GDN_KERNEL(isa, l2_norm_scale, &kb[i * Dk], Dk, 1e-6f, 1.0f);
-                        gb[2 * kBlock + i] = GDN_KERNEL(isa, dot, &qb[i * Dk], &kb[i * Dk], Dk);
+                        kernels(isa).l2_norm_scale(&qb[i * Dk], Dk, 1e-6f, qscale);
+                        kernels(isa).l2_norm_scale(&kb[i * Dk], Dk, 1e-6f, 1.0f);
+                        gb[2 * kBlock + i] = kernels(isa).dot(&qb[i * Dk], &kb[i * Dk], Dk);
                     }
                     for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {  // value head h reads key head h / r
                         float* S = s.ssm + h * Dk * Dv;
-                        GDN_KERNEL(isa, conv1d_silu_rows, x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv,
-                                   vb.data(), Dv, 2 * KD + h * Dv, 2 * KD + (h + 1) * Dv, bf16);
+                        kernels(isa).conv1d_silu_rows(x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, vb.data(),
+                                                      Dv, 2 * KD + h * Dv, 2 * KD + (h + 1) * Dv, bf16);
                         for (int64_t i = 0; i < n; ++i) {
                             if (i + kRowsAhead < n)
                                 __builtin_prefetch(x + (b0 + i + kRowsAhead) * ldp + CD + VD + h);
@@ -503,18 +502,18 @@ void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std
                             gb[3 * kBlock + i] = gates.log_decay;
                         }
                         if (s.T == 1) {
-                            GDN_KERNEL(isa, gdn_step, S, S, qb.data(), kb.data(), vb.data(), gb[0],
-                                       gb[kBlock], gb[2 * kBlock], Dk, Dv, ob.data());
+                            kernels(isa).gdn_step(S, S, qb.data(), kb.data(), vb.data(), gb[0], gb[kBlock],
+                                                  gb[2 * kBlock], Dk, Dv, ob.data());
                         } else {
                             const int64_t nc = std::clamp<int64_t>(Tc - b0, 0, n);  // a multiple of the chunk
                             for (int64_t c = 0; c < nc; c += cpu::kGdnChunk)
-                                GDN_KERNEL(isa, gdn_chunk, S, &qb[c * Dk], &kb[c * Dk], &vb[c * Dv],
-                                           &gb[3 * kBlock + c], &gb[kBlock + c], Dk, Dv, &ob[c * Dv],
-                                           chunk_scratch.data());
+                                kernels(isa).gdn_chunk(S, &qb[c * Dk], &kb[c * Dk], &vb[c * Dv],
+                                                       &gb[3 * kBlock + c], &gb[kBlock + c], Dk, Dv,
+                                                       &ob[c * Dv], chunk_scratch.data());
                             if (nc < n)
-                                GDN_KERNEL(isa, gdn_slab, S, &qb[nc * Dk], &kb[nc * Dk], Dk, &vb[nc * Dv], Dv,
-                                           &ob[nc * Dv], Dv, &gb[nc], &gb[kBlock + nc], 1,
-                                           &gb[2 * kBlock + nc], 1, n - nc, Dk, Dv, 0, Dv);
+                                kernels(isa).gdn_slab(S, &qb[nc * Dk], &kb[nc * Dk], Dk, &vb[nc * Dv], Dv,
+                                                      &ob[nc * Dv], Dv, &gb[nc], &gb[kBlock + nc], 1,
+                                                      &gb[2 * kBlock + nc], 1, n - nc, Dk, Dv, 0, Dv);
                         }
                         // The gated RMSNorm with silu(z), per token.
                         for (int64_t i = 0; i < n; ++i) {
@@ -522,8 +521,8 @@ void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std
                                 prefetch_floats(x + (b0 + i + kRowsAhead) * ldp + CD + h * Dv, Dv);
                             float* o = &ob[i * Dv];
                             if (bf16) ref::round_activations(o, Dv, true);
-                            GDN_KERNEL(isa, gated_norm_row, o, x + (b0 + i) * ldp + CD + h * Dv, Dv, p.norm,
-                                       p.eps, out + (s.t0 + b0 + i) * VD + h * Dv, bf16);
+                            kernels(isa).gated_norm_row(o, x + (b0 + i) * ldp + CD + h * Dv, Dv, p.norm,
+                                                        p.eps, out + (s.t0 + b0 + i) * VD + h * Dv, bf16);
                         }
                     }
                 }
@@ -531,7 +530,7 @@ void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std
                 for (const auto& [c0, c1] :
                      {std::pair{hk * Dk, (hk + 1) * Dk}, std::pair{KD + hk * Dk, KD + (hk + 1) * Dk},
                       std::pair{2 * KD + hk * r * Dv, 2 * KD + (hk + 1) * r * Dv}})
-                    GDN_KERNEL(isa, conv1d_state_update, x, ldp, s.T, CD, p.K, s.conv, c0, c1);
+                    kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, c0, c1);
             }
         });
     }
@@ -632,7 +631,7 @@ void attention(const ExecContext& ctx, const float* q, const float* gate, int64_
     dec.clear();
     pre.clear();
     const bool decode_kernel =
-        GDN_KERNEL(isa, attention_decode_supported, D);  // other head sizes: the path below
+        kernels(isa).attention_decode_supported(D);  // other head sizes: the path below
     for (const AttnSeq& s : seqs) (decode_kernel && s.T == 1 && !s.prefill_row ? dec : pre).push_back(s);
     if (!dec.empty()) {
         // Decode: each unit is (sequence, key range) over all KV heads, reading whole K/V rows in order;
@@ -658,8 +657,9 @@ void attention(const ExecContext& ctx, const float* q, const float* gate, int64_
                 const AttnSeq& s = dec[si];
                 const int64_t j0 = (u - first[si]) * kKeysPerUnit;
                 const int64_t j1 = std::min(s.n_past + 1, j0 + kKeysPerUnit);
-                const bool done = GDN_KERNEL(isa, attention_decode_range, q + s.t0 * ldq, Hkv, group, D, s.kv,
-                                             j0, j1, scale, part + u * Hq * D, mx + u * Hq, sum + u * Hq);
+                const bool done =
+                    kernels(isa).attention_decode_range(q + s.t0 * ldq, Hkv, group, D, s.kv, j0, j1, scale,
+                                                        part + u * Hq * D, mx + u * Hq, sum + u * Hq);
                 GDN_CHECK(done, "attention decode kernel has no instance for D = %lld", (long long)D);
             }
         });
@@ -673,9 +673,9 @@ void attention(const ExecContext& ctx, const float* q, const float* gate, int64_
                 for (int64_t i = i0; i < i1; ++i) {
                     const int64_t si = i / Hq, h = i % Hq, u = first[si];
                     const AttnSeq& s = dec[si];
-                    GDN_KERNEL(isa, attention_merge, part + (u * Hq + h) * D, mx + u * Hq + h,
-                               sum + u * Hq + h, first[si + 1] - u, Hq, D,
-                               gate ? gate + s.t0 * ldq + h * D : nullptr, out + (s.t0 * Hq + h) * D);
+                    kernels(isa).attention_merge(
+                        part + (u * Hq + h) * D, mx + u * Hq + h, sum + u * Hq + h, first[si + 1] - u, Hq, D,
+                        gate ? gate + s.t0 * ldq + h * D : nullptr, out + (s.t0 * Hq + h) * D);
                 }
             },
             merge_grain);
@@ -713,9 +713,10 @@ void attention(const ExecContext& ctx, const float* q, const float* gate, int64_
             for (int64_t u = (ith - base % nt + nt) % nt; u < cnt; u += nt) {
                 const int64_t t = u / Hkv, g = u % Hkv;
                 const int64_t row = s.t0 + t;
-                GDN_KERNEL(isa, attention_group, q + row * ldq + g * group * D,
-                           gate ? gate + row * ldq + g * group * D : nullptr, group, D, s.kv, g * D,
-                           s.n_past + t + 1, scale, out + (row * Hq + g * group) * D, scratch + ith * 64);
+                kernels(isa).attention_group(q + row * ldq + g * group * D,
+                                             gate ? gate + row * ldq + g * group * D : nullptr, group, D,
+                                             s.kv, g * D, s.n_past + t + 1, scale,
+                                             out + (row * Hq + g * group) * D, scratch + ith * 64);
             }
             base += cnt;
         }

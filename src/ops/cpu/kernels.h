@@ -105,4 +105,31 @@ namespace avx2 {
 GDN_DECLARE_KERNELS
 }
 
+// The kernels above of one ISA build as a table: the op layer takes the table of the ISA an op runs on
+// (ops/dispatch.h op_isa) once per call and calls through it, so no op branches between builds.
+struct KernelTable {
+    const char* isa;  // "avx512" | "avx2"
+    decltype(&avx512::rms_norm_row) rms_norm_row;
+    decltype(&avx512::add_rms_norm_row) add_rms_norm_row;
+    decltype(&avx512::norm_rope_head) norm_rope_head;
+    decltype(&avx512::silu_mul) silu_mul;
+    decltype(&avx512::conv1d_silu) conv1d_silu;
+    decltype(&avx512::conv1d_silu_rows) conv1d_silu_rows;
+    decltype(&avx512::conv1d_state_update) conv1d_state_update;
+    decltype(&avx512::l2_norm_scale) l2_norm_scale;
+    decltype(&avx512::dot) dot;
+    decltype(&avx512::gdn_step) gdn_step;
+    decltype(&avx512::gdn_slab) gdn_slab;
+    decltype(&avx512::gdn_chunk) gdn_chunk;
+    decltype(&avx512::gdn_chunk_scratch_floats) gdn_chunk_scratch_floats;
+    decltype(&avx512::gated_norm_row) gated_norm_row;
+    decltype(&avx512::attention_group) attention_group;
+    decltype(&avx512::attention_decode_supported) attention_decode_supported;
+    decltype(&avx512::attention_decode_range) attention_decode_range;
+    decltype(&avx512::attention_merge) attention_merge;
+    decltype(&avx512::argmax) argmax;
+};
+const KernelTable& avx512_kernels();
+const KernelTable& avx2_kernels();
+
 }  // namespace gdn::cpu
