@@ -723,6 +723,12 @@ TEST(Speculative, ServerReportsAcceptanceInMetrics) {
             EXPECT_GT(accepted, 0);
             EXPECT_NE(m->body.find("gdn_spec_decode_num_accepted_tokens_per_pos{position=\"0\"}"),
                       std::string::npos);
+            // Why the cost model chose its k: its acceptance estimate and measured step times (issue 53).
+            EXPECT_NE(m->body.find("\ngdn_spec_decode_acceptance_estimate{position=\"0\"} "),
+                      std::string::npos)
+                << m->body;
+            EXPECT_NE(m->body.find("\ngdn_spec_decode_step_seconds{batch=\"1\",k=\"0\"} "), std::string::npos)
+                << m->body;
         } else {
             EXPECT_EQ(accepted, 0);
         }

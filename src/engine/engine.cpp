@@ -768,7 +768,10 @@ EngineStats Engine::stats() const {
     s.spec_state_bytes_last_step = spec_state_bytes_;
     s.spec_state_bytes_total = spec_state_bytes_total_;
     s.spec_k_last_step = std::max(k_planned_, 0);
-    if (cfg_.speculative.enabled()) s.spec_cost_model = cost_.describe();
+    if (cfg_.speculative.enabled()) {
+        s.spec_cost_model = cost_.describe();
+        s.spec_cost = cost_.snapshot();
+    }
     return s;
 }
 

@@ -124,11 +124,12 @@ struct EngineStats {
     // write of each verified sequence's state.
     int64_t spec_state_bytes_last_step = 0;
     int64_t spec_state_bytes_total = 0;
-    int spec_k_last_step = 0;         // drafts per sequence the cost model chose for the last step
-    int64_t grammar_masks = 0;        // structured outputs: token masks computed
-    double grammar_mask_seconds = 0;  // and the time they took
-    int64_t grammar_dead_ends = 0;    // masks that allowed nothing (a grammar bug; the request ended)
-    std::string spec_cost_model;      // SpecCostModel::describe()
+    int spec_k_last_step = 0;           // drafts per sequence the cost model chose for the last step
+    int64_t grammar_masks = 0;          // structured outputs: token masks computed
+    double grammar_mask_seconds = 0;    // and the time they took
+    int64_t grammar_dead_ends = 0;      // masks that allowed nothing (a grammar bug; the request ended)
+    std::string spec_cost_model;        // SpecCostModel::describe()
+    SpecCostModel::Snapshot spec_cost;  // what the cost model's choices rest on (/metrics)
 };
 
 class VocabTrie;

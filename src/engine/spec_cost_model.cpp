@@ -191,16 +191,28 @@ void SpecCostModel::observe_acceptance(int i, bool accepted) {
     seen_[i] = seen_[i] * kDecay + 1.0;
 }
 
+const char* SpecCostModel::bucket_name(int b) {
+    static const char* names[kBuckets] = {"1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
+    return b >= 0 && b < kBuckets ? names[b] : "?";
+}
+
+SpecCostModel::Snapshot SpecCostModel::snapshot() const {
+    Snapshot s;
+    for (int i = 0; i < max_k_; ++i) s.acceptance.push_back(acceptance(i));
+    s.draft_seconds = draft_s_;
+    for (int b = 0; b < kBuckets; ++b) s.step_seconds.push_back(step_s_[b]);
+    return s;
+}
+
 std::string SpecCostModel::describe() const {
     std::string s = "acceptance";
     for (int i = 0; i < max_k_; ++i) s += strprintf(" %.2f", acceptance(i));
     if (draft_s_ > 0) s += strprintf("; draft step %.3g ms", draft_s_ * 1e3);
-    static const char* names[kBuckets] = {"1", "2", "3-4", "5-8", "9-16", "17-32", "33+"};
     for (int b = 0; b < kBuckets; ++b) {
         bool any = false;
         for (double t : step_s_[b]) any |= t > 0;
         if (!any) continue;
-        s += strprintf("; B=%s:", names[b]);
+        s += strprintf("; B=%s:", bucket_name(b));
         for (int k = 0; k <= max_k_; ++k)
             if (step_s_[b][k] > 0) s += strprintf(" k%d %.3g ms", k, step_s_[b][k] * 1e3);
     }

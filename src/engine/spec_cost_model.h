@@ -53,6 +53,15 @@ class SpecCostModel {
     // "B=1: k=3 (<tokens per step>, <step time>) ..." for the logs and bench.
     std::string describe() const;
     static int bucket(int batch);
+    // What the choices rest on, for /metrics: the acceptance estimate per draft position, one drafting
+    // forward's seconds, and the step seconds per batch bucket (bucket_name) and k (0: unmeasured).
+    struct Snapshot {
+        std::vector<double> acceptance;
+        double draft_seconds = 0;
+        std::vector<std::vector<double>> step_seconds;  // [bucket][k]
+    };
+    Snapshot snapshot() const;
+    static const char* bucket_name(int b);
 
   private:
     int max_k_ = 0;

@@ -433,6 +433,26 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
         }
         gauge("gdn_spec_decode_draft_tokens_per_seq",
               "drafts per sequence the cost model chose for the last step", st.spec_k_last_step);
+        // Why the cost model chose it: drafts are verified only where the measured step times and the
+        // acceptance estimate make speculation faster than plain decoding (k = 0).
+        const SpecCostModel::Snapshot& cm = st.spec_cost;
+        if (!cm.acceptance.empty()) {
+            t += "# HELP gdn_spec_decode_acceptance_estimate the cost model's acceptance estimate per draft "
+                 "position\n# TYPE gdn_spec_decode_acceptance_estimate gauge\n";
+            for (size_t i = 0; i < cm.acceptance.size(); ++i)
+                t += strprintf("gdn_spec_decode_acceptance_estimate{position=\"%zu\"} %.6g\n", i,
+                               cm.acceptance[i]);
+            gauge("gdn_spec_decode_draft_step_seconds", "one drafting forward, as the cost model measured it",
+                  cm.draft_seconds);
+            t += "# HELP gdn_spec_decode_step_seconds the cost model's measured step time per batch size and "
+                 "drafts per sequence (k = 0: plain decoding)\n# TYPE gdn_spec_decode_step_seconds gauge\n";
+            for (size_t b = 0; b < cm.step_seconds.size(); ++b)
+                for (size_t k = 0; k < cm.step_seconds[b].size(); ++k)
+                    if (cm.step_seconds[b][k] > 0)
+                        t += strprintf("gdn_spec_decode_step_seconds{batch=\"%s\",k=\"%zu\"} %.6g\n",
+                                       SpecCostModel::bucket_name(static_cast<int>(b)), k,
+                                       cm.step_seconds[b][k]);
+        }
         gauge("gdn_spec_decode_state_bytes_last_step",
               "GDN bytes the last step's verifications added (staged rows, commit of the state)",
               double(st.spec_state_bytes_last_step));
