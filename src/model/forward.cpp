@@ -214,9 +214,9 @@ const std::vector<int64_t>& first_rows(ForwardWorkspace& ws, int64_t n) {
 
 class ForwardPass {
   public:
-    ForwardPass(const ExecContext& ctx, const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o,
-                ForwardWorkspace& ws, CacheAccess& cache)
-        : ctx_(ctx),
+    ForwardPass(const ModelConfig& c, const ModelWeights& w, const ForwardOptions& o, ForwardWorkspace& ws,
+                CacheAccess& cache)
+        : ctx_(ws.ctx),
           c_(c),
           w_(w),
           bf16_(o.bf16_activations),
@@ -583,7 +583,7 @@ void Model::run(ForwardWorkspace& ws, const int32_t* ids, const int64_t* pos,
     }
     ProfiledStep step(ws.ctx.profiler(), all_decode ? verify ? "verify" : "decode" : "prefill");
     ops::Scratch& sc = ws.sc;
-    ForwardPass fp(ws.ctx, c, w, opt, ws, cache);
+    ForwardPass fp(c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;  // rounding outside the matmuls
     float* x = sc.f32(ws.ctx, X, N * H);                        // residual stream [N, H]
     float* hm = sc.f32(ws.ctx, H_MIX, N * H);                   // mixer input: x normed by input_layernorm
@@ -635,7 +635,7 @@ void Model::run_mtp(ForwardWorkspace& ws, const int32_t* ids, const int64_t* pos
     for (const SeqSpan& s : ws.spans) N += s.T;
     ProfiledStep step(ws.ctx.profiler(), "mtp draft");
     ops::Scratch& sc = ws.sc;
-    ForwardPass fp(ws.ctx, c, w, opt, ws, cache);
+    ForwardPass fp(c, w, opt, ws, cache);
     const bool bf16 = opt.bf16_activations && opt.hf_rounding;
     // u = [RMSNorm1p(e_{t+1}) | RMSNorm1p(h_t)]  [N, 2H], the embedding half first; x = fc(u)  [N, H]
     float* emb = sc.f32(ws.ctx, MTP_EMB, N * H);

@@ -67,8 +67,10 @@ int32_t Grammar::repeat(int32_t x, int64_t min, int64_t max, const char* name) {
         }
     }
     Seq s;
-    if (static_cast<uint64_t>(min) * sizeof(GrammarItem) > budget_ - std::min(bytes_, budget_)) {
-        bytes_ = budget_ == SIZE_MAX ? bytes_ : budget_ + 1;  // refused by the caller; nothing allocated
+    // A required count past the budget: marked over it (the caller refuses the grammar), nothing allocated.
+    if (budget_ != SIZE_MAX &&
+        static_cast<uint64_t>(min) * sizeof(GrammarItem) > budget_ - std::min(bytes_, budget_)) {
+        bytes_ = budget_ + 1;
         min = 0;
     }
     for (int64_t k = 0; k < min; ++k) s.push_back(ref(x));

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "core/dtype.h"
 #include "model/model.h"
@@ -10,6 +11,9 @@
 #include "tools/machine_limits.h"
 
 namespace gdn {
+
+// "gdn bench: what" on stderr; returns code (the exit code).
+int bench_fail(const std::string& what, int code);
 
 // The options every in-process mode reads, parsed and checked once.
 struct BenchSetup {

@@ -161,11 +161,6 @@ int usage(Result<Args>& args) {
     return args && args->has("--help") ? 0 : 2;
 }
 
-int fail(const std::string& what, int code) {
-    std::fprintf(stderr, "gdn bench: %s\n", what.c_str());
-    return code;
-}
-
 // The options every in-process mode reads, checked; the pool sized; the machine's limits measured (and
 // printed) unless --no-limits.
 Result<BenchSetup> bench_setup(const Args& a) {
@@ -441,6 +436,11 @@ Json report(const BenchSetup& s, const Model& m, const Traffic& t, const Samples
 
 }  // namespace
 
+int bench_fail(const std::string& what, int code) {
+    std::fprintf(stderr, "gdn bench: %s\n", what.c_str());
+    return code;
+}
+
 int bench_prefill_decode(const BenchSetup& s, const Model& m) {
     const Traffic t = traffic_of(s, m);
     const Samples x = measure(s, m, t);
@@ -448,7 +448,7 @@ int bench_prefill_decode(const BenchSetup& s, const Model& m) {
     if (s.args->has("--json")) {
         std::ofstream f(s.args->get("--json"));
         f << out.dump(2) << "\n";
-        if (!f) return fail("cannot write " + s.args->get("--json"), 1);
+        if (!f) return bench_fail("cannot write " + s.args->get("--json"), 1);
     }
     return 0;
 }
@@ -463,10 +463,10 @@ int cmd_bench(int argc, char** argv) {
         return cmd_bench_serve(*args);
     if (!args || args->has("--help") || (!args->has("--model") && !args->has("--limits"))) return usage(args);
     auto setup = bench_setup(*args);
-    if (!setup) return fail(setup.message(), 2);
+    if (!setup) return bench_fail(setup.message(), 2);
     if (args->has("--limits")) return 0;
     auto model = load_model_for_tool(*args);
-    if (!model) return fail(model.message(), 1);
+    if (!model) return bench_fail(model.message(), 1);
     log_kernel_selection();
     if (args->has("--concurrency"))
         return bench_concurrency(*setup, std::shared_ptr<const Model>(std::move(*model)));

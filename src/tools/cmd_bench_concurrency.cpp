@@ -149,32 +149,27 @@ class Level {
     std::mt19937 rng_{1};
 };
 
-int fail(const std::string& what, int code) {
-    std::fprintf(stderr, "gdn bench: %s\n", what.c_str());
-    return code;
-}
-
 }  // namespace
 
 int bench_concurrency(const BenchSetup& s, std::shared_ptr<const Model> model) {
     const Args& args = *s.args;
     auto levels = parse_id_list(args.get("--concurrency"));
-    if (!levels) return fail("--concurrency: " + levels.message(), 2);
+    if (!levels) return bench_fail("--concurrency: " + levels.message(), 2);
     auto spec = speculative_config(args);
-    if (!spec) return fail(spec.message(), 2);
+    if (!spec) return bench_fail(spec.message(), 2);
     const bool ab = args.has("--speculation-ab");
     if (ab && !spec->enabled())
-        return fail("--speculation-ab compares against --speculative-config: give one", 2);
+        return bench_fail("--speculation-ab compares against --speculative-config: give one", 2);
     // Chat prompts from a file (rendered with the checkpoint's template), else random 32-token prompts.
     std::vector<std::vector<int32_t>> chat_prompts;
     std::shared_ptr<const Tokenizer> tok;
     if (args.has("--prompts-file")) {
         auto t = Tokenizer::load(args.get("--model"));
-        if (!t) return fail(t.message(), 1);
+        if (!t) return bench_fail(t.message(), 1);
         tok = *t;
         auto p = read_chat_prompts(args.get("--prompts-file"), *tok);
-        if (!p) return fail(p.message(), 1);
-        if (p->empty()) return fail(args.get("--prompts-file") + " holds no prompts", 2);
+        if (!p) return bench_fail(p.message(), 1);
+        if (p->empty()) return bench_fail(args.get("--prompts-file") + " holds no prompts", 2);
         chat_prompts = std::move(*p);
     }
     std::printf("speculation: %s\n", spec->describe().c_str());
@@ -193,7 +188,7 @@ int bench_concurrency(const BenchSetup& s, std::shared_ptr<const Model> model) {
         }
         if (!ab) {
             Run r;
-            if (Status st = level.make_run(*spec, &r); !st) return fail(st.message(), 1);
+            if (Status st = level.make_run(*spec, &r); !st) return bench_fail(st.message(), 1);
             level.start(r);
             while (level.more(r)) level.timed_step(r);
             Json row = level.report(r, "");
@@ -206,7 +201,7 @@ int bench_concurrency(const BenchSetup& s, std::shared_ptr<const Model> model) {
             // the VM's bandwidth drifts over seconds, so only a paired ratio means anything.
             Run a, b;
             for (auto [sc, r] : {std::pair{SpeculativeConfig{}, &a}, std::pair{*spec, &b}})
-                if (Status st = level.make_run(sc, r); !st) return fail(st.message(), 1);
+                if (Status st = level.make_run(sc, r); !st) return bench_fail(st.message(), 1);
             level.start(a);
             level.start(b);
             for (int64_t i = 0; level.more(a) || level.more(b); ++i) {

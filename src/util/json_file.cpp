@@ -74,13 +74,15 @@ size_t too_deep_at(const std::string& text, int max_depth) {
 
 namespace {
 
+// callback: nlohmann's parser callback (null: none); it runs only on documents within max_depth.
 template <class J>
-Result<J> parse_as(const std::string& text, const std::string& what, int max_depth) {
+Result<J> parse_as(const std::string& text, const std::string& what, int max_depth,
+                   typename J::parser_callback_t callback = nullptr) {
     if (const size_t at = too_deep_at(text, max_depth); at != std::string::npos)
         return Status::error(
             strprintf("%s: JSON nested deeper than %d levels (at byte %zu)", what.c_str(), max_depth, at));
     try {
-        return J::parse(text);
+        return J::parse(text, callback);
     } catch (const typename J::parse_error& e) {
         return Status::error(strprintf("%s: malformed JSON at byte %zu: %s", what.c_str(),
                                        static_cast<size_t>(e.byte), printable(e.what()).c_str()));
@@ -97,18 +99,15 @@ Result<Json> parse_json(const std::string& text, const std::string& what, int ma
 
 Result<Json> parse_json_limited(const std::string& text, const std::string& what,
                                 const JsonObjectLimits& limits, int max_depth) {
-    if (const size_t at = too_deep_at(text, max_depth); at != std::string::npos)
-        return Status::error(
-            strprintf("%s: JSON nested deeper than %d levels (at byte %zu)", what.c_str(), max_depth, at));
-    // Per nesting level (the parser's depth, bounded by the scan above): the key last read there, and the
-    // members counted of the object open there with their limit and its key.
+    // Per nesting level (the parser's depth, bounded by parse_as's depth scan): the key last read there, and
+    // the members counted of the object open there with their limit and its key.
     struct Level {
         std::string last_key, name;
         size_t members = 0, limit = 0;
     };
     std::vector<Level> at(static_cast<size_t>(max_depth) + 2);
     std::string error;
-    auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    auto callback = [&](int depth, Json::parse_event_t event, Json& parsed) -> bool {
         const size_t d = static_cast<size_t>(depth);
         switch (event) {
             case Json::parse_event_t::object_start: {  // the object's members are at depth + 1
@@ -139,16 +138,9 @@ Result<Json> parse_json_limited(const std::string& text, const std::string& what
                 return true;
         }
     };
-    try {
-        Json j = Json::parse(text, callback);
-        if (!error.empty()) return Status::error(what + ": " + error);
-        return j;
-    } catch (const Json::parse_error& e) {
-        return Status::error(strprintf("%s: malformed JSON at byte %zu: %s", what.c_str(),
-                                       static_cast<size_t>(e.byte), printable(e.what()).c_str()));
-    } catch (const Json::exception& e) {  // out_of_range: a number too large for a double (1e400)
-        return Status::error(strprintf("%s: invalid JSON: %s", what.c_str(), printable(e.what()).c_str()));
-    }
+    GDN_ASSIGN_OR_RETURN(Json j, parse_as<Json>(text, what, max_depth, callback));
+    if (!error.empty()) return Status::error(what + ": " + error);
+    return j;
 }
 
 Result<SortedJson> parse_json_sorted(const std::string& text, const std::string& what, int max_depth) {
