@@ -352,6 +352,36 @@ TEST_F(Hostile, NonStreamingRequestsAbortWhenTheClientLeaves) {
     EXPECT_TRUE(all) << "aborted " << metric("gdn_requests_aborted_total") - aborted0 << " of 6";
 }
 
+// Issue 53, finding 5: a client that half-closes after its request (shutdown(SHUT_WR), as `nc -N` and
+// some proxies do) is answered, then the connection closes: non-streamed, streamed and HTTP/1.0 alike.
+TEST_F(Hostile, HalfClosedClientsAreAnswered) {
+    struct Case {
+        std::string bytes, needle;
+    };
+    const std::string body = R"({"prompt":"The cat","max_tokens":3,"ignore_eos":true})";
+    const std::string stream = R"({"prompt":"The cat","max_tokens":3,"ignore_eos":true,"stream":true})";
+    std::string http10 = http_post("/v1/completions", body, kAuth);
+    http10.replace(http10.find("HTTP/1.1"), 8, "HTTP/1.0");
+    const Case cases[] = {{http_post("/v1/completions", body, kAuth), "\"text\""},
+                          {http_post("/v1/completions", stream, kAuth), "[DONE]"},
+                          {http10, "\"text\""},
+                          {std::string("GET /v1/models HTTP/1.1\r\nHost: x\r\n") + kAuth + "\r\n", "demo"}};
+    for (const Case& c : cases) {
+        const int fd = raw_connect(port());
+        ASSERT_GE(fd, 0);
+        ASSERT_TRUE(raw_send(fd, c.bytes));
+        ::shutdown(fd, SHUT_WR);
+        std::string buf;
+        RawResponse r = raw_read_response(fd, &buf, 10);
+        EXPECT_EQ(r.status, 200) << c.bytes.substr(0, 40);
+        EXPECT_NE(r.body.find(c.needle), std::string::npos) << r.body;
+        if (c.needle != "demo")
+            EXPECT_EQ(r.headers["connection"], "close");  // /v1/models answers inline, before the EOF is read
+        EXPECT_TRUE(raw_closed_within(fd, 2)) << "the connection stays open after the answer";
+        ::close(fd);
+    }
+}
+
 // 6. Integers out of range are errors that name the field; never wrapped.
 TEST_F(Hostile, IntegersOutOfRangeAreRefused) {
     const int32_t V = 4096;  // demo vocabulary (tokenizer)

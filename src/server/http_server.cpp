@@ -82,8 +82,9 @@ struct Conn {
     size_t out_off = 0;
     bool keep_alive = true;
     bool close_after_write = false;
-    bool peer_closed = false;
+    bool peer_closed = false;  // EOF read: the client sends no more (it half-closed, or it is gone)
     bool reading_paused = false;
+    bool interim_ok = true;  // the current request is HTTP/1.1: a 1xx may precede its answer
     bool parsing = false;    // inside process_input (a response completed inline must not re-enter it)
     bool head_only = false;  // the current request is a HEAD: its response goes without the body
     std::shared_ptr<Deferred> deferred;
@@ -169,6 +170,7 @@ struct HttpServer::Impl {
     void loop();
     void accept_all();
     void on_readable(Conn& c);
+    void on_peer_eof(Conn& c);
     void on_writable(Conn& c);
     void process_input(Conn& c);
     void dispatch(Conn& c, HttpRequest req);
@@ -242,8 +244,9 @@ void HttpServer::Impl::worker_loop(bool small_only) {
 void HttpServer::Impl::update_events(Conn& c) {
     epoll_event ev{};
     ev.data.u64 = c.id;
-    ev.events = EPOLLRDHUP;
-    if (!c.reading_paused) ev.events |= EPOLLIN;
+    // After EOF the socket stays readable forever: only writes and errors (always reported) matter.
+    ev.events = c.peer_closed ? 0 : EPOLLRDHUP;
+    if (!c.reading_paused && !c.peer_closed) ev.events |= EPOLLIN;
     if (c.pending() > 0) ev.events |= EPOLLOUT;
     ::epoll_ctl(ep, EPOLL_CTL_MOD, c.fd, &ev);
 }
@@ -343,6 +346,7 @@ void HttpServer::Impl::flush(Conn& c) {
     if (c.pending() == 0) {
         c.out.clear();
         c.out_off = 0;
+        if (c.close_after_write && c.peer_closed) return close_conn(c.id);  // nothing left to drain
         if (c.close_after_write && c.state != ConnState::LINGER) {
             // Lingering close: shut our side, then drain what the client still sends for a moment, so
             // that an error answered before its body was read is not lost to a reset.
@@ -441,7 +445,8 @@ void HttpServer::Impl::poll_deferred(Conn& c) {
 }
 
 void HttpServer::Impl::dispatch(Conn& c, HttpRequest req) {
-    c.keep_alive = req.keep_alive;
+    c.keep_alive = req.keep_alive && !c.peer_closed;
+    c.interim_ok = req.version_minor >= 1;
     // HEAD runs the path's GET route and answers its head only; OPTIONS answers which methods the path
     // takes (RFC 9110 9.3.2, 9.3.7).
     const bool head = req.method == "HEAD";
@@ -565,11 +570,30 @@ void HttpServer::Impl::on_readable(Conn& c) {
         }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-        // EOF or error: the client is gone (or half-closed: it can read no answer we would wait for).
-        c.peer_closed = true;
-        if (c.state == ConnState::READING && c.pending() > 0) return;  // let the last answer drain
-        return close_conn(id);
+        if (n < 0 || c.state == ConnState::LINGER) return close_conn(id);  // reset, or done draining
+        return on_peer_eof(c);
     }
+}
+
+// The client sends no more. TCP cannot tell a half-close (shutdown(SHUT_WR), as `nc -N` and some proxies
+// do after a request; HTTP allows it) from a client that is gone, until we send: a closed socket answers
+// data with a reset. So a request being answered is answered, then the connection closes; and when its
+// answer has not started, an HTTP/1.1 client gets an interim "100 Continue" at once (RFC 9110 15.2: a
+// client parses 1xx responses it did not ask for), whose reset (EPOLLERR) abandons the request of a
+// client that left now instead of after its request ran to the end. A streamed answer probes with its
+// next chunk. Mid-request or between requests, EOF ends the connection (after the last answer drains).
+void HttpServer::Impl::on_peer_eof(Conn& c) {
+    c.peer_closed = true;
+    c.keep_alive = false;
+    const bool answering =
+        c.state == ConnState::WORKING || c.state == ConnState::WAITING || c.state == ConnState::STREAMING;
+    if (!answering && (c.state != ConnState::READING || c.parser.started() || c.pending() == 0))
+        return close_conn(c.id);
+    if (answering && c.state != ConnState::STREAMING && c.interim_ok) {
+        c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+        return flush(c);
+    }
+    update_events(c);
 }
 
 void HttpServer::Impl::on_writable(Conn& c) {

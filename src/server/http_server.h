@@ -13,7 +13,8 @@
 //    stop reading their response;
 //  - a budget for the request bytes held by all connections together (503 beyond it).
 // Requests pipelined on one connection are answered in order. A client that closes its connection
-// before its response is complete makes the server call Deferred::abandon() (the engine aborts it).
+// before its response is complete makes the server call Deferred::abandon() (the engine aborts it); one
+// that half-closes after its request (shutdown(SHUT_WR)) is answered, then the connection closes.
 #pragma once
 
 #include <functional>
