@@ -161,9 +161,34 @@ TEST_F(OutputParserTest, TruncatedCallKeepsWhatItHad) {
     out.add(p.finish());
     ASSERT_EQ(out.calls.size(), 1u);
     EXPECT_EQ(out.calls[0].name, "get_weather");
-    EXPECT_EQ(out.calls[0].arguments, R"({"city":"Berlin")");  // unclosed, as OpenAI returns a cut-off call
+    // Unclosed, as OpenAI returns a cut-off call; the parameter being written keeps its value so far.
+    EXPECT_EQ(out.calls[0].arguments, R"({"city":"Berlin","days":1)");
     EXPECT_EQ(p.complete_calls(), 0);
     EXPECT_EQ(p.started_calls(), 1);
+}
+
+// Issue 53, finding 6: max_tokens cutting a call keeps the argument text generated, in both forms.
+TEST_F(OutputParserTest, TruncatedCallsKeepTheirArgumentText) {
+    struct Case {
+        std::string text, arguments;
+    };
+    const Case cases[] = {
+        {"<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", R"({"city":"Par)"},
+        {"<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</param", R"({"city":"Paris)"},
+        {"<tool_call>\n<function=get_weather>\n<parameter=city>\n", R"({"city":")"},
+        {"<tool_call>\n<function=get_weather>\n<parameter=ci", ""},
+        {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"",
+         R"({"city": "Paris")"},
+        {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_",
+         R"({"city":"Oslo"})"},
+    };
+    for (const Case& c : cases) {
+        const ParsedOutput out = parse_once(c.text, opts(false, false, true));
+        ASSERT_EQ(out.calls.size(), 1u) << c.text;
+        EXPECT_EQ(out.calls[0].name, "get_weather") << c.text;
+        EXPECT_EQ(out.calls[0].arguments, c.arguments) << c.text;
+        EXPECT_EQ(out.content, "") << c.text;
+    }
 }
 
 TEST_F(OutputParserTest, MalformedCallsDegradeToContent) {
@@ -225,6 +250,8 @@ TEST_F(OutputParserTest, DeltasAddUpToTheAnswerAtEverySplit) {
          true, true, true},
         {"model_opens_think", "<think>\nA\n\n</think>\n\n\nB <tool_c", true, false, true},
         {"truncated", "<tool_call>\n<function=get_weather>\n<parameter=city>\nBer", false, false, true},
+        {"truncated_hermes", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Be", false,
+         false, true},
         {"malformed", "x <tool_call>\n{\"name\": 1}\n</tool_call> y <tool_call>\nzz", false, false, true},
         {"plain", "no tools here <tool_call> at all\n\n", true, false, false},
         {"unicode",

@@ -412,6 +412,56 @@ TEST_F(AgentServerTest, ForcedToolCallsAlwaysParse) {
 
 // response_format json_schema with thinking on: the reasoning is free, the answer after </think> follows
 // the schema; structured_outputs choice on completions.
+// Issue 53, finding 6: a call that max_tokens cuts keeps the argument text generated (OpenAI returns the
+// partial string), streamed and not; sent back in a later turn, the unparseable arguments are a 400 that
+// names them, not a template error.
+TEST_F(AgentServerTest, TruncatedToolCallsKeepTheirArguments) {
+    const Json tools = Json::parse(R"([{"type": "function", "function": {"name": "get_weather", "parameters":
+        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+    Json body = {{"messages", kUser},
+                 {"tools", tools},
+                 {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}},
+                 {"temperature", 0},
+                 {"chat_template_kwargs", {{"enable_thinking", false}}}};
+    std::string args;
+    for (int max_tokens = 4; max_tokens < 64 && args.empty(); ++max_tokens) {
+        body["max_tokens"] = max_tokens;
+        Json j = ok("/v1/chat/completions", body);
+        const Json& c = j["choices"][0];
+        if (c["finish_reason"] != "length") break;           // the call closed before the cut
+        if (!c["message"].contains("tool_calls")) continue;  // cut before the call's name
+        ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << j.dump();
+        args = c["message"]["tool_calls"][0]["function"]["arguments"].get<std::string>();
+    }
+    ASSERT_FALSE(args.empty()) << "no max_tokens cut the call inside its arguments";
+    EXPECT_EQ(args.rfind(R"({"city":")", 0), 0u) << args;
+    EXPECT_FALSE(parse_json(args, "arguments").is_ok()) << args;  // cut: not a whole object
+    body["stream"] = true;
+    httplib::Client cl("127.0.0.1", server_->port());
+    auto r = cl.Post("/v1/chat/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    std::string streamed;
+    SseReader sse;
+    sse.feed(r->body.data(), r->body.size(), [&](const std::string& data) {
+        if (data == "[DONE]") return true;
+        const Json ch = Json::parse(data)["choices"][0];
+        if (ch["delta"].contains("tool_calls"))
+            for (const Json& t : ch["delta"]["tool_calls"]) streamed += t["function"].value("arguments", "");
+        return true;
+    });
+    EXPECT_EQ(streamed, args);
+    Json back = Json::parse(R"({"max_tokens": 4, "messages": [{"role": "user", "content": "Weather?"},
+        {"role": "assistant", "tool_calls": [{"id": "call_0", "type": "function",
+                                              "function": {"name": "get_weather"}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": "sunny"}]})");
+    back["tools"] = tools;
+    back["messages"][1]["tool_calls"][0]["function"]["arguments"] = args;
+    int st = 0;
+    Json e = post("/v1/chat/completions", back, &st);
+    EXPECT_EQ(st, 400) << e.dump();
+    EXPECT_NE(e.dump().find("messages[1].tool_calls[0].function.arguments"), std::string::npos) << e.dump();
+}
+
 TEST_F(AgentServerTest, ResponseFormatAndStructuredOutputs) {
     const Json schema =
         Json::parse(R"({"type": "object", "properties": {"fortune": {"type": "string", "maxLength": 30},

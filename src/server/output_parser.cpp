@@ -243,7 +243,10 @@ bool OutputParser::step_call_xml(OutputDelta& d, bool final) {
         const size_t gt = rest.find('>', kParam.size());
         if (gt == std::string_view::npos) return false;  // wait (or, at the end, the call stays cut off)
         const size_t close = rest.find(kParamClose, gt + 1);
-        if (close == std::string_view::npos) return false;
+        if (close == std::string_view::npos) {
+            if (final) cut_parameter(d, rest.substr(kParam.size(), gt - kParam.size()), rest.substr(gt + 1));
+            return false;
+        }
         const std::string_view param = rest.substr(kParam.size(), gt - kParam.size());
         std::string_view value = rest.substr(gt + 1, close - gt - 1);
         if (starts_with(value, "\n")) value.remove_prefix(1);  // "<parameter=ARG>\nVALUE\n</parameter>"
@@ -278,7 +281,7 @@ bool OutputParser::step_call_hermes(OutputDelta& d, bool final) {
     const size_t close = buf_.find(kCallClose);
     if (close == std::string::npos) {
         if (!final) return false;
-        degrade(d);  // the unfinished JSON is shown as text
+        if (!cut_hermes_call(d)) degrade(d);  // not even a named call: the unfinished JSON is text
         return true;
     }
     auto j = parse_json(std::string(trim(std::string_view(buf_).substr(0, close))), "tool call");
@@ -310,6 +313,60 @@ bool OutputParser::step_call_hermes(OutputDelta& d, bool final) {
     d.tool_calls.push_back({next_index_ - 1, "", "", args ? to_json_text(*args) : "{}"});
     complete_calls_++;
     buf_.erase(0, close + kCallClose.size());
+    mode_ = Mode::AFTER_CALL;
+    return true;
+}
+
+void OutputParser::cut_parameter(OutputDelta& d, std::string_view param, std::string_view value) {
+    if (starts_with(value, "\n")) value.remove_prefix(1);
+    value.remove_suffix(partial_tag(value, "\n</parameter>"));
+    std::string typed = opts_.tools->typed_value(call_name_, param, std::string(value));
+    if (!typed.empty() && typed[0] == '"')
+        typed.pop_back();  // a string value stays open
+    else
+        typed = std::string(value);  // a number or an object cut short: the text as generated
+    std::string frag = args_open_ ? "," : "{";
+    frag += to_json_text(Json(std::string(param)));
+    frag += ':';
+    frag += typed;
+    args_open_ = true;
+    d.tool_calls.push_back({next_index_ - 1, "", "", std::move(frag)});
+    buf_.clear();
+}
+
+bool OutputParser::cut_hermes_call(OutputDelta& d) {
+    std::string_view s = buf_;
+    s.remove_suffix(partial_tag(s, kCallClose));
+    s = trim(s);
+    size_t i = 0;
+    auto punct = [&](char c) {
+        i += leading_spaces(s.substr(i));
+        return i < s.size() && s[i] == c ? (++i, true) : false;
+    };
+    auto string = [&](std::string* out) {  // a complete JSON string
+        i += leading_spaces(s.substr(i));
+        if (i >= s.size() || s[i] != '"') return false;
+        size_t j = i + 1;
+        while (j < s.size() && s[j] != '"') j += s[j] == '\\' ? 2 : 1;
+        if (j >= s.size()) return false;
+        auto v = parse_json(std::string(s.substr(i, j + 1 - i)), "tool call");
+        if (!v || !v->is_string()) return false;
+        *out = v->get<std::string>();
+        i = j + 1;
+        return true;
+    };
+    std::string key, name;
+    if (!punct('{') || !string(&key) || key != "name" || !punct(':') || !string(&name) || name.empty() ||
+        !punct(',') || !string(&key) || (key != "arguments" && key != "parameters") || !punct(':'))
+        return false;
+    std::string args(trim(s.substr(i)));
+    if (args.empty() || args[0] != '{') return false;
+    // Only the closing tag missing: the arguments are the object the call holds.
+    if (auto whole = parse_json(std::string(s), "tool call"); whole && whole->is_object())
+        if (auto a = whole->find(key); a != whole->end() && a->is_object()) args = to_json_text(*a);
+    start_call(d, std::move(name));
+    d.tool_calls.push_back({next_index_ - 1, "", "", std::move(args)});
+    buf_.clear();
     mode_ = Mode::AFTER_CALL;
     return true;
 }

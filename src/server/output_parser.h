@@ -8,9 +8,9 @@
 //   <tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n...</function>\n</tool_call> Hermes:
 //   <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>
 // Both call forms are accepted whichever the template writes (models drift between them). Text that
-// looks like a call but is not one stays content; a call cut off by max_tokens keeps what it had (its
-// arguments unclosed, as OpenAI returns a truncated call). A <tool_call> inside an unclosed think block
-// ends the reasoning: the call is kept, not lost in the reasoning text.
+// looks like a call but is not one stays content; a call cut off by max_tokens keeps what was generated
+// (its arguments unclosed, as OpenAI returns a truncated call; cut_parameter, cut_hermes_call). A <tool_call>
+// inside an unclosed think block ends the reasoning: the call is kept, not lost in the reasoning text.
 #pragma once
 
 #include <string>
@@ -61,6 +61,12 @@ class OutputParser {
     bool step_call_hermes(OutputDelta& d, bool final);
     bool step_after_call(OutputDelta& d, bool final);
     void degrade(OutputDelta& d);  // a would-be call that is not one: its text so far is content
+    // The output ended inside a call (max_tokens): what was generated stays the call's, unclosed, as
+    // OpenAI returns a truncated call. A parameter cut inside its value joins the arguments with the
+    // value so far (a string value left open); a Hermes call whose name is complete and whose arguments
+    // have started is a call with the argument text so far (false: not even that, it stays text).
+    void cut_parameter(OutputDelta& d, std::string_view param, std::string_view value);
+    bool cut_hermes_call(OutputDelta& d);
     void start_call(OutputDelta& d, std::string name);
     bool tools() const { return opts_.tools && !opts_.tools->empty(); }
 
