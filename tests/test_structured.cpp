@@ -9,6 +9,7 @@
 
 #include "engine/engine.h"
 #include "server/output_parser.h"
+#include "structured/grammar_cache.h"
 #include "structured/json_schema.h"
 #include "structured/regex_grammar.h"
 #include "structured/token_mask.h"
@@ -183,6 +184,48 @@ TEST(SchemaGrammar, SchemasWithoutAFiniteDocumentAreErrors) {
     auto nested = compile(R"({"type": "array", "items": {"$ref": "#"}})");
     ASSERT_TRUE(nested);
     EXPECT_TRUE(accepts(*nested, "[[], [[]]]"));
+}
+
+// The server's cache of compiled grammars: one compile per key, least recently used out within the
+// budget, failures never kept, and grammars that requests still hold survive eviction.
+TEST(GrammarCache, KeepsWithinItsBudgetLeastRecentlyUsedOut) {
+    int compiles = 0;
+    auto schema_of = [&](int n) {
+        return [&compiles, n]() -> GrammarCache::Compiled {
+            ++compiles;
+            return json_schema_grammar(Json{{"type", "string"}, {"maxLength", n}});
+        };
+    };
+    const size_t one = (*schema_of(40)())->bytes();
+    compiles = 0;
+    GrammarCache cache(3 * one + 1000);  // room for about three of these grammars
+    auto a = cache.get("a", schema_of(40));
+    ASSERT_TRUE(a.is_ok());
+    EXPECT_EQ(cache.get("a", schema_of(40))->get(), a->get());  // the same grammar, not a copy
+    EXPECT_EQ(compiles, 1);
+    for (const char* k : {"b", "c"}) ASSERT_TRUE(cache.get(k, schema_of(41)).is_ok());
+    cache.get("a", schema_of(40));  // a is the most recent again: b goes first
+    ASSERT_TRUE(cache.get("d", schema_of(42)).is_ok());
+    GrammarCache::Stats s = cache.stats();
+    EXPECT_LE(s.bytes, s.budget);
+    EXPECT_EQ(s.evictions, 1u);
+    EXPECT_EQ(s.hits, 2u);
+    EXPECT_EQ(s.misses, 4u);
+    EXPECT_EQ(s.in_use, 1u);  // `a` is held here
+    compiles = 0;
+    cache.get("a", schema_of(40));
+    cache.get("b", schema_of(41));
+    EXPECT_EQ(compiles, 1);  // b was evicted, a was not
+    a = Status::error("released");
+    EXPECT_EQ(cache.stats().in_use, 0u);
+    // A failed compile is answered, not kept; a budget of 0 keeps nothing.
+    auto bad = [&]() -> GrammarCache::Compiled { return json_schema_grammar(Json{{"$ref", "#"}}); };
+    EXPECT_FALSE(cache.get("bad", bad).is_ok());
+    EXPECT_FALSE(cache.get("bad", bad).is_ok());
+    EXPECT_EQ(cache.stats().misses, 7u);  // a b c d, b again, bad twice
+    GrammarCache none(0);
+    none.get("a", schema_of(40));
+    EXPECT_EQ(none.stats().entries, 0u);
 }
 
 TEST(RegexGrammar, MatchesLikeARegexEngine) {

@@ -188,23 +188,31 @@ std::optional<ApiError> read_sampling(const Json& b, bool chat, const RequestLim
     return std::nullopt;
 }
 
+// A constraint's grammar, through the server's cache when it has one. `key` names the kind and holds the
+// canonical text of what is compiled.
+GrammarCache::Compiled compiled(const RequestLimits& lim, const std::string& key,
+                                const std::function<GrammarCache::Compiled()>& compile) {
+    return lim.grammars ? lim.grammars->get(key, compile) : compile();
+}
+
 // response_format (json_object, json_schema) and vLLM's structured_outputs (json, choice): the grammar
 // the output must follow.
-std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
+std::optional<ApiError> read_structured(const Json& b, const RequestLimits& lim, CompletionRequest* r) {
     std::shared_ptr<const Grammar> g;
     const char* field = nullptr;
     if (auto rf = b.find("response_format"); rf != b.end() && rf->is_object()) {
         field = "response_format";
         const std::string type = rf->value("type", "");
         if (type == "json_object") {
-            g = json_object_grammar();
+            g = *compiled(lim, "json_object", [] { return json_object_grammar(); });
         } else if (type == "json_schema") {
             auto js = rf->find("json_schema");
             if (js == rf->end() || !js->is_object() || !js->contains("schema"))
                 return ApiError::invalid(
                     "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}",
                     field);
-            auto cg = json_schema_grammar((*js)["schema"]);
+            const Json& schema = (*js)["schema"];
+            auto cg = compiled(lim, "json:" + schema.dump(), [&] { return json_schema_grammar(schema); });
             if (!cg) return ApiError::invalid("response_format: " + cg.message(), field);
             g = *cg;
         }
@@ -232,15 +240,17 @@ std::optional<ApiError> read_structured(const Json& b, CompletionRequest* r) {
                     if (!parsed) return ApiError::invalid(parsed.message(), key);
                     schema = *parsed;
                 }
-                cg = json_schema_grammar(schema);
+                cg = compiled(lim, "json:" + schema.dump(), [&] { return json_schema_grammar(schema); });
             } else if (it.key() == "choice") {
-                cg = choice_grammar(it.value());
+                const Json& choices = it.value();
+                cg = compiled(lim, "choice:" + choices.dump(), [&] { return choice_grammar(choices); });
             } else if (it.key() == "regex") {
                 if (!it.value().is_string())
                     return ApiError::invalid(std::string(key) + ".regex must be a string", key);
-                cg = regex_grammar(it.value().get<std::string>());
+                const std::string re = it.value().get<std::string>();
+                cg = compiled(lim, "regex:" + re, [&] { return regex_grammar(re); });
             } else if (it.key() == "json_object" && it.value().is_boolean() && it.value().get<bool>()) {
-                cg = json_object_grammar();
+                cg = compiled(lim, "json_object", [] { return json_object_grammar(); });
             } else {
                 return ApiError::invalid(std::string("'") + key + "." + it.key() +
                                              "' is not supported (json, regex, choice "
@@ -304,7 +314,12 @@ std::optional<ApiError> read_tools(const Json& b, const RequestLimits& lim, Comp
                 "response_format or structured_outputs",
                 "tool_choice");
         const ToolCallForm form = lim.tool_call_parser == "hermes" ? ToolCallForm::HERMES : ToolCallForm::XML;
-        auto g = tool_call_grammar(callable, form, r->parallel_tool_calls && !named);
+        const bool parallel = r->parallel_tool_calls && !named;
+        Json signature = Json::array();
+        for (const ToolSignature& t : callable) signature.push_back(Json::array({t.name, t.parameters}));
+        const std::string key = std::string("tools:") + (form == ToolCallForm::HERMES ? "hermes" : "xml") +
+                                (parallel ? ":parallel:" : ":one:") + signature.dump();
+        auto g = compiled(lim, key, [&] { return tool_call_grammar(callable, form, parallel); });
         if (!g) return ApiError::invalid("tool_choice: " + g.message(), "tools");
         r->params.grammar = *g;
     }
@@ -335,10 +350,10 @@ std::optional<ApiError> read_prompt(const Json& b, bool chat, const RequestLimit
         if (auto e = b.find("reasoning_effort");
             e != b.end() && e->is_string() && *e == "none" && !r->prompt.enable_thinking)
             r->prompt.enable_thinking = false;
-        GDN_RETURN_IF_API_ERROR(read_structured(b, r));
+        GDN_RETURN_IF_API_ERROR(read_structured(b, lim, r));
         return read_tools(b, lim, r);
     }
-    GDN_RETURN_IF_API_ERROR(read_structured(b, r));
+    GDN_RETURN_IF_API_ERROR(read_structured(b, lim, r));
     auto p = b.find("prompt");
     if (p == b.end() || p->is_null()) return ApiError::invalid("'prompt' is required", "prompt");
     if (p->is_string()) {

@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "server/tool_schema.h"
+#include "structured/grammar_cache.h"
 #include "util/json_file.h"
 
 namespace gdn {
@@ -43,6 +44,8 @@ struct RequestLimits {
     // whether a constraint waits for the reasoning block to close.
     std::string tool_call_parser = "none";
     bool reasoning_parser = false;
+    // Compiled grammars shared by requests (the server's; null: every request compiles its own).
+    GrammarCache* grammars = nullptr;
 };
 
 // One /v1/completions or /v1/chat/completions request, validated.

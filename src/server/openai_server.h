@@ -34,6 +34,9 @@ struct ServerConfig {
     // (the default here, so tests step without timing; `gdn serve` uses kServeArrivalWaitMs).
     double arrival_wait_ms = 0;
     double header_timeout_s = 10, request_timeout_s = 60, idle_timeout_s = 15, write_timeout_s = 60;
+    // Compiled grammars kept for the requests that send the same constraint again (--grammar-cache-mib;
+    // structured/grammar_cache.h); 0 keeps none.
+    size_t grammar_cache_bytes = size_t{256} << 20;
 };
 
 class OpenAIServer {

@@ -37,6 +37,7 @@ const std::set<std::string> kServeOptions = {"--model",
                                              "--kv-cache-dtype",
                                              "--block-size",
                                              "--max-queue",
+                                             "--grammar-cache-mib",
                                              "--max-connections",
                                              "--http-threads",
                                              "--quantization",
@@ -65,7 +66,8 @@ int usage(Result<Args>& args) {
         "                 [--prefix-snapshot-interval 1024]\n"
         "                 [--chat-template FILE] [--reasoning-parser auto|qwen3|none] "
         "[--tool-call-parser auto|qwen3_coder|hermes|none]\n"
-        "                 [--default-chat-template-kwargs '{\"enable_thinking\": false}']\n"
+        "                 [--default-chat-template-kwargs '{\"enable_thinking\": false}'] "
+        "[--grammar-cache-mib 256]\n"
         "  Output parsers (vLLM's names; auto: read from the chat template): <think>...</think> becomes\n"
         "  reasoning_content, tool calls become tool_calls whenever a request has tools\n"
         "  (--enable-auto-tool-choice is accepted for vLLM compatibility and changes nothing).\n"
@@ -78,6 +80,8 @@ int usage(Result<Args>& args) {
         "longest\n"
         "  cached prefix.\n"
         "  --max-queue: requests admitted beyond --max-num-seqs; more get 503 with Retry-After.\n"
+        "  --grammar-cache-mib: compiled structured-output grammars (schemas, forced tool calls) kept for\n"
+        "  requests that send the same constraint again, least recently used out (0: none kept).\n"
         "  --admit-prompt-tokens: a step starts waiting prompts while their tokens in it stay within "
         "this\n"
         "  (the first always starts; 0: no limit), so a burst gets first tokens a prompt or two per "
@@ -118,17 +122,17 @@ Result<ServePlan> plan_from_args(const Args& a) {
          awm = a.get_int("--arrival-wait-ms", kServeArrivalWaitMs), mem = a.get_int("--cache-memory", 1024),
          threads = a.get_int("--threads", default_thread_count()), bs = a.get_int("--block-size", 16),
          mq = a.get_int("--max-queue", 1024), mc = a.get_int("--max-connections", 1024),
-         ht = a.get_int("--http-threads", 4);
-    for (auto* r : {&port, &mml, &mns, &mnbt, &apt, &psm, &awm, &mem, &threads, &bs, &mq, &mc, &ht})
+         ht = a.get_int("--http-threads", 4), gcm = a.get_int("--grammar-cache-mib", 256);
+    for (auto* r : {&port, &mml, &mns, &mnbt, &apt, &psm, &awm, &mem, &threads, &bs, &mq, &mc, &ht, &gcm})
         if (!*r) return r->status();
     if (*port < 0 || *port > 65535 || *mem < 1 || *threads < 1 || *apt < 0 || *apt > (1 << 30) || *psm < 0 ||
         *psm > 3600000 || *awm < 0 || *awm > 1000 || *mq < 0 || *mq > (1 << 20) || *mc < 1 ||
-        *mc > (1 << 20) || *ht < 1 || *ht > 256) {
+        *mc > (1 << 20) || *ht < 1 || *ht > 256 || *gcm < 0 || *gcm > (1 << 20)) {
         return Status::error(
             "--port must be 0..65535, --cache-memory and --threads positive, "
             "--admit-prompt-tokens "
             ">= 0, --prefill-step-ms 0..3600000, --arrival-wait-ms 0..1000, --max-queue 0..1048576, "
-            "--max-connections 1..1048576, --http-threads 1..256");
+            "--max-connections 1..1048576, --http-threads 1..256, --grammar-cache-mib 0..1048576");
     }
     // Parser names are checked before the model loads (the template only decides "auto").
     GDN_RETURN_IF_ERROR(
@@ -164,6 +168,7 @@ Result<ServePlan> plan_from_args(const Args& a) {
     sc.arrival_wait_ms = static_cast<double>(*awm);
     sc.max_connections = static_cast<size_t>(*mc);
     sc.http_threads = static_cast<int>(*ht);
+    sc.grammar_cache_bytes = static_cast<size_t>(*gcm) << 20;
     std::string name = a.get("--served-model-name");
     if (name.empty()) {
         name = a.get("--model");
