@@ -729,6 +729,7 @@ TEST(Speculative, ServerReportsAcceptanceInMetrics) {
                 << m->body;
             EXPECT_NE(m->body.find("\ngdn_spec_decode_step_seconds{batch=\"1\",k=\"0\"} "), std::string::npos)
                 << m->body;
+            EXPECT_NE(m->body.find("\ngdn_spec_decode_chosen_k{batch=\"1\"} "), std::string::npos) << m->body;
         } else {
             EXPECT_EQ(accepted, 0);
         }

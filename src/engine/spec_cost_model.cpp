@@ -24,6 +24,7 @@ void SpecCostModel::reset(int max_k) {
         for (auto& ring : v) ring.reserve(kWindow);  // no allocation in a step
     }
     for (auto& s : steps_) s = 0;
+    for (auto& k : best_) k = -1;
     for (auto& p : period_) p = kExplorePeriod / 2;
     for (auto& n : next_explore_) n = kExplorePeriod;
     draft_s_ = 0;
@@ -107,6 +108,7 @@ int SpecCostModel::choose(int batch) {
             best_rate = expected_tokens(k) / cost(k);
             best = k;
         }
+    best_[b] = best;
     // An unmeasured k: before any verify is measured, only at a floor of its cost (the plain step plus
     // its drafting; a verify costs at least what fewer drafts cost) and by kTryMargin. Past a measured
     // k = m >= 1, at an estimate: t[m] plus, per further draft, the measured cost of a draft so far ((t[m]
@@ -201,6 +203,15 @@ SpecCostModel::Snapshot SpecCostModel::snapshot() const {
     for (int i = 0; i < max_k_; ++i) s.acceptance.push_back(acceptance(i));
     s.draft_seconds = draft_s_;
     for (int b = 0; b < kBuckets; ++b) s.step_seconds.push_back(step_s_[b]);
+    s.best_k.assign(best_, best_ + kBuckets);
+    return s;
+}
+
+std::string SpecCostModel::Snapshot::decisions() const {
+    std::string s;
+    for (size_t b = 0; b < best_k.size(); ++b)
+        if (best_k[b] >= 0)
+            s += strprintf("%sB=%s k=%d", s.empty() ? "" : ", ", bucket_name(static_cast<int>(b)), best_k[b]);
     return s;
 }
 

@@ -54,11 +54,15 @@ class SpecCostModel {
     std::string describe() const;
     static int bucket(int batch);
     // What the choices rest on, for /metrics: the acceptance estimate per draft position, one drafting
-    // forward's seconds, and the step seconds per batch bucket (bucket_name) and k (0: unmeasured).
+    // forward's seconds, and the step seconds per batch bucket (bucket_name) and k (0: unmeasured); and
+    // what they are: per bucket the k with the best measured rate (-1: none decided yet), the k steps
+    // run outside exploration, tries and probes.
     struct Snapshot {
         std::vector<double> acceptance;
         double draft_seconds = 0;
         std::vector<std::vector<double>> step_seconds;  // [bucket][k]
+        std::vector<int> best_k;                        // [bucket]
+        std::string decisions() const;                  // "B=1 k=0, B=5-8 k=2"
     };
     Snapshot snapshot() const;
     static const char* bucket_name(int b);
@@ -69,6 +73,7 @@ class SpecCostModel {
     std::vector<std::vector<double>> recent_[kBuckets];  // [k + 1]: the last samples
     std::vector<int> samples_[kBuckets];                 // [k + 1]: measurements so far
     int64_t steps_[kBuckets] = {};
+    int best_[kBuckets] = {};  // the last choose()'s best measured k per bucket (-1: none yet)
     int64_t period_[kBuckets] = {}, next_explore_[kBuckets] = {};  // exploration schedule per bucket
     std::vector<double> acc_, seen_;  // per position: decayed accepted / reached counts
     int64_t first_drafts_seen_ = 0;   // drafts verified at position 0 so far (not decayed)

@@ -94,6 +94,18 @@ struct OpenAIServer::Impl {
     Histogram e2e{{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}};
 
     void engine_loop();
+    // Logs what the speculative cost model decodes with when it changes (at most every 10 s): why a
+    // server with --speculative-config drafts fewer tokens than asked, or none (engine thread).
+    std::string logged_decisions;
+    double logged_at = -1e9;
+    void log_speculation_decisions(const EngineStats& st) {
+        const std::string d = st.spec_cost.decisions();
+        if (d.empty() || d == logged_decisions || now_seconds() - logged_at < 10) return;
+        GDN_LOG_INFO("speculation: the cost model decodes with %s (%s)", d.c_str(),
+                     st.spec_cost_model.c_str());
+        logged_decisions = d;
+        logged_at = now_seconds();
+    }
     void finish_job(Job& job, std::optional<ApiError> error);
     HandlerResult handle_completion(const HttpRequest& req, const Waker& wake, bool chat);
     HandlerResult handle_tokenize(const HttpRequest& req);
@@ -249,6 +261,7 @@ void OpenAIServer::Impl::engine_loop() {
         std::lock_guard<std::mutex> ml(m_mu);
         stats = engine->stats();
         engine_waiting = stats.waiting;
+        log_speculation_decisions(stats);
     }
     std::lock_guard<std::mutex> ml(m_mu);
     stats = engine->stats();
@@ -476,6 +489,13 @@ HttpResponse OpenAIServer::Impl::metrics_text() {
                         t += strprintf("gdn_spec_decode_step_seconds{batch=\"%s\",k=\"%zu\"} %.6g\n",
                                        SpecCostModel::bucket_name(static_cast<int>(b)), k,
                                        cm.step_seconds[b][k]);
+            t += "# HELP gdn_spec_decode_chosen_k the drafts per sequence the cost model decodes with per "
+                 "batch "
+                 "size (the best measured rate; 0: plain decoding)\n# TYPE gdn_spec_decode_chosen_k gauge\n";
+            for (size_t b = 0; b < cm.best_k.size(); ++b)
+                if (cm.best_k[b] >= 0)
+                    t += strprintf("gdn_spec_decode_chosen_k{batch=\"%s\"} %d\n",
+                                   SpecCostModel::bucket_name(static_cast<int>(b)), cm.best_k[b]);
         }
         gauge("gdn_spec_decode_state_bytes_last_step",
               "GDN bytes the last step's verifications added (staged rows, commit of the state)",

@@ -49,7 +49,7 @@ class GrammarCache {
 
     const size_t budget_;
     mutable std::mutex mu_;
-    std::list<Entry> lru_;  // most recently used first
+    std::list<Entry> lru_;                                                    // most recently used first
     std::unordered_map<std::string_view, std::list<Entry>::iterator> index_;  // views of Entry::key
     size_t bytes_ = 0;
     uint64_t hits_ = 0, misses_ = 0, evictions_ = 0;
