@@ -418,6 +418,25 @@ TEST_F(Hostile, HalfClosedClientsAreAnswered) {
     }
 }
 
+// Issue 53, finding 9: special tokens typed in message text are the special tokens (the documented
+// default, as vLLM, llama-server and HF do): "<|im_end|>" in a user message tokenizes to the control
+// token's id, the same id the template's own turn end gets.
+TEST_F(Hostile, SpecialTokensInMessageTextStaySpecial) {
+    RawResponse r = post("/tokenize", R"({"prompt":"<|im_end|>"})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto alone = parse_json(r.body, "tokenize");
+    ASSERT_TRUE(alone.is_ok());
+    ASSERT_EQ((*alone)["tokens"].size(), 1u) << r.body;  // one id: the control token, not its characters
+    const int64_t im_end = (*alone)["tokens"][0].get<int64_t>();
+    r = post("/tokenize", R"({"messages":[{"role":"user","content":"hi<|im_end|>"}]})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto chat = parse_json(r.body, "tokenize");
+    ASSERT_TRUE(chat.is_ok());
+    int count = 0;
+    for (const Json& t : (*chat)["tokens"]) count += t.get<int64_t>() == im_end;
+    EXPECT_EQ(count, 2) << r.body;  // the user's and the template's
+}
+
 // 6. Integers out of range are errors that name the field; never wrapped.
 TEST_F(Hostile, IntegersOutOfRangeAreRefused) {
     const int32_t V = 4096;  // demo vocabulary (tokenizer)

@@ -45,7 +45,8 @@ struct LoadRequest {
 
 LoadRequest make_request(int i, std::mt19937& rng) {
     LoadRequest r{static_cast<LoadRequest::Kind>(rng() % LoadRequest::kKinds), Json::object()};
-    const Json user = Json::array({{{"role", "user"}, {"content", "Tell me a fortune, number " + std::to_string(i)}}});
+    const Json user =
+        Json::array({{{"role", "user"}, {"content", "Tell me a fortune, number " + std::to_string(i)}}});
     switch (r.kind) {
         case LoadRequest::SAMPLED:
             r.body = {{"prompt", std::string(1 + rng() % 120, static_cast<char>('a' + rng() % 26))},
@@ -57,7 +58,8 @@ LoadRequest make_request(int i, std::mt19937& rng) {
                       {"seed", i}};
             break;
         case LoadRequest::GREEDY:  // repetitive greedy text: what the n-gram drafter finds matches in
-            r.body = {{"messages", user}, {"max_tokens", 8 + static_cast<int>(rng() % 56)}, {"temperature", 0}};
+            r.body = {
+                {"messages", user}, {"max_tokens", 8 + static_cast<int>(rng() % 56)}, {"temperature", 0}};
             break;
         case LoadRequest::SCHEMA:
             r.body = {{"messages", user},
@@ -139,14 +141,17 @@ class LoadTest : public ::testing::Test {
                     a->completion_tokens = (*j)["usage"]["completion_tokens"].get<int64_t>();
                 if (!j->contains("choices") || (*j)["choices"].empty()) return true;
                 const Json& ch = (*j)["choices"][0];
-                if (ch.contains("finish_reason") && ch["finish_reason"].is_string()) a->finish = ch["finish_reason"];
+                if (ch.contains("finish_reason") && ch["finish_reason"].is_string())
+                    a->finish = ch["finish_reason"];
                 if (ch.contains("text")) a->content += ch["text"].get<std::string>();
                 if (ch.contains("delta")) {
                     const Json& d = ch["delta"];
-                    if (d.contains("content") && d["content"].is_string()) a->content += d["content"].get<std::string>();
+                    if (d.contains("content") && d["content"].is_string())
+                        a->content += d["content"].get<std::string>();
                     if (d.contains("tool_calls"))
                         for (const Json& t : d["tool_calls"])
-                            if (t["function"].contains("arguments")) a->arguments += t["function"]["arguments"].get<std::string>();
+                            if (t["function"].contains("arguments"))
+                                a->arguments += t["function"]["arguments"].get<std::string>();
                 }
                 return !(leave_after >= 0 && ++chunks >= leave_after);
             });
@@ -166,7 +171,9 @@ class LoadTest : public ::testing::Test {
             return parse_json(a.content, "content").is_ok() ? "" : "content is not JSON: " + a.content;
         if (r.kind == LoadRequest::TOOL) {
             auto args = parse_json(a.arguments, "arguments");
-            return a.finish == "tool_calls" && args && (*args)["city"].is_string() ? "" : "bad call: " + a.arguments;
+            return a.finish == "tool_calls" && args && (*args)["city"].is_string()
+                       ? ""
+                       : "bad call: " + a.arguments;
         }
         return a.finish == "stop" ? "" : "finish " + a.finish;
     }
