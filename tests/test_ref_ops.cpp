@@ -131,12 +131,13 @@ TEST(RefOps, MoeRouteSoftmaxTopkRenormalise) {
     const float logits[5] = {0.1f, 2.0f, -1.0f, 2.0f, 1.0f};
     int32_t idx[2];
     float w[2];
-    ref::moe_route(logits, 1, 5, 2, true, idx, w);
+    ref::MoeRouteScratch scratch;
+    ref::moe_route(logits, 1, 5, 2, true, idx, w, scratch);
     EXPECT_EQ(idx[0], 1);  // tie between 1 and 3: lower index first
     EXPECT_EQ(idx[1], 3);
     EXPECT_NEAR(w[0], 0.5f, 1e-6);
     EXPECT_NEAR(w[1], 0.5f, 1e-6);
-    ref::moe_route(logits, 1, 5, 2, false, idx, w);
+    ref::moe_route(logits, 1, 5, 2, false, idx, w, scratch);
     double z = 0;
     for (float l : logits) z += std::exp(double(l));
     EXPECT_NEAR(w[0], std::exp(2.0) / z, 1e-6);  // softmax over ALL experts when not renormalised
@@ -146,13 +147,14 @@ TEST(RefOps, MoeRouteSoftmaxTopkRenormalise) {
 // first), on logits from a few levels so that ties are common, for k from 1 to E.
 TEST(RefOps, MoeRouteTopkIsTheStableSortsPrefix) {
     const int64_t T = 64, E = 12;
+    ref::MoeRouteScratch scratch;
     auto r = random_vec(T * E, 5, 0.0f, 4.0f);
     std::vector<float> logits(T * E);
     for (int64_t i = 0; i < T * E; ++i) logits[i] = std::floor(r[i]);  // 4 levels
     for (int64_t k = 1; k <= E; ++k) {
         std::vector<int32_t> idx(T * k);
         std::vector<float> w(T * k);
-        ref::moe_route(logits.data(), T, E, k, false, idx.data(), w.data());
+        ref::moe_route(logits.data(), T, E, k, false, idx.data(), w.data(), scratch);
         for (int64_t t = 0; t < T; ++t) {
             const float* l = logits.data() + t * E;
             std::vector<int32_t> order(E);

@@ -35,7 +35,18 @@ constexpr std::chrono::microseconds kSpinBetweenForwards{500};
 // Pauses between clock reads while spinning (a pause is 25-40 ns): a job that follows within this many
 // pauses, the common case inside a step, costs no clock read.
 constexpr int kPausesPerClockRead = 1024;
+// The pool whose worker the calling thread is, and its index (null: not a pool worker).
+thread_local const ThreadPool* tl_worker_of = nullptr;
+thread_local int tl_worker_index = 0;
 }  // namespace
+
+ThreadScratch& ThreadPool::scratch() {
+    if (tl_worker_of == this) return shares_[tl_worker_index].scratch;
+    // The dispatching thread's: its own for its lifetime, whichever pool it dispatches on (a pool made
+    // afresh, as set_global_threads() does, finds the buffers it grew warm).
+    thread_local ThreadScratch dispatcher;
+    return dispatcher;
+}
 
 ThreadPool::ThreadPool(int n_threads)
     : n_threads_(n_threads < 1 ? 1 : n_threads), shares_(std::make_unique<Share[]>(n_threads_)) {
@@ -43,6 +54,8 @@ ThreadPool::ThreadPool(int n_threads)
     for (int i = 1; i < n_threads_; ++i)
         workers_.emplace_back([this, i] {
             set_flush_denormals();
+            tl_worker_of = this;
+            tl_worker_index = i;
             worker_loop(i);
         });
 }

@@ -19,6 +19,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "core/thread_scratch.h"
+
 namespace gdn {
 
 // A non-owning reference to a callable (no heap allocation, unlike std::function for large captures):
@@ -54,6 +56,9 @@ class ThreadPool {
     ThreadPool& operator=(const ThreadPool&) = delete;
 
     int size() const { return n_threads_; }
+    // The calling thread's scratch (core/thread_scratch.h): inside a job a worker's own, owned by the
+    // pool; on the dispatching thread (thread 0) that thread's, kept for its lifetime.
+    ThreadScratch& scratch();
     // Runs fn(ith, nth) on every thread (the caller is thread 0) and waits for all.
     void run(FunctionRef<void(int ith, int nth)> fn);
     // Splits [0, n) into nth contiguous ranges and calls fn(begin, end) for each non-empty one, each
@@ -198,6 +203,7 @@ class ThreadPool {
         std::atomic<uint64_t> claim_span{0};
         std::atomic<uint64_t> inside{0};
         std::vector<float> tile;  // the worker's private output tile (grown by the caller between jobs)
+        ThreadScratch scratch;    // the worker's op scratch (scratch(); share 0's is unused)
         // The caller's watch on this worker's claim: the claim word last seen and since when.
         uint64_t watched_claim = 0;
         std::chrono::steady_clock::time_point watched_since;

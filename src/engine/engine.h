@@ -310,6 +310,13 @@ class Engine {
     BatchPlan mtp_plan_;
     std::vector<float> mtp_in_, mtp_out_;
     std::vector<int32_t> mtp_ids_;
+    // propose_drafts()' and the MTP drafting's per-step lists (grow-only: no allocation once warm).
+    struct DraftLists {
+        std::vector<Request*> decoding, rows_of, drafting;
+        std::vector<int> k_of, kd;
+        std::vector<float> last;
+        std::vector<size_t> idx;
+    } draft_lists_;
     DraftHook draft_hook_;
     double host_seconds_ = 0, forward_seconds_ = 0;
     double draft_seconds_ = 0;  // propose_drafts() at the end of the last step: the coming step's drafting

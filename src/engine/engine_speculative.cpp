@@ -122,8 +122,8 @@ void Engine::propose_drafts() {
     const SpeculativeConfig& spec = cfg_.speculative;
     if (!spec.enabled()) return;
     // Requests in the decode state (their next step is one real token, plus drafts).
-    thread_local std::vector<Request*> reqs;
-    thread_local std::vector<int> k_of;
+    std::vector<Request*>& reqs = draft_lists_.decoding;
+    std::vector<int>& k_of = draft_lists_.k_of;
     reqs.clear();
     k_of.clear();
     for (auto& [id, rp] : requests_) {
@@ -236,8 +236,8 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
     fo.bf16_activations = cfg_.bf16;
     // 1. Catch-up: the MTP layer over every pending slot of the requests that draft now (slot t: h_t and
     // token t+1), and of any request with many pending rows; the drafting ones' last slot gives draft 1.
-    thread_local std::vector<Request*> rows_of, drafting;
-    thread_local std::vector<int> kd;
+    std::vector<Request*>&rows_of = draft_lists_.rows_of, &drafting = draft_lists_.drafting;
+    std::vector<int>& kd = draft_lists_.kd;
     rows_of.clear();
     drafting.clear();
     kd.clear();
@@ -286,7 +286,7 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
     GDN_CHECK(st.is_ok(), "MTP forward failed on a plan the engine built: %s", st.message().c_str());
     // Each drafting request's last hidden row (mtp_out_'s rows are the logits rows: one per drafting
     // request, in order): the next recursive step's input.
-    thread_local std::vector<float> last;
+    std::vector<float>& last = draft_lists_.last;
     last.assign(mtp_out_.begin(), mtp_out_.end());
     {
         size_t di = 0;
@@ -304,7 +304,7 @@ void Engine::mtp_drafts(const std::vector<Request*>& reqs, const std::vector<int
         mtp_in_.clear();
         p.max_blocks = max_blocks;
         p.cu_seqlens.push_back(0);
-        thread_local std::vector<size_t> idx;
+        std::vector<size_t>& idx = draft_lists_.idx;
         idx.clear();
         for (size_t i = 0; i < drafting.size(); ++i) {
             if (kd[i] < step) continue;

@@ -131,8 +131,8 @@ float bf16_pair_value(const uint32_t* xp, int64_t k) {
 
 // x (bf16 pairs [K2]) as the screen reads it: xq (k-quads of xq_k + 128, padding xq = 0) and the bound's
 // per-row terms, accumulated in double. False for a non-finite row.
-bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenRow* out) {
-    thread_local std::vector<float> xf;
+bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenRow* out,
+                std::vector<float>& xf) {
     xf.resize(K);
     float amax = 0.0f;  // a max of |bf16 values|: exact in f32
     double xabs = 0.0;
@@ -170,6 +170,22 @@ bool screen_row(const uint32_t* xp, int64_t K, int64_t K4, uint32_t* xq, ScreenR
 }  // namespace
 
 namespace {
+// The dispatching thread's buffers of a screened argmax (grow-only: no allocation once warm).
+struct ScreenBuffers {
+    std::vector<float> row;  // screen_row's x values
+    // The rows' quantized k-quads and constants, read by the screen job: buffers that outlive it (a
+    // claim stolen from a descheduled worker may still be read by that worker after the job returns).
+    std::vector<uint32_t> xq;
+    ScreenRow r[cpu::kScreenRows];
+    std::vector<float> bounds;                    // [2 rows, n_panels]
+    std::vector<std::pair<int, int64_t>> work;    // (row, panel) of the exact pass
+    std::vector<float> best_v;                    // [threads, rows]
+    std::vector<int64_t> best_ix;                 // [threads, rows]
+    std::vector<float> xf;                        // the rows' bf16 values (AVX2 path)
+    std::vector<float> y;                         // the candidate panels' outputs (AVX2 path)
+    std::vector<int32_t> chunk_ids;               // screened_argmax's ids before they are all known
+};
+
 // Candidate panels of one row beyond which the screen gives up and the full pass runs: near-flat outputs
 // (e.g. a zero row: every column ties), where rechecking panel by panel approaches a full pass per row.
 // A row may take 1 / kScreenMaxRows of the panels (kScreenMaxRows such rows: one full pass's bytes), and
@@ -185,13 +201,12 @@ bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const L
     const Int8Screen& s = *w.screen;
     const PackedWeight& pw = w.packed;
     const int rows = static_cast<int>(M);
-    // The rows' quantized k-quads and constants, read by the screen job: buffers that outlive it (a
-    // claim stolen from a descheduled worker may still be read by that worker after the job returns).
-    thread_local std::vector<uint32_t> xq;
-    thread_local ScreenRow r[cpu::kScreenRows];
+    ScreenBuffers& b = ctx.pool().scratch().get<ScreenBuffers>();
+    std::vector<uint32_t>& xq = b.xq;
+    ScreenRow* r = b.r;
     grow_read_buffer(ctx.pool(), xq, static_cast<size_t>(rows) * s.K4);
     for (int m = 0; m < rows; ++m)
-        if (!screen_row(xp + m * pw.K2, s.K, s.K4, xq.data() + m * s.K4, &r[m])) return false;
+        if (!screen_row(xp + m * pw.K2, s.K, s.K4, xq.data() + m * s.K4, &r[m], b.row)) return false;
 
     // Pass 1: the screen of every row in one stream of the int8 copy, balanced over the threads like the
     // bf16 pass it replaces, as a stealable job (ThreadPool::parallel_for_stealable): each panel writes its
@@ -199,13 +214,12 @@ bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const L
     ThreadPool& pool = ctx.pool();
     const int nth = pool.size();
     const int64_t np = s.n_panels;
-    thread_local std::vector<float> bounds_buf;
+    std::vector<float>& bounds_buf = b.bounds;
     if (bounds_buf.size() < static_cast<size_t>(2 * rows * np)) bounds_buf.resize(2 * rows * np);
     const float* bounds = bounds_buf.data();
     {
         GDN_PROFILE(ctx, "lm_head screen");
         auto* kernel = path == ScreenPath::VNNI ? cpu::avx512::screen_i8 : cpu::avx2::screen_i8;
-        // Plain pointers: inside the job, a thread_local name would be the worker's own.
         const uint32_t* xq_p = xq.data();
         const ScreenRow* r_p = r;
         const Int8Screen* sp = &s;
@@ -219,7 +233,7 @@ bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const L
     // Pass 2: row m's threshold is its largest A - B; the panels whose largest A + B reaches it hold every
     // column that can still be its argmax. They run exactly; every row's panels in one pass over the
     // threads (one dispatch, not one per row). work[j] = (row, panel), in panel order per row.
-    thread_local std::vector<std::pair<int, int64_t>> work;
+    std::vector<std::pair<int, int64_t>>& work = b.work;
     work.clear();
     for (int m = 0; m < rows; ++m) {
         const float* lo = bounds + 2 * m * np;
@@ -242,15 +256,15 @@ bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const L
     }
     // Per thread and row: the best (value, column) of its panels; ties to the lowest column, so the id
     // does not depend on which thread took which panel.
-    thread_local std::vector<float> best_v_buf;
-    thread_local std::vector<int64_t> best_ix_buf;
+    std::vector<float>& best_v_buf = b.best_v;
+    std::vector<int64_t>& best_ix_buf = b.best_ix;
     best_v_buf.assign(static_cast<size_t>(nth) * rows, 0.0f);
     best_ix_buf.assign(static_cast<size_t>(nth) * rows, -1);
     float* best_v = best_v_buf.data();
     int64_t* best_ix = best_ix_buf.data();
     const std::pair<int, int64_t>* work_p = work.data();
     // The f32 kernels' input (AVX2 path): the rows' bf16 values (xp holds the rounded x linear() multiplies).
-    thread_local std::vector<float> xf_buf;
+    std::vector<float>& xf_buf = b.xf;
     const float* xf = nullptr;
     if (path == ScreenPath::AVX2) {
         xf_buf.resize(static_cast<size_t>(rows) * pw.K);
@@ -264,7 +278,7 @@ bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const L
     // a worker grew on its first job would allocate in whichever decode step timing first gave it one
     // (the NoAlloc tests).
     const int64_t ld_y = pw.n_panels * kPanelCols;
-    thread_local std::vector<float> y_buf;
+    std::vector<float>& y_buf = b.y;
     if (path == ScreenPath::AVX2 && y_buf.size() < static_cast<size_t>(rows * ld_y))
         y_buf.resize(rows * ld_y);
     float* y_rows = y_buf.data();
@@ -317,7 +331,7 @@ bool screened_argmax(const ExecContext& ctx, const uint32_t* xp, int64_t M, cons
     if (!w.screen || path == ScreenPath::NONE || M < 1 || M > kScreenMaxRows) return false;
     // Rows kScreenRows at a time, each chunk one stream of the int8 copy; the ids are written only once
     // every chunk ran (false: nothing written).
-    thread_local std::vector<int32_t> chunk_ids;
+    std::vector<int32_t>& chunk_ids = ctx.pool().scratch().get<ScreenBuffers>().chunk_ids;
     chunk_ids.resize(M);
     for (int64_t m0 = 0; m0 < M; m0 += cpu::kScreenRows)
         if (!screen_chunk(ctx, xp + m0 * w.packed.K2, std::min<int64_t>(cpu::kScreenRows, M - m0), w, path,

@@ -101,7 +101,7 @@ void moe(const ExecContext& ctx, const Moe& m, const MoeShape& s, const float* h
             N,
             [&](int64_t t0, int64_t t1) {  // tokens route independently
                 ref::moe_route(logits + t0 * E, t1 - t0, E, k, s.norm_topk_prob, ws.route_idx.data() + t0 * k,
-                               ws.route_w.data() + t0 * k);
+                               ws.route_w.data() + t0 * k, ctx.pool().scratch().get<ref::MoeRouteScratch>());
             },
             row_grain(8 * E));
     }

@@ -28,6 +28,12 @@ float* Scratch::f32(const ExecContext& ctx, int slot, size_t n) {
 
 namespace {
 
+// A GDN prefill unit's blocks of kBlock tokens (gdn_mixer): its key head's q and k, one value head's v
+// and output, the gates, and the chunked form's scratch.
+struct GdnBlockBuffers {
+    std::vector<float> q, k, v, o, gates, chunk;
+};
+
 // The kernel table of the ISA an op runs on (never REF: the reference path calls ops/ref).
 const cpu::KernelTable& kernels(Isa isa) {
     return isa == Isa::AVX512 ? cpu::avx512_kernels() : cpu::avx2_kernels();
@@ -294,25 +300,32 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
 // after the other in its unit, each reading the state the previous token left: each token is exactly a
 // decode step. y [N, CD] and core [N, VD] are the unit's scratch rows; out null: the states only (a
 // commit), no gated norm.
+// A verified sequence's states after each token: the running thread's private copy of the unit's part
+// (its conv channels, its value heads' states), cache-resident and never written back. Writing them to
+// per-draft slots instead cost a verify of 4 tokens 3.7x a decode step's GDN time (measured).
+struct GdnStepBuffers {
+    std::vector<float> own;
+};
+
 void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t hk, const GdnParams& p,
-                       float* y, float* core, float* out, Isa isa, bool bf16) {
+                       float* y, float* core, float* out, Isa isa, bool bf16, ThreadScratch& scratch) {
     const int64_t Hk = p.Hk, Hv = p.Hv, Dk = p.Dk, Dv = p.Dv, r = Hv / Hk;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD;
     const float qscale = 1.0f / std::sqrt(static_cast<float>(Dk));
     const int64_t conv_n = (p.K - 1) * CD, head_n = Dk * Dv;
-    // A verified sequence's states after each token: this thread's private copy of the unit's part (its
-    // conv channels, its value heads' states), cache-resident and never written back. Writing them to
-    // per-draft slots instead cost a verify of 4 tokens 3.7x a decode step's GDN time (measured).
-    thread_local std::vector<float> own;
+    float* own = nullptr;  // only verifications have one (a decode step's workers touch no scratch)
+    if (s.keep_state) {
+        std::vector<float>& buf = scratch.get<GdnStepBuffers>().own;
+        if (buf.size() < static_cast<size_t>(conv_n + r * head_n)) buf.resize(conv_n + r * head_n);
+        own = buf.data();
+    }
     const int64_t v0 = 2 * KD + hk * r * Dv;  // the value channels of this key head's value heads
     const int64_t chans[3][2] = {{hk * Dk, Dk}, {KD + hk * Dk, Dk}, {v0, r * Dv}};
-    if (s.keep_state && own.size() < static_cast<size_t>(conv_n + r * head_n))
-        own.resize(conv_n + r * head_n);
     // Where token i leaves the states: in place, in its outputs, or (verification) in the private copy,
     // which holds the whole conv window (only this unit's channels are used) and this unit's r value heads.
-    auto conv_of = [&](int64_t i) { return s.keep_state ? own.data() : s.conv_out ? s.conv_out[i] : s.conv; };
+    auto conv_of = [&](int64_t i) { return s.keep_state ? own : s.conv_out ? s.conv_out[i] : s.conv; };
     auto head_of = [&](int64_t i, int64_t h) {
-        if (s.keep_state) return own.data() + conv_n + (h - hk * r) * head_n;
+        if (s.keep_state) return own + conv_n + (h - hk * r) * head_n;
         return (s.ssm_out ? s.ssm_out[i] : s.ssm) + h * head_n;
     };
     for (int64_t i = 0; i < s.T; ++i) {
@@ -353,8 +366,9 @@ void gdn_stepwise_fused(const ExecContext& ctx, const float* proj, int64_t ldp,
     // slower vCPU kept the other waiting ~30 us of a ~45 us step (measured).
     ctx.pool().parallel_for_balanced(
         static_cast<int64_t>(seqs.size()) * Hk, 1, [&](int, int64_t u0, int64_t u1) {
+            ThreadScratch& scratch = ctx.pool().scratch();  // this thread's
             for (int64_t u = u0; u < u1; ++u)
-                gdn_stepwise_unit(proj, ldp, seqs[u / Hk], u % Hk, p, y, core, out, isa, bf16);
+                gdn_stepwise_unit(proj, ldp, seqs[u / Hk], u % Hk, p, y, core, out, isa, bf16, scratch);
         });
 }
 
@@ -398,12 +412,13 @@ void gdn_commit(const ExecContext& ctx, const std::vector<GdnCommitLayer>& layer
     float* core = sc.f32(ctx, GDN_CORE, L * N * VD);
     const Isa isa = conv_isa;
     ctx.pool().parallel_for_balanced(units, 1, [&](int, int64_t u0, int64_t u1) {
+        ThreadScratch& scratch = ctx.pool().scratch();  // this thread's
         for (int64_t u = u0; u < u1; ++u) {
             const int64_t li = std::upper_bound(first.begin(), first.end(), u) - first.begin() - 1;
             const GdnCommitLayer& l = layers[li];
             const int64_t v = u - first[li];
             gdn_stepwise_unit(l.proj, l.ldp, (*l.seqs)[v / Hk], v % Hk, *l.p, y + li * N * CD,
-                              core + li * N * VD, nullptr, isa, bf16);
+                              core + li * N * VD, nullptr, isa, bf16, scratch);
         }
     });
 }
@@ -462,8 +477,10 @@ void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std
             // The unit reads a few hundred floats of projection rows ~ldp floats apart, a stride the hardware
             // prefetchers do not follow: rows kRowsAhead tokens on are asked for in the loops below.
             constexpr int64_t kRowsAhead = 8;
-            // Per-thread blocks, grown to the largest block a thread has met (never shrunk).
-            thread_local std::vector<float> qb, kb, vb, ob, gb, chunk_scratch;
+            // This thread's blocks, grown to the largest block it has met (never shrunk).
+            GdnBlockBuffers& bufs = pool.scratch().get<GdnBlockBuffers>();
+            std::vector<float>&qb = bufs.q, &kb = bufs.k, &vb = bufs.v, &ob = bufs.o, &gb = bufs.gates,
+            &chunk_scratch = bufs.chunk;
             for (int64_t u = u0; u < u1; ++u) {
                 const GdnSeq& s = seqs[u / Hk];
                 const int64_t hk = u % Hk;

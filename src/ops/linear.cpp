@@ -1,6 +1,7 @@
 #include "ops/linear.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <cstring>
 
@@ -101,18 +102,35 @@ void linear_ref(const ExecContext& ctx, const float* x, int64_t M, const LinearW
     ref::linear(ctx, x, M, TensorView::contiguous(plain.data(), DType::F32, {p.N, p.K}), y);
 }
 
-// Grows-only scratch for converted activations (no allocation once warm).
-template <typename T>
-T* scratch(const ExecContext& ctx, size_t n) {
-    thread_local std::vector<T> buf;
-    grow_read_buffer(ctx.pool(), buf, n);
-    return buf.data();
+// The calling thread's grow-only buffers (its pool's ThreadScratch: no allocation once warm).
+struct LinearBuffers {
+    std::vector<uint32_t> pairs;  // x as bf16 pairs
+    std::vector<float> f32;       // x rounded to bf16 values; linear_argmax's per-thread maxima
+    std::vector<float> products;  // the [M, N] products of a linear() called inside another op
+    std::vector<int64_t> columns;  // linear_argmax's per-thread columns
+};
+LinearBuffers& buffers(const ExecContext& ctx) {
+    return ctx.pool().scratch().get<LinearBuffers>();
 }
 
-// Grows-only buffer for the [M, N] products of a linear() called inside another op (linear_swiglu,
-// linear_argmax off their fused kernels). Not scratch<float>(ctx, ): linear() uses that for its own input.
+// Converted activations: bf16 pairs (uint32_t) or f32 values.
+template <typename T>
+T* scratch(const ExecContext& ctx, size_t n) {
+    LinearBuffers& b = buffers(ctx);
+    if constexpr (std::is_same_v<T, uint32_t>) {
+        grow_read_buffer(ctx.pool(), b.pairs, n);
+        return b.pairs.data();
+    } else {
+        static_assert(std::is_same_v<T, float>);
+        grow_read_buffer(ctx.pool(), b.f32, n);
+        return b.f32.data();
+    }
+}
+
+// The [M, N] products of a linear() called inside another op (linear_swiglu, linear_argmax off their
+// fused kernels). Not scratch<float>(ctx, ): linear() uses that for its own input.
 float* products_scratch(const ExecContext& ctx, size_t n) {
-    thread_local std::vector<float> buf;
+    std::vector<float>& buf = buffers(ctx).products;
     grow_read_buffer(ctx.pool(), buf, n);
     return buf.data();
 }
@@ -365,7 +383,7 @@ void linear_argmax(const ExecContext& ctx, const float* x, int64_t M, const Line
     // Chunks reach threads in no fixed order, so ties go to the lowest column explicitly (the reference's
     // first maximum) and the ids do not depend on timing.
     float* vals = scratch<float>(ctx, static_cast<size_t>(2 * nth) * M);
-    thread_local std::vector<int64_t> idx_buf;
+    std::vector<int64_t>& idx_buf = buffers(ctx).columns;
     if (idx_buf.size() < static_cast<size_t>(2 * nth) * M) idx_buf.resize(static_cast<size_t>(2 * nth) * M);
     int64_t* idx = idx_buf.data();
     for (int64_t i = 0; i < nth * M; ++i) idx[i] = -1;

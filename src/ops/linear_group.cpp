@@ -65,10 +65,6 @@ void run_alone(const ExecContext& ctx, const LinearJob& j, bool swiglu, bool bf1
     else
         linear(ctx, x, j.M, *j.w, j.y, bf16_act);
 }
-GroupScratch& group_scratch() {
-    thread_local GroupScratch s;
-    return s;
-}
 
 // Row m of `to` = row r of `from` (the same quantized bytes, scales and group sums).
 void copy_quantized_row(const quant::QuantizedRows& from, int64_t r, quant::QuantizedRows& to, int64_t m) {
@@ -92,7 +88,7 @@ size_t job_holding(const std::vector<GroupedJob>& g, int64_t i, Start start) {
 
 void linear_group(const ExecContext& ctx, const std::vector<LinearJob>& jobs, bool swiglu, bool bf16_act) {
     GDN_PROFILE(ctx, swiglu ? "linear+swiglu (group)" : "linear (group)");
-    GroupScratch& s = group_scratch();
+    GroupScratch& s = ctx.pool().scratch().get<GroupScratch>();
     s.grouped.clear();
     int64_t rows = 0, panels = 0, pairs = 0, min_chunk = INT64_MAX, max_k = 1;
     for (const LinearJob& j : jobs) {

@@ -79,10 +79,10 @@ bool holds(CpuNeed need) {
     return false;
 }
 
-quant::QuantizedRows& activation_scratch() {
-    thread_local quant::QuantizedRows rows;
-    return rows;
-}
+// The calling thread's quantized activations (x of a linear without a shared LinearInput).
+struct ActivationRows {
+    quant::QuantizedRows rows;
+};
 
 }  // namespace
 
@@ -115,7 +115,7 @@ namespace {
 const quant::QuantizedRows& quantized_rows(const ExecContext& ctx, const float* x, int64_t M, int64_t K,
                                            Isa isa, QuantizeRowFn quantize, LinearInput* in) {
     if (in) return in->quantized(ctx, quantize, isa);
-    quant::QuantizedRows& xq = activation_scratch();
+    quant::QuantizedRows& xq = ctx.pool().scratch().get<ActivationRows>().rows;
     quantize_rows(ctx, x, M, K, isa, quantize, &xq);
     return xq;
 }

@@ -39,7 +39,8 @@ void moe(const ExecContext& ctx, const MoeWeights& w, const float* x, int64_t N,
     std::vector<float> logits = linear_rounded(ctx, x, N, w.router, bf16_in, hf);  // [N, E]
     std::vector<int32_t> idx(N * k);
     std::vector<float> wts(N * k);
-    moe_route(logits.data(), N, E, k, renormalize, idx.data(), wts.data());
+    MoeRouteScratch route_scratch;
+    moe_route(logits.data(), N, E, k, renormalize, idx.data(), wts.data(), route_scratch);
     round_activations(wts.data(), N * k, hf);
     std::memset(out, 0, N * H * sizeof(float));
     std::vector<int64_t> rows;

@@ -7,9 +7,9 @@
 namespace gdn::ref {
 
 void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx,
-               float* w) {
-    thread_local std::vector<float> p;  // grow-only: no allocation per call once warm
-    thread_local std::vector<int32_t> top;
+               float* w, MoeRouteScratch& scratch) {
+    std::vector<float>& p = scratch.probs;
+    std::vector<int32_t>& top = scratch.top;
     p.resize(E);
     top.resize(k);
     for (int64_t t = 0; t < T; ++t) {

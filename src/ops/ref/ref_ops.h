@@ -84,9 +84,13 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
 void silu_mul(const float* gate, const float* up, int64_t n, float* out, bool bf16);
 
 // MoE routing: softmax over all E logits in f32 -> top-k (ties: lower index first) -> optional
-// renormalisation. logits [T, E]; idx, w [T, k]
+// renormalisation. logits [T, E]; idx, w [T, k]. `scratch`: the calling thread's buffers (grow-only).
+struct MoeRouteScratch {
+    std::vector<float> probs;  // [E]
+    std::vector<int32_t> top;  // [k]
+};
 void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx,
-               float* w);
+               float* w, MoeRouteScratch& scratch);
 
 // Weights of one SwiGLU MLP: down(silu(gate(x)) * up(x)).
 struct MlpWeights {
