@@ -177,13 +177,13 @@ struct ScreenBuffers {
     // claim stolen from a descheduled worker may still be read by that worker after the job returns).
     std::vector<uint32_t> xq;
     ScreenRow r[cpu::kScreenRows];
-    std::vector<float> bounds;                    // [2 rows, n_panels]
-    std::vector<std::pair<int, int64_t>> work;    // (row, panel) of the exact pass
-    std::vector<float> best_v;                    // [threads, rows]
-    std::vector<int64_t> best_ix;                 // [threads, rows]
-    std::vector<float> xf;                        // the rows' bf16 values (AVX2 path)
-    std::vector<float> y;                         // the candidate panels' outputs (AVX2 path)
-    std::vector<int32_t> chunk_ids;               // screened_argmax's ids before they are all known
+    std::vector<float> bounds;                  // [2 rows, n_panels]
+    std::vector<std::pair<int, int64_t>> work;  // (row, panel) of the exact pass
+    std::vector<float> best_v;                  // [threads, rows]
+    std::vector<int64_t> best_ix;               // [threads, rows]
+    std::vector<float> xf;                      // the rows' bf16 values (AVX2 path)
+    std::vector<float> y;                       // the candidate panels' outputs (AVX2 path)
+    std::vector<int32_t> chunk_ids;             // screened_argmax's ids before they are all known
 };
 
 // Candidate panels of one row beyond which the screen gives up and the full pass runs: near-flat outputs

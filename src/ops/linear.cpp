@@ -1,9 +1,9 @@
 #include "ops/linear.h"
 
 #include <algorithm>
-#include <type_traits>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/log.h"
 #include "core/profiler.h"
@@ -104,9 +104,9 @@ void linear_ref(const ExecContext& ctx, const float* x, int64_t M, const LinearW
 
 // The calling thread's grow-only buffers (its pool's ThreadScratch: no allocation once warm).
 struct LinearBuffers {
-    std::vector<uint32_t> pairs;  // x as bf16 pairs
-    std::vector<float> f32;       // x rounded to bf16 values; linear_argmax's per-thread maxima
-    std::vector<float> products;  // the [M, N] products of a linear() called inside another op
+    std::vector<uint32_t> pairs;   // x as bf16 pairs
+    std::vector<float> f32;        // x rounded to bf16 values; linear_argmax's per-thread maxima
+    std::vector<float> products;   // the [M, N] products of a linear() called inside another op
     std::vector<int64_t> columns;  // linear_argmax's per-thread columns
 };
 LinearBuffers& buffers(const ExecContext& ctx) {

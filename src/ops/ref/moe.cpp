@@ -6,8 +6,8 @@
 
 namespace gdn::ref {
 
-void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx,
-               float* w, MoeRouteScratch& scratch) {
+void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx, float* w,
+               MoeRouteScratch& scratch) {
     std::vector<float>& p = scratch.probs;
     std::vector<int32_t>& top = scratch.top;
     p.resize(E);

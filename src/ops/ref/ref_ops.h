@@ -89,8 +89,8 @@ struct MoeRouteScratch {
     std::vector<float> probs;  // [E]
     std::vector<int32_t> top;  // [k]
 };
-void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx,
-               float* w, MoeRouteScratch& scratch);
+void moe_route(const float* logits, int64_t T, int64_t E, int64_t k, bool renormalize, int32_t* idx, float* w,
+               MoeRouteScratch& scratch);
 
 // Weights of one SwiGLU MLP: down(silu(gate(x)) * up(x)).
 struct MlpWeights {

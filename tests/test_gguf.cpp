@@ -1,0 +1,216 @@
+// The GGUF reader: llama.cpp's own files (the converter's and llama-quantize's, tests/data/gguf and, when
+// present, every file of ../shared/gguf) read back with exactly the tensors, types and shapes that
+// llama.cpp's gguf-py listed for them (tensors.tsv); and every hostile-file case of issue 54 an error
+// that names what was wrong, including every truncation of a valid file.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "model/gguf_file.h"
+#include "test_util.h"
+
+using namespace gdn;
+using namespace gdn::test;
+
+namespace {
+
+// A small GGUF writer for the tests: metadata and tensors appended in order, offsets computed.
+class GgufBuilder {
+  public:
+    explicit GgufBuilder(uint32_t version = 3) : version_(version) {}
+    GgufBuilder& kv_u32(const std::string& k, uint32_t v) { return kv(k, GgufValue::UINT32, pod(v)); }
+    GgufBuilder& kv_str(const std::string& k, const std::string& v) { return kv(k, GgufValue::STRING, str(v)); }
+    GgufBuilder& kv_raw(const std::string& k, uint32_t type, const std::string& bytes) { return kv(k, type, bytes); }
+    GgufBuilder& kv_str_array(const std::string& k, const std::vector<std::string>& v) {
+        std::string b = pod(uint32_t{GgufValue::STRING}) + pod(uint64_t{v.size()});
+        for (const auto& s : v) b += str(s);
+        return kv(k, GgufValue::ARRAY, b);
+    }
+    // A tensor of `type` with dims (ne0 first) and `bytes` of data (its offset: after the previous one,
+    // aligned; or `offset` when >= 0).
+    GgufBuilder& tensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type, size_t bytes,
+                        int64_t offset = -1) {
+        infos_ += str(name) + pod(static_cast<uint32_t>(dims.size()));
+        for (uint64_t d : dims) infos_ += pod(d);
+        const uint64_t at = offset >= 0 ? static_cast<uint64_t>(offset) : (data_.size() + 31) / 32 * 32;
+        infos_ += pod(type) + pod(at);
+        if (data_.size() < at + bytes) data_.resize(at + bytes, '\x11');
+        ++n_tensors_;
+        return *this;
+    }
+    std::string bytes() const {
+        std::string head = "GGUF" + pod(version_) + pod(n_tensors_) + pod(n_kv_) + kvs_ + infos_;
+        head.resize((head.size() + 31) / 32 * 32, '\0');
+        return head + data_;
+    }
+    static std::string str(const std::string& s) { return pod(uint64_t{s.size()}) + s; }
+    template <class T>
+    static std::string pod(T v) {
+        return std::string(reinterpret_cast<const char*>(&v), sizeof(v));
+    }
+
+  private:
+    GgufBuilder& kv(const std::string& k, uint32_t type, const std::string& value) {
+        kvs_ += str(k) + pod(type) + value;
+        ++n_kv_;
+        return *this;
+    }
+    uint32_t version_;
+    uint64_t n_tensors_ = 0, n_kv_ = 0;
+    std::string kvs_, infos_, data_;
+};
+
+Result<std::unique_ptr<GgufFile>> parse(const std::string& b) {
+    return GgufFile::parse(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "test.gguf");
+}
+
+std::string expect_error(const std::string& b, const std::string& needle) {
+    auto f = parse(b);
+    EXPECT_FALSE(f.is_ok()) << "accepted a file that should be refused (" << needle << ")";
+    if (f.is_ok()) return "";
+    EXPECT_NE(f.message().find(needle), std::string::npos) << f.message();
+    return f.message();
+}
+
+// tensors.tsv: file, name, type, shape (ne0 first, comma-separated).
+struct TsvTensor {
+    std::string type;
+    std::vector<int64_t> dims;
+};
+std::map<std::string, std::map<std::string, TsvTensor>> read_tsv(const std::string& path) {
+    std::map<std::string, std::map<std::string, TsvTensor>> out;
+    std::ifstream f(path);
+    std::string line;
+    while (std::getline(f, line)) {
+        std::vector<std::string> col;
+        std::stringstream ss(line);
+        for (std::string c; std::getline(ss, c, '\t');) col.push_back(c);
+        if (col.size() < 4 || col[0] == "file") continue;
+        TsvTensor t{col[2], {}};
+        std::string shape = col[3];
+        for (char& ch : shape)
+            if (ch == '[' || ch == ']' || ch == ',') ch = ' ';
+        std::stringstream sh(shape);
+        for (int64_t d; sh >> d;) t.dims.push_back(d);
+        out[col[0]][col[1]] = t;
+    }
+    return out;
+}
+
+// llama.cpp's files read back as gguf-py listed them.
+void check_against_tsv(const std::string& path, const std::map<std::string, TsvTensor>& want) {
+    auto f = GgufFile::open(path);
+    ASSERT_TRUE(f.is_ok()) << f.message();
+    EXPECT_EQ((*f)->version(), 3u);
+    auto arch = (*f)->get_string("general.architecture");
+    ASSERT_TRUE(arch.is_ok()) << arch.message();
+    EXPECT_TRUE(*arch == "qwen35" || *arch == "qwen35moe" || *arch == "qwen3next") << *arch;
+    auto tokens = (*f)->get_strings("tokenizer.ggml.tokens");
+    ASSERT_TRUE(tokens.is_ok()) << tokens.message();
+    EXPECT_GT(tokens->size(), 1000u);
+    EXPECT_TRUE((*f)->get_string("tokenizer.chat_template").is_ok());
+    ASSERT_EQ((*f)->tensors().size(), want.size()) << path;
+    for (const GgufFile::Tensor& t : (*f)->tensors()) {
+        auto it = want.find(t.name);
+        ASSERT_NE(it, want.end()) << path << ": " << t.name;
+        EXPECT_EQ(t.type->name, it->second.type) << path << ": " << t.name;
+        EXPECT_EQ(t.dims, it->second.dims) << path << ": " << t.name;
+    }
+}
+
+TEST(Gguf, ReadsLlamaCppFilesAsGgufPyListsThem) {
+    const std::string dir = source_dir() + "/tests/data/gguf";
+    const auto tsv = read_tsv(dir + "/tensors.tsv");
+    ASSERT_FALSE(tsv.empty());
+    int checked = 0;
+    for (const std::string& name : {"golden-qwen3_5-q4_k_m.gguf", "golden-qwen3_5_moe-mxfp4_moe.gguf"}) {
+        ASSERT_TRUE(tsv.count(name)) << name;
+        check_against_tsv(dir + "/" + name, tsv.at(name));
+        ++checked;
+    }
+    // Every file of the shared folder, when this checkout sits beside it.
+    const std::string shared = source_dir() + "/../shared/gguf";
+    if (std::filesystem::exists(shared))
+        for (const auto& e : std::filesystem::directory_iterator(shared)) {
+            const std::string name = e.path().filename().string();
+            if (e.path().extension() != ".gguf" || !tsv.count(name)) continue;
+            check_against_tsv(e.path().string(), tsv.at(name));
+            ++checked;
+        }
+    std::printf("checked %d llama.cpp GGUF files\n", checked);
+}
+
+TEST(Gguf, TypedMetadataReadsNameTheKeyAndTheType) {
+    const std::string b = GgufBuilder()
+                              .kv_str("general.architecture", "qwen35")
+                              .kv_u32("qwen35.block_count", 24)
+                              .kv_str_array("tokenizer.ggml.tokens", {"a", "bc"})
+                              .tensor("w", {32, 2}, 0, 32 * 2 * 4)
+                              .bytes();
+    auto f = parse(b);
+    ASSERT_TRUE(f.is_ok()) << f.message();
+    EXPECT_EQ(*(*f)->get_int("qwen35.block_count"), 24);
+    EXPECT_EQ(*(*f)->get_string("general.architecture"), "qwen35");
+    EXPECT_EQ((*(*f)->get_strings("tokenizer.ggml.tokens"))[1], "bc");
+    auto wrong = (*f)->get_int("general.architecture");
+    ASSERT_FALSE(wrong.is_ok());
+    EXPECT_NE(wrong.message().find("'general.architecture' must be an integer"), std::string::npos) << wrong.message();
+    EXPECT_NE(wrong.message().find("but is string"), std::string::npos) << wrong.message();
+    auto missing = (*f)->get_int("qwen35.embedding_length");
+    ASSERT_FALSE(missing.is_ok());
+    EXPECT_NE(missing.message().find("'qwen35.embedding_length' is missing"), std::string::npos);
+    const GgufFile::Tensor* w = (*f)->tensor("w");
+    ASSERT_NE(w, nullptr);
+    EXPECT_EQ(w->bytes, 256u);
+    EXPECT_EQ(w->elements(), 64);
+}
+
+// Issue 54, hostile files: each is refused with a message that says what was wrong.
+TEST(Gguf, HostileFilesAreRefusedWithAReason) {
+    using B = GgufBuilder;
+    const std::string ok = B().kv_str("general.architecture", "qwen35").tensor("w", {32, 2}, 8, 2 * 34).bytes();
+    ASSERT_TRUE(parse(ok).is_ok());
+    expect_error("GGUX" + ok.substr(4), "bad magic");
+    expect_error(B(1).bytes(), "version 1 is not supported");
+    // Every truncation of a valid file (the data ends mid-tensor, mid-header, mid-string).
+    for (size_t n = 0; n < ok.size(); ++n) {
+        auto f = parse(ok.substr(0, n));
+        EXPECT_FALSE(f.is_ok()) << "a file cut at byte " << n << " of " << ok.size() << " was accepted";
+    }
+    std::string past = B().tensor("w", {32, 1}, 8, 34, 4096).bytes();
+    past.resize(past.size() - 1000);  // the tensor's data lies beyond the end
+    expect_error(past, "runs past the end of the file");
+    expect_error(B().tensor("a", {32, 2}, 8, 68).tensor("b", {32, 1}, 8, 34, 32).bytes(), "overlap");
+    expect_error(B().tensor("w", {32, 1, 1, 1, 1}, 0, 128).bytes(), "5 dimensions");
+    expect_error(B().tensor("w", {1ull << 40, 1ull << 40}, 0, 4).bytes(), "overflows");
+    expect_error(B().tensor("w", {32, 0}, 0, 4).bytes(), "is 0");
+    expect_error(B().tensor("w", {32}, 4, 32).bytes(), "unknown ggml type 4");
+    expect_error(B().tensor("w", {33}, 8, 34).bytes(), "not whole Q8_0 blocks of 32");
+    expect_error(B().tensor("w", {32}, 0, 128, 16).bytes(), "not a multiple of the alignment 32");
+    expect_error(B().tensor("w", {32}, 0, 128).tensor("w", {32}, 0, 128).bytes(), "the name appears twice");
+    expect_error(B().kv_u32("a", 1).kv_u32("a", 2).bytes(), "'a' appears twice");
+    expect_error(B().kv_str("general.alignment", "32").bytes(), "general.alignment must be a uint32");
+    expect_error(B().kv_u32("general.alignment", 48).bytes(), "power of two");
+    expect_error(B().kv_raw("k", 13, "").bytes(), "unknown value type 13");
+    expect_error(B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::ARRAY}) + B::pod(uint64_t{1})).bytes(),
+                 "array of array");
+    // Lengths and counts larger than the file: refused before anything is sized by them.
+    expect_error(B().kv_raw("k", GgufValue::STRING, B::pod(uint64_t{1} << 62)).bytes(), "truncated");
+    expect_error(B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::UINT32}) + B::pod(uint64_t{1} << 61)).bytes(),
+                 "runs past the end");
+    expect_error(B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::STRING}) + B::pod(uint64_t{1} << 61)).bytes(),
+                 "runs past the end");
+    std::string counts = ok;
+    const uint64_t huge = uint64_t{1} << 60;
+    std::memcpy(&counts[8], &huge, 8);
+    expect_error(counts, "cannot fit in the file");
+    auto none = GgufFile::open("/nonexistent/x.gguf");
+    ASSERT_FALSE(none.is_ok());
+    EXPECT_NE(none.message().find("cannot open /nonexistent/x.gguf"), std::string::npos);
+}
+
+}  // namespace
