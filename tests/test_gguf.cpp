@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "model/gguf_config.h"
 #include "model/gguf_file.h"
 #include "test_util.h"
 
@@ -23,8 +24,12 @@ class GgufBuilder {
   public:
     explicit GgufBuilder(uint32_t version = 3) : version_(version) {}
     GgufBuilder& kv_u32(const std::string& k, uint32_t v) { return kv(k, GgufValue::UINT32, pod(v)); }
-    GgufBuilder& kv_str(const std::string& k, const std::string& v) { return kv(k, GgufValue::STRING, str(v)); }
-    GgufBuilder& kv_raw(const std::string& k, uint32_t type, const std::string& bytes) { return kv(k, type, bytes); }
+    GgufBuilder& kv_str(const std::string& k, const std::string& v) {
+        return kv(k, GgufValue::STRING, str(v));
+    }
+    GgufBuilder& kv_raw(const std::string& k, uint32_t type, const std::string& bytes) {
+        return kv(k, type, bytes);
+    }
     GgufBuilder& kv_str_array(const std::string& k, const std::vector<std::string>& v) {
         std::string b = pod(uint32_t{GgufValue::STRING}) + pod(uint64_t{v.size()});
         for (const auto& s : v) b += str(s);
@@ -140,6 +145,14 @@ TEST(Gguf, ReadsLlamaCppFilesAsGgufPyListsThem) {
             if (e.path().extension() != ".gguf" || !tsv.count(name)) continue;
             check_against_tsv(e.path().string(), tsv.at(name));
             ++checked;
+            if (name.rfind("demo-", 0) != 0) continue;  // the demo model's quantizations: its geometry
+            auto f = GgufFile::open(e.path().string());
+            auto g = gguf_model_config(**f);
+            auto hf = load_model_config(demo_model_dir());
+            ASSERT_TRUE(g.is_ok() && hf.is_ok()) << g.message();
+            EXPECT_EQ(g->summary(), hf->summary()) << name;
+            EXPECT_EQ(g->tie_embeddings, hf->tie_embeddings) << name;
+            EXPECT_EQ(g->vocab, hf->vocab) << name;
         }
     std::printf("checked %d llama.cpp GGUF files\n", checked);
 }
@@ -158,7 +171,8 @@ TEST(Gguf, TypedMetadataReadsNameTheKeyAndTheType) {
     EXPECT_EQ((*(*f)->get_strings("tokenizer.ggml.tokens"))[1], "bc");
     auto wrong = (*f)->get_int("general.architecture");
     ASSERT_FALSE(wrong.is_ok());
-    EXPECT_NE(wrong.message().find("'general.architecture' must be an integer"), std::string::npos) << wrong.message();
+    EXPECT_NE(wrong.message().find("'general.architecture' must be an integer"), std::string::npos)
+        << wrong.message();
     EXPECT_NE(wrong.message().find("but is string"), std::string::npos) << wrong.message();
     auto missing = (*f)->get_int("qwen35.embedding_length");
     ASSERT_FALSE(missing.is_ok());
@@ -169,10 +183,73 @@ TEST(Gguf, TypedMetadataReadsNameTheKeyAndTheType) {
     EXPECT_EQ(w->elements(), 64);
 }
 
+// The geometry from a GGUF's metadata is the HF config's it was converted from (the golden checkpoints).
+TEST(Gguf, ConfigFromMetadataEqualsTheHfConfig) {
+    const std::pair<const char*, const char*> files[] = {{"qwen3_5", "golden-qwen3_5-q4_k_m.gguf"},
+                                                         {"qwen3_5_moe", "golden-qwen3_5_moe-mxfp4_moe.gguf"},
+                                                         {"qwen3_next", "golden-qwen3_next-q4_k_m.gguf"}};
+    for (const auto& [family, file] : files) {
+        SCOPED_TRACE(family);
+        auto hf = load_model_config(golden_dir(family));
+        ASSERT_TRUE(hf.is_ok()) << hf.message();
+        auto f = GgufFile::open(source_dir() + "/tests/data/gguf/" + file);
+        ASSERT_TRUE(f.is_ok()) << f.message();
+        auto g = gguf_model_config(**f);
+        ASSERT_TRUE(g.is_ok()) << g.message();
+        EXPECT_EQ(g->family, hf->family);
+        EXPECT_EQ(g->model_type, hf->model_type);
+        EXPECT_EQ(g->summary(), hf->summary());
+        EXPECT_EQ(g->hidden, hf->hidden);
+        EXPECT_EQ(g->n_layers, hf->n_layers);
+        EXPECT_EQ(g->vocab, hf->vocab);
+        EXPECT_EQ(g->rms_eps, hf->rms_eps);
+        EXPECT_EQ(g->tie_embeddings, hf->tie_embeddings);
+        EXPECT_EQ(g->max_position, hf->max_position);
+        EXPECT_EQ(g->layer_kinds, hf->layer_kinds);
+        EXPECT_EQ(g->gdn_k_heads, hf->gdn_k_heads);
+        EXPECT_EQ(g->gdn_v_heads, hf->gdn_v_heads);
+        EXPECT_EQ(g->gdn_k_dim, hf->gdn_k_dim);
+        EXPECT_EQ(g->gdn_v_dim, hf->gdn_v_dim);
+        EXPECT_EQ(g->conv_kernel, hf->conv_kernel);
+        EXPECT_EQ(g->attn_heads, hf->attn_heads);
+        EXPECT_EQ(g->attn_kv_heads, hf->attn_kv_heads);
+        EXPECT_EQ(g->head_dim, hf->head_dim);
+        EXPECT_EQ(g->rotary_dim, hf->rotary_dim);
+        EXPECT_EQ(g->rope_theta, hf->rope_theta);
+        EXPECT_EQ(g->n_experts, hf->n_experts);
+        EXPECT_EQ(g->n_experts_per_tok, hf->n_experts_per_tok);
+        EXPECT_EQ(g->moe_intermediate, hf->moe_intermediate);
+        EXPECT_EQ(g->shared_intermediate, hf->shared_intermediate);
+        EXPECT_EQ(g->norm_topk_prob, hf->norm_topk_prob);
+        EXPECT_EQ(g->mtp_layers, hf->mtp_layers);
+        for (int i = 0; i < g->n_layers; ++i) EXPECT_EQ(g->is_moe_layer(i), hf->is_moe_layer(i)) << i;
+        if (hf->family == ModelFamily::QWEN3_5) EXPECT_EQ(g->intermediate, hf->intermediate);
+    }
+    // A known key of the wrong type, a missing one, and an architecture this engine does not run.
+    auto bad = [](const std::string& b) {
+        auto f = GgufFile::parse(reinterpret_cast<const uint8_t*>(b.data()), b.size(), "t.gguf");
+        EXPECT_TRUE(f.is_ok()) << f.message();
+        auto c = gguf_model_config(**f);
+        EXPECT_FALSE(c.is_ok());
+        return c.is_ok() ? std::string() : c.message();
+    };
+    EXPECT_NE(bad(GgufBuilder().kv_str("general.architecture", "llama").bytes()).find("'llama' is not one"),
+              std::string::npos);
+    EXPECT_NE(
+        bad(GgufBuilder().kv_str("general.architecture", "qwen35").kv_str("qwen35.block_count", "24").bytes())
+            .find("'qwen35.block_count' must be an integer"),
+        std::string::npos);
+    EXPECT_NE(
+        bad(GgufBuilder().kv_str("general.architecture", "qwen35").kv_u32("qwen35.block_count", 24).bytes())
+            .find("'qwen35.embedding_length' is missing"),
+        std::string::npos);
+}
+
 // Issue 54, hostile files: each is refused with a message that says what was wrong.
 TEST(Gguf, HostileFilesAreRefusedWithAReason) {
     using B = GgufBuilder;
-    const std::string ok = B().kv_str("general.architecture", "qwen35").tensor("w", {32, 2}, 8, 2 * 34).bytes();
+    const std::string ok =
+        B().kv_str("general.architecture", "qwen35").tensor("w", {32, 2}, 8, 2 * 34).bytes();
     ASSERT_TRUE(parse(ok).is_ok());
     expect_error("GGUX" + ok.substr(4), "bad magic");
     expect_error(B(1).bytes(), "version 1 is not supported");
@@ -196,14 +273,19 @@ TEST(Gguf, HostileFilesAreRefusedWithAReason) {
     expect_error(B().kv_str("general.alignment", "32").bytes(), "general.alignment must be a uint32");
     expect_error(B().kv_u32("general.alignment", 48).bytes(), "power of two");
     expect_error(B().kv_raw("k", 13, "").bytes(), "unknown value type 13");
-    expect_error(B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::ARRAY}) + B::pod(uint64_t{1})).bytes(),
-                 "array of array");
+    expect_error(
+        B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::ARRAY}) + B::pod(uint64_t{1})).bytes(),
+        "array of array");
     // Lengths and counts larger than the file: refused before anything is sized by them.
     expect_error(B().kv_raw("k", GgufValue::STRING, B::pod(uint64_t{1} << 62)).bytes(), "truncated");
-    expect_error(B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::UINT32}) + B::pod(uint64_t{1} << 61)).bytes(),
-                 "runs past the end");
-    expect_error(B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::STRING}) + B::pod(uint64_t{1} << 61)).bytes(),
-                 "runs past the end");
+    expect_error(
+        B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::UINT32}) + B::pod(uint64_t{1} << 61))
+            .bytes(),
+        "runs past the end");
+    expect_error(
+        B().kv_raw("k", GgufValue::ARRAY, B::pod(uint32_t{GgufValue::STRING}) + B::pod(uint64_t{1} << 61))
+            .bytes(),
+        "runs past the end");
     std::string counts = ok;
     const uint64_t huge = uint64_t{1} << 60;
     std::memcpy(&counts[8], &huge, 8);

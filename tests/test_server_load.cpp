@@ -97,8 +97,8 @@ class LoadTest : public ::testing::Test {
         ec.prefault_memory = true;
         // Not adaptive: every decode step drafts where the n-gram drafter finds a match (the cost model may
         // rightly decide that drafting does not pay at this batch size, and then nothing is exercised).
-        auto spec =
-            SpeculativeConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 4, "adaptive": false})");
+        auto spec = SpeculativeConfig::parse(
+            R"({"method": "ngram", "num_speculative_tokens": 4, "adaptive": false})");
         ASSERT_TRUE(spec.is_ok()) << spec.message();
         ec.speculative = *spec;
         ServerConfig sc;

@@ -294,8 +294,10 @@ Status read_ffn_and_rope(const KeyReader& r, const Json* dec, const std::string&
     return Status::ok();
 }
 
+}  // namespace
+
 // The checks across keys that every config must pass, whatever file it came from.
-Status check_consistency(const ModelConfig& c, const std::string& path, const std::string& prefix) {
+Status check_model_config(const ModelConfig& c, const std::string& path, const std::string& prefix) {
     bool needs_dense = false;
     for (int i = 0; i < c.n_layers; ++i) needs_dense |= !c.is_moe_layer(i);
     // Consistency.
@@ -337,6 +339,7 @@ Status check_consistency(const ModelConfig& c, const std::string& path, const st
     return Status::ok();
 }
 
+namespace {
 Result<ModelConfig> parse_model_config_checked(const std::string& json_text, const std::string& path);
 }  // namespace
 
@@ -387,7 +390,7 @@ Result<ModelConfig> parse_model_config_checked(const std::string& json_text, con
     GDN_RETURN_IF_ERROR(read_weight_dtype(top, dec, path, c));
     GDN_RETURN_IF_ERROR(read_layer_schedule(r, path, prefix, c));
     GDN_RETURN_IF_ERROR(read_ffn_and_rope(r, dec, path, c));
-    GDN_RETURN_IF_ERROR(check_consistency(c, path, prefix));
+    GDN_RETURN_IF_ERROR(check_model_config(c, path, prefix));
     return c;
 }
 

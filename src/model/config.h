@@ -77,6 +77,9 @@ struct ModelConfig {
 
 // Parses config.json text. `path` is used in error messages only.
 Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& path);
+// The checks across fields every config must pass, whatever file it came from (sizes positive, heads
+// that divide, top-k within the experts, ...): an error names the field as `prefix` + its config.json key.
+Status check_model_config(const ModelConfig& c, const std::string& path, const std::string& prefix = "");
 // Reads DIR/config.json, then DIR/generation_config.json (if present) for eos ids.
 Result<ModelConfig> load_model_config(const std::string& dir);
 

@@ -18,22 +18,38 @@ namespace {
 
 // Blocks of each type (ggml-common.h): the values of a row come in blocks of block_elems.
 constexpr GgmlTypeInfo kTypes[] = {
-    {GgmlType::F32, "F32", 1, 4},          {GgmlType::F16, "F16", 1, 2},
-    {GgmlType::Q4_0, "Q4_0", 32, 18},      {GgmlType::Q4_1, "Q4_1", 32, 20},
-    {GgmlType::Q5_0, "Q5_0", 32, 22},      {GgmlType::Q5_1, "Q5_1", 32, 24},
-    {GgmlType::Q8_0, "Q8_0", 32, 34},      {GgmlType::Q8_1, "Q8_1", 32, 36},
-    {GgmlType::Q2_K, "Q2_K", 256, 84},     {GgmlType::Q3_K, "Q3_K", 256, 110},
-    {GgmlType::Q4_K, "Q4_K", 256, 144},    {GgmlType::Q5_K, "Q5_K", 256, 176},
-    {GgmlType::Q6_K, "Q6_K", 256, 210},    {GgmlType::Q8_K, "Q8_K", 256, 292},
-    {GgmlType::IQ2_XXS, "IQ2_XXS", 256, 66}, {GgmlType::IQ2_XS, "IQ2_XS", 256, 74},
-    {GgmlType::IQ3_XXS, "IQ3_XXS", 256, 98}, {GgmlType::IQ1_S, "IQ1_S", 256, 50},
-    {GgmlType::IQ4_NL, "IQ4_NL", 32, 18},  {GgmlType::IQ3_S, "IQ3_S", 256, 110},
-    {GgmlType::IQ2_S, "IQ2_S", 256, 82},   {GgmlType::IQ4_XS, "IQ4_XS", 256, 136},
-    {GgmlType::I8, "I8", 1, 1},            {GgmlType::I16, "I16", 1, 2},
-    {GgmlType::I32, "I32", 1, 4},          {GgmlType::I64, "I64", 1, 8},
-    {GgmlType::F64, "F64", 1, 8},          {GgmlType::IQ1_M, "IQ1_M", 256, 56},
-    {GgmlType::BF16, "BF16", 1, 2},        {GgmlType::TQ1_0, "TQ1_0", 256, 54},
-    {GgmlType::TQ2_0, "TQ2_0", 256, 66},   {GgmlType::MXFP4, "MXFP4", 32, 17},
+    {GgmlType::F32, "F32", 1, 4},
+    {GgmlType::F16, "F16", 1, 2},
+    {GgmlType::Q4_0, "Q4_0", 32, 18},
+    {GgmlType::Q4_1, "Q4_1", 32, 20},
+    {GgmlType::Q5_0, "Q5_0", 32, 22},
+    {GgmlType::Q5_1, "Q5_1", 32, 24},
+    {GgmlType::Q8_0, "Q8_0", 32, 34},
+    {GgmlType::Q8_1, "Q8_1", 32, 36},
+    {GgmlType::Q2_K, "Q2_K", 256, 84},
+    {GgmlType::Q3_K, "Q3_K", 256, 110},
+    {GgmlType::Q4_K, "Q4_K", 256, 144},
+    {GgmlType::Q5_K, "Q5_K", 256, 176},
+    {GgmlType::Q6_K, "Q6_K", 256, 210},
+    {GgmlType::Q8_K, "Q8_K", 256, 292},
+    {GgmlType::IQ2_XXS, "IQ2_XXS", 256, 66},
+    {GgmlType::IQ2_XS, "IQ2_XS", 256, 74},
+    {GgmlType::IQ3_XXS, "IQ3_XXS", 256, 98},
+    {GgmlType::IQ1_S, "IQ1_S", 256, 50},
+    {GgmlType::IQ4_NL, "IQ4_NL", 32, 18},
+    {GgmlType::IQ3_S, "IQ3_S", 256, 110},
+    {GgmlType::IQ2_S, "IQ2_S", 256, 82},
+    {GgmlType::IQ4_XS, "IQ4_XS", 256, 136},
+    {GgmlType::I8, "I8", 1, 1},
+    {GgmlType::I16, "I16", 1, 2},
+    {GgmlType::I32, "I32", 1, 4},
+    {GgmlType::I64, "I64", 1, 8},
+    {GgmlType::F64, "F64", 1, 8},
+    {GgmlType::IQ1_M, "IQ1_M", 256, 56},
+    {GgmlType::BF16, "BF16", 1, 2},
+    {GgmlType::TQ1_0, "TQ1_0", 256, 54},
+    {GgmlType::TQ2_0, "TQ2_0", 256, 66},
+    {GgmlType::MXFP4, "MXFP4", 32, 17},
 };
 
 constexpr int kMaxDims = 4;  // GGML_MAX_DIMS
@@ -66,7 +82,8 @@ uint64_t scalar_bytes(uint32_t t) {
 // runs past the end.
 class Cursor {
   public:
-    Cursor(const uint8_t* base, size_t size, const std::string& path) : base_(base), size_(size), path_(path) {}
+    Cursor(const uint8_t* base, size_t size, const std::string& path)
+        : base_(base), size_(size), path_(path) {}
     uint64_t pos() const { return pos_; }
     uint64_t left() const { return size_ - pos_; }
     template <class T>
@@ -122,15 +139,18 @@ Status read_value(Cursor& c, uint32_t t, std::string_view key, GgufValue* v) {
         return Status::ok();
     }
     if (t != GgufValue::ARRAY)
-        return c.error(strprintf("metadata key '%.*s' has unknown value type %u", static_cast<int>(key.size()),
-                                 key.data(), t));
+        return c.error(strprintf("metadata key '%.*s' has unknown value type %u",
+                                 static_cast<int>(key.size()), key.data(), t));
     uint32_t et = 0;
     GDN_RETURN_IF_ERROR(c.read(&et, "an array's element type"));
     GDN_RETURN_IF_ERROR(c.read(&v->count, "an array's length"));
     v->elem_type = static_cast<GgufValue::Type>(et);
     v->at = c.here();
     if (const uint64_t n = scalar_bytes(et)) {
-        if (v->count > c.left() / n) return c.error(strprintf("array '%.*s' of %llu elements runs past the end of the file", static_cast<int>(key.size()), key.data(), static_cast<unsigned long long>(v->count)));
+        if (v->count > c.left() / n)
+            return c.error(strprintf("array '%.*s' of %llu elements runs past the end of the file",
+                                     static_cast<int>(key.size()), key.data(),
+                                     static_cast<unsigned long long>(v->count)));
         return c.skip(v->count * n, "an array");
     }
     if (et != GgufValue::STRING)
@@ -138,7 +158,8 @@ Status read_value(Cursor& c, uint32_t t, std::string_view key, GgufValue* v) {
                                  static_cast<int>(key.size()), key.data(), GgufValue::type_name(et)));
     if (v->count > c.left() / 8)  // each string takes at least its length
         return c.error(strprintf("array '%.*s' of %llu strings runs past the end of the file",
-                                 static_cast<int>(key.size()), key.data(), static_cast<unsigned long long>(v->count)));
+                                 static_cast<int>(key.size()), key.data(),
+                                 static_cast<unsigned long long>(v->count)));
     for (uint64_t i = 0; i < v->count; ++i) {
         std::string_view s;
         GDN_RETURN_IF_ERROR(c.string(&s, "an array's string"));
@@ -187,8 +208,8 @@ const GgmlTypeInfo* ggml_type_info(uint32_t type) {
 }
 
 const char* GgufValue::type_name(uint32_t t) {
-    static const char* names[] = {"uint8", "int8",  "uint16", "int16",  "uint32", "int32",  "float32",
-                                  "bool",  "string", "array", "uint64", "int64", "float64"};
+    static const char* names[] = {"uint8", "int8",   "uint16", "int16",  "uint32", "int32",  "float32",
+                                  "bool",  "string", "array",  "uint64", "int64",  "float64"};
     return t < sizeof(names) / sizeof(names[0]) ? names[t] : "an unknown type";
 }
 
@@ -245,7 +266,8 @@ Status GgufFile::parse_all() {
     if (std::memcmp(&magic, "GGUF", 4) != 0) return Status::error(path_ + ": not a GGUF file (bad magic)");
     GDN_RETURN_IF_ERROR(c.read(&version_, "the version"));
     if (version_ != 2 && version_ != 3)
-        return Status::error(strprintf("%s: GGUF version %u is not supported (2 and 3 are)", path_.c_str(), version_));
+        return Status::error(
+            strprintf("%s: GGUF version %u is not supported (2 and 3 are)", path_.c_str(), version_));
     uint64_t n_tensors = 0, n_kv = 0;
     GDN_RETURN_IF_ERROR(c.read(&n_tensors, "the tensor count"));
     GDN_RETURN_IF_ERROR(c.read(&n_kv, "the metadata count"));
@@ -253,7 +275,8 @@ Status GgufFile::parse_all() {
     // refused before anything is sized by them.
     if (n_kv > c.left() / 13 || n_tensors > c.left() / 28)
         return c.error(strprintf("%llu tensors and %llu metadata keys cannot fit in the file",
-                                 static_cast<unsigned long long>(n_tensors), static_cast<unsigned long long>(n_kv)));
+                                 static_cast<unsigned long long>(n_tensors),
+                                 static_cast<unsigned long long>(n_kv)));
     for (uint64_t i = 0; i < n_kv; ++i) {
         std::string_view key;
         GDN_RETURN_IF_ERROR(c.string(&key, "a metadata key"));
@@ -280,7 +303,8 @@ Status GgufFile::parse_all() {
         auto fail = [&](const std::string& what) { return c.error("tensor '" + t.name + "': " + what); };
         uint32_t n_dims = 0, type = 0;
         GDN_RETURN_IF_ERROR(c.read(&n_dims, "a tensor's dimension count"));
-        if (n_dims < 1 || n_dims > kMaxDims) return fail(strprintf("%u dimensions (1 to %d are allowed)", n_dims, kMaxDims));
+        if (n_dims < 1 || n_dims > kMaxDims)
+            return fail(strprintf("%u dimensions (1 to %d are allowed)", n_dims, kMaxDims));
         int64_t elements = 1;
         for (uint32_t d = 0; d < n_dims; ++d) {
             uint64_t ne = 0;
@@ -295,13 +319,16 @@ Status GgufFile::parse_all() {
         t.type = ggml_type_info(type);
         if (!t.type) return fail(strprintf("unknown ggml type %u", type));
         if (t.dims[0] % t.type->block_elems != 0)
-            return fail(strprintf("rows of %lld values are not whole %s blocks of %lld", static_cast<long long>(t.dims[0]),
-                                  t.type->name, static_cast<long long>(t.type->block_elems)));
+            return fail(strprintf("rows of %lld values are not whole %s blocks of %lld",
+                                  static_cast<long long>(t.dims[0]), t.type->name,
+                                  static_cast<long long>(t.type->block_elems)));
         GDN_RETURN_IF_ERROR(c.read(&t.offset, "a tensor offset"));
         if (t.offset % alignment_ != 0)
             return fail(strprintf("offset %llu is not a multiple of the alignment %llu",
-                                  static_cast<unsigned long long>(t.offset), static_cast<unsigned long long>(alignment_)));
-        t.bytes = static_cast<uint64_t>(elements / t.type->block_elems) * static_cast<uint64_t>(t.type->block_bytes);
+                                  static_cast<unsigned long long>(t.offset),
+                                  static_cast<unsigned long long>(alignment_)));
+        t.bytes = static_cast<uint64_t>(elements / t.type->block_elems) *
+                  static_cast<uint64_t>(t.type->block_bytes);
         if (!by_name_.emplace(t.name, tensors_.size()).second) return fail("the name appears twice");
         tensors_.push_back(std::move(t));
     }
@@ -313,15 +340,16 @@ Status GgufFile::parse_all() {
     std::vector<const Tensor*> by_offset;
     for (Tensor& t : tensors_) {
         if (t.offset > data_size || t.bytes > data_size - t.offset)
-            return Status::error(strprintf("%s: tensor '%s' (%s, %llu bytes at data offset %llu) runs past the end "
-                                           "of the file: truncated",
-                                           path_.c_str(), t.name.c_str(), t.type->name,
-                                           static_cast<unsigned long long>(t.bytes),
-                                           static_cast<unsigned long long>(t.offset)));
+            return Status::error(strprintf(
+                "%s: tensor '%s' (%s, %llu bytes at data offset %llu) runs past the end "
+                "of the file: truncated",
+                path_.c_str(), t.name.c_str(), t.type->name, static_cast<unsigned long long>(t.bytes),
+                static_cast<unsigned long long>(t.offset)));
         t.data = base_ + data_start + t.offset;
         by_offset.push_back(&t);
     }
-    std::sort(by_offset.begin(), by_offset.end(), [](const Tensor* a, const Tensor* b) { return a->offset < b->offset; });
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](const Tensor* a, const Tensor* b) { return a->offset < b->offset; });
     for (size_t i = 1; i < by_offset.size(); ++i)
         if (by_offset[i - 1]->offset + by_offset[i - 1]->bytes > by_offset[i]->offset)
             return Status::error(strprintf("%s: tensors '%s' and '%s' overlap in the file", path_.c_str(),
@@ -348,10 +376,10 @@ Status wrong_type(const std::string& path, std::string_view key, const char* wan
 }
 }  // namespace
 
-#define GDN_GGUF_LOOKUP(key)                                                                    \
-    const GgufValue* v = find(key);                                                             \
-    if (!v)                                                                                     \
-        return Status::error(strprintf("%s: metadata '%.*s' is missing", path_.c_str(),         \
+#define GDN_GGUF_LOOKUP(key)                                                            \
+    const GgufValue* v = find(key);                                                     \
+    if (!v)                                                                             \
+        return Status::error(strprintf("%s: metadata '%.*s' is missing", path_.c_str(), \
                                        static_cast<int>((key).size()), (key).data()));
 
 Result<std::string> GgufFile::get_string(std::string_view key) const {

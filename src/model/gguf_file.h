@@ -23,10 +23,37 @@ namespace gdn {
 
 // ggml's tensor types (the numbers are the file's).
 enum class GgmlType : uint32_t {
-    F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
-    Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
-    IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
-    I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30, TQ1_0 = 34, TQ2_0 = 35,
+    F32 = 0,
+    F16 = 1,
+    Q4_0 = 2,
+    Q4_1 = 3,
+    Q5_0 = 6,
+    Q5_1 = 7,
+    Q8_0 = 8,
+    Q8_1 = 9,
+    Q2_K = 10,
+    Q3_K = 11,
+    Q4_K = 12,
+    Q5_K = 13,
+    Q6_K = 14,
+    Q8_K = 15,
+    IQ2_XXS = 16,
+    IQ2_XS = 17,
+    IQ3_XXS = 18,
+    IQ1_S = 19,
+    IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ2_S = 22,
+    IQ4_XS = 23,
+    I8 = 24,
+    I16 = 25,
+    I32 = 26,
+    I64 = 27,
+    F64 = 28,
+    IQ1_M = 29,
+    BF16 = 30,
+    TQ1_0 = 34,
+    TQ2_0 = 35,
     MXFP4 = 39,
 };
 
@@ -42,12 +69,23 @@ const GgmlTypeInfo* ggml_type_info(uint32_t type);
 // A metadata value. Scalars are widened to the getters' types; strings and arrays point into the mapping.
 struct GgufValue {
     enum Type : uint32_t {
-        UINT8 = 0, INT8 = 1, UINT16 = 2, INT16 = 3, UINT32 = 4, INT32 = 5, FLOAT32 = 6, BOOL = 7,
-        STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
+        UINT8 = 0,
+        INT8 = 1,
+        UINT16 = 2,
+        INT16 = 3,
+        UINT32 = 4,
+        INT32 = 5,
+        FLOAT32 = 6,
+        BOOL = 7,
+        STRING = 8,
+        ARRAY = 9,
+        UINT64 = 10,
+        INT64 = 11,
+        FLOAT64 = 12,
     };
     Type type = UINT8;
-    Type elem_type = UINT8;      // arrays: the elements' type (never ARRAY: nested arrays are refused)
-    uint64_t count = 0;          // arrays: the number of elements
+    Type elem_type = UINT8;       // arrays: the elements' type (never ARRAY: nested arrays are refused)
+    uint64_t count = 0;           // arrays: the number of elements
     const uint8_t* at = nullptr;  // the value's bytes (a string's first byte; an array's first element)
     uint64_t bytes = 0;           // strings: the length
     static const char* type_name(uint32_t t);
@@ -84,7 +122,7 @@ class GgufFile {
     const std::map<std::string, GgufValue, std::less<>>& metadata() const { return kv_; }
     // Typed reads of a key that must be there: an error names the key and what it is instead.
     Result<std::string> get_string(std::string_view key) const;
-    Result<int64_t> get_int(std::string_view key) const;  // any integer type whose value fits int64
+    Result<int64_t> get_int(std::string_view key) const;   // any integer type whose value fits int64
     Result<double> get_float(std::string_view key) const;  // FLOAT32 / FLOAT64 (or an integer)
     Result<bool> get_bool(std::string_view key) const;
     // An array's elements; an error when the key is absent, not an array, or of other elements.
