@@ -282,6 +282,7 @@ bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const L
     if (path == ScreenPath::AVX2 && y_buf.size() < static_cast<size_t>(rows * ld_y))
         y_buf.resize(rows * ld_y);
     float* y_rows = y_buf.data();
+    const auto exact_argmax = bf16_linear_kernels().argmax;
     pool.parallel_for_balanced(static_cast<int64_t>(work.size()), 1, [&](int ith, int64_t j0, int64_t j1) {
         for (int64_t j = j0; j < j1; ++j) {
             const int m = work_p[j].first;
@@ -289,7 +290,7 @@ bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const L
             float v = 0.0f;
             int64_t i = -1;
             if (path == ScreenPath::VNNI) {
-                cpu::avx512::linear_bf16dot_argmax(xp + m * pw.K2, 1, pw.K2, pw, pj, pj + 1, &v, &i);
+                exact_argmax(xp + m * pw.K2, 1, pw.K2, pw, pj, pj + 1, &v, &i);
             } else {
                 const float* xm = xf + m * pw.K;
                 float* y = y_rows + m * ld_y;

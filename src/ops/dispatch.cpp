@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/linear_kernels.h"
 
 namespace gdn {
 
@@ -322,6 +323,10 @@ bool has_amx_bf16() {
     ensure_configured();
     return has_bf16_dot() && state().amx;
 }
+const cpu::Bf16LinearKernels& bf16_linear_kernels() {
+    return has_amx_bf16() ? cpu::bf16_linear_kernels_amx() : cpu::bf16_linear_kernels_vdp();
+}
+
 bool has_amx_int8() {
     return has_amx_bf16() && has_int8_dot() && flags().amx_int8;
 }

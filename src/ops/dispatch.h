@@ -15,6 +15,10 @@
 
 namespace gdn {
 
+namespace cpu {
+struct Bf16LinearKernels;
+}
+
 enum class Isa { REF, AVX2, AVX512 };
 const char* isa_name(Isa isa);
 
@@ -66,6 +70,9 @@ bool has_amx_int8();
 // Turns the AMX paths on or off (tests and A/B benchmarks; on only where the CPU allows). Returns the
 // state of the bf16 one.
 bool set_amx_bf16(bool on);
+// The bf16 linear kernels every bf16 product runs (ops/cpu/linear_kernels.h): the AMX row where
+// has_amx_bf16(), else the vdpbf16ps one. The one place that choice is made.
+const cpu::Bf16LinearKernels& bf16_linear_kernels();
 
 // Re-reads GDN_ISA / GDN_FORCE_REFERENCE (tests change them). Errors name the bad value.
 Status configure_kernels_from_env();

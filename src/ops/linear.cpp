@@ -164,7 +164,7 @@ void pack_rounded_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp,
 
 // The vdpbf16ps SwiGLU epilogue needs the whole K in one k block; the AMX one takes any K.
 bool swiglu_epilogue_fits(const PackedWeight& p) {
-    return p.K2 <= 2048 || has_amx_bf16();
+    return p.K2 <= 2048 || bf16_linear_kernels().swiglu_any_k;
 }
 
 }  // namespace
@@ -239,16 +239,18 @@ void linear_from(const ExecContext& ctx, const float* x, int64_t M, const Linear
     if (uses_bf16_dot(p, false, bf16_act)) {
         // x as bf16 pairs, one 32-bit lane per k-pair; vdpbf16ps products are exact, sums in f32.
         const uint32_t* xp = bf16_pairs_of(ctx, x, M, K, p.K2, in);
+        const auto linear_kernel = bf16_linear_kernels().linear;
         if (M <= kStealableRows) {
-            auto kernel = [round_out](const uint32_t* a, int64_t m, int64_t ldp, const PackedWeight& w,
-                                      float* d, int64_t ld, int64_t p0, int64_t p1) {
-                cpu::avx512::linear_bf16dot(a, m, ldp, w, d, ld, p0, p1, round_out);
+            auto kernel = [round_out, linear_kernel](const uint32_t* a, int64_t m, int64_t ldp,
+                                                     const PackedWeight& w, float* d, int64_t ld, int64_t p0,
+                                                     int64_t p1) {
+                linear_kernel(a, m, ldp, w, d, ld, p0, p1, round_out);
             };
             stealable_bf16_products(ctx, xp, M, p, y, N, kPanelCols, kernel);
             return;
         }
         bf16_products_over_pool(ctx, p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
-            cpu::avx512::linear_bf16dot(xp + m0 * p.K2, rows, p.K2, p, y + m0 * N, N, p0, p1, round_out);
+            linear_kernel(xp + m0 * p.K2, rows, p.K2, p, y + m0 * N, N, p0, p1, round_out);
         });
         return;
     }
@@ -285,13 +287,13 @@ void linear_swiglu_from(const ExecContext& ctx, const float* x, int64_t M, const
                        "is not fused into the gate|up GEMM: K > 4096 needs more than one k block");
     if (uses_bf16_dot(p, true, bf16_act)) {
         const uint32_t* xp = bf16_pairs_of(ctx, x, M, K, p.K2, in);
+        const auto swiglu_kernel = bf16_linear_kernels().swiglu;
         if (M <= kStealableRows) {  // 16 activations per panel of 16 gate | 16 up columns
-            stealable_bf16_products(ctx, xp, M, p, out, I, kPanelCols / 2,
-                                    &cpu::avx512::linear_bf16dot_swiglu);
+            stealable_bf16_products(ctx, xp, M, p, out, I, kPanelCols / 2, swiglu_kernel);
             return;
         }
         bf16_products_over_pool(ctx, p, M, [&](int64_t m0, int64_t rows, int64_t p0, int64_t p1) {
-            cpu::avx512::linear_bf16dot_swiglu(xp + m0 * p.K2, rows, p.K2, p, out + m0 * I, I, p0, p1);
+            swiglu_kernel(xp + m0 * p.K2, rows, p.K2, p, out + m0 * I, I, p0, p1);
         });
         return;
     }
@@ -387,10 +389,11 @@ void linear_argmax(const ExecContext& ctx, const float* x, int64_t M, const Line
     if (idx_buf.size() < static_cast<size_t>(2 * nth) * M) idx_buf.resize(static_cast<size_t>(2 * nth) * M);
     int64_t* idx = idx_buf.data();
     for (int64_t i = 0; i < nth * M; ++i) idx[i] = -1;
+    const auto argmax_kernel = bf16_linear_kernels().argmax;
     pool.parallel_for_balanced(p.n_panels, min_panels(p, M), [&](int ith, int64_t p0, int64_t p1) {
         float* cv = vals + (nth + ith) * M;
         int64_t* ci = idx + (nth + ith) * M;
-        cpu::avx512::linear_bf16dot_argmax(xp, M, p.K2, p, p0, p1, cv, ci);
+        argmax_kernel(xp, M, p.K2, p, p0, p1, cv, ci);
         for (int64_t m = 0; m < M; ++m)
             if (argmax_better(cv[m], ci[m], vals[ith * M + m], idx[ith * M + m])) {
                 vals[ith * M + m] = cv[m];

@@ -162,6 +162,7 @@ void linear_group(const ExecContext& ctx, const std::vector<LinearJob>& jobs, bo
             row_grain(2 * max_k));
     }
     // Pass 2: every job's panels, one balanced pass over all of them.
+    const cpu::Bf16LinearKernels& bf16 = bf16_linear_kernels();
     pool.parallel_for_balanced(panels, min_chunk, [&](int, int64_t p0, int64_t p1) {
         size_t gi = job_holding(s.grouped, p0, [](const GroupedJob& g) { return g.panel0; });
         while (p0 < p1) {
@@ -173,9 +174,9 @@ void linear_group(const ExecContext& ctx, const std::vector<LinearJob>& jobs, bo
             if (g.quant)
                 g.quant(g.xq->view(), w, j.y, ldy, a, b);
             else if (swiglu)
-                cpu::avx512::linear_bf16dot_swiglu(g.pairs, j.M, w.K2, w, j.y, ldy, a, b);
+                bf16.swiglu(g.pairs, j.M, w.K2, w, j.y, ldy, a, b);
             else
-                cpu::avx512::linear_bf16dot(g.pairs, j.M, w.K2, w, j.y, ldy, a, b, false);
+                bf16.linear(g.pairs, j.M, w.K2, w, j.y, ldy, a, b, false);
             p0 = g.panel0 + b;
         }
     });

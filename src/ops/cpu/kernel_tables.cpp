@@ -1,5 +1,7 @@
-// The per-ISA kernel tables of ops/cpu/kernels.h: the addresses of each build's kernels, one table per ISA.
+// The kernel tables of ops/cpu/kernels.h (one per ISA) and of linear_kernels.h's bf16 linears (one per
+// unit): the addresses of each build's kernels.
 #include "ops/cpu/kernels.h"
+#include "ops/cpu/linear_kernels.h"
 
 namespace gdn::cpu {
 
@@ -52,6 +54,18 @@ const KernelTable& avx2_kernels() {
         .attention_merge = &avx2::attention_merge,
         .argmax = &avx2::argmax,
     };
+    return t;
+}
+
+const Bf16LinearKernels& bf16_linear_kernels_amx() {
+    static const Bf16LinearKernels t{"amx", &avx512::linear_bf16dot_amx, &avx512::linear_bf16dot_swiglu_amx,
+                                     &avx512::linear_bf16dot_argmax_amx, true};
+    return t;
+}
+
+const Bf16LinearKernels& bf16_linear_kernels_vdp() {
+    static const Bf16LinearKernels t{"vdpbf16ps", &avx512::linear_bf16dot, &avx512::linear_bf16dot_swiglu,
+                                     &avx512::linear_bf16dot_argmax, false};
     return t;
 }
 

@@ -45,6 +45,13 @@ void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
 // columns per panel. Whole K in one pass (K2 <= the kernel's k block).
 void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y,
                            int64_t ldy, int64_t p0, int64_t p1);
+// The same three on AMX tiles (any K; only where the CPU has AMX-BF16 and the OS granted the tiles).
+void linear_bf16dot_amx(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y,
+                        int64_t ldy, int64_t p0, int64_t p1, bool round_out);
+void linear_bf16dot_argmax_amx(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0,
+                               int64_t p1, float* best_val, int64_t* best_idx);
+void linear_bf16dot_swiglu_amx(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y,
+                               int64_t ldy, int64_t p0, int64_t p1);
 // AMX tiles (linear_amx.cpp; only where dispatch.h has_amx_bf16()). amx_panel_block computes
 // c [rows x 32 columns] (row stride 32; rows <= 32) = rows [0, rows) of xp [., ldp] times the panel B over
 // k-pairs [0, kk_end), kk_end a multiple of 16, configuring the thread's tiles for that many rows;
@@ -73,5 +80,19 @@ void round_bf16_inplace(float* x, int64_t n);
 void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
                float* bounds, int64_t ld);
 }  // namespace avx2
+
+// The bf16 (vdpbf16ps-class) linear kernels of one unit, a row per unit: the products of bf16 pairs
+// against BF16 panels, plain, with the SwiGLU epilogue and as a row-wise argmax. The op layer picks the
+// row once (dispatch.h bf16_linear_kernels(): AMX tiles where has_amx_bf16(), else vdpbf16ps); every bf16
+// product of a process takes the same row, so a row's sums never depend on the batch.
+struct Bf16LinearKernels {
+    const char* unit;  // "amx" | "vdpbf16ps"
+    decltype(&avx512::linear_bf16dot) linear;
+    decltype(&avx512::linear_bf16dot_swiglu) swiglu;
+    decltype(&avx512::linear_bf16dot_argmax) argmax;
+    bool swiglu_any_k;  // the SwiGLU epilogue takes any K (vdpbf16ps: K2 <= 2048, the whole K in one block)
+};
+const Bf16LinearKernels& bf16_linear_kernels_amx();
+const Bf16LinearKernels& bf16_linear_kernels_vdp();
 
 }  // namespace gdn::cpu

@@ -9,7 +9,6 @@
 #include "ops/cpu/row_slabs.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
-#include "ops/dispatch.h"
 
 namespace gdn::cpu::avx512 {
 
@@ -163,14 +162,15 @@ void amx_panels(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& 
 
 }  // namespace
 
+void linear_bf16dot_swiglu_amx(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y,
+                               int64_t ldy, int64_t p0, int64_t p1) {
+    amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 gate, __m512 up) {
+        _mm512_storeu_ps(y + m * ldy + p * 16, _mm512_mul_ps(simd::vsilu(gate), up));
+    });
+}
+
 void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y,
                            int64_t ldy, int64_t p0, int64_t p1) {
-    if (has_amx_bf16()) {
-        amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 gate, __m512 up) {
-            _mm512_storeu_ps(y + m * ldy + p * 16, _mm512_mul_ps(simd::vsilu(gate), up));
-        });
-        return;
-    }
     if (M <= kMRdot) {  // a decode batch: one tile per panel, streamed
         for (int64_t p = p0; p < p1; ++p)
             tile_swiglu_dispatch<kMRdot, true>(static_cast<int>(M), xp, ldp, w.bf16_panel(p), w.K2,
@@ -191,31 +191,44 @@ void linear_bf16dot_swiglu(const uint32_t* xp, int64_t M, int64_t ldp, const Pac
     }
 }
 
+namespace {
+void start_argmax(int64_t M, float* best_val, int64_t* best_idx) {
+    for (int64_t m = 0; m < M; ++m) {
+        best_val[m] = -INFINITY;
+        best_idx[m] = -1;
+    }
+}
+// Row m's products of panel p (ncols of them at `row`) against its best so far: the first maximum.
+void scan_argmax(int64_t m, int64_t p, const float* row, int ncols, float* best_val, int64_t* best_idx) {
+    for (int c = 0; c < ncols; ++c)
+        if (row[c] > best_val[m] || best_idx[m] < 0) {
+            best_val[m] = row[c];
+            best_idx[m] = p * kPanelCols + c;
+        }
+}
+}  // namespace
+
+void linear_bf16dot_argmax_amx(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0,
+                               int64_t p1, float* best_val, int64_t* best_idx) {
+    alignas(64) float tile[kPanelCols];
+    start_argmax(M, best_val, best_idx);
+    amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
+        _mm512_store_ps(tile, v0);
+        _mm512_store_ps(tile + 16, v1);
+        scan_argmax(m, p, tile, static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols)),
+                    best_val, best_idx);
+    });
+}
+
 void linear_bf16dot_argmax(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, int64_t p0,
                            int64_t p1, float* best_val, int64_t* best_idx) {
     // The same tiles as linear_bf16dot (so the values are bitwise those of the materialised logits), stored
     // into a 12 x 32 buffer that stays in L1 instead of an [M, N] output.
     alignas(64) float tile[kMRdot * kPanelCols];
-    for (int64_t m = 0; m < M; ++m) {
-        best_val[m] = -INFINITY;
-        best_idx[m] = -1;
-    }
-    // Row m's products of panel p (ncols of them at `row`) against its best so far: the first maximum.
+    start_argmax(M, best_val, best_idx);
     auto scan = [&](int64_t m, int64_t p, const float* row, int ncols) {
-        for (int c = 0; c < ncols; ++c)
-            if (row[c] > best_val[m] || best_idx[m] < 0) {
-                best_val[m] = row[c];
-                best_idx[m] = p * kPanelCols + c;
-            }
+        scan_argmax(m, p, row, ncols, best_val, best_idx);
     };
-    if (has_amx_bf16()) {
-        amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
-            _mm512_store_ps(tile, v0);
-            _mm512_store_ps(tile + 16, v1);
-            scan(m, p, tile, static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols)));
-        });
-        return;
-    }
     for (int64_t p = p0; p < p1; ++p) {
         const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
         for (int64_t m0 = 0; m0 < M; m0 += kMRdot) {
@@ -249,18 +262,18 @@ void pack_bf16_pairs(const float* x, int64_t M, int64_t K, uint32_t* xp, int64_t
     }
 }
 
+void linear_bf16dot_amx(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y,
+                        int64_t ldy, int64_t p0, int64_t p1, bool round_out) {
+    amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
+        const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
+        float* yr = y + m * ldy + p * kPanelCols;
+        _mm512_mask_storeu_ps(yr, simd::lanes_mask(ncols), round_out ? simd::vround_bf16(v0) : v0);
+        _mm512_mask_storeu_ps(yr + 16, simd::lanes_mask(ncols - 16), round_out ? simd::vround_bf16(v1) : v1);
+    });
+}
+
 void linear_bf16dot(const uint32_t* xp, int64_t M, int64_t ldp, const PackedWeight& w, float* y, int64_t ldy,
                     int64_t p0, int64_t p1, bool round_out) {
-    if (has_amx_bf16()) {
-        amx_panels(xp, M, ldp, w, p0, p1, [&](int64_t m, int64_t p, __m512 v0, __m512 v1) {
-            const int ncols = static_cast<int>(std::min<int64_t>(kPanelCols, w.N - p * kPanelCols));
-            float* yr = y + m * ldy + p * kPanelCols;
-            _mm512_mask_storeu_ps(yr, simd::lanes_mask(ncols), round_out ? simd::vround_bf16(v0) : v0);
-            _mm512_mask_storeu_ps(yr + 16, simd::lanes_mask(ncols - 16),
-                                  round_out ? simd::vround_bf16(v1) : v1);
-        });
-        return;
-    }
     if (M <= kMRdot) {
         // Decode / small batches: one pass over each weight panel, all rows at once (bandwidth bound).
         for (int64_t p = p0; p < p1; ++p) {
