@@ -219,7 +219,9 @@ bool screen_chunk(const ExecContext& ctx, const uint32_t* xp, int64_t M, const L
     const float* bounds = bounds_buf.data();
     {
         GDN_PROFILE(ctx, "lm_head screen");
-        auto* kernel = path == ScreenPath::VNNI ? cpu::avx512::screen_i8 : cpu::avx2::screen_i8;
+        auto* kernel = path == ScreenPath::AVX2                        ? cpu::avx2::screen_i8
+                       : rows >= cpu::kScreenAmxRows && has_amx_int8() ? cpu::avx512::screen_i8_amx
+                                                                       : cpu::avx512::screen_i8;
         const uint32_t* xq_p = xq.data();
         const ScreenRow* r_p = r;
         const Int8Screen* sp = &s;

@@ -96,7 +96,7 @@ void linear_group(const ExecContext& ctx, const std::vector<LinearJob>& jobs, bo
         const PackedWeight& p = j.w->packed;
         GroupedJob g;
         g.job = &j;
-        if (is_quantized(p.format)) g.quant = pooled_quant_kernel(p, swiglu, &g.quantize);
+        if (is_quantized(p.format)) g.quant = pooled_quant_kernel(p, j.M, swiglu, &g.quantize);
         if (!g.quant && (is_quantized(p.format) || !uses_bf16_dot(p, swiglu, bf16_act))) {
             run_alone(ctx, j, swiglu, bf16_act, s.gathered);
             continue;

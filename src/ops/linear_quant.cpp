@@ -50,13 +50,21 @@ const QuantKernelRow kTable[] = {
     {Isa::AVX2, WeightFormat::Q6K, "avx2 vpmaddubsw (q + 32, offset by group sum)", kAny,
      cpu::avx2::quantize_activation_row, cpu::avx2::linear_q6k, cpu::avx2::linear_q6k_swiglu, false},
     {Isa::AVX512, WeightFormat::Q8, "avx512 vpdpbusd (weight + 128, group-sum offset)", kVnni512,
-     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q8, cpu::avx512::linear_q8_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q8, cpu::avx512::linear_q8_swiglu, false,
+     cpu::avx512::amx_quant_panels<WeightFormat::Q8, false>,
+     cpu::avx512::amx_quant_panels<WeightFormat::Q8, true>},
     {Isa::AVX512, WeightFormat::Q4, "avx512 vpdpbusd (nibble + 8, group-sum offset)", kVnni512,
-     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q4, cpu::avx512::linear_q4_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q4, cpu::avx512::linear_q4_swiglu, false,
+     cpu::avx512::amx_quant_panels<WeightFormat::Q4, false>,
+     cpu::avx512::amx_quant_panels<WeightFormat::Q4, true>},
     {Isa::AVX512, WeightFormat::Q4K, "avx512 vpdpbusd (group scale and minimum in f32)", kVnni512,
-     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q4k, cpu::avx512::linear_q4k_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q4k, cpu::avx512::linear_q4k_swiglu, false,
+     cpu::avx512::amx_quant_panels<WeightFormat::Q4K, false>,
+     cpu::avx512::amx_quant_panels<WeightFormat::Q4K, true>},
     {Isa::AVX512, WeightFormat::Q6K, "avx512 vpdpbusd (q + 32, group-sum offset)", kVnni512,
-     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q6k, cpu::avx512::linear_q6k_swiglu, false},
+     cpu::avx512::quantize_activation_row, cpu::avx512::linear_q6k, cpu::avx512::linear_q6k_swiglu, false,
+     cpu::avx512::amx_quant_panels<WeightFormat::Q6K, false>,
+     cpu::avx512::amx_quant_panels<WeightFormat::Q6K, true>},
     {Isa::AVX512, WeightFormat::Q8, "avx2 vpmaddubsw (sign trick; this CPU has no AVX-512 VNNI)", kAny,
      cpu::avx512::quantize_activation_row, cpu::avx2::linear_q8, cpu::avx2::linear_q8_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4, "avx2 vpmaddubsw (int16 group sums; this CPU has no AVX-512 VNNI)", kAny,
@@ -111,6 +119,14 @@ void quantize_rows(const ExecContext& ctx, const float* x, int64_t M, int64_t K,
 
 namespace {
 
+// The row's products (or SwiGLU epilogue) for a batch of M rows: on AMX-INT8 tiles from amx_min_rows rows
+// where the row has them and the process uses AMX, else its vector kernel. The one place that is decided.
+QuantGemmFn gemm_for(const QuantKernelRow& k, int64_t M, bool swiglu) {
+    const bool tiles = k.tiles_gemm && M >= cpu::avx512::amx_min_rows(k.format) && has_amx_int8();
+    if (swiglu) return tiles ? k.tiles_swiglu : k.swiglu;
+    return tiles ? k.tiles_gemm : k.gemm;
+}
+
 // x [M, K] quantized by `quantize`: the shared input's kept form, or made into the thread's scratch.
 const quant::QuantizedRows& quantized_rows(const ExecContext& ctx, const float* x, int64_t M, int64_t K,
                                            Isa isa, QuantizeRowFn quantize, LinearInput* in) {
@@ -149,24 +165,25 @@ void linear_quantized(const ExecContext& ctx, const float* x, int64_t M, const P
                       bool round_out, LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     const QuantKernelRow& k = quant_kernel(isa, w.format);
-    run_gemm(ctx, k.gemm, isa, quantized_rows(ctx, x, M, w.K, isa, k.quantize, in), w, y, w.N, quant::kCols);
+    run_gemm(ctx, gemm_for(k, M, false), isa, quantized_rows(ctx, x, M, w.K, isa, k.quantize, in), w, y, w.N,
+             quant::kCols);
     if (round_out) ref::round_activations(y, M * w.N, true);
 }
 
-QuantGemmFn pooled_quant_kernel(const PackedWeight& w, bool swiglu, QuantizeRowFn* quantize) {
+QuantGemmFn pooled_quant_kernel(const PackedWeight& w, int64_t M, bool swiglu, QuantizeRowFn* quantize) {
     const Isa isa = op_isa(OpId::LINEAR);
     if (isa == Isa::REF) return nullptr;
     const QuantKernelRow& k = quant_kernel(isa, w.format);
     *quantize = k.quantize;
-    if (!swiglu) return k.gemm;
-    return op_isa(OpId::SWIGLU) == isa ? k.swiglu : nullptr;
+    if (!swiglu) return gemm_for(k, M, false);
+    return op_isa(OpId::SWIGLU) == isa ? gemm_for(k, M, true) : nullptr;
 }
 
 bool linear_quantized_swiglu(const ExecContext& ctx, const float* x, int64_t M, const PackedWeight& w,
                              float* out, LinearInput* in) {
     const Isa isa = op_isa(OpId::LINEAR);
     QuantizeRowFn quantize = nullptr;
-    const QuantGemmFn epilogue = pooled_quant_kernel(w, true, &quantize);
+    const QuantGemmFn epilogue = pooled_quant_kernel(w, M, true, &quantize);
     if (!epilogue) return false;
     run_gemm(ctx, epilogue, isa, quantized_rows(ctx, x, M, w.K, isa, quantize, in), w, out, w.N / 2,
              quant::kCols / 2);
@@ -179,7 +196,7 @@ std::string quant_kernel_report() {
         const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
         // The AVX-512 VNNI kernels hand batches of amx_min_rows+ rows to AMX-INT8 tiles where the CPU has
         // them.
-        const bool tiles = k.isa == Isa::AVX512 && k.need == CpuNeed::AVX512_VNNI && has_amx_int8();
+        const bool tiles = k.tiles_gemm && has_amx_int8();
         const std::string on_tiles =
             tiles ? strprintf("; %lld+ rows on AMX tiles, tdpbssd", (long long)cpu::avx512::amx_min_rows(f))
                   : "";

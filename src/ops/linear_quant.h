@@ -36,6 +36,10 @@ struct QuantKernelRow {
     QuantGemmFn swiglu;  // the gemm with the SwiGLU epilogue (y: the activation, ldy = I); null: products,
                          // then ops::swiglu
     bool fused_argmax;   // false: products, then a scan
+    // The same products on AMX-INT8 tiles, for batches of amx_min_rows(format) rows or more where the
+    // process uses AMX (dispatch.h has_amx_int8()); null: none.
+    QuantGemmFn tiles_gemm = nullptr;
+    QuantGemmFn tiles_swiglu = nullptr;
 };
 
 // The row the kernels of `format` use on `isa` (every pair has one; REF is the scalar reference).
@@ -56,11 +60,12 @@ bool linear_quantized_swiglu(const ExecContext& ctx, const float* x, int64_t M, 
 void quantize_rows(const ExecContext& ctx, const float* x, int64_t M, int64_t K, Isa isa,
                    QuantizeRowFn quantize, quant::QuantizedRows* xq);
 
-// The table's panel kernel for a quantized weight when it runs over the pool on the active ISA: the
-// products, or (swiglu) the SwiGLU epilogue; *quantize gets its activation quantizer. Null where the
+// The table's panel kernel for a quantized weight when it runs over the pool on the active ISA for M rows:
+// the products, or (swiglu) the SwiGLU epilogue, on AMX tiles where the row has them for M rows; *quantize
+// gets its activation quantizer. Null where the
 // weight takes another path (the reference ISA; no epilogue on this row). The one statement of that
 // choice for linear_quantized_swiglu and ops/linear_group.h.
-QuantGemmFn pooled_quant_kernel(const PackedWeight& w, bool swiglu, QuantizeRowFn* quantize);
+QuantGemmFn pooled_quant_kernel(const PackedWeight& w, int64_t M, bool swiglu, QuantizeRowFn* quantize);
 
 // "linear int8: avx2 vpmaddubsw (swiglu: products then activation; argmax: products then scan)" for
 // every quantized format on the active ISA.

@@ -51,8 +51,9 @@ QuantGemmKernel linear_q4k, linear_q4k_swiglu;
 QuantGemmKernel linear_q6k, linear_q6k_swiglu;
 // quant::quantize_activation_row with 512-bit lanes (AVX-512 F/BW/DQ/VL): the same bytes.
 void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
-// The products of every format on AMX-INT8 tiles from amx_min_rows(format) rows on (linear_quant_amx.cpp;
-// only where dispatch.h has_amx_int8()): bitwise the VNNI kernels' outputs, which run smaller batches.
+// The products of every format on AMX-INT8 tiles (linear_quant_amx.cpp): bitwise the VNNI kernels' outputs.
+// The op layer runs them from amx_min_rows(format) rows on, where dispatch.h has_amx_int8() (the kernel
+// table's tiles_gemm / tiles_swiglu); the VNNI kernels take the smaller batches.
 // Measured on the 0.8B shape's decode steps (`gdn bench --concurrency`, docs/perf.md): int8 2 rows
 // faster on vpdpbusd, 3 the same; int4-k / int6-k faster on tiles from 2 rows (their VNNI tiles unpack
 // and widen per tile); int4 faster on vpdpbusd up to 6 rows, the same at 8, slower from 12.
@@ -62,6 +63,4 @@ constexpr int64_t amx_min_rows(WeightFormat f) {
 template <WeightFormat F, bool kSwiglu>
 void amx_quant_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1);
-// Whether format f's products of x's batch run on AMX tiles.
-bool quant_on_tiles(const quant::QuantRowsView& x, WeightFormat f);
 }  // namespace gdn::cpu::avx512

@@ -149,27 +149,19 @@ struct TileQ6K {
 
 void linear_q4k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                 int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q4K))
-        return amx_quant_panels<WeightFormat::Q4K, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ4K, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q4k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
                        int64_t p0, int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q4K))
-        return amx_quant_panels<WeightFormat::Q4K, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ4K, true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                 int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q6K))
-        return amx_quant_panels<WeightFormat::Q6K, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ6K, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
                        int64_t p0, int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q6K))
-        return amx_quant_panels<WeightFormat::Q6K, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ6K, true>(x, w, y, ldy, p0, p1);
 }
 

@@ -141,33 +141,21 @@ bool streams_far() {
     return cpu_has_amx_bf16();
 }
 
-bool quant_on_tiles(const quant::QuantRowsView& x, WeightFormat f) {
-    return x.M >= amx_min_rows(f) && has_amx_int8();
-}
-
 void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q8))
-        return amx_quant_panels<WeightFormat::Q8, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ8, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q8_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q8))
-        return amx_quant_panels<WeightFormat::Q8, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ8, true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q4))
-        return amx_quant_panels<WeightFormat::Q4, false>(x, w, y, ldy, p0, p1);
     run_format<TileQ4, false>(x, w, y, ldy, p0, p1);
 }
 void linear_q4_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
-    if (quant_on_tiles(x, WeightFormat::Q4))
-        return amx_quant_panels<WeightFormat::Q4, true>(x, w, y, ldy, p0, p1);
     run_format<TileQ4, true>(x, w, y, ldy, p0, p1);
 }
 

@@ -11,7 +11,6 @@
 #include "ops/cpu/linear_kernels.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
-#include "ops/dispatch.h"
 
 namespace gdn::cpu::avx512 {
 
@@ -115,12 +114,16 @@ void screen_rows(const uint32_t* xq, const Int8Screen& s, const ScreenRow* r, in
 void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
                float* bounds, int64_t ld) {
     GDN_CHECK(M >= 1 && M <= kScreenRows, "screen_i8: %d rows (1 to %d)", M, kScreenRows);
-    // One to three rows are bound by the stream on vpdpbusd already (AMX measured the same at 2 and 3
-    // rows), 4 and more by the vector unit (this Xeon VM, the 0.8B lm_head: 13.2 ms at 4 rows, 12.0 at 8,
-    // against 9.3 and 9.8 on AMX; 9.4 at one row).
-    const bool amx = M >= kScreenAmxRows && has_amx_int8();
     with_rows<kScreenRows>(
-        M, [&](auto rows) { screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld, amx); });
+        M, [&](auto rows) { screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld, false); });
+}
+
+void screen_i8_amx(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
+                   float* bounds, int64_t ld) {
+    GDN_CHECK(M >= kScreenAmxRows && M <= kScreenRows, "screen_i8_amx: %d rows (%d to %d)", M, kScreenAmxRows,
+              kScreenRows);
+    with_rows<kScreenRows>(
+        M, [&](auto rows) { screen_rows<decltype(rows)::value>(xq, s, r, p0, p1, bounds, ld, true); });
 }
 
 }  // namespace gdn::cpu::avx512
