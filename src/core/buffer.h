@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/log.h"
+#include "core/memory_space.h"
 
 namespace gdn {
 
@@ -31,6 +32,10 @@ class Buffer {
         }
         return *this;
     }
+
+    // Where the bytes live (core/memory_space.h): a Buffer is host memory; a device backend's buffers
+    // say theirs.
+    MemorySpace space() const { return MemorySpace::HOST; }
 
     void allocate(size_t bytes, bool zero = true) {
         std::free(data_);

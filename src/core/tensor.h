@@ -1,4 +1,5 @@
-// TensorView: a non-owning, strided view. Ownership lives in Buffer or the mmapped checkpoint.
+// TensorView: a non-owning, strided view. Ownership lives in Buffer or the mmapped checkpoint; `space` says
+// where the memory is (core/memory_space.h: host only for now).
 //
 // Dimension order is row-major as written: shape[0] is the outermost dimension, shape[rank-1] the
 // innermost (contiguous when stride[rank-1] == 1). Strides are in ELEMENTS, not bytes.
@@ -11,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "core/log.h"
+#include "core/memory_space.h"
 
 namespace gdn {
 
@@ -20,6 +22,7 @@ struct TensorView {
     int64_t shape[4] = {1, 1, 1, 1};
     int64_t stride[4] = {0, 0, 0, 0};
     void* data = nullptr;
+    MemorySpace space = MemorySpace::HOST;  // where `data` lives
 
     static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> dims) {
         TensorView t;

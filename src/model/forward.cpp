@@ -72,7 +72,7 @@ class CacheAccess {
     virtual void reserve_kv(int seq, int attn_layer, int64_t T) {}
     // Stores the K/V rows of new token t of sequence seq (t counted within this step).
     virtual void write_kv(int seq, int attn_layer, int64_t t, const float* k, const float* v) = 0;
-    virtual cpu::KvRows rows(int seq, int attn_layer) = 0;
+    virtual KvRows rows(int seq, int attn_layer) = 0;
 };
 
 namespace {
@@ -101,7 +101,7 @@ class SequenceStateAccess final : public CacheAccess {
         convert_from_f32(k, st.kv_dtype, st.k_cache[ai].data() + off, row_);
         convert_from_f32(v, st.kv_dtype, st.v_cache[ai].data() + off, row_);
     }
-    cpu::KvRows rows(int s, int ai) override {
+    KvRows rows(int s, int ai) override {
         const SequenceState& st = *b_[s].state;
         return {st.k_cache[ai].data(), st.v_cache[ai].data(), row_, nullptr, 0, st.kv_dtype == DType::BF16};
     }
@@ -133,7 +133,7 @@ class PlanAccess final : public CacheAccess {
     void write_kv(int s, int ai, int64_t t, const float* k, const float* v) override {
         kv_.write_row(ai, p_.slot_mapping[p_.cu_seqlens[s] + t], k, v);
     }
-    cpu::KvRows rows(int s, int ai) override {
+    KvRows rows(int s, int ai) override {
         return {kv_.k(ai),        kv_.v(ai),
                 kv_.row_elems(),  p_.block_tables.data() + s * p_.max_blocks,
                 kv_.block_size(), kv_.dtype() == DType::BF16};

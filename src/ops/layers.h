@@ -10,7 +10,7 @@
 #include "core/buffer.h"
 #include "core/exec_context.h"
 #include "core/tensor.h"
-#include "ops/cpu/kernels.h"
+#include "ops/kv_rows.h"
 
 namespace gdn {
 struct PackedWeight;
@@ -112,7 +112,7 @@ void gdn_commit(const ExecContext& ctx, const std::vector<GdnCommitLayer>& layer
 // located by `kv` (contiguous or paged; rows of Hkv * D floats).
 struct AttnSeq {
     int64_t t0, T, n_past;
-    cpu::KvRows kv;
+    KvRows kv;
     // A one-token query that is one row of a prefill (the rest of whose rows nobody reads): it takes the
     // prefill kernels, whose bits for a row do not depend on the other rows, not the decode kernel.
     bool prefill_row = false;

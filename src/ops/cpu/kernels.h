@@ -4,36 +4,15 @@
 
 #include <cstdint>
 
+#include "ops/kv_rows.h"
+
 namespace gdn::cpu {
 
 // Tokens per chunk of the chunked delta-rule kernel (the WY form's C; model_spec.md §4.5.5).
 constexpr int64_t kGdnChunk = 64;
 
-// Where key j's K and V rows live: contiguous (block_table == nullptr: row j at base + j * stride) or paged
-// (row j in block block_table[j / block_size], slot j % block_size). Elements are f32, or bf16 (uint16)
-// when bf16 (--kv-cache-dtype bf16: half the bytes; the kernels widen them exactly while loading).
-struct KvRows {
-    const void* k_base;
-    const void* v_base;
-    int64_t stride;  // elements per row (Hkv * D)
-    const int32_t* block_table;
-    int64_t block_size;
-    bool bf16 = false;
-    int64_t row(int64_t j) const {
-        return block_table
-                   ? (static_cast<int64_t>(block_table[j / block_size]) * block_size + j % block_size) *
-                         stride
-                   : j * stride;
-    }
-    template <typename E>
-    const E* k(int64_t j) const {
-        return static_cast<const E*>(k_base) + row(j);
-    }
-    template <typename E>
-    const E* v(int64_t j) const {
-        return static_cast<const E*>(v_base) + row(j);
-    }
-};
+// The attention kernels read keys and values through ops/kv_rows.h's KvRows (the op API's type).
+using KvRows = gdn::KvRows;
 
 #define GDN_DECLARE_KERNELS                                                                                  \
     /* y = x * rsqrt(mean(x^2) + eps) * w over one row of n; y may alias x */                                \

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "ops/argmax_screen.h"
-#include "ops/linear.h"
+#include "ops/int8_screen.h"
+#include "ops/packed_weight.h"
 
 namespace gdn::cpu {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "ops/linear.h"
+#include "ops/packed_weight.h"
 
 namespace gdn::cpu {
 

@@ -7,7 +7,7 @@
 
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "ops/linear.h"
+#include "ops/packed_weight.h"
 #include "ops/quant/kquant.h"
 
 namespace gdn::quant {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ops/linear.h"
+#include "ops/packed_weight.h"
 
 #ifndef GDN_SIMD_AVX2
 #define GDN_SIMD_AVX2  // simd::vsilu for the SwiGLU epilogue: ops::swiglu's AVX2 formula

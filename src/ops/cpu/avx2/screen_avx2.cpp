@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "core/log.h"
-#include "ops/argmax_screen.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
+#include "ops/int8_screen.h"
 
 namespace gdn::cpu::avx2 {
 

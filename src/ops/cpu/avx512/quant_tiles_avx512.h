@@ -16,7 +16,7 @@
 #include "ops/cpu/row_slabs.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
-#include "ops/linear.h"
+#include "ops/packed_weight.h"
 #include "ops/quant/quant_format.h"
 
 namespace gdn::cpu::avx512 {

@@ -7,10 +7,10 @@
 #include <algorithm>
 
 #include "core/log.h"
-#include "ops/argmax_screen.h"
 #include "ops/cpu/linear_kernels.h"
 #include "ops/cpu/simd.h"
 #include "ops/cpu/stream_ahead.h"
+#include "ops/int8_screen.h"
 
 namespace gdn::cpu::avx512 {
 
