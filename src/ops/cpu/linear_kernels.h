@@ -72,8 +72,8 @@ void round_bf16_inplace(float* x, int64_t n);
 void screen_i8(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
                float* bounds, int64_t ld);
 // The same bounds with the integer sums on AMX-INT8 tiles (kScreenAmxRows to kScreenRows rows; where
-// dispatch.h has_amx_int8()): one to three rows are bound by the stream on vpdpbusd already (AMX measured
-// the same at 2 and 3 rows), 4 and more by the vector unit, where the tiles are faster.
+// dispatch.h has_amx_int8()): below kScreenAmxRows the screen is bound by the stream on vpdpbusd already
+// (screen_avx512.cpp keeps the measurement).
 void screen_i8_amx(const uint32_t* xq, int M, const Int8Screen& s, const ScreenRow* r, int64_t p0, int64_t p1,
                    float* bounds, int64_t ld);
 }  // namespace avx512
