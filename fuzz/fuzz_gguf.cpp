@@ -1,9 +1,10 @@
 // A GGUF file's bytes: the reader checks every count, length and offset against the file; every tensor it
 // accepts lies inside the file, and every typed metadata read of an accepted file (and the model config
-// made from it) stays inside it.
+// and tokenizer made from it) stays inside it.
 #include <cstdint>
 #include <cstdlib>
 
+#include "engine/gguf_tokenizer.h"
 #include "model/gguf_config.h"
 #include "model/gguf_file.h"
 
@@ -29,5 +30,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)(*f)->get_floats(key);
     }
     (void)gdn::gguf_model_config(**f);  // every known key read with its type checked
+    if (auto tok = gdn::gguf_tokenizer(**f)) (void)(*tok)->encode("Hello <|im_end|> world 123");
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 
+#include "engine/gguf_tokenizer.h"
 #include "model/gguf_config.h"
 #include "model/gguf_file.h"
 #include "test_util.h"
@@ -243,6 +244,74 @@ TEST(Gguf, ConfigFromMetadataEqualsTheHfConfig) {
         bad(GgufBuilder().kv_str("general.architecture", "qwen35").kv_u32("qwen35.block_count", 24).bytes())
             .find("'qwen35.embedding_length' is missing"),
         std::string::npos);
+}
+
+// The tokenizer a GGUF carries is the tokenizer.json it was converted from: the same ids for every case of
+// the tokenizer fixtures and the held-out text, the same vocabulary, eos and chat template.
+void expect_same_tokenizer(const std::string& gguf_path, const std::string& hf_dir) {
+    SCOPED_TRACE(gguf_path);
+    auto f = GgufFile::open(gguf_path);
+    ASSERT_TRUE(f.is_ok()) << f.message();
+    auto g = gguf_tokenizer(**f);
+    ASSERT_TRUE(g.is_ok()) << g.message();
+    auto hf = Tokenizer::load(hf_dir);
+    ASSERT_TRUE(hf.is_ok()) << hf.message();
+    EXPECT_EQ((*g)->vocab_size(), (*hf)->vocab_size());
+    EXPECT_EQ((*g)->eos_token_id(), (*hf)->eos_token_id());
+    EXPECT_EQ((*g)->chat_template(), (*hf)->chat_template());
+    for (int32_t id = 0; id < (*hf)->vocab_size(); ++id) {
+        ASSERT_EQ((*g)->token_text(id), (*hf)->token_text(id)) << id;
+        ASSERT_EQ((*g)->is_special(id), (*hf)->is_special(id)) << id;
+    }
+    std::vector<std::string> texts;
+    const std::string cases = read_bytes(source_dir() + "/tests/data/tokenizer/cases.inp");
+    for (size_t at = 0; at < cases.size();) {
+        const size_t end = cases.find("\n__gdn_case__\n", at);
+        texts.push_back(cases.substr(at, end == std::string::npos ? std::string::npos : end - at));
+        at = end == std::string::npos ? cases.size() : end + 14;
+    }
+    texts.push_back(read_bytes(source_dir() + "/tests/data/heldout/debian_fortunes.txt"));
+    texts.push_back("<|im_start|>user\nhi<|im_end|>\n<think>\n\n</think>\n\n");
+    size_t tokens = 0;
+    for (const std::string& t : texts) {
+        const std::vector<int32_t> a = (*g)->encode(t), b = (*hf)->encode(t);
+        ASSERT_EQ(a, b) << t.substr(0, 80);
+        tokens += a.size();
+    }
+    EXPECT_GT(tokens, 1000u);
+}
+
+TEST(Gguf, TokenizerFromMetadataEqualsTokenizerJson) {
+    expect_same_tokenizer(source_dir() + "/tests/data/gguf/golden-qwen3_5-q4_k_m.gguf",
+                          golden_dir("qwen3_5"));
+    expect_same_tokenizer(source_dir() + "/tests/data/gguf/golden-qwen3_next-q4_k_m.gguf",
+                          golden_dir("qwen3_next"));
+    const std::string demo = source_dir() + "/../shared/gguf/demo-q8_0.gguf";
+    if (std::filesystem::exists(demo)) expect_same_tokenizer(demo, demo_model_dir());
+}
+
+TEST(Gguf, TokenizerArraysThatDoNotFitAreErrors) {
+    BpeArrays a;
+    a.tokens = {"a", "b"};
+    a.types = {1, 1};
+    a.pre = "llama3";
+    auto t = Tokenizer::from_bpe_arrays(a, "x.gguf");
+    ASSERT_FALSE(t.is_ok());
+    EXPECT_NE(t.message().find("'llama3' is not a pre-tokenizer"), std::string::npos) << t.message();
+    a.pre = "qwen2";
+    a.types = {1};
+    t = Tokenizer::from_bpe_arrays(a, "x.gguf");
+    ASSERT_FALSE(t.is_ok());
+    EXPECT_NE(t.message().find("1 entries for 2 tokens"), std::string::npos) << t.message();
+    a.types = {1, 6};
+    t = Tokenizer::from_bpe_arrays(a, "x.gguf");
+    ASSERT_FALSE(t.is_ok());
+    EXPECT_NE(t.message().find("token 1 has type 6"), std::string::npos) << t.message();
+    a.types = {1, 1};
+    a.tokens = {"a", "\xff\xfe"};
+    t = Tokenizer::from_bpe_arrays(a, "x.gguf");
+    ASSERT_FALSE(t.is_ok());
+    EXPECT_NE(t.message().find("not valid UTF-8"), std::string::npos) << t.message();
 }
 
 // Issue 54, hostile files: each is refused with a message that says what was wrong.

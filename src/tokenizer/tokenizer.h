@@ -27,6 +27,19 @@ struct AddedToken {
     bool lstrip = false, rstrip = false, normalized = false;
 };
 
+// A byte-level BPE vocabulary as a GGUF file holds it (tokenizer.ggml.*): tokens by id with their types
+// (llama.cpp's: 1 normal, 3 control = a special added token, 4 user-defined = a non-special added token,
+// 5 unused = padding rows), the merges ("a b" by rank), the pre-tokenizer's name ("qwen2", "qwen35"), the
+// eos id (-1: none) and the chat template.
+struct BpeArrays {
+    std::vector<std::string_view> tokens;
+    std::vector<int64_t> types;
+    std::vector<std::string_view> merges;
+    std::string pre;
+    int64_t eos_id = -1;
+    std::string chat_template;
+};
+
 class Tokenizer {
   public:
     // Loads DIR/tokenizer.json and, when present, DIR/tokenizer_config.json and DIR/chat_template.jinja.
@@ -37,6 +50,11 @@ class Tokenizer {
     static Result<std::shared_ptr<const Tokenizer>> from_json(const std::string& tokenizer_json,
                                                               const std::string& config_json,
                                                               const std::string& origin);
+    // From a GGUF file's vocabulary (tokenizer/bpe_arrays.cpp): the same tokenizer as the tokenizer.json
+    // it was converted from. Padding rows (unused) are left out; an unknown pre-tokenizer or token type is
+    // an error that names it.
+    static Result<std::shared_ptr<const Tokenizer>> from_bpe_arrays(const BpeArrays& a,
+                                                                    const std::string& origin);
     ~Tokenizer();
 
     std::vector<int32_t> encode(std::string_view text) const;
