@@ -4,6 +4,7 @@
 // that names what was wrong, including every truncation of a valid file.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "engine/gguf_tokenizer.h"
+#include "model/checkpoint.h"
 #include "model/gguf_config.h"
 #include "model/gguf_file.h"
 #include "test_util.h"
@@ -312,6 +314,159 @@ TEST(Gguf, TokenizerArraysThatDoNotFitAreErrors) {
     t = Tokenizer::from_bpe_arrays(a, "x.gguf");
     ASSERT_FALSE(t.is_ok());
     EXPECT_NE(t.message().find("not valid UTF-8"), std::string::npos) << t.message();
+}
+
+// The reference dequantization against the weights each file was quantized from: every quantized
+// tensor of the golden GGUFs (Q4_K, Q5_K, Q6_K, Q5_0, Q8_0, MXFP4) comes back within its format's error of
+// the HF checkpoint's values (relative RMS error; a wrong block layout or nibble order gives ~1.4).
+double max_relative_error(GgmlType t) {
+    switch (t) {
+        case GgmlType::Q8_0:
+            return 0.01;
+        case GgmlType::Q6_K:
+            return 0.03;
+        case GgmlType::Q5_0:
+        case GgmlType::Q5_K:
+            return 0.06;
+        case GgmlType::Q4_K:
+        case GgmlType::Q4_0:
+        case GgmlType::IQ4_XS:
+            return 0.12;
+        case GgmlType::Q3_K:
+            return 0.25;
+        case GgmlType::Q2_K:
+            return 0.45;
+        case GgmlType::MXFP4:
+            return 0.25;
+        default:
+            return 0;
+    }
+}
+
+float ref_value(const TensorView& v, int64_t i) {
+    return v.dtype == DType::F32 ? v.ptr<float>()[i] : bf16_to_f32(v.ptr<uint16_t>()[i]);
+}
+
+// The GGUF tensor's values [offset, offset + n) against ref's values [ref_offset, ...): relative RMS error.
+double relative_error(const std::vector<float>& got, int64_t offset, int64_t n, const TensorView& ref,
+                      int64_t ref_offset) {
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double r = ref_value(ref, ref_offset + i), d = got[offset + i] - r;
+        err += d * d;
+        norm += r * r;
+    }
+    return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+TEST(Gguf, DequantizedValuesAreTheWeightsTheyCameFrom) {
+    struct Pair {
+        std::string gguf, hf;
+        int64_t experts = 0;  // > 0: a stacked [E, rows, K] tensor against per-expert HF tensors ({e} in hf)
+        int64_t half = -1;    // 0 / 1: the gate or up half of a fused gate_up_proj [E, 2I, H]
+    };
+    struct File {
+        const char* gguf;
+        const char* family;
+        std::vector<Pair> pairs;
+    };
+    const std::vector<File> files = {
+        {"golden-qwen3_5-q4_k_m.gguf",
+         "qwen3_5",
+         {{"token_embd.weight", "embed_tokens.weight"},
+          {"blk.0.ffn_gate.weight", "layers.0.mlp.gate_proj.weight"},
+          {"blk.1.ffn_up.weight", "layers.1.mlp.up_proj.weight"},
+          {"blk.2.ffn_down.weight", "layers.2.mlp.down_proj.weight"},
+          {"blk.3.ffn_down.weight", "layers.3.mlp.down_proj.weight"}}},
+        {"golden-qwen3_next-q4_k_m.gguf",
+         "qwen3_next",
+         {{"token_embd.weight", "embed_tokens.weight"},
+          {"output.weight", "lm_head.weight"},
+          {"blk.0.ffn_gate_shexp.weight", "layers.0.mlp.shared_expert.gate_proj.weight"},
+          {"blk.0.ffn_down_shexp.weight", "layers.0.mlp.shared_expert.down_proj.weight"},
+          {"blk.3.ffn_down_shexp.weight", "layers.3.mlp.shared_expert.down_proj.weight"},
+          {"blk.0.ffn_gate_exps.weight", "layers.0.mlp.experts.{e}.gate_proj.weight", 8},
+          {"blk.0.ffn_down_exps.weight", "layers.0.mlp.experts.{e}.down_proj.weight", 8},
+          {"blk.3.ffn_down_exps.weight", "layers.3.mlp.experts.{e}.down_proj.weight", 8},
+          {"blk.3.attn_k.weight", "layers.3.self_attn.k_proj.weight"},
+          {"blk.3.attn_output.weight", "layers.3.self_attn.o_proj.weight"}}},
+        {"golden-qwen3_5_moe-mxfp4_moe.gguf",
+         "qwen3_5_moe",
+         {{"blk.0.ffn_down_exps.weight", "layers.0.mlp.experts.down_proj"},
+          {"blk.0.ffn_gate_exps.weight", "layers.0.mlp.experts.gate_up_proj", 8, 0},
+          {"blk.0.ffn_up_exps.weight", "layers.0.mlp.experts.gate_up_proj", 8, 1},
+          {"blk.0.ffn_up_shexp.weight", "layers.0.mlp.shared_expert.up_proj.weight"}}},
+    };
+    std::map<std::string, int> seen;  // type -> tensors checked
+    for (const File& file : files) {
+        auto f = GgufFile::open(source_dir() + "/tests/data/gguf/" + file.gguf);
+        ASSERT_TRUE(f.is_ok()) << f.message();
+        auto ck = Checkpoint::open(golden_dir(file.family));
+        ASSERT_TRUE(ck.is_ok()) << ck.message();
+        for (const Pair& p : file.pairs) {
+            SCOPED_TRACE(std::string(file.gguf) + " " + p.gguf);
+            const GgufFile::Tensor* t = (*f)->tensor(p.gguf);
+            ASSERT_NE(t, nullptr);
+            ASSERT_TRUE(ggml_type_dequantizable(t->type->type));
+            std::vector<float> got(t->elements());
+            dequantize_ggml_row(t->type->type, t->data, t->elements(), got.data());
+            const double bound = max_relative_error(t->type->type);
+            ASSERT_GT(bound, 0) << t->type->name;
+            const int64_t per_expert = p.experts > 0 ? t->elements() / p.experts : t->elements();
+            for (int64_t e = 0; e < std::max<int64_t>(p.experts, 1); ++e) {
+                std::string name = p.hf;
+                if (auto at = name.find("{e}"); at != std::string::npos)
+                    name.replace(at, 3, std::to_string(e));
+                const TensorView* ref = ck->find(name);
+                ASSERT_NE(ref, nullptr) << name;
+                int64_t ref_offset = 0;
+                if (p.half >= 0)  // [E, 2I, H]: expert e's gate or up rows
+                    ref_offset = (2 * e + p.half) * per_expert;
+                else if (p.experts > 0 && ref->numel() == t->elements())  // one stacked HF tensor
+                    ref_offset = e * per_expert;
+                const double err = relative_error(got, e * per_expert, per_expert, *ref, ref_offset);
+                EXPECT_LT(err, bound) << name << " (" << t->type->name << ")";
+            }
+            seen[t->type->name]++;
+        }
+    }
+    for (const char* type : {"Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q8_0", "MXFP4"})
+        EXPECT_GT(seen[type], 0) << type << " was not checked against its source weights";
+    // The demo model's quantizations in ../shared/gguf when this checkout sits beside it (Q4_0, IQ4_XS,
+    // Q2_K, Q3_K besides): every FFN matrix and the embedding against models/demo.
+    const std::string shared = source_dir() + "/../shared/gguf";
+    if (!std::filesystem::exists(shared)) return;
+    auto demo = Checkpoint::open(demo_model_dir());
+    ASSERT_TRUE(demo.is_ok()) << demo.message();
+    for (const char* name : {"demo-q4_0.gguf", "demo-iq4_xs.gguf", "demo-q2_k.gguf", "demo-q6_k.gguf"}) {
+        auto f = GgufFile::open(shared + "/" + name);
+        if (!f) continue;
+        auto config = gguf_model_config(**f);
+        ASSERT_TRUE(config.is_ok()) << config.message();
+        for (const GgufFile::Tensor& t : (*f)->tensors()) {
+            std::string hf;
+            if (t.name == "token_embd.weight") hf = "embed_tokens.weight";
+            for (const char* part : {"gate", "up", "down"})
+                if (t.name.find(std::string(".ffn_") + part + ".weight") != std::string::npos) {
+                    const std::string layer = t.name.substr(4, t.name.find(".ffn") - 4);
+                    // The MTP layer is the block after the main stack (blk.{n_layer}).
+                    hf = (std::stoi(layer) == config->n_layers ? std::string("mtp.layers.0")
+                                                               : "layers." + layer) +
+                         ".mlp." + part + "_proj.weight";
+                }
+            if (hf.empty()) continue;
+            SCOPED_TRACE(std::string(name) + " " + t.name);
+            const TensorView* ref = demo->find(hf);
+            ASSERT_NE(ref, nullptr) << hf;
+            std::vector<float> got(t.elements());
+            dequantize_ggml_row(t.type->type, t.data, t.elements(), got.data());
+            EXPECT_LT(relative_error(got, 0, t.elements(), *ref, 0), max_relative_error(t.type->type))
+                << t.type->name;
+            seen[t.type->name]++;
+        }
+    }
+    for (const char* type : {"Q4_0", "IQ4_XS", "Q2_K", "Q3_K"})
+        EXPECT_GT(seen[type], 0) << type << " was not checked against its source weights";
 }
 
 // Issue 54, hostile files: each is refused with a message that says what was wrong.

@@ -11,6 +11,7 @@
 
 namespace gdn {
 
-Result<std::shared_ptr<const Tokenizer>> gguf_tokenizer(const GgufFile& f, const std::string& chat_template = "");
+Result<std::shared_ptr<const Tokenizer>> gguf_tokenizer(const GgufFile& f,
+                                                        const std::string& chat_template = "");
 
 }  // namespace gdn

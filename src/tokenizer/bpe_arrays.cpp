@@ -24,11 +24,13 @@ enum TokenType : int64_t { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 
 
 }  // namespace
 
-Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_bpe_arrays(const BpeArrays& a, const std::string& origin) {
+Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_bpe_arrays(const BpeArrays& a,
+                                                                    const std::string& origin) {
     auto fail = [&](const std::string& what) { return Status::error(origin + ": " + what); };
     const char* regex = split_regex(a.pre);
     if (!regex)
-        return fail("tokenizer.ggml.pre '" + a.pre + "' is not a pre-tokenizer this engine knows (qwen2, qwen35)");
+        return fail("tokenizer.ggml.pre '" + a.pre +
+                    "' is not a pre-tokenizer this engine knows (qwen2, qwen35)");
     if (a.types.size() != a.tokens.size())
         return fail(strprintf("tokenizer.ggml.token_type has %zu entries for %zu tokens", a.types.size(),
                               a.tokens.size()));
@@ -52,26 +54,34 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::from_bpe_arrays(const BpeArr
             case UNUSED:  // the converter's padding rows up to the embedding's size: not tokens
                 break;
             default:
-                return fail(strprintf("token %zu has type %lld, which a byte-level BPE vocabulary does not use", id,
-                                      static_cast<long long>(a.types[id])));
+                return fail(
+                    strprintf("token %zu has type %lld, which a byte-level BPE vocabulary does not use", id,
+                              static_cast<long long>(a.types[id])));
         }
     }
     SortedJson merges = SortedJson::array();
     for (std::string_view m : a.merges) merges.push_back(std::string(m));
-    const SortedJson byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-    const SortedJson tokenizer = {
-        {"model", {{"type", "BPE"}, {"vocab", std::move(vocab)}, {"merges", std::move(merges)}, {"ignore_merges", false}}},
-        {"added_tokens", std::move(added)},
-        {"normalizer", {{"type", "NFC"}}},
-        {"pre_tokenizer",
-         {{"type", "Sequence"},
-          {"pretokenizers",
-           SortedJson::array({{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-                        byte_level})}}},
-        {"decoder", byte_level}};
+    const SortedJson byte_level = {
+        {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+    const SortedJson tokenizer = {{"model",
+                                   {{"type", "BPE"},
+                                    {"vocab", std::move(vocab)},
+                                    {"merges", std::move(merges)},
+                                    {"ignore_merges", false}}},
+                                  {"added_tokens", std::move(added)},
+                                  {"normalizer", {{"type", "NFC"}}},
+                                  {"pre_tokenizer",
+                                   {{"type", "Sequence"},
+                                    {"pretokenizers", SortedJson::array({{{"type", "Split"},
+                                                                          {"pattern", {{"Regex", regex}}},
+                                                                          {"behavior", "Isolated"},
+                                                                          {"invert", false}},
+                                                                         byte_level})}}},
+                                  {"decoder", byte_level}};
     Json config = Json::object();
     if (a.eos_id >= 0) {
-        if (static_cast<size_t>(a.eos_id) >= a.tokens.size()) return fail("tokenizer.ggml.eos_token_id is not a token");
+        if (static_cast<size_t>(a.eos_id) >= a.tokens.size())
+            return fail("tokenizer.ggml.eos_token_id is not a token");
         config["eos_token"] = std::string(a.tokens[a.eos_id]);
     }
     if (!a.chat_template.empty()) config["chat_template"] = a.chat_template;
