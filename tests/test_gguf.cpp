@@ -135,7 +135,7 @@ TEST(Gguf, ReadsLlamaCppFilesAsGgufPyListsThem) {
     const auto tsv = read_tsv(dir + "/tensors.tsv");
     ASSERT_FALSE(tsv.empty());
     int checked = 0;
-    for (const std::string& name : {"golden-qwen3_5-q4_k_m.gguf", "golden-qwen3_5_moe-mxfp4_moe.gguf"}) {
+    for (const char* name : {"golden-qwen3_5-q4_k_m.gguf", "golden-qwen3_5_moe-mxfp4_moe.gguf"}) {
         ASSERT_TRUE(tsv.count(name)) << name;
         check_against_tsv(dir + "/" + name, tsv.at(name));
         ++checked;
@@ -226,7 +226,9 @@ TEST(Gguf, ConfigFromMetadataEqualsTheHfConfig) {
         EXPECT_EQ(g->norm_topk_prob, hf->norm_topk_prob);
         EXPECT_EQ(g->mtp_layers, hf->mtp_layers);
         for (int i = 0; i < g->n_layers; ++i) EXPECT_EQ(g->is_moe_layer(i), hf->is_moe_layer(i)) << i;
-        if (hf->family == ModelFamily::QWEN3_5) EXPECT_EQ(g->intermediate, hf->intermediate);
+        if (hf->family == ModelFamily::QWEN3_5) {
+            EXPECT_EQ(g->intermediate, hf->intermediate);
+        }
     }
     // A known key of the wrong type, a missing one, and an architecture this engine does not run.
     auto bad = [](const std::string& b) {

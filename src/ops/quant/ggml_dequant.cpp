@@ -244,7 +244,8 @@ bool ggml_type_dequantizable(GgmlType t) {
 void dequantize_ggml_row(GgmlType t, const uint8_t* src, int64_t n, float* dst) {
     const GgmlTypeInfo* info = ggml_type_info(static_cast<uint32_t>(t));
     GDN_CHECK(info && ggml_type_dequantizable(t) && n % info->block_elems == 0,
-              "dequantize_ggml_row: %lld values of type %u", static_cast<long long>(n), static_cast<uint32_t>(t));
+              "dequantize_ggml_row: %lld values of type %u", static_cast<long long>(n),
+              static_cast<uint32_t>(t));
     if (t == GgmlType::F32) {
         std::memcpy(dst, src, n * 4);
         return;
@@ -258,7 +259,8 @@ void dequantize_ggml_row(GgmlType t, const uint8_t* src, int64_t n, float* dst) 
         return;
     }
     const BlockFn f = block_fn(t);
-    for (int64_t b = 0; b < n / info->block_elems; ++b) f(src + b * info->block_bytes, dst + b * info->block_elems);
+    for (int64_t b = 0; b < n / info->block_elems; ++b)
+        f(src + b * info->block_bytes, dst + b * info->block_elems);
 }
 
 }  // namespace gdn
