@@ -336,8 +336,17 @@ TEST_F(Hostile, CompiledGrammarsAreCachedWithinABudget) {
                  metric("gdn_grammar_cache_evictions_total"), rss_mib() - rss0);
     EXPECT_LE(bytes, budget);
     EXPECT_GT(metric("gdn_grammar_cache_evictions_total"), 0);
-    EXPECT_EQ(metric("gdn_grammar_cache_in_use"), 0);
-    EXPECT_LT(rss_mib() - rss0, 256.0);
+    // The last answer reaches the client a moment before its request's record (which holds the grammar)
+    // is dropped: wait for that, briefly.
+    bool released = false;
+    for (int i = 0; i < 250 && !released; ++i) {
+        released = metric("gdn_grammar_cache_in_use") == 0;
+        if (!released) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(released) << "a finished request still holds its grammar";
+    // Under ASan freed memory waits in its quarantine (256 MiB) and the heap has its shadow: measured +529
+    // MiB there without a leak (LeakSanitizer checks for real ones at exit).
+    EXPECT_LT(rss_mib() - rss0, kAsan ? 1024.0 : 256.0);
     expect_idle_and_alive();
 }
 

@@ -1,12 +1,8 @@
 #include "model/checkpoint.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <set>
 
@@ -130,28 +126,11 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(
 }
 
 Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) return Status::error(strprintf("cannot open %s: %s", path.c_str(), std::strerror(errno)));
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-        ::close(fd);
-        return Status::error(strprintf("cannot stat %s: %s", path.c_str(), std::strerror(errno)));
-    }
     std::unique_ptr<SafetensorsFile> f(new SafetensorsFile());
     f->path_ = path;
-    f->size_ = static_cast<size_t>(st.st_size);
-    if (f->size_ > 0) {
-        f->map_ = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (f->map_ == MAP_FAILED) {
-            f->map_ = nullptr;
-            ::close(fd);
-            return Status::error(strprintf("cannot mmap %s: %s", path.c_str(), std::strerror(errno)));
-        }
-    }
-    ::close(fd);
-    static const uint8_t kEmpty[1] = {0};
-    const uint8_t* base = f->map_ ? static_cast<const uint8_t*>(f->map_) : kEmpty;
-    GDN_ASSIGN_OR_RETURN(f->entries_, parse_safetensors_header(base, f->size_, path, &f->metadata_));
+    GDN_ASSIGN_OR_RETURN(f->map_, MappedFile::open(path));
+    GDN_ASSIGN_OR_RETURN(f->entries_,
+                         parse_safetensors_header(f->map_.data(), f->map_.size(), path, &f->metadata_));
     size_t moved = 0;
     for (Entry& e : f->entries_) {
         const size_t align = dtype_size(e.view.dtype), bytes = e.end - e.begin;
@@ -169,9 +148,7 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string
     return f;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-    if (map_) ::munmap(map_, size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 bool canonical_tensor_name(const std::string& stored, std::string* canonical) {
     auto starts = [&](const char* p) { return stored.rfind(p, 0) == 0; };

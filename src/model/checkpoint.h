@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -29,19 +30,16 @@ class SafetensorsFile {
     SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
     const std::string& path() const { return path_; }
-    bool maps(const void* p) const {
-        return map_ && p >= map_ && static_cast<const char*>(p) < static_cast<const char*>(map_) + size_;
-    }
+    bool maps(const void* p) const { return map_.contains(p); }
     const std::vector<Entry>& entries() const { return entries_; }
-    size_t file_size() const { return size_; }
+    size_t file_size() const { return map_.size(); }
     // The header's __metadata__ (strings only; "format": "pt" in files written by torch).
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   private:
     SafetensorsFile() = default;
     std::string path_;
-    void* map_ = nullptr;
-    size_t size_ = 0;
+    MappedFile map_;
     std::vector<Entry> entries_;
     std::map<std::string, std::string> metadata_;
     // Copies of tensors whose bytes in the file are not aligned to their element size (a header length

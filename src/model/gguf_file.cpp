@@ -1,12 +1,6 @@
 #include "model/gguf_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <limits>
 
@@ -178,27 +172,11 @@ int64_t GgufFile::Tensor::elements() const {
 }
 
 Result<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::error(strprintf("cannot open %s: %s", path.c_str(), std::strerror(errno)));
-    struct stat st;
-    if (::fstat(fd, &st) != 0) {
-        ::close(fd);
-        return Status::error(strprintf("cannot stat %s: %s", path.c_str(), std::strerror(errno)));
-    }
     std::unique_ptr<GgufFile> f(new GgufFile());
     f->path_ = path;
-    f->size_ = static_cast<size_t>(st.st_size);
-    if (f->size_ > 0) {
-        f->map_ = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (f->map_ == MAP_FAILED) {
-            f->map_ = nullptr;
-            ::close(fd);
-            return Status::error(strprintf("cannot mmap %s: %s", path.c_str(), std::strerror(errno)));
-        }
-    }
-    ::close(fd);
-    static const uint8_t kEmpty[1] = {0};
-    f->base_ = f->map_ ? static_cast<const uint8_t*>(f->map_) : kEmpty;
+    GDN_ASSIGN_OR_RETURN(f->map_, MappedFile::open(path));
+    f->base_ = f->map_.data();
+    f->size_ = f->map_.size();
     GDN_RETURN_IF_ERROR(f->parse_all());
     return f;
 }
@@ -213,9 +191,7 @@ Result<std::unique_ptr<GgufFile>> GgufFile::parse(const uint8_t* data, size_t si
     return f;
 }
 
-GgufFile::~GgufFile() {
-    if (map_) ::munmap(map_, size_);
-}
+GgufFile::~GgufFile() = default;
 
 Status GgufFile::parse_all() {
     Cursor c(base_, size_, path_);

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/mapped_file.h"
 #include "core/status.h"
 #include "ops/quant/ggml_types.h"
 
@@ -93,7 +94,7 @@ class GgufFile {
     GgufFile() = default;
     Status parse_all();
     std::string path_;
-    void* map_ = nullptr;  // owned mapping (open()); null for parse()
+    MappedFile map_;  // open()'s mapping; empty for parse()
     const uint8_t* base_ = nullptr;
     size_t size_ = 0;
     uint32_t version_ = 0;
