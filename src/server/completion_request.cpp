@@ -194,6 +194,13 @@ GrammarCache::Compiled compiled(const RequestLimits& lim, const std::string& key
                                 const std::function<GrammarCache::Compiled()>& compile) {
     return lim.grammars ? lim.grammars->get(key, compile) : compile();
 }
+// The two constraints both request forms (response_format, structured_outputs) can ask for.
+GrammarCache::Compiled schema_compiled(const RequestLimits& lim, const Json& schema) {
+    return compiled(lim, "json:" + schema.dump(), [&] { return json_schema_grammar(schema); });
+}
+GrammarCache::Compiled json_object_compiled(const RequestLimits& lim) {
+    return compiled(lim, "json_object", [] { return json_object_grammar(); });
+}
 
 // response_format (json_object, json_schema) and vLLM's structured_outputs (json, choice): the grammar
 // the output must follow.
@@ -204,7 +211,7 @@ std::optional<ApiError> read_structured(const Json& b, const RequestLimits& lim,
         field = "response_format";
         const std::string type = rf->value("type", "");
         if (type == "json_object") {
-            g = *compiled(lim, "json_object", [] { return json_object_grammar(); });
+            g = *json_object_compiled(lim);
         } else if (type == "json_schema") {
             auto js = rf->find("json_schema");
             if (js == rf->end() || !js->is_object() || !js->contains("schema"))
@@ -212,7 +219,7 @@ std::optional<ApiError> read_structured(const Json& b, const RequestLimits& lim,
                     "response_format json_schema needs {\"json_schema\": {\"name\": ..., \"schema\": {...}}}",
                     field);
             const Json& schema = (*js)["schema"];
-            auto cg = compiled(lim, "json:" + schema.dump(), [&] { return json_schema_grammar(schema); });
+            auto cg = schema_compiled(lim, schema);
             if (!cg) return ApiError::invalid("response_format: " + cg.message(), field);
             g = *cg;
         }
@@ -240,7 +247,7 @@ std::optional<ApiError> read_structured(const Json& b, const RequestLimits& lim,
                     if (!parsed) return ApiError::invalid(parsed.message(), key);
                     schema = *parsed;
                 }
-                cg = compiled(lim, "json:" + schema.dump(), [&] { return json_schema_grammar(schema); });
+                cg = schema_compiled(lim, schema);
             } else if (it.key() == "choice") {
                 const Json& choices = it.value();
                 cg = compiled(lim, "choice:" + choices.dump(), [&] { return choice_grammar(choices); });
@@ -250,7 +257,7 @@ std::optional<ApiError> read_structured(const Json& b, const RequestLimits& lim,
                 const std::string re = it.value().get<std::string>();
                 cg = compiled(lim, "regex:" + re, [&] { return regex_grammar(re); });
             } else if (it.key() == "json_object" && it.value().is_boolean() && it.value().get<bool>()) {
-                cg = compiled(lim, "json_object", [] { return json_object_grammar(); });
+                cg = json_object_compiled(lim);
             } else {
                 return ApiError::invalid(std::string("'") + key + "." + it.key() +
                                              "' is not supported (json, regex, choice "

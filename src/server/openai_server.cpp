@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "core/clock.h"
 #include "core/log.h"
@@ -96,14 +97,16 @@ struct OpenAIServer::Impl {
     void engine_loop();
     // Logs what the speculative cost model decodes with when it changes (at most every 10 s): why a
     // server with --speculative-config drafts fewer tokens than asked, or none (engine thread).
-    std::string logged_decisions;
+    std::vector<int> logged_best_k;  // the decisions last logged (SpecCostModel::Snapshot::best_k)
     double logged_at = -1e9;
     void log_speculation_decisions(const EngineStats& st) {
+        const std::vector<int>& k = st.spec_cost.best_k;
+        if (k == logged_best_k || now_seconds() - logged_at < 10) return;
+        logged_best_k = k;
         const std::string d = st.spec_cost.decisions();
-        if (d.empty() || d == logged_decisions || now_seconds() - logged_at < 10) return;
+        if (d.empty()) return;  // nothing decided yet
         GDN_LOG_INFO("speculation: the cost model decodes with %s (%s)", d.c_str(),
                      st.spec_cost_model.c_str());
-        logged_decisions = d;
         logged_at = now_seconds();
     }
     void finish_job(Job& job, std::optional<ApiError> error);
