@@ -147,4 +147,11 @@ inline std::string http_post(const std::string& path, const std::string& body,
            std::to_string(body.size()) + "\r\n" + extra_headers + "\r\n" + body;
 }
 
+// The value of the unlabelled /metrics sample `name` (its sample line, not # HELP); -1 when absent.
+inline double raw_metric(int port, const std::string& name, const std::string& extra_headers = "") {
+    const RawResponse r = raw_request(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n" + extra_headers + "\r\n");
+    const size_t p = r.body.find("\n" + name + " ");
+    return p == std::string::npos ? -1 : std::stod(r.body.substr(p + name.size() + 2));
+}
+
 }  // namespace gdn::test

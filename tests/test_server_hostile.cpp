@@ -84,12 +84,7 @@ class Hostile : public ::testing::Test {
                             const std::string& headers = kAuth) {
         return raw_request(port(), http_post(path, body, headers));
     }
-    static double metric(const std::string& name) {
-        RawResponse r =
-            raw_request(port(), std::string("GET /metrics HTTP/1.1\r\nHost: x\r\n") + kAuth + "\r\n");
-        const size_t p = r.body.find("\n" + name + " ");
-        return p == std::string::npos ? -1 : std::stod(r.body.substr(p + name.size() + 2));
-    }
+    static double metric(const std::string& name) { return raw_metric(port(), name, kAuth); }
     // A normal request, answered with 200 within 5 s; returns the seconds it took.
     static double normal_request_seconds() {
         const double t0 = now_seconds();

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "raw_http.h"
 #include "running_server.h"
 #include "server/sse_reader.h"
 #include "test_util.h"
@@ -115,12 +116,7 @@ class LoadTest : public ::testing::Test {
         c.set_read_timeout(120, 0);
         return c;
     }
-    static double metric(const std::string& name) {
-        auto r = client().Get("/metrics");
-        if (!r) return -1;
-        const size_t p = r->body.find("\n" + name + " ");
-        return p == std::string::npos ? -1 : std::stod(r->body.substr(p + name.size() + 2));
-    }
+    static double metric(const std::string& name) { return raw_metric(server_->port(), name); }
     // Streams one request; false when the client left (after `leave_after` chunks, if >= 0).
     struct Answer {
         bool done = false;
