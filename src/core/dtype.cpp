@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/log.h"
+
 namespace gdn {
 
 const char* dtype_name(DType t) {
@@ -15,6 +17,8 @@ const char* dtype_name(DType t) {
             return "f16";
         case DType::U8:
             return "u8";
+        case DType::GGML:
+            return "ggml";
     }
     return "?";
 }
@@ -102,6 +106,8 @@ void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
             for (size_t i = 0; i < n; ++i) dst[i] = s[i];
             return;
         }
+        case DType::GGML:  // needs the block type: ops/quant/ggml_types.h row_to_f32
+            GDN_CHECK(false, "convert_to_f32: ggml blocks are read with row_to_f32");
     }
 }
 
@@ -126,6 +132,8 @@ void convert_from_f32(const float* src, DType dst_type, void* dst, size_t n) {
                 d[i] = static_cast<uint8_t>(std::nearbyint(std::clamp(src[i], 0.0f, 255.0f)));
             return;
         }
+        case DType::GGML:
+            GDN_CHECK(false, "convert_from_f32: nothing is written as ggml blocks");
     }
 }
 

@@ -9,7 +9,9 @@ namespace gdn {
 
 // U8: raw bytes, for the packed weights of a pre-quantized checkpoint (model/packed_checkpoint.h); never a
 // float tensor's type (the loader refuses it there) and not a --dtype / --kv-cache-dtype choice.
-enum class DType : uint8_t { F32, BF16, F16, U8 };
+// GGML: rows of a GGUF file's quantized blocks (TensorView::ggml_type names the block type; strides count
+// bytes). Only the loader's matrices and ops/quant read them; never an activation or a --dtype.
+enum class DType : uint8_t { F32, BF16, F16, U8, GGML };
 
 inline size_t dtype_size(DType t) {
     switch (t) {
@@ -20,6 +22,7 @@ inline size_t dtype_size(DType t) {
         case DType::F16:
             return 2;
         case DType::U8:
+        case DType::GGML:  // strides of ggml block rows count bytes
             return 1;
     }
     return 0;

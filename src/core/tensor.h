@@ -23,6 +23,9 @@ struct TensorView {
     int64_t stride[4] = {0, 0, 0, 0};
     void* data = nullptr;
     MemorySpace space = MemorySpace::HOST;  // where `data` lives
+    // DType::GGML: the ggml block type of the rows (ops/quant/ggml_types.h's GgmlType number); shape is the
+    // logical element shape, strides count bytes (a row of K values is stride[rank-2] bytes of blocks).
+    uint32_t ggml_type = 0;
 
     static TensorView contiguous(void* data, DType dtype, std::initializer_list<int64_t> dims) {
         TensorView t;
@@ -53,7 +56,10 @@ struct TensorView {
         }
         return true;
     }
-    size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+    size_t nbytes() const {
+        if (dtype == DType::GGML) return static_cast<size_t>(shape[0] * stride[0]);  // rows of blocks
+        return static_cast<size_t>(numel()) * dtype_size(dtype);
+    }
     template <typename T>
     T* ptr() const {
         return static_cast<T*>(data);

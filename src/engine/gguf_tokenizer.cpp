@@ -1,5 +1,7 @@
 #include "engine/gguf_tokenizer.h"
 
+#include "model/gguf_checkpoint.h"
+
 namespace gdn {
 
 Result<std::shared_ptr<const Tokenizer>> gguf_tokenizer(const GgufFile& f, const std::string& chat_template) {
@@ -21,6 +23,13 @@ Result<std::shared_ptr<const Tokenizer>> gguf_tokenizer(const GgufFile& f, const
         GDN_ASSIGN_OR_RETURN(a.chat_template, f.get_string("tokenizer.chat_template"));
     }
     return Tokenizer::from_bpe_arrays(a, f.path());
+}
+
+Result<std::shared_ptr<const Tokenizer>> load_model_tokenizer(const std::string& model,
+                                                              const std::string& chat_template) {
+    if (!is_gguf_path(model)) return Tokenizer::load(model, chat_template);
+    GDN_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(model));  // the first part holds it
+    return gguf_tokenizer(*f, chat_template);
 }
 
 }  // namespace gdn

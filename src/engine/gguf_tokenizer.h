@@ -14,4 +14,9 @@ namespace gdn {
 Result<std::shared_ptr<const Tokenizer>> gguf_tokenizer(const GgufFile& f,
                                                         const std::string& chat_template = "");
 
+// The tokenizer of what --model names: a checkpoint folder's tokenizer.json (Tokenizer::load) or a GGUF
+// file's metadata. A non-empty chat_template replaces the model's.
+Result<std::shared_ptr<const Tokenizer>> load_model_tokenizer(const std::string& model,
+                                                              const std::string& chat_template = "");
+
 }  // namespace gdn

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/log.h"
+#include "model/gguf_file.h"
 #include "util/json_file.h"
 
 namespace gdn {
@@ -239,14 +240,24 @@ size_t Checkpoint::total_bytes() const {
     return n;
 }
 
+Checkpoint Checkpoint::from_gguf(std::vector<std::shared_ptr<const GgufFile>> parts,
+                                 std::map<std::string, TensorView> tensors) {
+    Checkpoint ck;
+    ck.dir_ = parts.at(0)->path();
+    ck.layout_ = Layout::GGUF;
+    ck.gguf_ = std::move(parts);
+    ck.tensors_ = std::move(tensors);
+    return ck;
+}
+
 void Checkpoint::release(const TensorView& t, int64_t r0, int64_t r1) const {
     if (!t.data || t.rank < 1) return;
     bool mapped = false;
+    for (const auto& f : gguf_) mapped = mapped || f->maps(t.data);
     for (const auto& f : files_) mapped = mapped || f->maps(t.data);
     if (!mapped) return;
     if (r1 < 0) r1 = t.shape[0];
-    const int64_t row_bytes =
-        t.numel() / std::max<int64_t>(t.shape[0], 1) * static_cast<int64_t>(dtype_size(t.dtype));
+    const int64_t row_bytes = t.stride[0] * static_cast<int64_t>(dtype_size(t.dtype));
     const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
     const uintptr_t begin = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(r0 * row_bytes);
     const uintptr_t end = reinterpret_cast<uintptr_t>(t.data) + static_cast<uintptr_t>(r1 * row_bytes);

@@ -53,11 +53,28 @@ Result<std::vector<SafetensorsFile::Entry>> parse_safetensors_header(
     const uint8_t* base, size_t file_size, const std::string& path,
     std::map<std::string, std::string>* metadata = nullptr);
 
+class GgufFile;
+
 // All tensors of a checkpoint folder under canonical names: the prefixes `model.language_model.` or
-// `model.` stripped, `model.visual.*` skipped, `mtp.*` and `lm_head.weight` kept as they are.
+// `model.` stripped, `model.visual.*` skipped, `mtp.*` and `lm_head.weight` kept as they are. Or a GGUF
+// file's tensors under the same names (model/gguf_checkpoint.h), with the file's conventions.
 class Checkpoint {
   public:
+    // How the stored tensors relate to the model (model/weights.cpp applies the difference):
+    //   HF    as model_spec.md names them: zero-centred norm weights w, A_log, conv1d [C, 1, K], Qwen3-Next's
+    //         interleaved in_proj_qkvz / in_proj_ba, experts per expert or gate_up_proj [E, 2I, H]
+    //   GGUF  as llama.cpp's converter writes them: norms hold 1 + w, `neg_exp_A` = -exp(A_log), conv1d
+    //         [C, K], Qwen3-Next's in_proj_qkv | in_proj_z de-interleaved (in_proj_ba as HF), experts
+    //         stacked gate_proj / up_proj [E, I, H] or gate_up_proj, Qwen3.5's value heads tiled
+    //         (config.h gdn_v_tiled); matrices in ggml block types (DType::GGML)
+    enum class Layout { HF, GGUF };
+
     static Result<Checkpoint> open(const std::string& dir);
+    // A GGUF file's tensors under canonical names (built by model/gguf_checkpoint.cpp); the file stays
+    // mapped while the checkpoint lives.
+    static Checkpoint from_gguf(std::vector<std::shared_ptr<const GgufFile>> parts,
+                                std::map<std::string, TensorView> tensors);
+    Layout layout() const { return layout_; }
 
     const TensorView* find(const std::string& canonical_name) const;
     const std::map<std::string, TensorView>& tensors() const { return tensors_; }
@@ -72,7 +89,9 @@ class Checkpoint {
 
   private:
     std::string dir_;
+    Layout layout_ = Layout::HF;
     std::vector<std::shared_ptr<SafetensorsFile>> files_;
+    std::vector<std::shared_ptr<const GgufFile>> gguf_;
     std::map<std::string, TensorView> tensors_;
     std::map<std::string, std::string> metadata_;
 };

@@ -1,9 +1,12 @@
 #include "model/config.h"
 
+#include "ops/layers.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "core/log.h"
+#include "ops/layers.h"
 #include "util/json_file.h"
 
 namespace gdn {
@@ -321,6 +324,9 @@ Status check_model_config(const ModelConfig& c, const std::string& path, const s
     if (c.gdn_v_heads % c.gdn_k_heads != 0)
         return bad(strprintf("linear_num_value_heads (%d) must be a multiple of linear_num_key_heads (%d)",
                              c.gdn_v_heads, c.gdn_k_heads));
+    if (c.gdn_v_heads / c.gdn_k_heads > ops::kMaxValueHeadsPerKey)
+        return bad(strprintf("linear_num_value_heads / linear_num_key_heads (%d) must be at most %d",
+                             c.gdn_v_heads / c.gdn_k_heads, static_cast<int>(ops::kMaxValueHeadsPerKey)));
     if (c.attn_heads % c.attn_kv_heads != 0)
         return bad(strprintf("num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)",
                              c.attn_heads, c.attn_kv_heads));

@@ -34,6 +34,11 @@ struct ModelConfig {
     int gdn_k_dim = 0;    // Dk
     int gdn_v_dim = 0;    // Dv
     int conv_kernel = 0;  // K
+    // The value heads' order in every V-sized weight and state: grouped (HF: key head g's value heads are
+    // g * r .. g * r + r - 1) or tiled (g, g + Hk, ...: a GGUF Qwen3.5 file, whose converter reorders them
+    // so that ggml can broadcast q and k; out_proj's input columns cannot be reordered back exactly inside
+    // quantized blocks, so the GDN layer runs in the file's order: ops/layers.h GdnParams::v_tiled).
+    bool gdn_v_tiled = false;
 
     // Gated full attention
     int attn_heads = 0;     // Hq

@@ -7,12 +7,15 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
 
 #include "cache/kv_cache.h"
 #include "cache/state_slots.h"
 #include "core/profiler.h"
 #include "core/thread_pool.h"
 #include "model/checkpoint.h"
+#include "model/gguf_checkpoint.h"
+#include "model/gguf_config.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
 #include "ops/ffn.h"
@@ -27,8 +30,16 @@ using enum ops::ScratchSlot;  // the forward's buffers in the ops' Scratch, by n
 Result<std::unique_ptr<Model>> Model::load(const ExecContext& ctx, const std::string& dir,
                                            const LoadProgress& progress, const LoadOptions& options) {
     auto m = std::unique_ptr<Model>(new Model(ctx));
-    GDN_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
-    GDN_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::open(dir));
+    std::optional<Checkpoint> source;
+    if (is_gguf_path(dir)) {  // a GGUF file (or a split set's first part): config and tensors from it
+        GDN_ASSIGN_OR_RETURN(auto parts, open_gguf_parts(dir));
+        GDN_ASSIGN_OR_RETURN(m->config_, gguf_model_config(*parts[0]));
+        GDN_ASSIGN_OR_RETURN(source, gguf_checkpoint(std::move(parts), m->config_));
+    } else {
+        GDN_ASSIGN_OR_RETURN(m->config_, load_model_config(dir));
+        GDN_ASSIGN_OR_RETURN(source, Checkpoint::open(dir));
+    }
+    Checkpoint ck = std::move(*source);
     GDN_ASSIGN_OR_RETURN(
         m->weights_,
         load_weights(ctx, m->config_, std::make_shared<Checkpoint>(std::move(ck)), progress, options));
@@ -185,7 +196,8 @@ namespace {
 ops::GdnParams gdn_params(const ModelConfig& c, const GdnWeights& g, GdnForm form) {
     return {c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim, c.gdn_v_dim,
             c.conv_kernel, c.rms_eps,     g.conv,      g.conv_T,
-            g.neg_exp_A,   g.dt_bias,     g.norm,      form != GdnForm::RECURRENT};
+            g.neg_exp_A,   g.dt_bias,     g.norm,      form != GdnForm::RECURRENT,
+            c.gdn_v_tiled};
 }
 
 // Moves rows `rows` (ascending) of x [*, width] to rows 0, 1, ... in that order, in place (row r's source

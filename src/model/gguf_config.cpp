@@ -96,6 +96,9 @@ Result<ModelConfig> gguf_model_config(const GgufFile& f) {
     if (embd->dims[1] > (1 << 30)) return Status::error(f.path() + ": token_embd.weight has too many rows");
     c.vocab = static_cast<int>(embd->dims[1]);
     c.tie_embeddings = f.tensor("output.weight") == nullptr;
+    // llama.cpp's converter tiles Qwen3.5's value heads (model/config.h gdn_v_tiled); Qwen3-Next's
+    // de-interleaved in_proj keeps them grouped.
+    c.gdn_v_tiled = c.family != ModelFamily::QWEN3_NEXT && c.gdn_v_heads != c.gdn_k_heads;
     if (f.find("tokenizer.ggml.eos_token_id")) {
         GDN_ASSIGN_OR_RETURN(int64_t eos, f.get_int("tokenizer.ggml.eos_token_id"));
         if (eos < 0 || eos >= c.vocab)

@@ -10,6 +10,7 @@
 #include "model/quant_scheme.h"
 #include "ops/argmax_screen.h"
 #include "ops/dispatch.h"
+#include "ops/quant/ggml_repack.h"
 
 namespace gdn {
 
@@ -34,7 +35,13 @@ class Loader {
     // of the quantized linears are not in it, their packed forms are.
     Loader(const ExecContext& ctx, const ModelConfig& c, std::shared_ptr<Checkpoint> ck, ModelWeights* w,
            Quant q, bool prepacked)
-        : ctx_(ctx), c_(c), ck_(std::move(ck)), w_(w), q_(q), prepacked_(prepacked) {}
+        : ctx_(ctx),
+          c_(c),
+          ck_(std::move(ck)),
+          w_(w),
+          q_(q),
+          prepacked_(prepacked),
+          gguf_(ck_->layout() == Checkpoint::Layout::GGUF) {}
 
     // A tensor that must exist with exactly this shape.
     Result<TensorView> get(const std::string& name, std::initializer_list<int64_t> dims) {
@@ -46,13 +53,14 @@ class Loader {
             return Status::error(
                 strprintf("%s: tensor '%s' has dtype U8; it must be a float tensor (F32, BF16, F16)",
                           ck_->dir().c_str(), name.c_str()));
+        const char* from = gguf_ ? "the GGUF metadata" : "config.json";
         bool ok = t->rank == static_cast<int>(dims.size());
         int i = 0;
         for (int64_t d : dims) ok = ok && i < t->rank && t->shape[i++] == d;
         if (!ok)
-            return Status::error(strprintf("%s: tensor '%s' has shape %s, expected %s from config.json",
+            return Status::error(strprintf("%s: tensor '%s' has shape %s, expected %s from %s",
                                            ck_->dir().c_str(), name.c_str(), t->shape_str().c_str(),
-                                           shape_str(dims).c_str()));
+                                           shape_str(dims).c_str(), from));
         used_.insert(name);
         taken_.push_back(*t);
         return *t;
@@ -83,6 +91,10 @@ class Loader {
         return linear(name, {gate, up}, q_);
     }
     Quant quantization() const { return q_; }
+    bool gguf() const { return gguf_; }
+    // Only the packed weights make the layer (no float view kept for the reference path): quantized at
+    // load, or a GGUF file's (its ggml rows are no float views; their packed form is exact).
+    bool packed_only() const { return q_.has_value() || gguf_; }
     // The MTP layer may be packed in another format than the rest (LoadOptions::mtp_layer).
     void set_quantization(Quant q) { q_ = q; }
     // The tensors read in float form and kept so (norms, conv taps, gates, router...): what a
@@ -104,20 +116,25 @@ class Loader {
     Result<const float*> get_f32(const std::string& name, std::initializer_list<int64_t> dims, F transform) {
         GDN_ASSIGN_OR_RETURN(TensorView t, get(name, dims));
         float* p = w_->small.alloc_f32(t.numel());
-        convert_to_f32(t.dtype, t.data, p, t.numel());
+        const int64_t K = t.shape[t.rank - 1];
+        for (int64_t r = 0; r < t.numel() / K; ++r) row_to_f32(t, r, p + r * K);
         for (int64_t i = 0; i < t.numel(); ++i) p[i] = transform(p[i]);
         return p;
     }
+    // A zero-centred RMSNorm weight as (1 + w): a GGUF file stores it so already.
     Result<const float*> get_norm1p(const std::string& name, int64_t n) {
+        if (gguf_) return get_plain(name, {n});
         return get_f32(name, {n}, [](float x) { return 1.0f + x; });
     }
     Result<const float*> get_plain(const std::string& name, std::initializer_list<int64_t> dims) {
         return get_f32(name, dims, [](float x) { return x; });
     }
-    // Allocates an owned matrix of `rows x cols` elements of `dtype`.
-    TensorView alloc_matrix(DType dtype, int64_t rows, int64_t cols) {
-        Buffer b(rows * cols * dtype_size(dtype));
-        TensorView v = TensorView::contiguous(b.data(), dtype, {rows, cols});
+    // Allocates an owned matrix of `rows` rows like those of the 2-D view t (its dtype, ggml type, row bytes).
+    TensorView alloc_rows_like(const TensorView& t, int64_t rows) {
+        Buffer b(rows * t.stride[0] * static_cast<int64_t>(dtype_size(t.dtype)));
+        TensorView v = t;
+        v.shape[0] = rows;
+        v.data = b.data();
         w_->owned.push_back(std::move(b));
         return v;
     }
@@ -145,6 +162,7 @@ class Loader {
     ModelWeights* w_;
     Quant q_;
     bool prepacked_;
+    bool gguf_;
     std::set<std::string> used_, quantized_sources_;
     std::vector<TensorView> taken_;
 };
@@ -157,14 +175,17 @@ TensorView rows_of(const TensorView& t, int64_t r0, int64_t n) {
     return v;
 }
 TensorView matrix_of(const TensorView& t3, int64_t e) {
-    TensorView v = TensorView::contiguous(
-        static_cast<char*>(t3.data) + e * t3.stride[0] * static_cast<int64_t>(dtype_size(t3.dtype)), t3.dtype,
-        {t3.shape[1], t3.shape[2]});
+    TensorView v = t3;  // dtype, ggml type and the inner strides as they are
+    v.rank = 2;
+    v.shape[0] = t3.shape[1], v.shape[1] = t3.shape[2], v.shape[2] = 1;
+    v.stride[0] = t3.stride[1], v.stride[1] = t3.stride[2], v.stride[2] = 0;
+    v.data = static_cast<char*>(t3.data) + e * t3.stride[0] * static_cast<int64_t>(dtype_size(t3.dtype));
     return v;
 }
 
+// Copies one row of a contiguous-row matrix (float elements or ggml blocks) into another like it.
 void copy_row(const TensorView& src, int64_t src_row, const TensorView& dst, int64_t dst_row) {
-    size_t bytes = src.shape[1] * dtype_size(src.dtype);
+    const size_t bytes = src.stride[0] * dtype_size(src.dtype);
     std::memcpy(dst.row(dst_row), src.row(src_row), bytes);
 }
 
@@ -187,15 +208,27 @@ Status Loader::load_gdn(const std::string& p, GdnWeights* g) {
     const int64_t H = c_.hidden, Hk = c_.gdn_k_heads, Hv = c_.gdn_v_heads, Dk = c_.gdn_k_dim,
                   Dv = c_.gdn_v_dim;
     const int64_t KD = Hk * Dk, VD = Hv * Dv, CD = 2 * KD + VD, K = c_.conv_kernel, r = Hv / Hk;
-    // A pre-quantized checkpoint holds the packed in_proj already in the flat order.
-    if (c_.family == ModelFamily::QWEN3_NEXT && !prepacked_) {
+    // A pre-quantized checkpoint holds the packed in_proj already in the flat order, a GGUF file the q|k|v
+    // and z rows (its in_proj_ba is HF's: per key-head group, r b rows then r a rows).
+    if (c_.family == ModelFamily::QWEN3_NEXT && gguf_) {
+        GDN_ASSIGN_OR_RETURN(g->in_qkv, matrix(p + "in_proj_qkv.weight", {CD, H}));
+        GDN_ASSIGN_OR_RETURN(g->in_z, matrix(p + "in_proj_z.weight", {VD, H}));
+        GDN_ASSIGN_OR_RETURN(TensorView ba, matrix(p + "in_proj_ba.weight", {2 * Hv, H}));
+        g->in_b = alloc_rows_like(ba, Hv);
+        g->in_a = alloc_rows_like(ba, Hv);
+        for (int64_t grp = 0; grp < Hk; ++grp)
+            for (int64_t j = 0; j < r; ++j) {
+                copy_row(ba, grp * 2 * r + j, g->in_b, grp * r + j);
+                copy_row(ba, grp * 2 * r + r + j, g->in_a, grp * r + j);
+            }
+    } else if (c_.family == ModelFamily::QWEN3_NEXT && !prepacked_) {
         // Regroup the per-key-head interleaved rows into the flat Qwen3.5 order (model_spec.md §4.5.1).
         GDN_ASSIGN_OR_RETURN(TensorView qkvz, matrix(p + "in_proj_qkvz.weight", {2 * KD + 2 * VD, H}));
         GDN_ASSIGN_OR_RETURN(TensorView ba, matrix(p + "in_proj_ba.weight", {2 * Hv, H}));
-        g->in_qkv = alloc_matrix(qkvz.dtype, CD, H);
-        g->in_z = alloc_matrix(qkvz.dtype, VD, H);
-        g->in_b = alloc_matrix(ba.dtype, Hv, H);
-        g->in_a = alloc_matrix(ba.dtype, Hv, H);
+        g->in_qkv = alloc_rows_like(qkvz, CD);
+        g->in_z = alloc_rows_like(qkvz, VD);
+        g->in_b = alloc_rows_like(ba, Hv);
+        g->in_a = alloc_rows_like(ba, Hv);
         const int64_t S = 2 * Dk + 2 * r * Dv;  // rows per key-head group
         for (int64_t grp = 0; grp < Hk; ++grp) {
             const int64_t base = grp * S;
@@ -216,8 +249,13 @@ Status Loader::load_gdn(const std::string& p, GdnWeights* g) {
         GDN_ASSIGN_OR_RETURN(g->in_b, matrix(p + "in_proj_b.weight", {Hv, H}));
         GDN_ASSIGN_OR_RETURN(g->in_a, matrix(p + "in_proj_a.weight", {Hv, H}));
     }
-    GDN_ASSIGN_OR_RETURN(g->conv, get_plain(p + "conv1d.weight", {CD, 1, K}));
-    GDN_ASSIGN_OR_RETURN(g->neg_exp_A, get_f32(p + "A_log", {Hv}, [](float x) { return -std::exp(x); }));
+    if (gguf_) {  // conv1d squeezed to [C, K] (the same bytes); -exp(A_log) computed by the converter
+        GDN_ASSIGN_OR_RETURN(g->conv, get_plain(p + "conv1d.weight", {CD, K}));
+        GDN_ASSIGN_OR_RETURN(g->neg_exp_A, get_plain(p + "neg_exp_A", {Hv}));
+    } else {
+        GDN_ASSIGN_OR_RETURN(g->conv, get_plain(p + "conv1d.weight", {CD, 1, K}));
+        GDN_ASSIGN_OR_RETURN(g->neg_exp_A, get_f32(p + "A_log", {Hv}, [](float x) { return -std::exp(x); }));
+    }
     GDN_ASSIGN_OR_RETURN(g->dt_bias, get_plain(p + "dt_bias", {Hv}));
     GDN_ASSIGN_OR_RETURN(g->norm, get_plain(p + "norm.weight", {Dv}));
     GDN_ASSIGN_OR_RETURN(g->out_proj, matrix(p + "out_proj.weight", {H, VD}));
@@ -238,6 +276,16 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
             m->experts[e].up = rows_of(gu, Ie, Ie);
             m->experts[e].down = matrix_of(down, e);
         }
+    } else if (ck_->find(p + "experts.gate_proj")) {
+        // Stacked 3-D experts with gate and up apart (a GGUF file's ffn_{gate,up,down}_exps).
+        GDN_ASSIGN_OR_RETURN(TensorView gate, matrix(p + "experts.gate_proj", {E, Ie, H}));
+        GDN_ASSIGN_OR_RETURN(TensorView up, matrix(p + "experts.up_proj", {E, Ie, H}));
+        GDN_ASSIGN_OR_RETURN(TensorView down, matrix(p + "experts.down_proj", {E, H, Ie}));
+        for (int64_t e = 0; e < E; ++e) {
+            m->experts[e].gate = matrix_of(gate, e);
+            m->experts[e].up = matrix_of(up, e);
+            m->experts[e].down = matrix_of(down, e);
+        }
     } else {
         for (int64_t e = 0; e < E; ++e) {
             GDN_ASSIGN_OR_RETURN(m->experts[e], mlp(p + "experts." + std::to_string(e) + ".", Ie));
@@ -253,8 +301,8 @@ Status Loader::load_moe(const std::string& p, MoeWeights* m) {
 
 Result<Mlp> pack_mlp(Loader& ld, const std::string& name, const MlpWeights& v) {
     Mlp m;
-    if (!ld.quantization())
-        m.views = v;  // quantized: the packed weights are the layer (no view into the checkpoint)
+    if (!ld.packed_only())
+        m.views = v;  // quantized or GGUF: the packed weights are the layer (no view into the checkpoint)
     m.fused = v.gate.shape[0] % 16 == 0;
     if (m.fused) {
         GDN_ASSIGN_OR_RETURN(m.gate_up, ld.swiglu_linear(name + "gate_up", v.gate, v.up));
@@ -274,13 +322,13 @@ Status pack_layer(Loader& ld, const ModelConfig& c, const std::string& p, LayerW
         GDN_ASSIGN_OR_RETURN(
             L->attn.qkv, ld.linear(p + "self_attn.qkv", {L->attn.q_proj, L->attn.k_proj, L->attn.v_proj}, q));
         GDN_ASSIGN_OR_RETURN(L->attn.o, ld.linear(p + "self_attn.o", {L->attn.o_proj}, q));
-        if (q) L->attn.q_proj = L->attn.k_proj = L->attn.v_proj = L->attn.o_proj = TensorView();
+        if (ld.packed_only()) L->attn.q_proj = L->attn.k_proj = L->attn.v_proj = L->attn.o_proj = TensorView();
     } else {
         GdnWeights& g = L->gdn;
         GDN_ASSIGN_OR_RETURN(g.in_proj,
                              ld.linear(p + "linear_attn.in_proj", {g.in_qkv, g.in_z, g.in_b, g.in_a}, q));
         GDN_ASSIGN_OR_RETURN(g.out, ld.linear(p + "linear_attn.out", {g.out_proj}, q));
-        if (q) g.in_qkv = g.in_z = g.in_b = g.in_a = g.out_proj = TensorView();
+        if (ld.packed_only()) g.in_qkv = g.in_z = g.in_b = g.in_a = g.out_proj = TensorView();
         const int64_t CD = c.gdn_conv_dim(), K = c.conv_kernel;
         float* t = small->alloc_f32(CD * K);
         for (int64_t ch = 0; ch < CD; ++ch)
@@ -314,7 +362,7 @@ Status load_layer(const ExecContext& ctx, Loader& ld, const ModelConfig& c, Chec
             L.moe.experts.push_back(std::move(m));
             // Quantized: each expert's source pages go as soon as it is packed, not with the layer (a
             // Qwen3-Next layer's 512 experts are 3.2 GB of bf16: peak RSS was quantized size + that).
-            if (ld.quantization())
+            if (ld.packed_only())
                 for (const TensorView* t : {&v.experts[e].gate, &v.experts[e].up, &v.experts[e].down})
                     ck.release(*t);
         }
@@ -324,15 +372,15 @@ Status load_layer(const ExecContext& ctx, Loader& ld, const ModelConfig& c, Chec
         }
         // Quantized (this layer's format: the MTP layer may differ from the rest): the forward composes
         // the MoE from the packed weights.
-        if (ld.quantization()) L.moe.views = MoeWeights();
+        if (ld.packed_only()) L.moe.views = MoeWeights();
     } else {
         MlpWeights mv;
         GDN_ASSIGN_OR_RETURN(mv, ld.mlp(p + "mlp.", c.intermediate));
         GDN_ASSIGN_OR_RETURN(L.mlp, pack_mlp(ld, p + "mlp.", mv));
     }
     GDN_RETURN_IF_ERROR(pack_layer(ld, c, p, &L, &w->small));
-    if (w->quantization) {  // the layer's source bytes are no longer needed: memory at quantized size + one
-                            // layer
+    if (ld.packed_only()) {  // the layer's source bytes are no longer needed: memory at packed size + one
+                             // layer
         ld.release_taken();
         w->owned.erase(w->owned.begin() + static_cast<std::ptrdiff_t>(owned_before), w->owned.end());
     }
@@ -358,7 +406,7 @@ Status load_mtp(const ExecContext& ctx, Loader& ld, const ModelConfig& c, Checkp
     GDN_ASSIGN_OR_RETURN(m->norm, ld.get_norm1p("mtp.norm.weight", c.hidden));
     // A float model may pack the MTP layer for drafting (LoadOptions::mtp_layer); a quantized one keeps
     // its own format, a pre-quantized checkpoint the format it was written in.
-    const Quant q_mtp = q || w->prepacked ? q : opt.mtp_layer;
+    const Quant q_mtp = q || w->prepacked || ld.gguf() ? q : opt.mtp_layer;
     ld.set_quantization(q_mtp);
     GDN_ASSIGN_OR_RETURN(TensorView fc, ld.matrix("mtp.fc.weight", {c.hidden, 2 * int64_t{c.hidden}}));
     GDN_ASSIGN_OR_RETURN(m->fc, ld.linear("mtp.fc", {fc}, q_mtp));
@@ -440,6 +488,9 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ExecContext& ctx, const
                       "--quantization %s (or pass %s)",
                       ck->dir().c_str(), quantization_name(*packed), quantization_name(*opt.quantization),
                       quantization_name(*packed)));
+    if (ck->layout() == Checkpoint::Layout::GGUF && opt.quantization)
+        return Status::error(strprintf("%s is a GGUF file: its tensors load in their own types (drop --quantization %s)",
+                                       ck->dir().c_str(), quantization_name(*opt.quantization)));
     const Quant q = packed ? packed : opt.quantization;
     w->quantization = q;
     w->prepacked = packed.has_value();
@@ -470,7 +521,7 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ExecContext& ctx, const
     }
     GDN_RETURN_IF_ERROR(load_vocabulary_matrices(ctx, ld, *ck, w.get(), tied));
     if (q) GDN_RETURN_IF_ERROR(check_quantized_finite(*ck, *w));
-    if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data)
+    if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data && !is_quantized(w->lm_head_packed.packed.format))
         w->mtp->draft_head = make_linear(ctx, {w->lm_head}, opt.mtp_draft_head);
     if (progress) progress(n_steps, n_steps);
     w->float_tensors = ld.float_tensors();

@@ -279,10 +279,10 @@ void gdn_mixer_ref(const float* proj, int64_t ldp, const std::vector<GdnSeq>& se
         float* o = core.data() + s.t0 * VD;
         if (p.chunked_reference && T >= 64)
             ref::gated_delta_rule_chunked(q.data(), k.data(), v.data(), g.data(), beta.data(), T, p.Hk, p.Hv,
-                                          p.Dk, p.Dv, s.ssm, o);
+                                          p.Dk, p.Dv, s.ssm, o, p.v_tiled);
         else
             ref::gated_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), T, p.Hk,
-                                            p.Hv, p.Dk, p.Dv, s.ssm, o);
+                                            p.Hv, p.Dk, p.Dv, s.ssm, o, p.v_tiled);
     }
     for (const GdnSeq& s : seqs) {
         float* o = core.data() + s.t0 * VD;
@@ -319,13 +319,24 @@ void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t 
         if (buf.size() < static_cast<size_t>(conv_n + r * head_n)) buf.resize(conv_n + r * head_n);
         own = buf.data();
     }
-    const int64_t v0 = 2 * KD + hk * r * Dv;  // the value channels of this key head's value heads
-    const int64_t chans[3][2] = {{hk * Dk, Dk}, {KD + hk * Dk, Dk}, {v0, r * Dv}};
+    // The unit's channels: its key head's q and k, and its value heads' v (one run when grouped, r apart
+    // when tiled).
+    int64_t chans[2 + kMaxValueHeadsPerKey][2] = {{hk * Dk, Dk}, {KD + hk * Dk, Dk}};
+    int64_t n_chans = 2;
+    if (p.v_tiled) {
+        for (int64_t j = 0; j < r; ++j) {
+            chans[n_chans][0] = 2 * KD + gdn_value_head(p, hk, j) * Dv;
+            chans[n_chans++][1] = Dv;
+        }
+    } else {
+        chans[n_chans][0] = 2 * KD + hk * r * Dv;
+        chans[n_chans++][1] = r * Dv;
+    }
     // Where token i leaves the states: in place, in its outputs, or (verification) in the private copy,
     // which holds the whole conv window (only this unit's channels are used) and this unit's r value heads.
     auto conv_of = [&](int64_t i) { return s.keep_state ? own : s.conv_out ? s.conv_out[i] : s.conv; };
     auto head_of = [&](int64_t i, int64_t h) {
-        if (s.keep_state) return own + conv_n + (h - hk * r) * head_n;
+        if (s.keep_state) return own + conv_n + (p.v_tiled ? h / Hk : h - hk * r) * head_n;
         return (s.ssm_out ? s.ssm_out[i] : s.ssm) + h * head_n;
     };
     for (int64_t i = 0; i < s.T; ++i) {
@@ -334,18 +345,21 @@ void gdn_stepwise_unit(const float* proj, int64_t ldp, const GdnSeq& s, int64_t 
         float* conv = conv_of(i);
         if (conv != conv_in)  // this unit's channels of the window, then the conv runs in place
             for (int64_t j = 0; j < p.K - 1; ++j)
-                for (const auto& c : chans)
-                    std::memcpy(conv + j * CD + c[0], conv_in + j * CD + c[0], c[1] * sizeof(float));
+                for (int64_t ci = 0; ci < n_chans; ++ci)
+                    std::memcpy(conv + j * CD + chans[ci][0], conv_in + j * CD + chans[ci][0],
+                                chans[ci][1] * sizeof(float));
         const float* x = proj + t * ldp;
         float* yt = y + t * CD;
         float* q = yt + hk * Dk;
         float* k = yt + KD + hk * Dk;
-        for (const auto& c : chans)
-            kernels(isa).conv1d_silu(x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, c[0], c[0] + c[1], bf16);
+        for (int64_t ci = 0; ci < n_chans; ++ci)
+            kernels(isa).conv1d_silu(x, ldp, 1, CD, p.conv_wT, p.K, conv, yt, CD, chans[ci][0],
+                                     chans[ci][0] + chans[ci][1], bf16);
         kernels(isa).l2_norm_scale(q, Dk, 1e-6f, qscale);
         kernels(isa).l2_norm_scale(k, Dk, 1e-6f, 1.0f);
         const float kq = kernels(isa).dot(q, k, Dk);
-        for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {
+        for (int64_t j = 0; j < r; ++j) {
+            const int64_t h = gdn_value_head(p, hk, j);
             const GdnGates gates = gdn_gates(p, x + CD + VD, h, bf16);
             float* o = core + t * VD + h * Dv;
             const float* ssm_in = i == 0 ? s.ssm + h * head_n : head_of(i - 1, h);
@@ -506,7 +520,8 @@ void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std
                         kernels(isa).l2_norm_scale(&kb[i * Dk], Dk, 1e-6f, 1.0f);
                         gb[2 * kBlock + i] = kernels(isa).dot(&qb[i * Dk], &kb[i * Dk], Dk);
                     }
-                    for (int64_t h = hk * r; h < (hk + 1) * r; ++h) {  // value head h reads key head h / r
+                    for (int64_t j = 0; j < r; ++j) {  // the value heads that read key head hk
+                        const int64_t h = gdn_value_head(p, hk, j);
                         float* S = s.ssm + h * Dk * Dv;
                         kernels(isa).conv1d_silu_rows(x, ldp, b0, b1, CD, p.conv_wT, p.K, s.conv, vb.data(),
                                                       Dv, 2 * KD + h * Dv, 2 * KD + (h + 1) * Dv, bf16);
@@ -544,10 +559,12 @@ void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std
                     }
                 }
                 // The conv state after the sequence: this unit's channels only (no other unit reads them).
-                for (const auto& [c0, c1] :
-                     {std::pair{hk * Dk, (hk + 1) * Dk}, std::pair{KD + hk * Dk, KD + (hk + 1) * Dk},
-                      std::pair{2 * KD + hk * r * Dv, 2 * KD + (hk + 1) * r * Dv}})
-                    kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, c0, c1);
+                kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, hk * Dk, (hk + 1) * Dk);
+                kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, KD + hk * Dk, KD + (hk + 1) * Dk);
+                for (int64_t j = 0; j < r; ++j) {
+                    const int64_t v0 = 2 * KD + gdn_value_head(p, hk, j) * Dv;
+                    kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, v0, v0 + Dv);
+                }
             }
         });
     }

@@ -83,6 +83,9 @@ struct GdnSeq {
     bool keep_state = false;
     bool stepwise() const { return T == 1 || ssm_out != nullptr || keep_state; }
 };
+// Value heads per key head (Hv / Hk) a GDN layer may have (config.cpp checks it; released models: 1 to 4).
+constexpr int64_t kMaxValueHeadsPerKey = 16;
+
 struct GdnParams {
     int64_t Hk, Hv, Dk, Dv, K;
     float eps;
@@ -90,7 +93,14 @@ struct GdnParams {
     const float* conv_wT;                     // [K, CD] (kernel layout)
     const float *neg_exp_A, *dt_bias, *norm;  // [Hv], [Hv], [Dv]
     bool chunked_reference;  // reference path: chunked form for long sequences (else recurrent)
+    // The value heads' order: grouped (HF: key head hk's are hk * r .. hk * r + r - 1) or tiled (a GGUF
+    // Qwen3.5 file: hk, hk + Hk, ...). Every V-sized row, gate and state follows it, out_proj's columns too.
+    bool v_tiled = false;
 };
+// Value head j (< Hv / Hk) of key head hk in p's order.
+inline int64_t gdn_value_head(const GdnParams& p, int64_t hk, int64_t j) {
+    return p.v_tiled ? j * p.Hk + hk : hk * (p.Hv / p.Hk) + j;
+}
 // The GDN mixer between the input projection and out_proj: conv + SiLU, q/k L2 norm and scale, gating,
 // the gated delta rule on each sequence's state, gated RMSNorm with silu(z).
 // proj [N, ldp] rows hold q|k|v (CD) | z (VD) | b (Hv) | a (Hv); out [N, VD].

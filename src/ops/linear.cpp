@@ -15,6 +15,7 @@
 #include "ops/layers.h"
 #include "ops/linear_input.h"
 #include "ops/linear_quant.h"
+#include "ops/quant/ggml_repack.h"
 #include "ops/ref/ref_ops.h"
 
 namespace gdn {
@@ -26,29 +27,46 @@ LinearWeight make_linear(const ExecContext& ctx, const std::vector<TensorView>& 
     LinearWeight lw;
     PackedWeight& p = lw.packed;
     p.K = parts[0].shape[1];
-    bool all_bf16 = true;
+    bool all_bf16 = true, any_ggml = false, one_ggml_type = true;
     for (const auto& t : parts) {
-        GDN_CHECK(t.rank == 2 && t.shape[1] == p.K && t.stride[1] == 1,
+        GDN_CHECK(t.rank == 2 && t.shape[1] == p.K && (t.stride[1] == 1 || t.dtype == DType::GGML),
                   "linear parts must be [N_i, K] with one K");
         p.N += t.shape[0];
         all_bf16 &= t.dtype == DType::BF16;
+        any_ggml |= t.dtype == DType::GGML;
+        one_ggml_type &= t.dtype == DType::GGML && t.ggml_type == parts[0].ggml_type;
     }
     // Row r of the stacked matrix: (part, row in the part).
     std::vector<std::pair<const TensorView*, int64_t>> rows;
     rows.reserve(p.N);
     for (const auto& t : parts)
         for (int64_t r = 0; r < t.shape[0]; ++r) rows.emplace_back(&t, r);
+    const int64_t K = p.K;
+    if (any_ggml && !quantize) {
+        // A GGUF file's blocks: moved into the native format unchanged where one holds the type's values
+        // (ops/quant/ggml_repack.h), else widened to f32 below (exact: the values dequantize_ggml_row gives).
+        const GgmlType type = static_cast<GgmlType>(parts[0].ggml_type);
+        const std::optional<WeightFormat> native = one_ggml_type ? ggml_native_format(type) : std::nullopt;
+        bool movable = native.has_value();
+        for (const auto& t : parts) movable = movable && ggml_rows_movable(t);
+        if (movable) {
+            quant::pack_column_blocks(
+                ctx, *native, p.N, K,
+                [&](int64_t n, int64_t b, quant::ColumnBlock* out) {
+                    ggml_column_block(type, static_cast<const uint8_t*>(rows[n].first->row(rows[n].second)), b,
+                                      out);
+                },
+                &p, rows_done);
+            return lw;
+        }
+    }
     if (quantize) {  // converted to f32 as stored, straight from the parts (a checkpoint mmap)
-        const int64_t K = p.K;
         quant::pack_quantized(
-            ctx, *quantize, p.N, K,
-            [&](int64_t n, float* out) {
-                convert_to_f32(rows[n].first->dtype, rows[n].first->row(rows[n].second), out, K);
-            },
+            ctx, *quantize, p.N, K, [&](int64_t n, float* out) { row_to_f32(*rows[n].first, rows[n].second, out); },
             &p, rows_done);
         return lw;
     }
-    if (parts.size() == 1) lw.view = parts[0];
+    if (parts.size() == 1 && !any_ggml) lw.view = parts[0];  // the reference path reads float views
     p.format = all_bf16 ? WeightFormat::BF16 : WeightFormat::F32;
     p.K2 = (p.K + 1) / 2;
     p.n_panels = (p.N + kPanelCols - 1) / kPanelCols;
@@ -65,7 +83,7 @@ LinearWeight make_linear(const ExecContext& ctx, const std::vector<TensorView>& 
         float* dst = p.data.as<float>();
         std::vector<float> row(p.K);
         for (int64_t n = 0; n < p.N; ++n) {
-            convert_to_f32(rows[n].first->dtype, rows[n].first->row(rows[n].second), row.data(), p.K);
+            row_to_f32(*rows[n].first, rows[n].second, row.data());
             const int64_t panel = n / kPanelCols, col = n % kPanelCols;
             float* pd = dst + panel * p.K * kPanelCols + col;
             for (int64_t k = 0; k < p.K; ++k) pd[k * kPanelCols] = row[k];

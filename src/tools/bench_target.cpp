@@ -1,3 +1,4 @@
+#include "engine/gguf_tokenizer.h"
 #include "tools/bench_target.h"
 
 #include <httplib.h>
@@ -63,7 +64,7 @@ Result<std::unique_ptr<BenchTarget>> open_bench_target(const Args& a, const Benc
     if (threads < 1 || mem < 1) return Status::error("--threads and --cache-memory must be positive");
     set_global_threads(static_cast<int>(threads));
     GDN_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, load_model_for_tool(a));
-    GDN_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, Tokenizer::load(a.get("--model")));
+    GDN_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tok, load_model_tokenizer(a.get("--model")));
     // Prompt ids the server accepts: below both the model's and the tokenizer's vocabulary (a random
     // checkpoint pairs a 248k embedding with a 151k tokenizer).
     t->vocab = std::min(model->config().vocab, tok->vocab_size());

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "engine/gguf_tokenizer.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/profiler.h"
@@ -164,7 +165,7 @@ int bench_concurrency(const BenchSetup& s, std::shared_ptr<const Model> model) {
     std::vector<std::vector<int32_t>> chat_prompts;
     std::shared_ptr<const Tokenizer> tok;
     if (args.has("--prompts-file")) {
-        auto t = Tokenizer::load(args.get("--model"));
+        auto t = load_model_tokenizer(args.get("--model"));
         if (!t) return bench_fail(t.message(), 1);
         tok = *t;
         auto p = read_chat_prompts(args.get("--prompts-file"), *tok);

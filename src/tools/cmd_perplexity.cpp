@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "engine/gguf_tokenizer.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -83,7 +84,7 @@ int cmd_perplexity(int argc, char** argv) {
     ss << in.rdbuf();
     auto model = load_model_for_tool(*args);
     if (!model) return fail(model.message(), 1);
-    auto tok = Tokenizer::load(args->get("--model"));
+    auto tok = load_model_tokenizer(args->get("--model"));
     if (!tok) return fail(tok.message(), 1);
     log_kernel_selection();
     const Model& m = **model;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "engine/gguf_tokenizer.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -230,7 +231,7 @@ int cmd_run(int argc, char** argv) {
     std::shared_ptr<const Tokenizer> tok;
     const bool text_io = !args->has("--prompt-ids") && !args->has("--print-ids");
     if (!args->has("--prompt-ids") || text_io) {
-        auto t = Tokenizer::load(args->get("--model"));
+        auto t = load_model_tokenizer(args->get("--model"));
         if (!t) return fail(t.message(), 1);
         tok = *t;
     }

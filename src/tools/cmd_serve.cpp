@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "engine/gguf_tokenizer.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
@@ -228,7 +229,7 @@ int cmd_serve(int argc, char** argv) {
     set_global_threads(plan->threads);
     auto model = load_model_for_tool(*args);
     if (!model) return fail(model.message(), 1);
-    auto tok = Tokenizer::load(args->get("--model"), plan->chat_template);
+    auto tok = load_model_tokenizer(args->get("--model"), plan->chat_template);
     if (!tok) return fail(tok.message(), 1);
     log_kernel_selection();
     auto engine = Engine::create(std::shared_ptr<const Model>(std::move(*model)), *tok, plan->engine);

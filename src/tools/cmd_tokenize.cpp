@@ -3,6 +3,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "engine/gguf_tokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/args.h"
@@ -29,7 +30,7 @@ int cmd_tokenize(int argc, char** argv) {
         if (!args) std::fprintf(stderr, "gdn tokenize: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
     }
-    auto tok = Tokenizer::load(args->get("--model"));
+    auto tok = load_model_tokenizer(args->get("--model"));
     if (!tok) {
         std::fprintf(stderr, "gdn tokenize: %s\n", tok.message().c_str());
         return 1;
@@ -57,7 +58,7 @@ int cmd_detokenize(int argc, char** argv) {
         if (!args) std::fprintf(stderr, "gdn detokenize: %s\n", args.message().c_str());
         return args && args->has("--help") ? 0 : 2;
     }
-    auto tok = Tokenizer::load(args->get("--model"));
+    auto tok = load_model_tokenizer(args->get("--model"));
     if (!tok) {
         std::fprintf(stderr, "gdn detokenize: %s\n", tok.message().c_str());
         return 1;

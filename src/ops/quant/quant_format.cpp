@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "core/thread_scratch.h"
 #include "ops/packed_weight.h"
 #include "ops/quant/kquant.h"
 
@@ -157,27 +158,19 @@ void set_quantized_shape(WeightFormat f, int64_t N, int64_t K, PackedWeight* w) 
     w->n_blocks = n_blocks(f, K);
 }
 
-namespace {
-
-// Column c of block (p, b) from the block's k values x[block_k] (zero padded): values and scales.
-// Returns whether a non-finite value made the block zeros.
-bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uint8_t* blk) {
-    bool bad = false;
+void write_block_column(WeightFormat f, const ColumnBlock& v, int64_t c, uint8_t* blk) {
     if (f == WeightFormat::Q8 || f == WeightFormat::Q4) {
-        int8_t q[kQuantGroup] = {};
-        const int len = static_cast<int>(std::min<int64_t>(kQuantGroup, K_left));
-        const uint16_t s = quantize_group(f, x, len, q, &bad);
-        std::memcpy(blk + f16_offset(f) + c * 2, &s, 2);
+        std::memcpy(blk + f16_offset(f) + c * 2, &v.scale_bits, 2);
         for (int k = 0; k < kQuantGroup; ++k) {
             if (f == WeightFormat::Q8)
-                blk[q8_byte(c, k)] = static_cast<uint8_t>(q[k]);
+                blk[q8_byte(c, k)] = static_cast<uint8_t>(v.q[k]);
             else
-                set_nibble(blk, c, k, static_cast<uint8_t>(q[k] + 8));
+                set_nibble(blk, c, k, static_cast<uint8_t>(v.q[k] + 8));
         }
-        return bad;
+        return;
     }
     if (f == WeightFormat::Q4K) {
-        const kquant::Q4KBlock q = kquant::quantize_q4k(x, kquant::Q4KFit::ENGINE, &bad);
+        const kquant::Q4KBlock& q = v.q4k;
         std::memcpy(blk + f16_offset(f) + c * 2, &q.d_bits, 2);
         std::memcpy(blk + f16_offset(f) + kCols * 2 + c * 2, &q.dmin_bits, 2);
         for (int j = 0; j < 8; ++j) {
@@ -189,9 +182,9 @@ bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uin
             lo = c < 16 ? static_cast<uint8_t>((lo & 0xF0) | (q.m[j] & 15))
                         : static_cast<uint8_t>((lo & 0x0F) | (q.m[j] & 15) << 4);
         }
-        return bad;
+        return;
     }
-    const kquant::Q6KBlock q = kquant::quantize_q6k(x, &bad);
+    const kquant::Q6KBlock& q = v.q6k;
     std::memcpy(blk + f16_offset(f) + c * 2, &q.d_bits, 2);
     for (int j = 0; j < 8; ++j) {
         uint8_t* rec = blk + j * kQ6KRecordBytes;
@@ -204,7 +197,63 @@ bool write_column(WeightFormat f, const float* x, int64_t K_left, int64_t c, uin
         }
         rec[kQ6KScalesOffset + c] = static_cast<uint8_t>(q.sc[j]);
     }
+}
+
+namespace {
+
+// Quantizes block_k values x (zero padded; K_left of them real) into v. Returns whether a non-finite
+// value made the block zeros.
+bool quantize_column_block(WeightFormat f, const float* x, int64_t K_left, ColumnBlock* v) {
+    bool bad = false;
+    if (f == WeightFormat::Q8 || f == WeightFormat::Q4) {
+        const int len = static_cast<int>(std::min<int64_t>(kQuantGroup, K_left));
+        std::fill(v->q, v->q + kQuantGroup, 0);
+        v->scale_bits = quantize_group(f, x, len, v->q, &bad);
+    } else if (f == WeightFormat::Q4K) {
+        v->q4k = kquant::quantize_q4k(x, kquant::Q4KFit::ENGINE, &bad);
+    } else {
+        v->q6k = kquant::quantize_q6k(x, &bad);
+    }
     return bad;
+}
+
+// A packing thread's buffers: the column's source row and one block's values (grow-only).
+struct PackBuffers {
+    std::vector<float> src;
+    ColumnBlock v;
+};
+
+// The panel loop of both packers: allocates w (geometry set) with its padding bytes, then column(p, c)
+// writes column c of panel p into every block of the panel, from the worker threads, and returns its
+// count of non-finite blocks. Panels in parallel: the columns of a panel share bytes (int4-k's minimum
+// levels, int6-k's high bits), so one thread writes a whole panel. rows_done as pack_quantized.
+void pack_panels(const ExecContext& ctx, int64_t N, PackedWeight* w,
+                 const std::function<int64_t(int64_t p, int64_t c, PackBuffers& b)>& column,
+                 const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
+    const WeightFormat f = w->format;
+    // Padding columns are zero bytes: q = 0 with scale 0 for int8, level 0 with scale 0 for int4-k, and
+    // for int6-k q = -32 with d = 0. Only int4-sym needs its offset level 8 in every nibble (0x88), as
+    // a zero nibble means q = -8.
+    w->data.allocate(w->bytes(), true);
+    if (f == WeightFormat::Q4)
+        for (int64_t b = 0; b < w->n_panels * w->n_blocks; ++b)
+            std::memset(w->data.as<uint8_t>() + b * block_bytes(f), 0x88, f16_offset(f));
+    std::atomic<int64_t> nonfinite{0};
+    const int64_t kChunkPanels = 256 / kCols;  // rows_done's chunk: 256 rows
+    ctx.pool().parallel_for(w->n_panels, [&](int64_t p0, int64_t p1) {
+        PackBuffers& buffers = ctx.pool().scratch().get<PackBuffers>();
+        for (int64_t p = p0; p < p1; ++p) {
+            int64_t bad = 0;
+            for (int64_t c = 0; c < kCols && p * kCols + c < N; ++c) bad += column(p, c, buffers);
+            if (bad) nonfinite.fetch_add(bad, std::memory_order_relaxed);
+            const bool chunk_end = (p - p0 + 1) % kChunkPanels == 0 || p + 1 == p1;
+            if (rows_done && chunk_end) {
+                const int64_t first = p0 + (p - p0) / kChunkPanels * kChunkPanels;
+                rows_done(first * kCols, std::min(N, (p + 1) * kCols));
+            }
+        }
+    });
+    w->nonfinite_blocks = nonfinite.load();
 }
 
 }  // namespace
@@ -214,38 +263,38 @@ void pack_quantized(const ExecContext& ctx, WeightFormat f, int64_t N, int64_t K
                     const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
     GDN_CHECK(is_quantized(f), "pack_quantized: %s is not a quantized format", weight_format_name(f));
     set_quantized_shape(f, N, K, w);
-    // Padding columns are zero bytes: q = 0 with scale 0 for int8, level 0 with scale 0 for int4-k, and
-    // for int6-k q = -32 with d = 0. Only int4-sym needs its offset level 8 in every nibble (0x88), as
-    // a zero nibble means q = -8.
-    w->data.allocate(w->bytes(), true);
-    if (f == WeightFormat::Q4)
-        for (int64_t b = 0; b < w->n_panels * w->n_blocks; ++b)
-            std::memset(w->data.as<uint8_t>() + b * block_bytes(f), 0x88, f16_offset(f));
-    std::atomic<int64_t> nonfinite{0};
     const int64_t bk = weight_block_k(f);
-    // Panels in parallel: the columns of a panel share bytes (int4-k's minimum levels, int6-k's high
-    // bits), so one thread writes a whole panel.
-    const int64_t kChunkPanels = 256 / kCols;  // rows_done's chunk: 256 rows
-    ctx.pool().parallel_for(w->n_panels, [&](int64_t p0, int64_t p1) {
-        std::vector<float> src(w->n_blocks * bk, 0.0f);
-        for (int64_t p = p0; p < p1; ++p) {
-            for (int64_t c = 0; c < kCols && p * kCols + c < N; ++c) {
-                row(p * kCols + c, src.data());
-                std::fill(src.begin() + K, src.end(), 0.0f);
-                for (int64_t b = 0; b < w->n_blocks; ++b) {
-                    uint8_t* blk = const_cast<uint8_t*>(w->quant_block(p, b));
-                    if (write_column(f, src.data() + b * bk, K - b * bk, c, blk))
-                        nonfinite.fetch_add(1, std::memory_order_relaxed);
-                }
+    pack_panels(
+        ctx, N, w,
+        [&](int64_t p, int64_t c, PackBuffers& b) {
+            b.src.assign(w->n_blocks * bk, 0.0f);
+            row(p * kCols + c, b.src.data());
+            std::fill(b.src.begin() + K, b.src.end(), 0.0f);
+            int64_t bad = 0;
+            for (int64_t blk = 0; blk < w->n_blocks; ++blk) {
+                bad += quantize_column_block(f, b.src.data() + blk * bk, K - blk * bk, &b.v);
+                write_block_column(f, b.v, c, const_cast<uint8_t*>(w->quant_block(p, blk)));
             }
-            const bool chunk_end = (p - p0 + 1) % kChunkPanels == 0 || p + 1 == p1;
-            if (rows_done && chunk_end) {
-                const int64_t first = p0 + (p - p0) / kChunkPanels * kChunkPanels;
-                rows_done(first * kCols, std::min(N, (p + 1) * kCols));
+            return bad;
+        },
+        rows_done);
+}
+
+void pack_column_blocks(const ExecContext& ctx, WeightFormat f, int64_t N, int64_t K,
+                        const std::function<void(int64_t n, int64_t b, ColumnBlock* out)>& block,
+                        PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done) {
+    GDN_CHECK(is_quantized(f), "pack_column_blocks: %s is not a quantized format", weight_format_name(f));
+    set_quantized_shape(f, N, K, w);
+    pack_panels(
+        ctx, N, w,
+        [&](int64_t p, int64_t c, PackBuffers& b) {
+            for (int64_t blk = 0; blk < w->n_blocks; ++blk) {
+                block(p * kCols + c, blk, &b.v);
+                write_block_column(f, b.v, c, const_cast<uint8_t*>(w->quant_block(p, blk)));
             }
-        }
-    });
-    w->nonfinite_blocks = nonfinite.load();
+            return int64_t{0};
+        },
+        rows_done);
 }
 
 bool find_nonfinite_scale(const PackedWeight& w, int64_t* block, uint16_t* bits) {

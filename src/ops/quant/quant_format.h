@@ -44,6 +44,7 @@
 
 #include "core/dtype.h"
 #include "core/exec_context.h"
+#include "ops/quant/kquant.h"
 #include "ops/weight_format.h"
 
 namespace gdn {
@@ -109,6 +110,23 @@ void set_quantized_shape(WeightFormat f, int64_t N, int64_t K, PackedWeight* w);
 void pack_quantized(const ExecContext& ctx, WeightFormat f, int64_t N, int64_t K,
                     const std::function<void(int64_t n, float* out)>& row, PackedWeight* w,
                     const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
+
+// The stored numbers of one column's block, before the panel layout: what the packers (quantizing, or
+// moving a GGUF file's blocks across: ops/quant/ggml_repack.h) hand to write_block_column.
+struct ColumnBlock {
+    uint16_t scale_bits = 0;     // Q8 / Q4: the group's f16 scale
+    int8_t q[kQuantGroup] = {};  // Q8: [-127, 127]; Q4: [-8, 7]
+    kquant::Q4KBlock q4k;        // Q4K
+    kquant::Q6KBlock q6k;        // Q6K
+};
+// Writes v as column c (< 32) of the block at blk (one format block of a panel).
+void write_block_column(WeightFormat f, const ColumnBlock& v, int64_t c, uint8_t* blk);
+// Packs a logical [N, K] weight from numbers already in the format: block(n, b, out) gives column n's
+// block b (K % block_k == 0 is not required: the last block carries zeros past K). No value is chosen
+// here, so the packed weight holds exactly what block() gave. rows_done as pack_quantized.
+void pack_column_blocks(const ExecContext& ctx, WeightFormat f, int64_t N, int64_t K,
+                        const std::function<void(int64_t n, int64_t b, ColumnBlock* out)>& block,
+                        PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
 
 // Element access for the reference and for gathering rows (embedding) out of the packed layout.
 int q_value(const PackedWeight& w, int64_t n, int64_t k);  // 0 for padding

@@ -12,11 +12,11 @@ namespace gdn::ref {
 
 void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g,
                                 const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
-                                float* state, float* out) {
+                                float* state, float* out, bool v_tiled) {
     const int64_t r = Hv / Hk;
     std::vector<float> kv(Dv), dlt(Dv);
     for (int64_t h = 0; h < Hv; ++h) {
-        const int64_t hk = h / r;        // repeat_interleave head mapping
+        const int64_t hk = v_tiled ? h % Hk : h / r;  // tiled, or repeat_interleave (HF)
         float* S = state + h * Dk * Dv;  // [Dk, Dv]
         for (int64_t t = 0; t < T; ++t) {
             const float* qt = q + (t * Hk + hk) * Dk;
@@ -45,7 +45,7 @@ void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, 
 
 void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g,
                               const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
-                              float* state, float* out) {
+                              float* state, float* out, bool v_tiled) {
     constexpr int64_t C = 64;
     const int64_t r = Hv / Hk;
     std::vector<float> Q(C * Dk), K(C * Dk), V(C * Dv);  // chunk rows, zero-padded
@@ -53,7 +53,7 @@ void gated_delta_rule_chunked(const float* q, const float* k, const float* v, co
     std::vector<float> Dec(C * C), A(C * C), L(C * C);  // [C, C]
     std::vector<float> U(C * Dv), W(C * Dk), Unew(C * Dv), O(C * Dv);
     for (int64_t h = 0; h < Hv; ++h) {
-        const int64_t hk = h / r;
+        const int64_t hk = v_tiled ? h % Hk : h / r;
         float* S = state + h * Dk * Dv;  // [Dk, Dv]
         for (int64_t c0 = 0; c0 < T; c0 += C) {
             const int64_t n = std::min(C, T - c0);  // valid rows; the rest are zero padding (g = beta = 0)

@@ -1,6 +1,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "ops/quant/ggml_repack.h"
 #include "ops/ref/ref_ops.h"
 
 namespace gdn::ref {
@@ -9,7 +10,7 @@ void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* ou
     const int64_t V = table.shape[0], H = table.shape[1];
     for (int64_t i = 0; i < n; ++i) {
         GDN_CHECK(ids[i] >= 0 && ids[i] < V, "token id %d out of range [0, %lld)", ids[i], (long long)V);
-        convert_to_f32(table.dtype, table.row(ids[i]), out + i * H, H);
+        row_to_f32(table, ids[i], out + i * H);  // a GGUF table's ggml rows dequantized
     }
 }
 

@@ -69,16 +69,17 @@ void gdn_gating(const float* a, const float* b, int64_t T, int64_t Hv, const flo
                 const float* dt_bias, float* g, float* beta);
 
 // Gated delta rule, token by token (model_spec.md §4.5.4). q, k are already L2-normalised and q scaled.
-// q, k [T, Hk, Dk]; v [T, Hv, Dv]; g, beta [T, Hv]; value head h uses key head h / (Hv/Hk).
+// q, k [T, Hk, Dk]; v [T, Hv, Dv]; g, beta [T, Hv]; value head h uses key head h / (Hv/Hk), or h % Hk
+// with v_tiled (the value heads of a GGUF Qwen3.5 file: llama.cpp's converter tiles them).
 // state [Hv, Dk, Dv] f32 in/out (S of the spec per value head, values contiguous); out [T, Hv, Dv].
 void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, const float* g,
                                 const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
-                                float* state, float* out);
+                                float* state, float* out, bool v_tiled = false);
 
 // The same rule in chunked (WY / UT transform) form, chunk size 64 (model_spec.md §4.5.5).
 void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g,
                               const float* beta, int64_t T, int64_t Hk, int64_t Hv, int64_t Dk, int64_t Dv,
-                              float* state, float* out);
+                              float* state, float* out, bool v_tiled = false);
 
 // out = silu(gate) * up, elementwise over n values. With bf16, silu(gate) is rounded first.
 void silu_mul(const float* gate, const float* up, int64_t n, float* out, bool bf16);
