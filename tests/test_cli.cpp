@@ -314,3 +314,30 @@ TEST(Cli, ProfileDecodesABatchTogether) {
         EXPECT_NE(r.out.find("--batch"), std::string::npos) << bad << ": " << r.out;
     }
 }
+
+// A GGUF file as --model: tokenize (ids from the file's token and merge arrays and its chat template equal
+// the checkpoint's), run, and perplexity within 1% of llama-perplexity's on the same file (111.0590 for
+// demo-q4_0.gguf: ../shared/gguf/README.md, `llama-perplexity -c 256` on the same text).
+TEST(Cli, GgufFileAsModel) {
+    const std::string gguf = source_dir() + "/tests/data/gguf/demo-q4_0.gguf";
+    const std::string text = source_dir() + "/tests/data/heldout/debian_fortunes.txt";
+    const std::string chat = R"([{"role":"user","content":"Tell me a fortune."}])";
+    TempDir tmp;
+    write_bytes(tmp.path() + "/chat.json", chat);
+    for (const char* mode : {"", " --chat"}) {
+        const std::string input = *mode ? tmp.path() + "/chat.json" : text;
+        RunResult a = run_gdn("tokenize --model " + gguf + mode + " < " + input);
+        RunResult b = run_gdn("tokenize --model " + demo_model_dir() + mode + " < " + input);
+        ASSERT_EQ(a.exit_code, 0) << a.out;
+        EXPECT_EQ(a.out, b.out) << mode;
+    }
+    RunResult r = run_gdn("run --model " + gguf + " --chat \"Tell me a fortune.\" -n 8 --temperature 0");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("generated 8 tokens"), std::string::npos) << r.out;
+    r = run_gdn("perplexity --model " + gguf + " --file " + text + " --ctx 256");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NEAR(number_after(r.out, "PPL = "), 111.0590, 0.01 * 111.0590) << r.out;
+    r = run_gdn("run --model " + gguf + " -p hi --quantization int8");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.out.find("is a GGUF file"), std::string::npos) << r.out;
+}

@@ -15,6 +15,8 @@
 
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/gguf_tokenizer.h"
+#include "model/gguf_checkpoint.h"
 #include "ops/dispatch.h"
 #include "ops/ref/ref_ops.h"
 #include "server/openai_server.h"
@@ -103,8 +105,8 @@ Loaded load_with_mtp(const std::string& dir, bool mtp) {
     auto m = Model::load(ExecContext::process(), dir, nullptr, lo);
     EXPECT_TRUE(m.is_ok()) << m.message();
     std::shared_ptr<const Tokenizer> tok;  // presets have none: token ids only
-    if (file_exists(dir + "/tokenizer.json")) {
-        auto t = Tokenizer::load(dir);
+    if (file_exists(dir + "/tokenizer.json") || is_gguf_path(dir)) {
+        auto t = load_model_tokenizer(dir);
         EXPECT_TRUE(t.is_ok()) << t.message();
         tok = *t;
     }
@@ -207,6 +209,45 @@ TEST(Speculative, DemoModelGreedyIsExactWithMtpAndNgram) {
                 bf16 ? "bf16" : "f32", same, prompts.size(), (long long)st.spec.drafted,
                 (long long)st.spec.accepted, st.spec.mean_acceptance_length(), st.spec_cost_model.c_str());
         }
+    }
+}
+
+// The same on a GGUF file of the demo model (llama.cpp's Q4_0: int4-sym blocks, a Q6_K embedding widened to
+// f32, its MTP block blk.8.nextn.*), with prefix caching: MTP and n-gram drafts keep greedy decoding exact,
+// and a resent prompt is served from the cache with the same tokens.
+TEST(Speculative, GgufModelGreedyIsExactWithMtpAndNgram) {
+    OneThread one_thread;
+    const int n_tokens = kSanitized ? 24 : 64;
+    Loaded l = load_with_mtp(source_dir() + "/tests/data/gguf/demo-q4_0.gguf", true);
+    ASSERT_TRUE(l.model && l.model->has_mtp() && l.tok);
+    auto prompts = demo_chat_prompts();
+    prompts.resize(kSanitized ? 4 : 8);
+    for (bool bf16 : {true, false}) {
+        EngineConfig base;
+        base.bf16 = bf16;
+        base.max_num_seqs = 8;
+        const std::vector<std::vector<int32_t>> plain = greedy_runs(l, base, prompts, n_tokens);
+        for (const char* js : {R"({"method":"mtp","num_speculative_tokens":2})",
+                               R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":4})"}) {
+            EngineConfig cfg = base;
+            cfg.speculative = spec_of(js);
+            EngineStats st;
+            EXPECT_EQ(greedy_runs(l, cfg, prompts, n_tokens, &st), plain) << js << (bf16 ? " bf16" : " f32");
+            if (std::string(js).find("mtp") != std::string::npos) {
+                EXPECT_GT(st.spec.accepted, 0);
+            }
+        }
+        // The prompts twice on one engine with prefix caching: the second round hits the cache.
+        EngineConfig cached = base;
+        cached.enable_prefix_caching = true;
+        auto e = make_engine(l, cached);
+        for (int round = 0; round < 2; ++round) {
+            std::vector<int64_t> ids;
+            for (const auto& p : prompts) ids.push_back(*e->add_request(p, greedy(n_tokens)));
+            auto got = run_all(*e);
+            for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(got[ids[i]], plain[i]) << "round " << round;
+        }
+        EXPECT_GT(e->stats().prefix.hit_tokens, 0);
     }
 }
 

@@ -194,9 +194,8 @@ Model::~Model() = default;
 namespace {
 
 ops::GdnParams gdn_params(const ModelConfig& c, const GdnWeights& g, GdnForm form) {
-    return {c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim, c.gdn_v_dim,
-            c.conv_kernel, c.rms_eps,     g.conv,      g.conv_T,
-            g.neg_exp_A,   g.dt_bias,     g.norm,      form != GdnForm::RECURRENT,
+    return {c.gdn_k_heads, c.gdn_v_heads, c.gdn_k_dim, c.gdn_v_dim, c.conv_kernel, c.rms_eps,
+            g.conv,        g.conv_T,      g.neg_exp_A, g.dt_bias,   g.norm,        form != GdnForm::RECURRENT,
             c.gdn_v_tiled};
 }
 

@@ -86,10 +86,12 @@ Result<TensorView> tensor_view(const GgufFile& f, const GgufFile::Tensor& t) {
         return v;
     }
     if (!ggml_type_dequantizable(type))
-        return fail(strprintf("has type %s, which gdn does not read (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
-                              "Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4)",
-                              t.type->name));
-    if (v.rank < 2) return fail(strprintf("is a %s vector (a quantized tensor must be a matrix)", t.type->name));
+        return fail(
+            strprintf("has type %s, which gdn does not read (it reads F32, F16, BF16, Q4_0, Q4_1, Q5_0, "
+                      "Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4)",
+                      t.type->name));
+    if (v.rank < 2)
+        return fail(strprintf("is a %s vector (a quantized tensor must be a matrix)", t.type->name));
     v.dtype = DType::GGML;
     v.ggml_type = static_cast<uint32_t>(type);
     v.stride[v.rank - 1] = 1;
@@ -113,7 +115,8 @@ std::string gguf_canonical_name(const std::string& name, int n_layers) {
     const std::string suffix = name.substr(dot + 1);
     if (layer == n_layers) {  // the MTP block
         if (auto it = nextn_names().find(suffix); it != nextn_names().end()) return it->second;
-        if (auto it = layer_names().find(suffix); it != layer_names().end()) return "mtp.layers.0." + it->second;
+        if (auto it = layer_names().find(suffix); it != layer_names().end())
+            return "mtp.layers.0." + it->second;
         return "";
     }
     if (layer > n_layers) return "";
@@ -143,15 +146,17 @@ Result<std::vector<std::shared_ptr<const GgufFile>>> open_gguf_parts(const std::
     std::smatch m;
     if (count < 1 || count > 9999 || !std::regex_match(path, m, split_name) || std::stoll(m[2]) != 1 ||
         std::stoll(m[3]) != count)
-        return Status::error(strprintf("%s: split.count is %lld, but the name is not that of the first part "
-                                       "(NAME-00001-of-%05lld.gguf)",
-                                       path.c_str(), static_cast<long long>(count), static_cast<long long>(count)));
+        return Status::error(
+            strprintf("%s: split.count is %lld, but the name is not that of the first part "
+                      "(NAME-00001-of-%05lld.gguf)",
+                      path.c_str(), static_cast<long long>(count), static_cast<long long>(count)));
     for (int64_t i = 2; i <= count; ++i) {
-        const std::string part = strprintf("%s-%05lld-of-%05lld.gguf", m[1].str().c_str(), static_cast<long long>(i),
-                                           static_cast<long long>(count));
+        const std::string part = strprintf("%s-%05lld-of-%05lld.gguf", m[1].str().c_str(),
+                                           static_cast<long long>(i), static_cast<long long>(count));
         if (!is_gguf_path(part))
-            return Status::error(strprintf("%s: part %lld of %lld of the split model is missing or not a GGUF file",
-                                           part.c_str(), static_cast<long long>(i), static_cast<long long>(count)));
+            return Status::error(
+                strprintf("%s: part %lld of %lld of the split model is missing or not a GGUF file",
+                          part.c_str(), static_cast<long long>(i), static_cast<long long>(count)));
         GDN_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::open(part));
         int64_t no = -1, n = -1;
         if (f->find("split.no")) {
@@ -161,21 +166,28 @@ Result<std::vector<std::shared_ptr<const GgufFile>>> open_gguf_parts(const std::
             GDN_ASSIGN_OR_RETURN(n, f->get_int("split.count"));
         }
         if (no != i - 1 || n != count)
-            return Status::error(strprintf("%s: split.no / split.count say part %lld of %lld, expected %lld of %lld",
-                                           part.c_str(), static_cast<long long>(no + 1), static_cast<long long>(n),
-                                           static_cast<long long>(i), static_cast<long long>(count)));
+            return Status::error(
+                strprintf("%s: split.no / split.count say part %lld of %lld, expected %lld of %lld",
+                          part.c_str(), static_cast<long long>(no + 1), static_cast<long long>(n),
+                          static_cast<long long>(i), static_cast<long long>(count)));
         parts.push_back(std::move(f));
     }
     return parts;
 }
 
-Result<Checkpoint> gguf_checkpoint(std::vector<std::shared_ptr<const GgufFile>> parts, const ModelConfig& config) {
+Result<Checkpoint> gguf_checkpoint(std::vector<std::shared_ptr<const GgufFile>> parts,
+                                   const ModelConfig& config) {
     std::map<std::string, TensorView> tensors;
     for (const auto& file : parts)
         for (const GgufFile::Tensor& t : file->tensors()) {
             std::string name = gguf_canonical_name(t.name, config.n_layers);
             if (name.empty()) name = t.name;  // kept under its own name: reported unused by the loader
             GDN_ASSIGN_OR_RETURN(TensorView v, tensor_view(*file, t));
+            // The shared-expert gate is [1, H] (ne {H, 1}); llama-quantize drops the trailing 1.
+            const std::string gate = "shared_expert_gate.weight";
+            if (v.rank == 1 && name.size() >= gate.size() &&
+                name.compare(name.size() - gate.size(), gate.size(), gate) == 0)
+                v = TensorView::contiguous(v.data, v.dtype, {1, v.shape[0]});
             if (!tensors.emplace(name, v).second)
                 return Status::error(strprintf("%s: tensor '%s' appears twice (or two tensors map to '%s')",
                                                file->path().c_str(), t.name.c_str(), name.c_str()));

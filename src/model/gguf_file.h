@@ -74,9 +74,7 @@ class GgufFile {
     uint64_t alignment() const { return alignment_; }
     size_t file_size() const { return size_; }
     // p lies inside the file's bytes.
-    bool maps(const void* p) const {
-        return p >= base_ && static_cast<const uint8_t*>(p) < base_ + size_;
-    }
+    bool maps(const void* p) const { return p >= base_ && static_cast<const uint8_t*>(p) < base_ + size_; }
 
     // Metadata, by key (null: absent).
     const GgufValue* find(std::string_view key) const;

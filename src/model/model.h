@@ -44,8 +44,9 @@ struct SequenceInput {
 
 class Model {
   public:
-    // Loads the checkpoint folder dir, or a GGUF file (the first part of a split one: model/gguf_checkpoint.h). The model runs every forward on ctx (its pool packs the weights
-    // too); a model for another rank, device or pool is another Model loaded on that context.
+    // Loads the checkpoint folder dir, or a GGUF file (the first part of a split one:
+    // model/gguf_checkpoint.h). The model runs every forward on ctx (its pool packs the weights too); a model
+    // for another rank, device or pool is another Model loaded on that context.
     static Result<std::unique_ptr<Model>> load(const ExecContext& ctx, const std::string& dir,
                                                const LoadProgress& progress = nullptr,
                                                const LoadOptions& options = {});

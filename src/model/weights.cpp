@@ -129,7 +129,8 @@ class Loader {
     Result<const float*> get_plain(const std::string& name, std::initializer_list<int64_t> dims) {
         return get_f32(name, dims, [](float x) { return x; });
     }
-    // Allocates an owned matrix of `rows` rows like those of the 2-D view t (its dtype, ggml type, row bytes).
+    // Allocates an owned matrix of `rows` rows like those of the 2-D view t (its dtype, ggml type, row
+    // bytes).
     TensorView alloc_rows_like(const TensorView& t, int64_t rows) {
         Buffer b(rows * t.stride[0] * static_cast<int64_t>(dtype_size(t.dtype)));
         TensorView v = t;
@@ -322,7 +323,8 @@ Status pack_layer(Loader& ld, const ModelConfig& c, const std::string& p, LayerW
         GDN_ASSIGN_OR_RETURN(
             L->attn.qkv, ld.linear(p + "self_attn.qkv", {L->attn.q_proj, L->attn.k_proj, L->attn.v_proj}, q));
         GDN_ASSIGN_OR_RETURN(L->attn.o, ld.linear(p + "self_attn.o", {L->attn.o_proj}, q));
-        if (ld.packed_only()) L->attn.q_proj = L->attn.k_proj = L->attn.v_proj = L->attn.o_proj = TensorView();
+        if (ld.packed_only())
+            L->attn.q_proj = L->attn.k_proj = L->attn.v_proj = L->attn.o_proj = TensorView();
     } else {
         GdnWeights& g = L->gdn;
         GDN_ASSIGN_OR_RETURN(g.in_proj,
@@ -489,8 +491,9 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ExecContext& ctx, const
                       ck->dir().c_str(), quantization_name(*packed), quantization_name(*opt.quantization),
                       quantization_name(*packed)));
     if (ck->layout() == Checkpoint::Layout::GGUF && opt.quantization)
-        return Status::error(strprintf("%s is a GGUF file: its tensors load in their own types (drop --quantization %s)",
-                                       ck->dir().c_str(), quantization_name(*opt.quantization)));
+        return Status::error(
+            strprintf("%s is a GGUF file: its tensors load in their own types (drop --quantization %s)",
+                      ck->dir().c_str(), quantization_name(*opt.quantization)));
     const Quant q = packed ? packed : opt.quantization;
     w->quantization = q;
     w->prepacked = packed.has_value();
@@ -521,7 +524,8 @@ Result<std::unique_ptr<ModelWeights>> load_weights(const ExecContext& ctx, const
     }
     GDN_RETURN_IF_ERROR(load_vocabulary_matrices(ctx, ld, *ck, w.get(), tied));
     if (q) GDN_RETURN_IF_ERROR(check_quantized_finite(*ck, *w));
-    if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data && !is_quantized(w->lm_head_packed.packed.format))
+    if (w->mtp && opt.mtp_draft_head && !q && w->lm_head.data &&
+        !is_quantized(w->lm_head_packed.packed.format))
         w->mtp->draft_head = make_linear(ctx, {w->lm_head}, opt.mtp_draft_head);
     if (progress) progress(n_steps, n_steps);
     w->float_tensors = ld.float_tensors();

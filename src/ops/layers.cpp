@@ -560,7 +560,8 @@ void gdn_mixer(const ExecContext& ctx, const float* proj, int64_t ldp, const std
                 }
                 // The conv state after the sequence: this unit's channels only (no other unit reads them).
                 kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, hk * Dk, (hk + 1) * Dk);
-                kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, KD + hk * Dk, KD + (hk + 1) * Dk);
+                kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, KD + hk * Dk,
+                                                 KD + (hk + 1) * Dk);
                 for (int64_t j = 0; j < r; ++j) {
                     const int64_t v0 = 2 * KD + gdn_value_head(p, hk, j) * Dv;
                     kernels(isa).conv1d_state_update(x, ldp, s.T, CD, p.K, s.conv, v0, v0 + Dv);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -46,15 +47,18 @@ LinearWeight make_linear(const ExecContext& ctx, const std::vector<TensorView>& 
         // A GGUF file's blocks: moved into the native format unchanged where one holds the type's values
         // (ops/quant/ggml_repack.h), else widened to f32 below (exact: the values dequantize_ggml_row gives).
         const GgmlType type = static_cast<GgmlType>(parts[0].ggml_type);
-        const std::optional<WeightFormat> native = one_ggml_type ? ggml_native_format(type) : std::nullopt;
+        // GDN_GGUF_WIDEN=1 widens every type (an A/B of the native kernels against the exact f32 products).
+        static const bool widen_all = std::getenv("GDN_GGUF_WIDEN") && *std::getenv("GDN_GGUF_WIDEN") == '1';
+        const std::optional<WeightFormat> native =
+            one_ggml_type && !widen_all ? ggml_native_format(type) : std::nullopt;
         bool movable = native.has_value();
         for (const auto& t : parts) movable = movable && ggml_rows_movable(t);
         if (movable) {
             quant::pack_column_blocks(
                 ctx, *native, p.N, K,
                 [&](int64_t n, int64_t b, quant::ColumnBlock* out) {
-                    ggml_column_block(type, static_cast<const uint8_t*>(rows[n].first->row(rows[n].second)), b,
-                                      out);
+                    ggml_column_block(type, static_cast<const uint8_t*>(rows[n].first->row(rows[n].second)),
+                                      b, out);
                 },
                 &p, rows_done);
             return lw;
@@ -62,8 +66,8 @@ LinearWeight make_linear(const ExecContext& ctx, const std::vector<TensorView>& 
     }
     if (quantize) {  // converted to f32 as stored, straight from the parts (a checkpoint mmap)
         quant::pack_quantized(
-            ctx, *quantize, p.N, K, [&](int64_t n, float* out) { row_to_f32(*rows[n].first, rows[n].second, out); },
-            &p, rows_done);
+            ctx, *quantize, p.N, K,
+            [&](int64_t n, float* out) { row_to_f32(*rows[n].first, rows[n].second, out); }, &p, rows_done);
         return lw;
     }
     if (parts.size() == 1 && !any_ggml) lw.view = parts[0];  // the reference path reads float views

@@ -1,5 +1,5 @@
-#include "engine/gguf_tokenizer.h"
 #include "tools/bench_target.h"
+#include "engine/gguf_tokenizer.h"
 
 #include <httplib.h>
 

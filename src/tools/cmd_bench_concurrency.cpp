@@ -6,11 +6,11 @@
 #include <fstream>
 #include <random>
 
-#include "engine/gguf_tokenizer.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/profiler.h"
 #include "engine/engine.h"
+#include "engine/gguf_tokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tools/bench_modes.h"
 #include "tools/model_loading.h"

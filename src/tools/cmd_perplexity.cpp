@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/gguf_tokenizer.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "engine/gguf_tokenizer.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
 #include "tokenizer/tokenizer.h"

@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <optional>
 
-#include "engine/gguf_tokenizer.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/gguf_tokenizer.h"
 #include "model/model.h"
 #include "ops/dispatch.h"
 #include "ops/ref/ref_ops.h"

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <thread>
 
-#include "engine/gguf_tokenizer.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "engine/gguf_tokenizer.h"
 #include "ops/dispatch.h"
 #include "server/arrival_wait.h"
 #include "server/openai_server.h"

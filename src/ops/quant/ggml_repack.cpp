@@ -85,7 +85,8 @@ bool ggml_rows_movable(const TensorView& t) {
 void row_to_f32(const TensorView& t, int64_t r, float* out) {
     const int64_t K = t.shape[t.rank - 1];
     if (t.dtype == DType::GGML)
-        dequantize_ggml_row(static_cast<GgmlType>(t.ggml_type), static_cast<const uint8_t*>(t.row(r)), K, out);
+        dequantize_ggml_row(static_cast<GgmlType>(t.ggml_type), static_cast<const uint8_t*>(t.row(r)), K,
+                            out);
     else
         convert_to_f32(t.dtype, t.row(r), out, K);
 }

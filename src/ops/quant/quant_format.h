@@ -126,7 +126,8 @@ void write_block_column(WeightFormat f, const ColumnBlock& v, int64_t c, uint8_t
 // here, so the packed weight holds exactly what block() gave. rows_done as pack_quantized.
 void pack_column_blocks(const ExecContext& ctx, WeightFormat f, int64_t N, int64_t K,
                         const std::function<void(int64_t n, int64_t b, ColumnBlock* out)>& block,
-                        PackedWeight* w, const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
+                        PackedWeight* w,
+                        const std::function<void(int64_t n0, int64_t n1)>& rows_done = nullptr);
 
 // Element access for the reference and for gathering rows (embedding) out of the packed layout.
 int q_value(const PackedWeight& w, int64_t n, int64_t k);  // 0 for padding

@@ -17,7 +17,7 @@ void gated_delta_rule_recurrent(const float* q, const float* k, const float* v, 
     std::vector<float> kv(Dv), dlt(Dv);
     for (int64_t h = 0; h < Hv; ++h) {
         const int64_t hk = v_tiled ? h % Hk : h / r;  // tiled, or repeat_interleave (HF)
-        float* S = state + h * Dk * Dv;  // [Dk, Dv]
+        float* S = state + h * Dk * Dv;               // [Dk, Dv]
         for (int64_t t = 0; t < T; ++t) {
             const float* qt = q + (t * Hk + hk) * Dk;
             const float* kt = k + (t * Hk + hk) * Dk;
