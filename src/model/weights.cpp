@@ -77,7 +77,7 @@ class Loader {
     // (quantized to `format`) from the parts, or read from a pre-quantized checkpoint.
     Result<LinearWeight> linear(const std::string& name, const std::vector<TensorView>& parts, Quant format,
                                 const std::function<void(int64_t, int64_t)>& rows_done = nullptr) {
-        if (!prepacked_) return make_linear(ctx_, parts, format_of(name, format), rows_done);
+        if (!prepacked_) return tally(parts, make_linear(ctx_, parts, format_of(name, format), rows_done));
         int64_t N = 0;
         for (const TensorView& t : parts) N += t.shape[0];
         LinearWeight lw;
@@ -87,7 +87,7 @@ class Loader {
     }
     Result<LinearWeight> swiglu_linear(const std::string& name, const TensorView& gate,
                                        const TensorView& up) {
-        if (!prepacked_) return make_swiglu_linear(ctx_, gate, up, format_of(name, q_));
+        if (!prepacked_) return tally({gate, up}, make_swiglu_linear(ctx_, gate, up, format_of(name, q_)));
         return linear(name, {gate, up}, q_);
     }
     Quant quantization() const { return q_; }
@@ -152,6 +152,22 @@ class Loader {
     const std::set<std::string>& used() const { return used_; }
 
   private:
+    // A GGUF file's linear: counted under its source types and what they became (ModelWeights::gguf_packing).
+    LinearWeight tally(const std::vector<TensorView>& parts, LinearWeight lw) {
+        if (!gguf_) return lw;
+        std::set<std::string> types;
+        for (const TensorView& t : parts)
+            types.insert(t.dtype == DType::GGML ? ggml_type_info(t.ggml_type)->name : dtype_name(t.dtype));
+        std::string key;
+        for (const std::string& t : types) key += (key.empty() ? "" : "+") + t;
+        const bool mixed = types.size() > 1;
+        key += strprintf(" -> %s (%s)", weight_format_name(lw.packed.format),
+                         is_quantized(lw.packed.format) ? "native" : mixed ? "widened: a fused group of mixed types"
+                                                                          : "widened");
+        w_->gguf_packing[key]++;
+        return lw;
+    }
+
     // The format the scheme (--quantization) gives the linear `name` (model/quant_scheme.h); none stays none.
     Quant format_of(const std::string& name, Quant scheme) const {
         return scheme ? Quant(scheme_format(*scheme, name, c_.n_layers)) : scheme;

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -93,6 +94,9 @@ struct ModelWeights {
     // Canonical names of the checkpoint tensors read and kept in float form (norms, conv taps, gates,
     // the MoE router): with the packed weights, all that `gdn quantize` writes out.
     std::vector<std::string> float_tensors;
+    // A GGUF model's linears by source types and what they were packed as ("Q4_K -> int4-k (native)": 60):
+    // the start-up log's per-type line, so a widened type is visible.
+    std::map<std::string, int> gguf_packing;
     std::shared_ptr<Checkpoint> checkpoint;  // keeps the mapping alive
     std::vector<Buffer> owned;               // regrouped matrices (Qwen3-Next in_proj)
     HugePageArena small;                     // the small f32 tensors (norms, conv taps, gates): huge pages

@@ -116,6 +116,8 @@ Result<std::unique_ptr<Model>> load_model_for_tool(const Args& a) {
                                 : std::string(" (") + quantization_name(*q) + ", as gdn quantize wrote it)";
     GDN_LOG_INFO("loaded %s in %.2f s%s: %s", dir.c_str(), s, how.c_str(),
                  (*model)->config().summary().c_str());
+    for (const auto& [what, n] : (*model)->weights().gguf_packing)
+        GDN_LOG_INFO("gguf: %s: %d matrices", what.c_str(), n);
     GDN_LOG_INFO("%s; peak RSS %.1f MB", weights_summary((*model)->weights()).c_str(),
                  peak_rss_bytes() / 1e6);
     if (q) {
