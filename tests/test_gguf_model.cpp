@@ -38,7 +38,8 @@ std::unique_ptr<Model> load(const std::string& path) {
 std::vector<float> prompt_logits(const Model& m, const std::vector<int32_t>& ids) {
     SequenceState st = m.new_state();
     std::vector<float> logits;
-    const Status s = m.forward({{&st, ids.data(), static_cast<int64_t>(ids.size()), true}}, ForwardOptions{}, &logits);
+    const Status s =
+        m.forward({{&st, ids.data(), static_cast<int64_t>(ids.size()), true}}, ForwardOptions{}, &logits);
     EXPECT_TRUE(s.is_ok()) << s.message();
     return logits;
 }
@@ -171,12 +172,12 @@ TEST(GgufModel, QuantizedFilesAgreeWithLlamaCpp) {
         const char* reference;
         const std::vector<int32_t>* prompt;
     };
-    for (const Case& c : {Case{"golden-qwen3_5-q4_k_m.gguf", "golden-qwen3_5-q4_k_m_chat13_all.f32", &kChat13},
-                          Case{"golden-qwen3_5_moe-mxfp4_moe.gguf", "golden-qwen3_5_moe-mxfp4_moe_chat13_all.f32",
-                               &kChat13},
-                          Case{"golden-qwen3_next-q4_k_m.gguf", "golden-qwen3_next-q4_k_m_chat13_all.f32", &kChat13},
-                          Case{"golden-qwen3_5-bf16.gguf", "golden-qwen3_5-bf16_chat13_all.f32", &kChat13},
-                          Case{"demo-q4_0.gguf", "demo-q4_0_chat_all.f32", &kDemoChat}}) {
+    for (const Case& c :
+         {Case{"golden-qwen3_5-q4_k_m.gguf", "golden-qwen3_5-q4_k_m_chat13_all.f32", &kChat13},
+          Case{"golden-qwen3_5_moe-mxfp4_moe.gguf", "golden-qwen3_5_moe-mxfp4_moe_chat13_all.f32", &kChat13},
+          Case{"golden-qwen3_next-q4_k_m.gguf", "golden-qwen3_next-q4_k_m_chat13_all.f32", &kChat13},
+          Case{"golden-qwen3_5-bf16.gguf", "golden-qwen3_5-bf16_chat13_all.f32", &kChat13},
+          Case{"demo-q4_0.gguf", "demo-q4_0_chat_all.f32", &kDemoChat}}) {
         SCOPED_TRACE(c.gguf);
         auto m = load(gguf_data(c.gguf));
         ASSERT_TRUE(m);
@@ -228,7 +229,8 @@ TEST(GgufModel, RefusalsNameTheirCause) {
     const uint32_t type_u16 = 2;
     const uint16_t two = 2;
     patched.append(reinterpret_cast<const char*>(&key_len), 8).append(key);
-    patched.append(reinterpret_cast<const char*>(&type_u16), 4).append(reinterpret_cast<const char*>(&two), 2);
+    patched.append(reinterpret_cast<const char*>(&type_u16), 4)
+        .append(reinterpret_cast<const char*>(&two), 2);
     const uint64_t one = 1, pad_len = 18;
     const uint32_t type_string = 8;
     patched.append(reinterpret_cast<const char*>(&one), 8).append("x");
@@ -239,8 +241,9 @@ TEST(GgufModel, RefusalsNameTheirCause) {
         std::ofstream(dir + name, std::ios::binary) << patched;
         auto m = Model::load(ExecContext::process(), dir + name);
         ASSERT_FALSE(m.is_ok()) << name;
-        EXPECT_NE(m.message().find(name[0] == 'm' ? "m-00002-of-00002.gguf: part 2 of 2" : "split.count is 2"),
-                  std::string::npos)
+        EXPECT_NE(
+            m.message().find(name[0] == 'm' ? "m-00002-of-00002.gguf: part 2 of 2" : "split.count is 2"),
+            std::string::npos)
             << m.message();
     }
     std::filesystem::remove_all(dir);

@@ -162,8 +162,9 @@ class Loader {
         for (const std::string& t : types) key += (key.empty() ? "" : "+") + t;
         const bool mixed = types.size() > 1;
         key += strprintf(" -> %s (%s)", weight_format_name(lw.packed.format),
-                         is_quantized(lw.packed.format) ? "native" : mixed ? "widened: a fused group of mixed types"
-                                                                          : "widened");
+                         is_quantized(lw.packed.format) ? "native"
+                         : mixed                        ? "widened: a fused group of mixed types"
+                                                        : "widened");
         w_->gguf_packing[key]++;
         return lw;
     }
