@@ -89,8 +89,8 @@ TEST(GgufModel, Bf16FileComputesItsCheckpoint) {
 }
 
 // Every quantized tensor of the test files, packed as the loader packs it: Q8_0 / Q4_0 / Q4_K move into
-// int8 / int4-sym / int4-k, the other types widen to f32; either way every unpacked row is bitwise the
-// row dequantize_ggml_row reads from the file.
+// int8 / int4-sym / int4-k, the other types into int8-x; either way every unpacked row is bitwise the row
+// dequantize_ggml_row reads from the file.
 TEST(GgufModel, PackedWeightsHoldTheFilesValues) {
     std::map<std::string, int> seen;
     for (const char* name : {"golden-qwen3_5-q4_k_m.gguf", "golden-qwen3_5_moe-mxfp4_moe.gguf",
@@ -112,8 +112,8 @@ TEST(GgufModel, PackedWeightsHoldTheFilesValues) {
             }
             const GgmlType type = static_cast<GgmlType>(v.ggml_type);
             const LinearWeight lw = make_linear(ExecContext::process(), {v});
-            const auto native = ggml_native_format(type);
-            EXPECT_EQ(lw.packed.format, native ? *native : WeightFormat::F32);
+            ASSERT_TRUE(ggml_native_format(type).has_value());
+            EXPECT_EQ(lw.packed.format, ggml_rows_movable(v) ? *ggml_native_format(type) : WeightFormat::Q8X);
             std::vector<float> want(v.shape[1]), got(v.shape[1]);
             for (int64_t n = 0; n < v.shape[0]; ++n) {
                 dequantize_ggml_row(type, static_cast<const uint8_t*>(v.row(n)), v.shape[1], want.data());
@@ -128,8 +128,8 @@ TEST(GgufModel, PackedWeightsHoldTheFilesValues) {
 }
 
 // A Q8_0 block holding -128 (ggml's quantizer never writes one) cannot move into int8 (the AVX2 kernel
-// negates weights): the tensor widens to f32, with the same values.
-TEST(GgufModel, Q8BlocksWithMinus128Widen) {
+// negates weights): the tensor moves into int8-x, with the same values.
+TEST(GgufModel, Q8BlocksWithMinus128MoveToInt8x) {
     const int64_t N = 40, K = 64;
     std::vector<uint8_t> bytes(N * (K / 32) * 34);
     for (size_t i = 0; i < bytes.size(); ++i) {
@@ -148,7 +148,7 @@ TEST(GgufModel, Q8BlocksWithMinus128Widen) {
     bytes[5 * 34 + 2 + 7] = 0x80;  // -128 in row 2
     EXPECT_FALSE(ggml_rows_movable(v));
     const LinearWeight lw = make_linear(ExecContext::process(), {v});
-    EXPECT_EQ(lw.packed.format, WeightFormat::F32);
+    EXPECT_EQ(lw.packed.format, WeightFormat::Q8X);
     std::vector<float> want(K), got(K);
     for (int64_t n = 0; n < N; ++n) {
         dequantize_ggml_row(GgmlType::Q8_0, bytes.data() + n * v.stride[0], K, want.data());

@@ -44,21 +44,28 @@ LinearWeight make_linear(const ExecContext& ctx, const std::vector<TensorView>& 
         for (int64_t r = 0; r < t.shape[0]; ++r) rows.emplace_back(&t, r);
     const int64_t K = p.K;
     if (any_ggml && !quantize) {
-        // A GGUF file's blocks: moved into the native format unchanged where one holds the type's values
-        // (ops/quant/ggml_repack.h), else widened to f32 below (exact: the values dequantize_ggml_row gives).
-        const GgmlType type = static_cast<GgmlType>(parts[0].ggml_type);
-        // GDN_GGUF_WIDEN=1 widens every type (an A/B of the native kernels against the exact f32 products).
+        // A GGUF file's blocks, moved without changing a value (ops/quant/ggml_repack.h): into the type's
+        // own format, or int8-x for the rest and for fused groups of mixed types; widened to f32 below only
+        // beside float parts. GDN_GGUF_WIDEN=1 widens every type (an A/B against the exact f32 products).
         static const bool widen_all = std::getenv("GDN_GGUF_WIDEN") && *std::getenv("GDN_GGUF_WIDEN") == '1';
-        const std::optional<WeightFormat> native =
-            one_ggml_type && !widen_all ? ggml_native_format(type) : std::nullopt;
-        bool movable = native.has_value();
-        for (const auto& t : parts) movable = movable && ggml_rows_movable(t);
-        if (movable) {
+        bool all_ggml = !widen_all;
+        for (const auto& t : parts)
+            all_ggml =
+                all_ggml && t.dtype == DType::GGML && ggml_moves_to_q8x(static_cast<GgmlType>(t.ggml_type));
+        std::optional<WeightFormat> target;
+        if (all_ggml) {
+            bool own = one_ggml_type;
+            for (const auto& t : parts) own = own && ggml_rows_movable(t);
+            target = own ? ggml_native_format(static_cast<GgmlType>(parts[0].ggml_type)) : WeightFormat::Q8X;
+        }
+        if (target) {
+            const WeightFormat f = *target;
             quant::pack_column_blocks(
-                ctx, *native, p.N, K,
+                ctx, f, p.N, K,
                 [&](int64_t n, int64_t b, quant::ColumnBlock* out) {
-                    ggml_column_block(type, static_cast<const uint8_t*>(rows[n].first->row(rows[n].second)),
-                                      b, out);
+                    const TensorView& t = *rows[n].first;
+                    ggml_column_block(static_cast<GgmlType>(t.ggml_type),
+                                      static_cast<const uint8_t*>(t.row(rows[n].second)), b, f, out);
                 },
                 &p, rows_done);
             return lw;

@@ -71,6 +71,7 @@ void copy_quantized_row(const quant::QuantizedRows& from, int64_t r, quant::Quan
     std::copy_n(from.xq.data() + r * from.Kp, from.Kp, to.xq.data() + m * to.Kp);
     std::copy_n(from.xs.data() + r * from.G, from.G, to.xs.data() + m * to.G);
     std::copy_n(from.xsum.data() + r * from.G, from.G, to.xsum.data() + m * to.G);
+    std::copy_n(from.xsum_lo.data() + r * from.G, from.G, to.xsum_lo.data() + m * to.G);
 }
 
 // Index of the grouped job whose range in a space holds item i: the last one starting at or before it.

@@ -19,6 +19,13 @@ void ref_gemm(const quant::QuantRowsView& x, const PackedWeight& w, float* y, in
     ref::linear_quant(x, w, y, ldy);
 }
 
+// The scalar reference over panels [p0, p1) (its columns only): int8-x on an ISA with no kernel of it yet,
+// run over the pool like a kernel. Named so in the kernel table: a slow path chosen is visible.
+void ref_panels(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                int64_t p1) {
+    ref::linear_quant(x, w, y, ldy, p0 * quant::kCols, p1 * quant::kCols);
+}
+
 // The first row matching (ISA, format) whose CPU need holds runs. AVX2 takes the AVX-VNNI build of its
 // kernels where the CPU has it; AVX-512 CPUs without AVX-512 VNNI (Skylake-X, which has no AVX-VNNI
 // either) run the plain AVX2 kernels, which every AVX-512 CPU executes. The activation quantizer is
@@ -33,6 +40,10 @@ const QuantKernelRow kTable[] = {
      nullptr, false},
     {Isa::REF, WeightFormat::Q6K, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm,
      nullptr, false},
+    {Isa::REF, WeightFormat::Q8X, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm,
+     nullptr, false},
+    {Isa::AVX2, WeightFormat::Q8X, "reference (scalar, over the pool: no AVX2 kernel for int8-x yet)", kAny,
+     cpu::avx2::quantize_activation_row, ref_panels, nullptr, false},
     {Isa::AVX2, WeightFormat::Q8, "avx-vnni vpdpbusd (sign trick)", kVnni256,
      cpu::avx2::quantize_activation_row, cpu::avxvnni::linear_q8, cpu::avxvnni::linear_q8_swiglu, false},
     {Isa::AVX2, WeightFormat::Q4, "avx-vnni vpdpbusd (int32 group sums)", kVnni256,
@@ -71,6 +82,14 @@ const QuantKernelRow kTable[] = {
      cpu::avx512::quantize_activation_row, cpu::avx2::linear_q4, cpu::avx2::linear_q4_swiglu, false},
     {Isa::AVX512, WeightFormat::Q4K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", kAny,
      cpu::avx512::quantize_activation_row, cpu::avx2::linear_q4k, cpu::avx2::linear_q4k_swiglu, false},
+    {Isa::AVX512, WeightFormat::Q8X,
+     "avx512 vpdpbusd (weight + 128, half-group sums offset; f32 scale and "
+     "offset per 16)",
+     kVnni512, cpu::avx512::quantize_activation_row, cpu::avx512::linear_q8x, cpu::avx512::linear_q8x_swiglu,
+     false},
+    {Isa::AVX512, WeightFormat::Q8X,
+     "reference (scalar, over the pool: no int8-x kernel without AVX-512 VNNI yet)", kAny,
+     cpu::avx512::quantize_activation_row, ref_panels, nullptr, false},
     {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", kAny,
      cpu::avx512::quantize_activation_row, cpu::avx2::linear_q6k, cpu::avx2::linear_q6k_swiglu, false},
 };
@@ -192,7 +211,8 @@ bool linear_quantized_swiglu(const ExecContext& ctx, const float* x, int64_t M, 
 
 std::string quant_kernel_report() {
     std::string out;
-    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K}) {
+    for (WeightFormat f :
+         {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K, WeightFormat::Q8X}) {
         const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
         // The AVX-512 VNNI kernels hand batches of amx_min_rows+ rows to AMX-INT8 tiles where the CPU has
         // them.

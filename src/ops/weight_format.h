@@ -8,6 +8,10 @@
 //              per 256 k of the column (llama.cpp's Q4_K values; 4.5 bits per weight)
 //   Q6K        "int6-k": symmetric [-32, 31], an int8 scale level per 32 k of one f16 per 256 k
 //              (llama.cpp's Q6_K with sub-blocks of 32 instead of 16; 6.3125 bits per weight)
+//   Q8X        "int8-x": int8 values with an f32 scale and an f32 offset per 16 k (12 bits per weight):
+//              not chosen by --quantization; it holds every GGUF block type's values exactly (the
+//              affine map of any ggml sub-block of 16 or 32 values), so a GGUF tensor or fused group
+//              without a format of its own runs on int8 kernels instead of widening to f32
 // Quantized formats multiply int8 activations (one scale per row and 32 k: the weight's groups) in
 // integer arithmetic; per-group products are scaled and summed in f32 (ops/quant/quant_format.h).
 //
@@ -22,7 +26,7 @@
 
 namespace gdn {
 
-enum class WeightFormat : uint8_t { F32, BF16, Q8, Q4, Q4K, Q6K };
+enum class WeightFormat : uint8_t { F32, BF16, Q8, Q4, Q4K, Q6K, Q8X };
 
 // k values sharing one activation scale, and one weight scale in Q8 / Q4 (a sub-block in Q4K / Q6K).
 constexpr int64_t kQuantGroup = 32;
@@ -30,7 +34,8 @@ constexpr int64_t kQuantGroup = 32;
 constexpr int64_t kSuperBlock = 256;
 
 inline bool is_quantized(WeightFormat f) {
-    return f == WeightFormat::Q8 || f == WeightFormat::Q4 || f == WeightFormat::Q4K || f == WeightFormat::Q6K;
+    return f == WeightFormat::Q8 || f == WeightFormat::Q4 || f == WeightFormat::Q4K ||
+           f == WeightFormat::Q6K || f == WeightFormat::Q8X;
 }
 
 // k per stored block of a quantized format (K is zero-padded to a multiple).
@@ -52,13 +57,16 @@ inline const char* weight_format_name(WeightFormat f) {
             return "int4-k";
         case WeightFormat::Q6K:
             return "int6-k";
+        case WeightFormat::Q8X:
+            return "int8-x";
     }
     return "?";
 }
 
 // The format a stored name means (a pre-quantized checkpoint's entries); false for an unknown one.
 inline bool parse_weight_format(const std::string& s, WeightFormat* out) {
-    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K})
+    for (WeightFormat f :
+         {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K, WeightFormat::Q8X})
         if (s == weight_format_name(f)) {
             *out = f;
             return true;
@@ -81,6 +89,8 @@ inline double weight_format_bits(WeightFormat f) {
             return 4.0 + 12.0 / kQuantGroup + 32.0 / kSuperBlock;
         case WeightFormat::Q6K:
             return 6.0 + 8.0 / kQuantGroup + 16.0 / kSuperBlock;
+        case WeightFormat::Q8X:
+            return 8.0 + 2 * 32.0 / 16;
     }
     return 0.0;
 }

@@ -49,6 +49,9 @@ QuantGemmKernel linear_q4, linear_q4_swiglu;
 QuantGemmKernel linear_q4k, linear_q4k_swiglu;
 // int6-k on q + 32 in [0, 63] with vpdpbusd, the offset removed through the row's group sum.
 QuantGemmKernel linear_q6k, linear_q6k_swiglu;
+// int8-x as int8, each half group (16 k) in its own accumulators with its own f32 scale and offset, the
+// +128 offset removed through the half's sum (xsum_lo, and xsum - xsum_lo).
+QuantGemmKernel linear_q8x, linear_q8x_swiglu;
 // quant::quantize_activation_row with 512-bit lanes (AVX-512 F/BW/DQ/VL): the same bytes.
 void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
 // The products of every format on AMX-INT8 tiles (linear_quant_amx.cpp): bitwise the VNNI kernels' outputs.

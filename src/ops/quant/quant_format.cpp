@@ -159,6 +159,14 @@ void set_quantized_shape(WeightFormat f, int64_t N, int64_t K, PackedWeight* w) 
 }
 
 void write_block_column(WeightFormat f, const ColumnBlock& v, int64_t c, uint8_t* blk) {
+    if (f == WeightFormat::Q8X) {
+        for (int k = 0; k < kQuantGroup; ++k) blk[q8_byte(c, k)] = static_cast<uint8_t>(v.q[k]);
+        for (int h = 0; h < 2; ++h) {
+            std::memcpy(blk + kQ8XScalesOffset + (h * kCols + c) * 4, &v.a[h], 4);
+            std::memcpy(blk + kQ8XScalesOffset + ((2 + h) * kCols + c) * 4, &v.b[h], 4);
+        }
+        return;
+    }
     if (f == WeightFormat::Q8 || f == WeightFormat::Q4) {
         std::memcpy(blk + f16_offset(f) + c * 2, &v.scale_bits, 2);
         for (int k = 0; k < kQuantGroup; ++k) {
@@ -209,6 +217,19 @@ bool quantize_column_block(WeightFormat f, const float* x, int64_t K_left, Colum
         const int len = static_cast<int>(std::min<int64_t>(kQuantGroup, K_left));
         std::fill(v->q, v->q + kQuantGroup, 0);
         v->scale_bits = quantize_group(f, x, len, v->q, &bad);
+    } else if (f == WeightFormat::Q8X) {  // symmetric per half (the format's own fit: tests, not a scheme)
+        for (int h = 0; h < 2; ++h) {
+            float amax = 0.0f;
+            for (int i = 16 * h; i < 16 * h + 16 && i < K_left; ++i) {
+                bad = bad || !std::isfinite(x[i]);
+                amax = std::max(amax, std::abs(x[i]));
+            }
+            v->a[h] = bad ? 0.0f : amax / 127.0f;
+            v->b[h] = 0.0f;
+            for (int i = 16 * h; i < 16 * h + 16; ++i)
+                v->q[i] = static_cast<int8_t>(
+                    v->a[h] > 0.0f && i < K_left ? round_clamped(x[i] / v->a[h], -127.0f, 127.0f) : 0.0f);
+        }
     } else if (f == WeightFormat::Q4K) {
         v->q4k = kquant::quantize_q4k(x, kquant::Q4KFit::ENGINE, &bad);
     } else {
@@ -319,6 +340,7 @@ namespace {
 inline int record_q(WeightFormat f, const uint8_t* rec, int64_t c, int64_t kg) {
     switch (f) {
         case WeightFormat::Q8:
+        case WeightFormat::Q8X:
             return static_cast<int8_t>(rec[q8_byte(c, kg)]);
         case WeightFormat::Q4:
             return get_nibble(rec, c, kg) - 8;
@@ -347,7 +369,23 @@ int q_value(const PackedWeight& w, int64_t n, int64_t k) {
     return record_q(w.format, group_record(w, n, k / kQuantGroup), n % kCols, k % kQuantGroup);
 }
 
+void half_affine(const PackedWeight& w, int64_t n, int64_t g, int h, float* a, float* b) {
+    if (w.format != WeightFormat::Q8X) {
+        group_affine(w, n, g, a, b);
+        return;
+    }
+    *a = *b = 0.0f;
+    if (n >= w.N) return;
+    const uint8_t* blk = w.quant_block(n / kCols, g) + kQ8XScalesOffset;
+    std::memcpy(a, blk + (h * kCols + n % kCols) * 4, 4);
+    std::memcpy(b, blk + ((2 + h) * kCols + n % kCols) * 4, 4);
+}
+
 void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* b) {
+    if (w.format == WeightFormat::Q8X) {
+        half_affine(w, n, g, 0, a, b);
+        return;
+    }
     *a = *b = 0.0f;
     if (n >= w.N) return;
     const int64_t c = n % kCols, bk = weight_block_k(w.format);
@@ -389,6 +427,7 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
         const uint8_t* rec = group_record(w, n, g);
         switch (w.format) {
             case WeightFormat::Q8:
+            case WeightFormat::Q8X:
                 group_q_values<WeightFormat::Q8>(rec, c, q);
                 break;
             case WeightFormat::Q4:
@@ -402,7 +441,10 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
                 break;
         }
         const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, w.K - k0);
-        for (int64_t kg = 0; kg < len; ++kg) out[k0 + kg] = a * static_cast<float>(q[kg]) - b;
+        for (int64_t kg = 0; kg < len; ++kg) {
+            if (kg == 16 && w.format == WeightFormat::Q8X) half_affine(w, n, g, 1, &a, &b);
+            out[k0 + kg] = a * static_cast<float>(q[kg]) - b;
+        }
     }
 }
 
@@ -414,7 +456,9 @@ void prefetch_row(const PackedWeight& w, int64_t n) {
         const uint8_t* rec = blk + record_offset(w.format, g);
         __builtin_prefetch(blk + f16_offset(w.format) + c * 2);
         for (int64_t kg = 0; kg < kQuantGroup; kg += 4)
-            __builtin_prefetch(rec + (w.format == WeightFormat::Q8 ? q8_byte(c, kg) : nib_byte(c, kg)));
+            __builtin_prefetch(rec + (w.format == WeightFormat::Q8 || w.format == WeightFormat::Q8X
+                                          ? q8_byte(c, kg)
+                                          : nib_byte(c, kg)));
     }
 }
 
@@ -427,10 +471,12 @@ void QuantizedRows::resize(int64_t m, int64_t k, ThreadPool* late_readers) {
         grow_read_buffer(*late_readers, xq, static_cast<size_t>(M * Kp));
         grow_read_buffer(*late_readers, xs, static_cast<size_t>(M * G));
         grow_read_buffer(*late_readers, xsum, static_cast<size_t>(M * G));
+        grow_read_buffer(*late_readers, xsum_lo, static_cast<size_t>(M * G));
     } else {
         xq.resize(std::max(xq.size(), static_cast<size_t>(M * Kp)));
         xs.resize(std::max(xs.size(), static_cast<size_t>(M * G)));
         xsum.resize(std::max(xsum.size(), static_cast<size_t>(M * G)));
+        xsum_lo.resize(std::max(xsum_lo.size(), static_cast<size_t>(M * G)));
     }
 }
 
@@ -460,6 +506,17 @@ void quantize_activation_row(const float* xr, QuantizedRows* out, int64_t m) {
         }
         out->xs[m * out->G + g] = s;
         out->xsum[m * out->G + g] = sum;
+    }
+    sum_low_halves(out, m);
+}
+
+void sum_low_halves(QuantizedRows* out, int64_t m) {
+    const int8_t* q = out->xq.data() + m * out->Kp;
+    int32_t* lo = out->xsum_lo.data() + m * out->G;
+    for (int64_t g = 0; g < out->G; ++g) {
+        int32_t s = 0;
+        for (int64_t i = 0; i < 16; ++i) s += q[g * kQuantGroup + i];
+        lo[g] = s;
     }
 }
 

@@ -14,6 +14,8 @@
 //   Q4K block (4608 B): 8 group records of 560 B: nibble pairs of q (0..15), then 48 B of 6-bit levels:
 //                       byte c (< 32) = sc[c] | (m[c] >> 4) << 6, byte 32 + i (< 16) = (m[i] & 15) |
 //                       (m[i + 16] & 15) << 4; then f16 d[32], f16 dmin[32]
+//   Q8X block (1536 B): int8 quads of q, then f32 a[2][32] (the scale of k 0-15 of each column, then of
+//                       16-31), then f32 b[2][32] (the offsets, as a)
 //   Q6K block (6464 B): 8 group records of 800 B: nibble pairs of the low 4 bits of q + 32; then 256 B
 //                       of high bit pairs, 64 B per quad pair j: byte i of half h (32 B) holds in its
 //                       low nibble the pairs of byte i of vector 2h of the nibble row (bits 0-1 for the
@@ -29,6 +31,8 @@
 //        divisors, then least squares on the chosen q; every scale rounded to f16 before q is chosen), b = 0
 //   Q4K: q in [0, 15], a = d * sc, b = dmin * m (ops/quant/kquant.h: ggml's Q4_K fit)
 //   Q6K: q in [-32, 31], a = d * sc, b = 0 (kquant.h: ggml's Q6_K fit on sub-blocks of 32)
+//   Q8X: q in [-127, 127], a and b per half group (16 k): D and S are then taken per half (S from the
+//        row's xsum_lo), y_mn = sum_g xs_mg * sum_h (a_ngh * D_mngh - b_ngh * S_mgh)
 //
 // Activations: each row x_m is quantized per group of 32 k the same way as Q8 weights (xs_mg =
 // max|x| / 127, xq in [-127, 127]; one function for every path: quantize_activations), and
@@ -66,10 +70,13 @@ constexpr int64_t kQ4KRecordBytes = kQ4KLevelsOffset + 48;
 constexpr int64_t kQ4KBlockBytes = 8 * kQ4KRecordBytes + 2 * kCols * 2;
 constexpr int64_t kQ6KRecordBytes = kQ6KScalesOffset + kCols;
 constexpr int64_t kQ6KBlockBytes = 8 * kQ6KRecordBytes + kCols * 2;
+constexpr int64_t kQ8XScalesOffset = kQuantGroup * kCols;  // f32 a[2][32], then f32 b[2][32]
+constexpr int64_t kQ8XBlockBytes = kQ8XScalesOffset + 2 * 2 * kCols * 4;
 constexpr int64_t block_bytes(WeightFormat f) {
     return f == WeightFormat::Q8    ? kQ8BlockBytes
            : f == WeightFormat::Q4  ? kQ4BlockBytes
            : f == WeightFormat::Q4K ? kQ4KBlockBytes
+           : f == WeightFormat::Q8X ? kQ8XBlockBytes
                                     : kQ6KBlockBytes;
 }
 // Where a format's f16 fields start in a block: the group scale (Q8, Q4), d then dmin (Q4K), d (Q6K).
@@ -77,11 +84,12 @@ constexpr int64_t f16_offset(WeightFormat f) {
     return f == WeightFormat::Q8    ? kQ8BlockBytes - kCols * 2
            : f == WeightFormat::Q4  ? kQ4BlockBytes - kCols * 2
            : f == WeightFormat::Q4K ? 8 * kQ4KRecordBytes
+           : f == WeightFormat::Q8X ? kQ8XScalesOffset  // (f32 fields: f16_fields is 0)
                                     : 8 * kQ6KRecordBytes;
 }
-// f16 fields per block and column (1, or 2 for Q4K's d and dmin).
+// f16 fields per block and column (1, or 2 for Q4K's d and dmin; Q8X has f32 ones).
 constexpr int64_t f16_fields(WeightFormat f) {
-    return f == WeightFormat::Q4K ? 2 : 1;
+    return f == WeightFormat::Q4K ? 2 : f == WeightFormat::Q8X ? 0 : 1;
 }
 inline int64_t n_groups(int64_t K) {
     return (K + kQuantGroup - 1) / kQuantGroup;
@@ -115,7 +123,8 @@ void pack_quantized(const ExecContext& ctx, WeightFormat f, int64_t N, int64_t K
 // moving a GGUF file's blocks across: ops/quant/ggml_repack.h) hand to write_block_column.
 struct ColumnBlock {
     uint16_t scale_bits = 0;     // Q8 / Q4: the group's f16 scale
-    int8_t q[kQuantGroup] = {};  // Q8: [-127, 127]; Q4: [-8, 7]
+    int8_t q[kQuantGroup] = {};  // Q8: [-127, 127]; Q4: [-8, 7]; Q8X: [-127, 127]
+    float a[2] = {}, b[2] = {};  // Q8X: value = a[h] * q - b[h] for k in half h
     kquant::Q4KBlock q4k;        // Q4K
     kquant::Q6KBlock q6k;        // Q6K
 };
@@ -131,8 +140,10 @@ void pack_column_blocks(const ExecContext& ctx, WeightFormat f, int64_t N, int64
 
 // Element access for the reference and for gathering rows (embedding) out of the packed layout.
 int q_value(const PackedWeight& w, int64_t n, int64_t k);  // 0 for padding
-// The affine map of group g of column n: value = *a * q - *b.
+// The affine map of group g of column n: value = *a * q - *b (Q8X: of its first half; half_affine).
 void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* b);
+// The affine map of half h (k 16h .. 16h + 15) of group g of column n: for Q8X its own, else the group's.
+void half_affine(const PackedWeight& w, int64_t n, int64_t g, int h, float* a, float* b);
 // out[K] = row n dequantized: a * q - b.
 void dequantize_row(const PackedWeight& w, int64_t n, float* out);
 // Asks for the cache lines dequantize_row(w, n) will read (its scales and q bytes; a hint, no effect on
@@ -150,6 +161,7 @@ struct QuantRowsView {
     const int8_t* xq = nullptr;
     const float* xs = nullptr;
     const int32_t* xsum = nullptr;
+    const int32_t* xsum_lo = nullptr;  // [M, G]: the sum of each group's first 16 xq (int8-x's halves)
     const int8_t* row(int64_t m) const { return xq + m * Kp; }
 };
 
@@ -158,11 +170,11 @@ struct QuantizedRows {
     int64_t M = 0, K = 0, Kp = 0, G = 0;
     std::vector<int8_t> xq;
     std::vector<float> xs;
-    std::vector<int32_t> xsum;
+    std::vector<int32_t> xsum, xsum_lo;
     // Sets the shape. Buffers only grow, through grow_read_buffer (core/thread_pool.h): a late worker of a
     // stealable product of late_readers may still read them (null: no pool's job reads them).
     void resize(int64_t M, int64_t K, ThreadPool* late_readers);
-    QuantRowsView view() const { return {M, K, Kp, G, xq.data(), xs.data(), xsum.data()}; }
+    QuantRowsView view() const { return {M, K, Kp, G, xq.data(), xs.data(), xsum.data(), xsum_lo.data()}; }
 };
 // The one activation quantizer (every ISA): xs = max|x| / 127 of the group, xq = round-to-nearest-even
 // of x / xs (0 for an all-zero group). Buffers only grow (no allocation once warm).
@@ -170,6 +182,8 @@ struct QuantizedRows {
 void quantize_activations(const float* x, int64_t M, int64_t K, QuantizedRows* out);
 // Row m of a QuantizedRows already resized to [M, K].
 void quantize_activation_row(const float* x_row, QuantizedRows* out, int64_t m);
+// xsum_lo of row m from its xq (every quantizer's last step: the same sums whatever the ISA).
+void sum_low_halves(QuantizedRows* out, int64_t m);
 
 }  // namespace quant
 }  // namespace gdn

@@ -29,8 +29,10 @@ void embedding(const TensorView& table, const int32_t* ids, int64_t n, float* ou
 void linear(const ExecContext& ctx, const float* x, int64_t M, const TensorView& W, float* y);
 
 // y [x.M, ldy] = the quantized product of ops/quant/quant_format.h, element by element: for each
-// column, sum over groups of (weight scale * activation scale) * (exact int32 dot of the group).
-void linear_quant(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy);
+// column, sum over groups of (weight scale * activation scale) * (exact int32 dot of the group); int8-x
+// per half group. Columns [n0, n1) only (n1 < 0: to the last).
+void linear_quant(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t n0 = 0,
+                  int64_t n1 = -1);
 
 // Zero-centred RMSNorm with (1 + w) precomputed in w: y = x * rsqrt(mean(x^2) + eps) * w, per row.
 // x, y [rows, n] (may alias), w [n]

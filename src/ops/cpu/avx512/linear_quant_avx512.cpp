@@ -120,12 +120,69 @@ void tile_q4(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, i
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
+// int8-x: the int8 tile with each group's quads 0-3 and 4-7 in accumulators of their own (each half has
+// its own f32 scale and offset), the weight's +128 offset taken out with each half's activation sum.
+template <int MR, bool kSwiglu, bool kStream>
+void tile_q8x(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y,
+              int64_t ldy, int ncols) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    __m512 sum[MR][2];
+    for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < w.n_blocks; ++g) {
+        const uint8_t* blk = w.quant_block(p, g);
+        __m512i acc[2][MR][2];  // [half][row][vector]
+        for (int m = 0; m < MR; ++m) {
+            const int64_t i = (m0 + m) * x.G + g;
+            acc[0][m][0] = acc[0][m][1] = _mm512_set1_epi32(-128 * x.xsum_lo[i]);
+            acc[1][m][0] = acc[1][m][1] = _mm512_set1_epi32(-128 * (x.xsum[i] - x.xsum_lo[i]));
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+            if constexpr (kStream) prefetch_128_ahead(blk + j * 128, kStreamAhead<MR>);
+            const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(blk + j * 128), flip);
+            const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(blk + j * 128 + 64), flip);
+            for (int m = 0; m < MR; ++m) {
+                const __m512i a = bcast_quad(x.row(m0 + m) + g * kQuantGroup + 4 * j);
+                acc[j / 4][m][0] = _mm512_dpbusd_epi32(acc[j / 4][m][0], w0, a);
+                acc[j / 4][m][1] = _mm512_dpbusd_epi32(acc[j / 4][m][1], w1, a);
+            }
+        }
+        // sum += xs * (a_h * D_h - b_h * S_h) for both halves.
+        const float* ab = reinterpret_cast<const float*>(blk + quant::kQ8XScalesOffset);
+        for (int h = 0; h < 2; ++h) {
+            const __m512 a0 = _mm512_loadu_ps(ab + h * 32), a1 = _mm512_loadu_ps(ab + h * 32 + 16);
+            const __m512 b0 = _mm512_loadu_ps(ab + (2 + h) * 32),
+                         b1 = _mm512_loadu_ps(ab + (2 + h) * 32 + 16);
+            for (int m = 0; m < MR; ++m) {
+                const int64_t i = (m0 + m) * x.G + g;
+                const __m512 xs = _mm512_set1_ps(x.xs[i]);
+                const __m512 s =
+                    _mm512_set1_ps(static_cast<float>(h == 0 ? x.xsum_lo[i] : x.xsum[i] - x.xsum_lo[i]));
+                const __m512 p0 =
+                    _mm512_fnmadd_ps(b0, s, _mm512_mul_ps(a0, _mm512_cvtepi32_ps(acc[h][m][0])));
+                const __m512 p1 =
+                    _mm512_fnmadd_ps(b1, s, _mm512_mul_ps(a1, _mm512_cvtepi32_ps(acc[h][m][1])));
+                sum[m][0] = _mm512_fmadd_ps(p0, xs, sum[m][0]);
+                sum[m][1] = _mm512_fmadd_ps(p1, xs, sum[m][1]);
+            }
+        }
+    }
+    store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
+}
+
 // A one-row tile of a batch (its last row) reads the panel the tile before it left in cache.
 template <int MR, bool kSwiglu>
 struct TileQ8 {
     static constexpr TileFn run = tile_q8<MR, kSwiglu, false>;
     static constexpr TileFn streamed = tile_q8<MR, kSwiglu, MR >= 2>;
     static constexpr TileFn far = tile_q8<MR, kSwiglu, true>;
+};
+
+template <int MR, bool kSwiglu>
+struct TileQ8X {
+    static constexpr TileFn run = tile_q8x<MR, kSwiglu, false>;
+    static constexpr TileFn streamed = tile_q8x<MR, kSwiglu, MR >= 2>;
+    static constexpr TileFn far = tile_q8x<MR, kSwiglu, true>;
 };
 
 template <int MR, bool kSwiglu>
@@ -148,6 +205,15 @@ void linear_q8(const quant::QuantRowsView& x, const PackedWeight& w, float* y, i
 void linear_q8_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
                       int64_t p1) {
     run_format<TileQ8, true>(x, w, y, ldy, p0, p1);
+}
+
+void linear_q8x(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                int64_t p1) {
+    run_format<TileQ8X, false>(x, w, y, ldy, p0, p1);
+}
+void linear_q8x_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                       int64_t p0, int64_t p1) {
+    run_format<TileQ8X, true>(x, w, y, ldy, p0, p1);
 }
 
 void linear_q4(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
