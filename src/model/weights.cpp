@@ -444,8 +444,10 @@ Status load_vocabulary_matrices(const ExecContext& ctx, Loader& ld, Checkpoint& 
     auto drop_rows = [&](const TensorView& t) -> std::function<void(int64_t, int64_t)> {
         return [&ck, t](int64_t n0, int64_t n1) { ck.release(t, n0, n1); };
     };
-    GDN_ASSIGN_OR_RETURN(w->lm_head_packed,
-                         ld.linear("lm_head", {w->lm_head}, q, q ? drop_rows(w->lm_head) : nullptr));
+    // Quantized at load or moved from a GGUF file: the packed copy is all that is read again.
+    const bool packed_only = q || ld.gguf();
+    GDN_ASSIGN_OR_RETURN(w->lm_head_packed, ld.linear("lm_head", {w->lm_head}, q,
+                                                      packed_only ? drop_rows(w->lm_head) : nullptr));
     if (q) {
         // The lm_head's format (and so a tied embedding's) and an untied embedding's, which is only
         // gathered (its error never meets the logits directly), come from the scheme (model/quant_scheme.h).
