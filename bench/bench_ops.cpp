@@ -142,7 +142,7 @@ void BM_LinearQuant(benchmark::State& state) {
     // Arg 3: the format, in kQuantFormats' order.
     constexpr gdn::WeightFormat kQuantFormats[] = {gdn::WeightFormat::Q8, gdn::WeightFormat::Q4,
                                                    gdn::WeightFormat::Q4K, gdn::WeightFormat::Q6K,
-                                                   gdn::WeightFormat::Q8X};
+                                                   gdn::WeightFormat::Q8X, gdn::WeightFormat::Q6K16};
     const gdn::WeightFormat f = kQuantFormats[state.range(3)];
     state.SetLabel(gdn::weight_format_name(f));
     const bool resident = state.range(4) != 0;
@@ -175,11 +175,11 @@ void BM_LinearQuant(benchmark::State& state) {
     state.counters["read_limit_GB/s"] = limits().read_gbps;
 }
 BENCHMARK(BM_LinearQuant)
-    ->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3, 4}, {0}})
+    ->ArgsProduct({{1}, {7168}, {1024}, {0, 1, 2, 3, 4, 5}, {0}})
     ->ArgsProduct({{1}, {1024}, {3584}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{1}, {248320}, {1024}, {0, 1, 2, 3}, {0}})
     ->ArgsProduct({{1}, {151936}, {2048}, {0}, {0}})
-    ->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3, 4}, {0}})
+    ->ArgsProduct({{512}, {7168}, {1024}, {0, 1, 2, 3, 4, 5}, {0}})
     ->ArgsProduct({{512}, {1536, 2048}, {512}, {0}, {0}})
     ->ArgsProduct({{64}, {512}, {512}, {0}, {1}})
     ->ArgsProduct({{1}, {32768}, {512}, {0}, {0, 1}})

@@ -88,9 +88,9 @@ TEST(GgufModel, Bf16FileComputesItsCheckpoint) {
     }
 }
 
-// Every quantized tensor of the test files, packed as the loader packs it: Q8_0 / Q4_0 / Q4_K move into
-// int8 / int4-sym / int4-k, the other types into int8-x; either way every unpacked row is bitwise the row
-// dequantize_ggml_row reads from the file.
+// Every quantized tensor of the test files, packed as the loader packs it: Q8_0 / Q4_0 / Q4_K / Q6_K move
+// into int8 / int4-sym / int4-k / int6-k16, the other types into int8-x; either way every unpacked row is
+// bitwise the row dequantize_ggml_row reads from the file.
 TEST(GgufModel, PackedWeightsHoldTheFilesValues) {
     std::map<std::string, int> seen;
     for (const char* name : {"golden-qwen3_5-q4_k_m.gguf", "golden-qwen3_5_moe-mxfp4_moe.gguf",

@@ -145,8 +145,8 @@ TEST(OpsLinear, QuantizedRowsDoNotDependOnTheBatch) {
     auto x = random_vec(Mmax * K, 9);
     const TensorView vg = TensorView::contiguous(wg.data(), DType::F32, {I, K});
     const TensorView vu = TensorView::contiguous(wg.data() + I * K, DType::F32, {I, K});
-    for (WeightFormat f :
-         {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K, WeightFormat::Q8X}) {
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K,
+                           WeightFormat::Q8X, WeightFormat::Q6K16}) {
         const LinearWeight lw =
             make_linear(ctx(), {TensorView::contiguous(wf.data(), DType::F32, {N, K})}, f);
         const LinearWeight gate_up = make_swiglu_linear(ctx(), vg, vu, f);
@@ -302,9 +302,9 @@ TEST(OpsLinear, EmbeddingFromPackedTableEqualsTheStoredRows) {
 TEST(OpsLinear, GroupEqualsEachLinearAlone) {
     const int64_t K = 70, I = 48, R = 40;  // R: rows of the matrix the row lists index
     auto h = random_vec(R * K, 5);
-    std::vector<std::optional<WeightFormat>> formats = {std::nullopt,      WeightFormat::Q8,
-                                                        WeightFormat::Q4,  WeightFormat::Q4K,
-                                                        WeightFormat::Q6K, WeightFormat::Q8X};
+    std::vector<std::optional<WeightFormat>> formats = {
+        std::nullopt,      WeightFormat::Q8,  WeightFormat::Q4,   WeightFormat::Q4K,
+        WeightFormat::Q6K, WeightFormat::Q8X, WeightFormat::Q6K16};
     std::vector<std::vector<float>> gate, up, down;
     std::vector<LinearWeight> gate_up, down_w;
     for (size_t e = 0; e < formats.size() + 1; ++e) {  // the last: f32 weights (no grouped kernel)
@@ -407,8 +407,8 @@ TEST(OpsLinear, SharedInputEqualsPlainCalls) {
     cases.push_back(
         {"bf16", make_swiglu_linear(ctx(), b16(gate16), b16(up16)), make_linear(ctx(), {b16(plain16)})});
     cases.push_back({"f32", make_swiglu_linear(ctx(), f32(gate), f32(up)), make_linear(ctx(), {f32(plain)})});
-    for (WeightFormat f :
-         {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K, WeightFormat::Q8X})
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K,
+                           WeightFormat::Q8X, WeightFormat::Q6K16})
         cases.push_back({weight_format_name(f), make_swiglu_linear(ctx(), f32(gate), f32(up), f),
                          make_linear(ctx(), {f32(plain)}, f)});
     const std::vector<int64_t> rows = {4, 0, 8, 4, 2};  // a routed expert's tokens (a repeat included)

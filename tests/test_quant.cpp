@@ -16,8 +16,8 @@ using namespace gdn::test;
 
 namespace {
 
-const WeightFormat kFormats[] = {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K,
-                                 WeightFormat::Q8X};
+const WeightFormat kFormats[] = {WeightFormat::Q8,  WeightFormat::Q4,  WeightFormat::Q4K,
+                                 WeightFormat::Q6K, WeightFormat::Q8X, WeightFormat::Q6K16};
 
 struct Shape {
     int64_t M, N, K;
@@ -185,7 +185,7 @@ TEST(Quant, QuantizersAndRowGather) {
         if (f == WeightFormat::Q4K) {
             EXPECT_LT(err2, 1.3 * absmax_err2);
         }
-        if (f == WeightFormat::Q6K) {
+        if (f == WeightFormat::Q6K || f == WeightFormat::Q6K16) {
             EXPECT_LT(err2, 0.1 * absmax_err2);
         }
         // Padding is exactly zero: columns past N and k past K contribute nothing.
@@ -248,7 +248,7 @@ TEST(Quant, EveryIsaHasAKernelRow) {
     // A CPU with AVX-512 VNNI runs the vpdpbusd kernels, one without it the AVX2 ones (both on AVX512);
     // AVX2 runs its AVX-VNNI build where the CPU has it and GDN_AVX_VNNI / set_avx_vnni leave it on.
     for (WeightFormat f : kFormats) {
-        if (f == WeightFormat::Q8X) continue;  // no AVX2 kernel yet: the reference over the pool, named so
+        if (has_half_groups(f)) continue;  // no AVX2 kernel yet: the reference over the pool, named so
         EXPECT_EQ(quant_kernel(Isa::AVX512, f).need,
                   cpu_has_avx512_vnni() ? CpuNeed::AVX512_VNNI : CpuNeed::NOTHING)
             << quant_kernel(Isa::AVX512, f).name;

@@ -1,7 +1,5 @@
 #include "engine/gguf_tokenizer.h"
 
-#include "model/gguf_checkpoint.h"
-
 namespace gdn {
 
 Result<std::shared_ptr<const Tokenizer>> gguf_tokenizer(const GgufFile& f, const std::string& chat_template) {

@@ -1,9 +1,6 @@
 #include "model/gguf_checkpoint.h"
 
-#include <sys/stat.h>
-
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <regex>
 
@@ -122,14 +119,6 @@ std::string gguf_canonical_name(const std::string& name, int n_layers) {
     if (layer > n_layers) return "";
     auto it = layer_names().find(suffix);
     return it == layer_names().end() ? "" : "layers." + std::to_string(layer) + "." + it->second;
-}
-
-bool is_gguf_path(const std::string& path) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-    std::ifstream f(path, std::ios::binary);
-    char magic[4] = {};
-    return f.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
 }
 
 Result<std::vector<std::shared_ptr<const GgufFile>>> open_gguf_parts(const std::string& path) {

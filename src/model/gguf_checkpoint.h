@@ -16,9 +16,6 @@
 
 namespace gdn {
 
-// A regular file that starts with the GGUF magic (what --model takes besides a checkpoint folder).
-bool is_gguf_path(const std::string& path);
-
 // The files of a GGUF model: `path` alone, or, when its split.count says it is one of several (llama.cpp's
 // gguf-split: "NAME-00001-of-00003.gguf", metadata in the first), every part in order. A missing part, or
 // one whose split.no / split.count disagrees with its name, is an error naming it.

@@ -1,7 +1,10 @@
 #include "model/gguf_file.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include "core/log.h"
@@ -397,5 +400,13 @@ Result<std::vector<float>> GgufFile::get_floats(std::string_view key) const {
 }
 
 #undef GDN_GGUF_LOOKUP
+
+bool is_gguf_path(const std::string& path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    std::ifstream f(path, std::ios::binary);
+    char magic[4] = {};
+    return f.read(magic, 4) && std::memcmp(magic, "GGUF", 4) == 0;
+}
 
 }  // namespace gdn

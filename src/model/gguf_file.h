@@ -49,6 +49,9 @@ struct GgufValue {
     bool is_integer() const { return type <= INT32 || type == UINT64 || type == INT64; }
 };
 
+// A regular file that starts with the GGUF magic (what --model takes besides a checkpoint folder).
+bool is_gguf_path(const std::string& path);
+
 class GgufFile {
   public:
     struct Tensor {

@@ -42,6 +42,10 @@ const QuantKernelRow kTable[] = {
      nullptr, false},
     {Isa::REF, WeightFormat::Q8X, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm,
      nullptr, false},
+    {Isa::REF, WeightFormat::Q6K16, "reference (scalar)", kAny, quant::quantize_activation_row, ref_gemm,
+     nullptr, false},
+    {Isa::AVX2, WeightFormat::Q6K16, "reference (scalar, over the pool: no AVX2 kernel for int6-k16 yet)",
+     kAny, cpu::avx2::quantize_activation_row, ref_panels, nullptr, false},
     {Isa::AVX2, WeightFormat::Q8X, "reference (scalar, over the pool: no AVX2 kernel for int8-x yet)", kAny,
      cpu::avx2::quantize_activation_row, ref_panels, nullptr, false},
     {Isa::AVX2, WeightFormat::Q8, "avx-vnni vpdpbusd (sign trick)", kVnni256,
@@ -89,6 +93,12 @@ const QuantKernelRow kTable[] = {
      false},
     {Isa::AVX512, WeightFormat::Q8X,
      "reference (scalar, over the pool: no int8-x kernel without AVX-512 VNNI yet)", kAny,
+     cpu::avx512::quantize_activation_row, ref_panels, nullptr, false},
+    {Isa::AVX512, WeightFormat::Q6K16, "avx512 vpdpbusd (q + 32, half-group sums offset, a scale per 16)",
+     kVnni512, cpu::avx512::quantize_activation_row, cpu::avx512::linear_q6k16,
+     cpu::avx512::linear_q6k16_swiglu, false},
+    {Isa::AVX512, WeightFormat::Q6K16,
+     "reference (scalar, over the pool: no int6-k16 kernel without AVX-512 VNNI yet)", kAny,
      cpu::avx512::quantize_activation_row, ref_panels, nullptr, false},
     {Isa::AVX512, WeightFormat::Q6K, "avx2 vpmaddubsw (this CPU has no AVX-512 VNNI)", kAny,
      cpu::avx512::quantize_activation_row, cpu::avx2::linear_q6k, cpu::avx2::linear_q6k_swiglu, false},
@@ -211,8 +221,8 @@ bool linear_quantized_swiglu(const ExecContext& ctx, const float* x, int64_t M, 
 
 std::string quant_kernel_report() {
     std::string out;
-    for (WeightFormat f :
-         {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K, WeightFormat::Q8X}) {
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K,
+                           WeightFormat::Q6K16, WeightFormat::Q8X}) {
         const QuantKernelRow& k = quant_kernel(op_isa(OpId::LINEAR), f);
         // The AVX-512 VNNI kernels hand batches of amx_min_rows+ rows to AMX-INT8 tiles where the CPU has
         // them.

@@ -8,6 +8,8 @@
 //              per 256 k of the column (llama.cpp's Q4_K values; 4.5 bits per weight)
 //   Q6K        "int6-k": symmetric [-32, 31], an int8 scale level per 32 k of one f16 per 256 k
 //              (llama.cpp's Q6_K with sub-blocks of 32 instead of 16; 6.3125 bits per weight)
+//   Q6K16      "int6-k16": int6-k with its int8 scale level per 16 k (llama.cpp's Q6_K exactly: 6.5625
+//              bits per weight); what a GGUF Q6_K tensor moves into, not a --quantization choice
 //   Q8X        "int8-x": int8 values with an f32 scale and an f32 offset per 16 k (12 bits per weight):
 //              not chosen by --quantization; it holds every GGUF block type's values exactly (the
 //              affine map of any ggml sub-block of 16 or 32 values), so a GGUF tensor or fused group
@@ -26,7 +28,7 @@
 
 namespace gdn {
 
-enum class WeightFormat : uint8_t { F32, BF16, Q8, Q4, Q4K, Q6K, Q8X };
+enum class WeightFormat : uint8_t { F32, BF16, Q8, Q4, Q4K, Q6K, Q8X, Q6K16 };
 
 // k values sharing one activation scale, and one weight scale in Q8 / Q4 (a sub-block in Q4K / Q6K).
 constexpr int64_t kQuantGroup = 32;
@@ -35,12 +37,18 @@ constexpr int64_t kSuperBlock = 256;
 
 inline bool is_quantized(WeightFormat f) {
     return f == WeightFormat::Q8 || f == WeightFormat::Q4 || f == WeightFormat::Q4K ||
-           f == WeightFormat::Q6K || f == WeightFormat::Q8X;
+           f == WeightFormat::Q6K || f == WeightFormat::Q8X || f == WeightFormat::Q6K16;
 }
 
 // k per stored block of a quantized format (K is zero-padded to a multiple).
 inline int64_t weight_block_k(WeightFormat f) {
-    return f == WeightFormat::Q4K || f == WeightFormat::Q6K ? kSuperBlock : kQuantGroup;
+    return f == WeightFormat::Q4K || f == WeightFormat::Q6K || f == WeightFormat::Q6K16 ? kSuperBlock
+                                                                                        : kQuantGroup;
+}
+
+// Formats whose affine map is per half group (16 k): kernels take D and S per half.
+inline bool has_half_groups(WeightFormat f) {
+    return f == WeightFormat::Q8X || f == WeightFormat::Q6K16;
 }
 
 inline const char* weight_format_name(WeightFormat f) {
@@ -59,14 +67,16 @@ inline const char* weight_format_name(WeightFormat f) {
             return "int6-k";
         case WeightFormat::Q8X:
             return "int8-x";
+        case WeightFormat::Q6K16:
+            return "int6-k16";
     }
     return "?";
 }
 
 // The format a stored name means (a pre-quantized checkpoint's entries); false for an unknown one.
 inline bool parse_weight_format(const std::string& s, WeightFormat* out) {
-    for (WeightFormat f :
-         {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K, WeightFormat::Q8X})
+    for (WeightFormat f : {WeightFormat::Q8, WeightFormat::Q4, WeightFormat::Q4K, WeightFormat::Q6K,
+                           WeightFormat::Q8X, WeightFormat::Q6K16})
         if (s == weight_format_name(f)) {
             *out = f;
             return true;
@@ -91,6 +101,8 @@ inline double weight_format_bits(WeightFormat f) {
             return 6.0 + 8.0 / kQuantGroup + 16.0 / kSuperBlock;
         case WeightFormat::Q8X:
             return 8.0 + 2 * 32.0 / 16;
+        case WeightFormat::Q6K16:
+            return 6.0 + 8.0 / 16 + 16.0 / kSuperBlock;
     }
     return 0.0;
 }

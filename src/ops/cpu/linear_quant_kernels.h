@@ -52,6 +52,8 @@ QuantGemmKernel linear_q6k, linear_q6k_swiglu;
 // int8-x as int8, each half group (16 k) in its own accumulators with its own f32 scale and offset, the
 // +128 offset removed through the half's sum (xsum_lo, and xsum - xsum_lo).
 QuantGemmKernel linear_q8x, linear_q8x_swiglu;
+// int6-k16 (llama.cpp's Q6_K) as int6-k with each half group's own accumulators and scale level.
+QuantGemmKernel linear_q6k16, linear_q6k16_swiglu;
 // quant::quantize_activation_row with 512-bit lanes (AVX-512 F/BW/DQ/VL): the same bytes.
 void quantize_activation_row(const float* x_row, quant::QuantizedRows* out, int64_t m);
 // The products of every format on AMX-INT8 tiles (linear_quant_amx.cpp): bitwise the VNNI kernels' outputs.

@@ -16,6 +16,8 @@ std::optional<WeightFormat> ggml_native_format(GgmlType t) {
             return WeightFormat::Q4;
         case GgmlType::Q4_K:
             return WeightFormat::Q4K;
+        case GgmlType::Q6_K:
+            return WeightFormat::Q6K16;
         default:
             return ggml_moves_to_q8x(t) ? std::optional<WeightFormat>(WeightFormat::Q8X) : std::nullopt;
     }
@@ -45,6 +47,15 @@ bool ggml_moves_to_q8x(GgmlType t) {
 namespace {
 
 using namespace ggml_blocks;
+
+// Q6_K: the level (q, in [-32, 31]) of value v (< 256) of a super-block.
+inline int q6_k_level(const uint8_t* blk, int v) {
+    const int n = v / 128, qq = (v % 128) / 32, l = v % 32;
+    const uint8_t lq = blk[64 * n + l + (qq % 2 ? 32 : 0)];
+    const int low = qq < 2 ? lq & 0xF : lq >> 4;
+    const int high = (blk[128 + 32 * n + l] >> (2 * qq)) & 3;
+    return (low | high << 4) - 32;
+}
 
 // Sets one half's (16 values') affine map.
 inline void half(quant::ColumnBlock* o, int h, float a, float b) {
@@ -160,13 +171,7 @@ void q8x_k(GgmlType t, const uint8_t* row, int64_t b, quant::ColumnBlock* o) {
         case GgmlType::Q6_K: {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: sub-blocks of 16
             const float d = f16_at(blk + 208);
             const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
-            for (int i = 0; i < 32; ++i) {
-                const int v = 32 * j + i, n = v / 128, qq = (v % 128) / 32, l = v % 32;
-                const uint8_t lq = blk[64 * n + l + (qq % 2 ? 32 : 0)];
-                const int low = qq < 2 ? lq & 0xF : lq >> 4;
-                const int high = (blk[128 + 32 * n + l] >> (2 * qq)) & 3;
-                o->q[i] = static_cast<int8_t>((low | high << 4) - 32);
-            }
+            for (int i = 0; i < 32; ++i) o->q[i] = static_cast<int8_t>(q6_k_level(blk, 32 * j + i));
             for (int h = 0; h < 2; ++h) half(o, h, d * static_cast<float>(sc[2 * j + h]), 0.0f);
             return;
         }
@@ -240,6 +245,14 @@ void ggml_column_block(GgmlType t, const uint8_t* row, int64_t b, WeightFormat t
                     q.q[64 * i + l] = qs[32 * i + l] & 0xF;
                     q.q[64 * i + 32 + l] = qs[32 * i + l] >> 4;
                 }
+            return;
+        }
+        case GgmlType::Q6_K: {  // {u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d}: the levels and scales as
+                                // they are
+            const uint8_t* blk = row + b * 210;
+            std::memcpy(&out->q6k.d_bits, blk + 208, 2);
+            std::memcpy(out->sc16, blk + 192, 16);
+            for (int v = 0; v < 256; ++v) out->q6k.q[v] = static_cast<int8_t>(q6_k_level(blk, v));
             return;
         }
         default:

@@ -37,7 +37,10 @@ inline int q6_high_shift(int64_t c, int64_t kg) {
 // Where group g's record starts in a block, and its group within the block.
 inline int64_t record_offset(WeightFormat f, int64_t g) {
     const int64_t j = g % (weight_block_k(f) / kQuantGroup);
-    return f == WeightFormat::Q4K ? j * kQ4KRecordBytes : f == WeightFormat::Q6K ? j * kQ6KRecordBytes : 0;
+    return f == WeightFormat::Q4K     ? j * kQ4KRecordBytes
+           : f == WeightFormat::Q6K   ? j * kQ6KRecordBytes
+           : f == WeightFormat::Q6K16 ? j * kQ6K16RecordBytes
+                                      : 0;
 }
 inline void set_nibble(uint8_t* rec, int64_t c, int64_t kg, uint8_t v) {
     uint8_t& b = rec[nib_byte(c, kg)];
@@ -194,8 +197,9 @@ void write_block_column(WeightFormat f, const ColumnBlock& v, int64_t c, uint8_t
     }
     const kquant::Q6KBlock& q = v.q6k;
     std::memcpy(blk + f16_offset(f) + c * 2, &q.d_bits, 2);
+    const bool halves = f == WeightFormat::Q6K16;
     for (int j = 0; j < 8; ++j) {
-        uint8_t* rec = blk + j * kQ6KRecordBytes;
+        uint8_t* rec = blk + j * (halves ? kQ6K16RecordBytes : kQ6KRecordBytes);
         for (int k = 0; k < kQuantGroup; ++k) {
             const int u = q.q[j * kQuantGroup + k] + 32;  // 0..63
             set_nibble(rec, c, k, static_cast<uint8_t>(u & 15));
@@ -203,7 +207,12 @@ void write_block_column(WeightFormat f, const ColumnBlock& v, int64_t c, uint8_t
             const int sh = q6_high_shift(c, k);
             h = static_cast<uint8_t>((h & ~(3 << sh)) | ((u >> 4) << sh));
         }
-        rec[kQ6KScalesOffset + c] = static_cast<uint8_t>(q.sc[j]);
+        if (halves) {
+            rec[kQ6KScalesOffset + c] = static_cast<uint8_t>(v.sc16[2 * j]);
+            rec[kQ6KScalesOffset + kCols + c] = static_cast<uint8_t>(v.sc16[2 * j + 1]);
+        } else {
+            rec[kQ6KScalesOffset + c] = static_cast<uint8_t>(q.sc[j]);
+        }
     }
 }
 
@@ -233,7 +242,8 @@ bool quantize_column_block(WeightFormat f, const float* x, int64_t K_left, Colum
     } else if (f == WeightFormat::Q4K) {
         v->q4k = kquant::quantize_q4k(x, kquant::Q4KFit::ENGINE, &bad);
     } else {
-        v->q6k = kquant::quantize_q6k(x, &bad);
+        v->q6k = kquant::quantize_q6k(x, &bad);  // Q6K16: the same fit, each level on both halves
+        for (int j = 0; j < 8; ++j) v->sc16[2 * j] = v->sc16[2 * j + 1] = v->q6k.sc[j];
     }
     return bad;
 }
@@ -370,19 +380,27 @@ int q_value(const PackedWeight& w, int64_t n, int64_t k) {
 }
 
 void half_affine(const PackedWeight& w, int64_t n, int64_t g, int h, float* a, float* b) {
-    if (w.format != WeightFormat::Q8X) {
+    if (!has_half_groups(w.format)) {
         group_affine(w, n, g, a, b);
         return;
     }
     *a = *b = 0.0f;
     if (n >= w.N) return;
+    if (w.format == WeightFormat::Q6K16) {
+        const int64_t c = n % kCols;
+        const uint8_t* blk = w.quant_block(n / kCols, g * kQuantGroup / kSuperBlock);
+        const uint8_t* rec = blk + record_offset(w.format, g);
+        const float d = f16_to_f32(load_f16(blk + f16_offset(w.format) + c * 2));
+        *a = d * static_cast<float>(static_cast<int8_t>(rec[kQ6KScalesOffset + h * kCols + c]));
+        return;
+    }
     const uint8_t* blk = w.quant_block(n / kCols, g) + kQ8XScalesOffset;
     std::memcpy(a, blk + (h * kCols + n % kCols) * 4, 4);
     std::memcpy(b, blk + ((2 + h) * kCols + n % kCols) * 4, 4);
 }
 
 void group_affine(const PackedWeight& w, int64_t n, int64_t g, float* a, float* b) {
-    if (w.format == WeightFormat::Q8X) {
+    if (has_half_groups(w.format)) {
         half_affine(w, n, g, 0, a, b);
         return;
     }
@@ -442,7 +460,7 @@ void dequantize_row(const PackedWeight& w, int64_t n, float* out) {
         }
         const int64_t k0 = g * kQuantGroup, len = std::min<int64_t>(kQuantGroup, w.K - k0);
         for (int64_t kg = 0; kg < len; ++kg) {
-            if (kg == 16 && w.format == WeightFormat::Q8X) half_affine(w, n, g, 1, &a, &b);
+            if (kg == 16 && has_half_groups(w.format)) half_affine(w, n, g, 1, &a, &b);
             out[k0 + kg] = a * static_cast<float>(q[kg]) - b;
         }
     }

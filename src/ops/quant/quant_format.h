@@ -14,6 +14,8 @@
 //   Q4K block (4608 B): 8 group records of 560 B: nibble pairs of q (0..15), then 48 B of 6-bit levels:
 //                       byte c (< 32) = sc[c] | (m[c] >> 4) << 6, byte 32 + i (< 16) = (m[i] & 15) |
 //                       (m[i + 16] & 15) << 4; then f16 d[32], f16 dmin[32]
+//   Q6K16 block (6720 B): 8 group records of 832 B: a Q6K record whose int8 scales are sc[2][32] (the scale
+//                       of k 0-15 of each column, then of 16-31); then f16 d[32]
 //   Q8X block (1536 B): int8 quads of q, then f32 a[2][32] (the scale of k 0-15 of each column, then of
 //                       16-31), then f32 b[2][32] (the offsets, as a)
 //   Q6K block (6464 B): 8 group records of 800 B: nibble pairs of the low 4 bits of q + 32; then 256 B
@@ -31,6 +33,7 @@
 //        divisors, then least squares on the chosen q; every scale rounded to f16 before q is chosen), b = 0
 //   Q4K: q in [0, 15], a = d * sc, b = dmin * m (ops/quant/kquant.h: ggml's Q4_K fit)
 //   Q6K: q in [-32, 31], a = d * sc, b = 0 (kquant.h: ggml's Q6_K fit on sub-blocks of 32)
+//   Q6K16: as Q6K with a = d * sc per half group (16 k), b = 0 (llama.cpp's Q6_K values)
 //   Q8X: q in [-127, 127], a and b per half group (16 k): D and S are then taken per half (S from the
 //        row's xsum_lo), y_mn = sum_g xs_mg * sum_h (a_ngh * D_mngh - b_ngh * S_mgh)
 //
@@ -70,22 +73,26 @@ constexpr int64_t kQ4KRecordBytes = kQ4KLevelsOffset + 48;
 constexpr int64_t kQ4KBlockBytes = 8 * kQ4KRecordBytes + 2 * kCols * 2;
 constexpr int64_t kQ6KRecordBytes = kQ6KScalesOffset + kCols;
 constexpr int64_t kQ6KBlockBytes = 8 * kQ6KRecordBytes + kCols * 2;
+constexpr int64_t kQ6K16RecordBytes = kQ6KScalesOffset + 2 * kCols;
+constexpr int64_t kQ6K16BlockBytes = 8 * kQ6K16RecordBytes + kCols * 2;
 constexpr int64_t kQ8XScalesOffset = kQuantGroup * kCols;  // f32 a[2][32], then f32 b[2][32]
 constexpr int64_t kQ8XBlockBytes = kQ8XScalesOffset + 2 * 2 * kCols * 4;
 constexpr int64_t block_bytes(WeightFormat f) {
-    return f == WeightFormat::Q8    ? kQ8BlockBytes
-           : f == WeightFormat::Q4  ? kQ4BlockBytes
-           : f == WeightFormat::Q4K ? kQ4KBlockBytes
-           : f == WeightFormat::Q8X ? kQ8XBlockBytes
-                                    : kQ6KBlockBytes;
+    return f == WeightFormat::Q8      ? kQ8BlockBytes
+           : f == WeightFormat::Q4    ? kQ4BlockBytes
+           : f == WeightFormat::Q4K   ? kQ4KBlockBytes
+           : f == WeightFormat::Q8X   ? kQ8XBlockBytes
+           : f == WeightFormat::Q6K16 ? kQ6K16BlockBytes
+                                      : kQ6KBlockBytes;
 }
 // Where a format's f16 fields start in a block: the group scale (Q8, Q4), d then dmin (Q4K), d (Q6K).
 constexpr int64_t f16_offset(WeightFormat f) {
-    return f == WeightFormat::Q8    ? kQ8BlockBytes - kCols * 2
-           : f == WeightFormat::Q4  ? kQ4BlockBytes - kCols * 2
-           : f == WeightFormat::Q4K ? 8 * kQ4KRecordBytes
-           : f == WeightFormat::Q8X ? kQ8XScalesOffset  // (f32 fields: f16_fields is 0)
-                                    : 8 * kQ6KRecordBytes;
+    return f == WeightFormat::Q8      ? kQ8BlockBytes - kCols * 2
+           : f == WeightFormat::Q4    ? kQ4BlockBytes - kCols * 2
+           : f == WeightFormat::Q4K   ? 8 * kQ4KRecordBytes
+           : f == WeightFormat::Q8X   ? kQ8XScalesOffset  // (f32 fields: f16_fields is 0)
+           : f == WeightFormat::Q6K16 ? 8 * kQ6K16RecordBytes
+                                      : 8 * kQ6KRecordBytes;
 }
 // f16 fields per block and column (1, or 2 for Q4K's d and dmin; Q8X has f32 ones).
 constexpr int64_t f16_fields(WeightFormat f) {
@@ -126,7 +133,8 @@ struct ColumnBlock {
     int8_t q[kQuantGroup] = {};  // Q8: [-127, 127]; Q4: [-8, 7]; Q8X: [-127, 127]
     float a[2] = {}, b[2] = {};  // Q8X: value = a[h] * q - b[h] for k in half h
     kquant::Q4KBlock q4k;        // Q4K
-    kquant::Q6KBlock q6k;        // Q6K
+    kquant::Q6KBlock q6k;        // Q6K; Q6K16 its q and d_bits
+    int8_t sc16[16] = {};        // Q6K16: the scale level of each 16 k
 };
 // Writes v as column c (< 32) of the block at blk (one format block of a panel).
 void write_block_column(WeightFormat f, const ColumnBlock& v, int64_t c, uint8_t* blk);

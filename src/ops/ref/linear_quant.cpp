@@ -16,7 +16,7 @@ void linear_quant(const quant::QuantRowsView& x, const PackedWeight& w, float* y
             float acc = 0.0f;
             for (int64_t g = 0; g < x.G; ++g) {
                 const int64_t i = m * x.G + g;
-                if (w.format == WeightFormat::Q8X) {  // per half: its own D, S and affine map
+                if (has_half_groups(w.format)) {  // per half: its own D, S and affine map
                     float part = 0.0f;
                     for (int h = 0; h < 2; ++h) {
                         int32_t d = 0;

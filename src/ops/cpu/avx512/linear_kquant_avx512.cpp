@@ -129,6 +129,48 @@ void tile_q6k(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, 
     store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
 }
 
+// int6-k16 (llama.cpp's Q6_K): the int6-k tile with quad pairs 0-1 and 2-3 (k 0-15, 16-31) in accumulators
+// of their own, each started at -32 times its half's sum and scaled by its own d sc.
+template <int MR, bool kSwiglu, bool kFar>
+void tile_q6k16(const quant::QuantRowsView& x, int64_t m0, const PackedWeight& w, int64_t p, float* y,
+                int64_t ldy, int ncols) {
+    __m512 sum[MR][2];
+    for (int m = 0; m < MR; ++m) sum[m][0] = sum[m][1] = _mm512_setzero_ps();
+    for_each_group(
+        w, p, x.G, quant::kQ6K16RecordBytes, [&](int64_t g, const uint8_t* rec, const uint8_t* f16) {
+            __m512i acc[2][MR][2];  // [half][row][vector]
+            for (int m = 0; m < MR; ++m) {
+                const int64_t i = (m0 + m) * x.G + g;
+                acc[0][m][0] = acc[0][m][1] = _mm512_set1_epi32(-32 * x.xsum_lo[i]);
+                acc[1][m][0] = acc[1][m][1] = _mm512_set1_epi32(-32 * (x.xsum[i] - x.xsum_lo[i]));
+            }
+            for (int s = 0; s < 4; ++s) {
+                if constexpr (MR == 1) record_ahead<kFar>(rec, s, 4, quant::kQ6K16RecordBytes);
+                __m512i lo0, hi0, lo1, hi1;
+                q6k_quads(rec, s, 0, &lo0, &hi0);
+                q6k_quads(rec, s, 1, &lo1, &hi1);
+                const int h = s / 2;
+                for (int m = 0; m < MR; ++m) {
+                    const int8_t* xr = x.row(m0 + m) + g * kQuantGroup + 8 * s;
+                    const __m512i xlo = bcast_quad(xr), xhi = bcast_quad(xr + 4);
+                    acc[h][m][0] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[h][m][0], lo0, xlo), hi0, xhi);
+                    acc[h][m][1] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[h][m][1], lo1, xlo), hi1, xhi);
+                }
+            }
+            for (int h = 0; h < 2; ++h) {
+                const __m512 ds[2] = {q6k_group_scale(rec + h * quant::kCols, f16, 0),
+                                      q6k_group_scale(rec + h * quant::kCols, f16, 1)};
+                for (int m = 0; m < MR; ++m) {
+                    const __m512 xs = _mm512_set1_ps(x.xs[(m0 + m) * x.G + g]);
+                    for (int v = 0; v < 2; ++v)
+                        sum[m][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h][m][v]),
+                                                    _mm512_mul_ps(ds[v], xs), sum[m][v]);
+                }
+            }
+        });
+    store_tile<MR, kSwiglu>(sum, y + m0 * ldy, ldy, ncols);
+}
+
 // The k-formats' batch tiles are bound by their unpacking, not the stream (not measured with the
 // prefetch of streams_batch): one form for both.
 template <int MR, bool kSwiglu>
@@ -143,6 +185,13 @@ struct TileQ6K {
     static constexpr TileFn run = tile_q6k<MR, kSwiglu, false>;
     static constexpr TileFn streamed = run;
     static constexpr TileFn far = tile_q6k<MR, kSwiglu, true>;
+};
+
+template <int MR, bool kSwiglu>
+struct TileQ6K16 {
+    static constexpr TileFn run = tile_q6k16<MR, kSwiglu, false>;
+    static constexpr TileFn streamed = run;
+    static constexpr TileFn far = tile_q6k16<MR, kSwiglu, true>;
 };
 
 }  // namespace
@@ -163,6 +212,15 @@ void linear_q6k(const quant::QuantRowsView& x, const PackedWeight& w, float* y, 
 void linear_q6k_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
                        int64_t p0, int64_t p1) {
     run_format<TileQ6K, true>(x, w, y, ldy, p0, p1);
+}
+
+void linear_q6k16(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy, int64_t p0,
+                  int64_t p1) {
+    run_format<TileQ6K16, false>(x, w, y, ldy, p0, p1);
+}
+void linear_q6k16_swiglu(const quant::QuantRowsView& x, const PackedWeight& w, float* y, int64_t ldy,
+                         int64_t p0, int64_t p1) {
+    run_format<TileQ6K16, true>(x, w, y, ldy, p0, p1);
 }
 
 }  // namespace gdn::cpu::avx512
