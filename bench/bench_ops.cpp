@@ -140,7 +140,7 @@ BENCHMARK(BM_LinearResident)
 void BM_LinearQuant(benchmark::State& state) {
     const int64_t M = state.range(0), N = state.range(1), K = state.range(2);
     // Arg 3: the format, in kQuantFormats' order.
-    constexpr gdn::WeightFormat kQuantFormats[] = {gdn::WeightFormat::Q8, gdn::WeightFormat::Q4,
+    constexpr gdn::WeightFormat kQuantFormats[] = {gdn::WeightFormat::Q8,  gdn::WeightFormat::Q4,
                                                    gdn::WeightFormat::Q4K, gdn::WeightFormat::Q6K,
                                                    gdn::WeightFormat::Q8X, gdn::WeightFormat::Q6K16};
     const gdn::WeightFormat f = kQuantFormats[state.range(3)];
