@@ -24,24 +24,8 @@ std::optional<WeightFormat> ggml_native_format(GgmlType t) {
 }
 
 bool ggml_moves_to_q8x(GgmlType t) {
-    switch (t) {
-        case GgmlType::Q4_0:
-        case GgmlType::Q4_1:
-        case GgmlType::Q5_0:
-        case GgmlType::Q5_1:
-        case GgmlType::Q8_0:
-        case GgmlType::Q2_K:
-        case GgmlType::Q3_K:
-        case GgmlType::Q4_K:
-        case GgmlType::Q5_K:
-        case GgmlType::Q6_K:
-        case GgmlType::IQ4_NL:
-        case GgmlType::IQ4_XS:
-        case GgmlType::MXFP4:
-            return true;
-        default:
-            return false;
-    }
+    // Every block type dequantize_ggml_row reads (the float types are not blocks).
+    return ggml_type_dequantizable(t) && ggml_type_info(static_cast<uint32_t>(t))->block_elems > 1;
 }
 
 namespace {
@@ -206,21 +190,11 @@ void ggml_column_block(GgmlType t, const uint8_t* row, int64_t b, WeightFormat t
         return;
     }
     switch (t) {
-        case GgmlType::Q8_0: {  // {f16 d; i8 qs[32]}
-            const uint8_t* blk = row + b * 34;
-            std::memcpy(&out->scale_bits, blk, 2);
-            std::memcpy(out->q, blk + 2, 32);
+        case GgmlType::Q8_0:
+        case GgmlType::Q4_0:  // the int8-x levels, with the block's f16 d itself as the scale
+            q8x_small(t, row, b, out);
+            std::memcpy(&out->scale_bits, row + b * ggml_type_info(static_cast<uint32_t>(t))->block_bytes, 2);
             return;
-        }
-        case GgmlType::Q4_0: {  // {f16 d; u8 qs[16]}: value j in the low nibble of byte j, j + 16 high
-            const uint8_t* blk = row + b * 18;
-            std::memcpy(&out->scale_bits, blk, 2);
-            for (int j = 0; j < 16; ++j) {
-                out->q[j] = static_cast<int8_t>((blk[2 + j] & 0xF) - 8);
-                out->q[j + 16] = static_cast<int8_t>((blk[2 + j] >> 4) - 8);
-            }
-            return;
-        }
         case GgmlType::Q4_K: {  // {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
             const uint8_t* blk = row + b * 144;
             kquant::Q4KBlock& q = out->q4k;
@@ -228,16 +202,7 @@ void ggml_column_block(GgmlType t, const uint8_t* row, int64_t b, WeightFormat t
             std::memcpy(&q.dmin_bits, blk + 2, 2);
             q.d = f16_to_f32(q.d_bits);
             q.dmin = f16_to_f32(q.dmin_bits);
-            const uint8_t* sc = blk + 4;
-            for (int j = 0; j < 8; ++j) {  // ggml's get_scale_min_k4
-                if (j < 4) {
-                    q.sc[j] = sc[j] & 63;
-                    q.m[j] = sc[j + 4] & 63;
-                } else {
-                    q.sc[j] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4));
-                    q.m[j] = static_cast<uint8_t>((sc[j + 4] >> 4) | ((sc[j] >> 6) << 4));
-                }
-            }
+            for (int j = 0; j < 8; ++j) scale_min_k4(j, blk + 4, &q.sc[j], &q.m[j]);
             // 64 values per 32 bytes: sub-block 2i the low nibbles, 2i + 1 the high ones.
             const uint8_t* qs = blk + 16;
             for (int i = 0; i < 4; ++i)
